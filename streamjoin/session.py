@@ -1,0 +1,78 @@
+"""The one Spark session factory: Delta enabled from jars fetched at set-up, UTC, quiet.
+
+Every entry point (CLI, tests, DAG tasks) gets its session here, so that the classpath, the time
+zone and the Delta settings are the same wherever a job runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from streamjoin.errors import SetupError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+JARS_DIR = Path(os.environ.get("STREAMJOIN_JARS", PROJECT_ROOT / ".jars"))
+DEFAULT_MASTER = "local[*]"
+
+
+def delta_jars() -> list[str]:
+    """The jars infra/setup.sh fetched; refuses to start without them (no download at run time)."""
+    jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+    if not any(Path(j).name.startswith("delta-spark_") for j in jars):
+        raise SetupError(
+            f"Delta's jars are missing from {JARS_DIR}: run infra/setup.sh (or `make test`) once "
+            "to fetch them, or point STREAMJOIN_JARS at a folder that holds them."
+        )
+    return jars
+
+
+def get_spark(
+    master: str | None = None,
+    app_name: str = "streamjoin",
+    shuffle_partitions: int | None = None,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """Return the active session, or build one with Delta, UTC and small local defaults.
+
+    `master` defaults to $STREAMJOIN_MASTER, then `local[*]`; a `spark://` URL runs the same jobs
+    on a standalone cluster.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    # Spark's Python workers must run this interpreter, or they miss pandas and pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or os.environ.get("STREAMJOIN_MASTER", DEFAULT_MASTER)
+    local = master.startswith("local")
+    if shuffle_partitions is None:
+        shuffle_partitions = int(os.environ.get("STREAMJOIN_SHUFFLE_PARTITIONS", 4 if local else 64))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.jars", ",".join(delta_jars()))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.default.parallelism", str(shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.adaptive.enabled", "true")
+        # Tables this project creates carry their change data feed and monotonic commit times.
+        .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
+        .config("spark.databricks.delta.properties.defaults.enableInCommitTimestamps", "true")
+    )
+    if local:
+        builder = builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "2g"))
+    for key, value in (extra_conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("STREAMJOIN_LOG_LEVEL", "ERROR"))
+    return spark

@@ -1,0 +1,169 @@
+"""The time model both runners share: arrival positions, the settled frontier, watermarks, lateness.
+
+Every stream row has an event time and an arrival position: (commit timestamp, source index,
+commit version) of the Delta commit that added it. Rows of one commit share a position.
+
+- The *watermark* at a position p is the largest event time among accepted rows at positions
+  strictly before p, minus the join's grace. A row whose event time is strictly below the watermark
+  at its own position is *late*.
+- The *frontier* of a set of inputs is the smallest, over the job's sources, of each source's
+  newest position with rows. Rows at or before it are *settled*: no commit yet to come can take a
+  place before them, so their lateness is final. Rows after it wait.
+
+Both are functions of the Delta log alone, never of the wall clock or of how the rows were divided
+into micro-batches, which is what makes a live run and a replay write the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+
+T = "_sj_t"            # event time, UTC microseconds (NULL when missing or unparseable)
+TS = "_sj_ts"          # commit timestamp, UTC microseconds
+SRC = "_sj_src"        # source index in the join chain
+V = "_sj_v"            # commit version
+REJECT = "_sj_reject"  # why the row is bad input, or NULL
+WM = "_sj_wm"          # the watermark at the row's arrival (NULL before any event time arrived)
+META = (T, TS, SRC, V, REJECT)
+
+Position = tuple[int, int, int]  # (commit timestamp micros, source index, commit version)
+
+NULL_KEY = "null_key"
+NULL_TIME = "null_event_time"
+BAD_TIME = "unparseable_event_time"
+
+
+@dataclass(frozen=True)
+class CommitStats:
+    """One source commit, as far as time goes: its position and the largest accepted event time."""
+
+    position: Position
+    max_event: int | None
+    rows: int
+
+
+def prepare(changes: DataFrame, index: int, raw_time: Column, event_time: Column, keys: Iterable[str]) -> DataFrame:
+    """Tag change-feed rows with event time, position and rejection reason; keep user columns."""
+    keys = list(keys)
+    null_key = F.lit(False)
+    for key in keys:
+        null_key = null_key | F.col(key).isNull()
+    reason = (
+        F.when(raw_time.isNull(), F.lit(NULL_TIME))
+        .when(event_time.isNull(), F.lit(BAD_TIME))
+        .when(null_key, F.lit(NULL_KEY))
+    )
+    user = [c for c in changes.columns if c not in (COMMIT_VERSION, COMMIT_TIMESTAMP)]
+    return changes.select(
+        *[F.col(f"`{c}`") for c in user],
+        event_time.alias(T),
+        F.unix_micros(F.col(COMMIT_TIMESTAMP)).alias(TS),
+        F.lit(index).alias(SRC),
+        F.col(COMMIT_VERSION).cast("long").alias(V),
+        reason.alias(REJECT),
+    )
+
+
+def user_columns(rows: DataFrame) -> list[str]:
+    """The source's own columns of a prepared DataFrame."""
+    return [c for c in rows.columns if not c.startswith("_sj_")]
+
+
+def commit_stats(rows: DataFrame) -> list[CommitStats]:
+    """Per commit: position, largest accepted event time, row count (small; collected)."""
+    grouped = rows.groupBy(TS, SRC, V).agg(
+        F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"), F.count(F.lit(1)).alias("rows")
+    )
+    return sorted(
+        (CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"]) for r in grouped.collect()),
+        key=lambda c: c.position,
+    )
+
+
+def frontier(newest: dict[int, Position], sources: int) -> Position | None:
+    """The settled frontier: the oldest of the sources' newest positions; None until all have rows."""
+    if len(newest) < sources:
+        return None
+    return min(newest.values())
+
+
+def newest_positions(commits: Iterable[CommitStats], into: dict[int, Position] | None = None) -> dict[int, Position]:
+    """Each source's newest position among `commits`, merged into `into`."""
+    newest = dict(into or {})
+    for commit in commits:
+        src = commit.position[1]
+        if src not in newest or commit.position > newest[src]:
+            newest[src] = commit.position
+    return newest
+
+
+def watermarks(commits: list[CommitStats], max_before: int | None, grace: int) -> tuple[dict[tuple[int, int], int | None], int | None]:
+    """The watermark at each commit (keyed by (source, version)) and the largest event time after all.
+
+    `commits` must be in position order and `max_before` the largest event time of every settled
+    position before the first of them.
+    """
+    marks: dict[tuple[int, int], int | None] = {}
+    running = max_before
+    for commit in commits:
+        marks[(commit.position[1], commit.position[2])] = None if running is None else running - grace
+        if commit.max_event is not None and (running is None or commit.max_event > running):
+            running = commit.max_event
+    return marks, running
+
+
+_MARKS_SCHEMA = StructType([
+    StructField("_sj_msrc", LongType()), StructField("_sj_mv", LongType()), StructField(WM, LongType()),
+])
+
+
+def with_watermark(spark: SparkSession, rows: DataFrame, marks: dict[tuple[int, int], int | None]) -> DataFrame:
+    """Attach to each row the watermark at its commit, as column `_sj_wm` (NULL: no watermark yet)."""
+    table = spark.createDataFrame([(s, v, w) for (s, v), w in marks.items()], _MARKS_SCHEMA)
+    joined = rows.join(
+        F.broadcast(table),
+        (F.col(SRC) == F.col("_sj_msrc")) & (F.col(V) == F.col("_sj_mv")),
+        "left",
+    )
+    return joined.drop("_sj_msrc", "_sj_mv")
+
+
+def is_late() -> Column:
+    """Strictly below the watermark at arrival: the same instant at which a window closes (docs)."""
+    return F.col(WM).isNotNull() & (F.col(T) < F.col(WM))
+
+
+def at_or_before(position: Position) -> Column:
+    """Rows whose position is at or before `position`."""
+    return position_le((F.col(TS), F.col(SRC), F.col(V)), tuple(F.lit(x) for x in position))
+
+
+def position_le(a: tuple[Column, Column, Column], b: tuple[Column, Column, Column]) -> Column:
+    """Row-wise position a <= position b, for columns of two joined sides."""
+    (ats, asrc, av), (bts, bsrc, bv) = a, b
+    return (ats < bts) | ((ats == bts) & ((asrc < bsrc) | ((asrc == bsrc) & (av <= bv))))
+
+
+def side_rows(rows: DataFrame, source: str, reason: Column, watermark: Column | None = None) -> DataFrame:
+    """Late or rejected rows in the side-table form: the row as JSON, why, and when it arrived.
+
+    `slice_time` (the event time, or the commit time when there is none) decides which replay
+    slice owns the row, so re-running a slice replaces its side rows too.
+    """
+    return rows.select(
+        F.lit(source).alias("source"),
+        reason.alias("reason"),
+        F.timestamp_micros(F.col(T)).alias("event_time"),
+        (F.timestamp_micros(watermark) if watermark is not None else F.lit(None).cast("timestamp")).alias("watermark"),
+        F.col(V).alias("commit_version"),
+        F.timestamp_micros(F.col(TS)).alias("commit_timestamp"),
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])).alias("row"),
+        F.timestamp_micros(F.coalesce(F.col(T), F.col(TS))).alias("slice_time"),
+    )

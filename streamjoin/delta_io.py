@@ -1,0 +1,196 @@
+"""All Delta Lake reads and writes: snapshots, arrivals, idempotent slices, exactly-once batches.
+
+A location is a Delta folder path or a metastore table name; every function takes either. The
+change data feed gives each stream row its arrival (`_commit_version`, `_commit_timestamp`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import urlparse
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamReader
+from pyspark.sql.types import StructType
+
+from streamjoin.errors import HistoryNotRetainedError, JobError
+
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+_CHANGE_TYPE = "_change_type"
+
+
+def _is_path(location: str) -> bool:
+    return "/" in location or "\\" in location or "://" in location
+
+
+def _load(reader: DataFrameReader | DataStreamReader, location: str):
+    return reader.load(location) if _is_path(location) else reader.table(location)
+
+
+def exists(spark: SparkSession, location: str) -> bool:
+    """True when `location` holds a Delta table."""
+    if _is_path(location):
+        return DeltaTable.isDeltaTable(spark, location)
+    return spark.catalog.tableExists(location)
+
+
+def _table(spark: SparkSession, location: str) -> DeltaTable:
+    if not exists(spark, location):
+        raise JobError(f"{location!r} is not a Delta table (no _delta_log there); create it or fix the path")
+    return DeltaTable.forPath(spark, location) if _is_path(location) else DeltaTable.forName(spark, location)
+
+
+def schema(spark: SparkSession, location: str) -> StructType:
+    """The current schema of a Delta table."""
+    return _table(spark, location).toDF().schema
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One entry of a table's history."""
+
+    version: int
+    timestamp: datetime
+    operation: str
+
+
+def history(spark: SparkSession, location: str) -> list[Commit]:
+    """The retained commits of a table, oldest first."""
+    rows = _table(spark, location).history().select("version", "timestamp", "operation").collect()
+    return sorted((Commit(r.version, r.timestamp, r.operation) for r in rows), key=lambda c: c.version)
+
+
+def latest_version(spark: SparkSession, location: str) -> int:
+    """The newest version of a table."""
+    return _table(spark, location).history(1).select("version").first().version
+
+
+def version_at(spark: SparkSession, location: str, when: datetime) -> int:
+    """The newest version committed at or before `when` (Delta time travel by timestamp)."""
+    candidates = [c.version for c in history(spark, location) if c.timestamp <= when.replace(tzinfo=None)]
+    if not candidates:
+        raise HistoryNotRetainedError(f"{location!r} has no retained version at or before {when.isoformat()}")
+    return candidates[-1]
+
+
+def read_snapshot(spark: SparkSession, location: str, version: int | None = None) -> DataFrame:
+    """The table as of `version` (time travel), or as it is now."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return _load(reader, location)
+
+
+def require_change_feed(spark: SparkSession, location: str) -> None:
+    """Stream sources need their change data feed: it records each row's arrival."""
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
+    if properties.get("delta.enableChangeDataFeed", "false").lower() != "true":
+        raise JobError(
+            f"{location!r} does not record its change data feed, which streamjoin reads for each row's "
+            f"commit version and time; run ALTER TABLE {_sql_name(location)} SET TBLPROPERTIES "
+            "(delta.enableChangeDataFeed = true) before writing events (rows written earlier cannot be replayed)"
+        )
+
+
+def _sql_name(location: str) -> str:
+    return f"delta.`{location}`" if _is_path(location) else location
+
+
+def read_inserts(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
+    """Rows inserted by commits [from_version, upto_version], with their commit version and time."""
+    reader = (
+        spark.read.format("delta").option("readChangeFeed", "true")
+        .option("startingVersion", from_version).option("endingVersion", upto_version)
+    )
+    changes = _load(reader, location)
+    return changes.where(F.col(_CHANGE_TYPE) == "insert").drop(_CHANGE_TYPE)
+
+
+def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
+    """A streaming DataFrame of inserted rows with their commit version and time, from version 0."""
+    reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+    if max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    return _load(reader, location).where(F.col(_CHANGE_TYPE) == "insert").drop(_CHANGE_TYPE)
+
+
+def check_retained(spark: SparkSession, location: str, upto_version: int) -> None:
+    """Fail before any data moves when the log or the files a replay needs are gone."""
+    retained = history(spark, location)
+    if not retained or retained[0].version > 0:
+        first = retained[0].version if retained else "none"
+        raise HistoryNotRetainedError(
+            f"{location!r} no longer retains its log from version 0 (oldest retained: {first}); a replay "
+            "needs every commit since the first to know each row's arrival. Raise "
+            "delta.logRetentionDuration on the source, or replay from a copy that kept its history"
+        )
+    try:
+        files = read_inserts(spark, location, upto_version).inputFiles()
+    except Exception as exc:  # Delta raises several kinds for missing versions
+        raise HistoryNotRetainedError(f"{location!r} cannot be read up to version {upto_version}: {_first_line(exc)}") from None
+    missing = [f for f in files if not _file_exists(spark, f)]
+    if missing:
+        vacuums = [c for c in retained if c.operation.upper().startswith("VACUUM")]
+        when = f" (VACUUM ran at {vacuums[-1].timestamp})" if vacuums else ""
+        raise HistoryNotRetainedError(
+            f"{location!r} no longer retains {len(missing)} data file(s) that a replay up to version "
+            f"{upto_version} needs{when}, e.g. {missing[0]}. Replay only a range whose files are retained, "
+            "or keep files longer with delta.deletedFileRetentionDuration and VACUUM ... RETAIN"
+        )
+
+
+def _file_exists(spark: SparkSession, uri: str) -> bool:
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return os.path.exists(parsed.path)
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(path)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def write_slice(
+    df: DataFrame, location: str, time_column: str, start: datetime, end: datetime,
+    partition_by: tuple[str, ...] = (),
+) -> None:
+    """Replace the rows whose `time_column` lies in [start, end) with `df`: re-running a slice is safe."""
+    predicate = (
+        f"`{time_column}` >= TIMESTAMP '{start.strftime('%Y-%m-%d %H:%M:%S.%f')}' AND "
+        f"`{time_column}` < TIMESTAMP '{end.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+    )
+    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+    if partition_by and not exists(df.sparkSession, location):
+        writer = writer.partitionBy(*partition_by)
+    _save(writer, location)
+
+
+def write_once(df: DataFrame, location: str, app_id: str, batch: int, overwrite: bool = False,
+               partition_by: tuple[str, ...] = ()) -> None:
+    """Append (or overwrite) exactly once per (app_id, batch): a retried batch's write is skipped."""
+    writer = (
+        df.write.format("delta").mode("overwrite" if overwrite else "append")
+        .option("txnAppId", app_id).option("txnVersion", batch)
+    )
+    if partition_by and not exists(df.sparkSession, location):
+        writer = writer.partitionBy(*partition_by)
+    _save(writer, location)
+
+
+def append(df: DataFrame, location: str) -> None:
+    """A plain append (run logs)."""
+    _save(df.write.format("delta").mode("append"), location)
+
+
+def _save(writer, location: str) -> None:
+    if _is_path(location):
+        writer.save(location)
+    else:
+        writer.saveAsTable(location)

@@ -1,0 +1,1 @@
+"""One module per join family, each holding that family's whole semantics."""

@@ -1,0 +1,197 @@
+"""Interval (windowed) stream-stream joins: ksqlDB WITHIN, Flink/RisingWave interval, SQLstream RANGE.
+
+A left row l and a right row r join when their keys are equal, the residual predicate holds, both
+are on time, and  lower <= r.time - l.time <= upper  (both ends included). A joined row's event time
+is the later of the two; an unmatched row's is its own.
+
+Final emission (default): an outer row padded with NULLs is written once its window has closed,
+that is once the watermark has passed the last time a partner could have: for a left row,
+watermark > l.time + upper; for a right row, watermark > r.time - lower. A partner at that edge
+arriving later would be strictly below the watermark, hence late: closing and lateness are the same
+instant, so a row comes out joined or padded, never both.
+
+Eager emission (`emit: eager`, SQLstream, ksqlDB without grace): an on-time outer row with no
+partner among the rows arrived at or before its own position is padded at once; matches that
+arrive later are emitted as they come. Both are decided by arrival positions, so replays reproduce
+them exactly.
+
+`evaluate` is the whole semantics. Both runners call it: the replay once over all settled rows,
+the live runner once per micro-batch over its state plus the newly settled rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from streamjoin.arrival import SRC, T, TS, V, position_le
+from streamjoin.plan import BoundJoin
+from streamjoin.timeutil import to_micros
+
+NEW = "_sj_new"          # the row settled in this step (every row, in a replay)
+MATCHED = "_sj_matched"  # the row found a partner in an earlier step
+OUT_T = "_sj_out_t"      # output event time, UTC microseconds
+
+
+@dataclass(frozen=True)
+class SideCounts:
+    """What became of one side's rows in one step."""
+
+    joined: int = 0
+    unmatched_emitted: int = 0
+    unmatched_dropped: int = 0
+    open: int = 0
+
+
+@dataclass
+class Evaluation:
+    """The rows a step emits (in joined form, aliased by source name) and what they account for."""
+
+    emitted: list[DataFrame]
+    counts: dict[str, SideCounts]
+    state: dict[str, DataFrame] | None
+
+
+@dataclass(frozen=True)
+class IntervalJoin:
+    left: str
+    right: str
+    type: str
+    lower: int   # microseconds
+    upper: int
+    grace: int
+    emit: str
+    equi: tuple[tuple[str, str], ...]
+    residual: str | None
+
+    @classmethod
+    def from_plan(cls, join: BoundJoin) -> "IntervalJoin":
+        spec = join.spec
+        return cls(
+            left=join.left[0], right=join.right, type=spec.type,
+            lower=to_micros(spec.bounds.lower), upper=to_micros(spec.bounds.upper),
+            grace=to_micros(spec.grace), emit=spec.emit, equi=join.equi, residual=join.residual,
+        )
+
+    # ------------------------------------------------------------------ time
+
+    def margins(self, side: str) -> tuple[int, int]:
+        """How far before a slice's start and after its end `side`'s rows must be read."""
+        if side == self.left:
+            return max(self.upper, 0), max(-self.lower, 0)
+        return max(-self.lower, 0), max(self.upper, 0)
+
+    def closed(self, side: str, time: Column, watermark: int | None) -> Column:
+        """A row's window has closed: no partner still to come can be on time."""
+        if watermark is None:
+            return F.lit(False)
+        edge = time + F.lit(self.upper) if side == self.left else time - F.lit(self.lower)
+        return edge < F.lit(watermark)
+
+    def preserves(self, side: str) -> bool:
+        return self.type == "full" or (self.type == "left" and side == self.left) or (self.type == "right" and side == self.right)
+
+    # ------------------------------------------------------------------ matching
+
+    def _col(self, side: str, name: str) -> Column:
+        return F.col(f"{side}.`{name}`")
+
+    def condition(self) -> Column:
+        cond = F.lit(True)
+        for left_col, right_col in self.equi:
+            cond = cond & (F.expr(left_col) == F.expr(right_col))
+        lt, rt = self._col(self.left, T), self._col(self.right, T)
+        cond = cond & (rt >= lt + F.lit(self.lower)) & (rt <= lt + F.lit(self.upper))
+        if self.residual:
+            cond = cond & F.expr(self.residual)
+        return cond
+
+    def _position(self, side: str) -> tuple[Column, Column, Column]:
+        return self._col(side, TS), self._col(side, SRC), self._col(side, V)
+
+    def evaluate(
+        self, rows: dict[str, DataFrame], watermark: int | None,
+        window: tuple[int, int] | None = None, keep_state: bool = False,
+    ) -> Evaluation:
+        """Join on-time rows; emit pairs involving a new row and padded rows whose window closed.
+
+        `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched`; `watermark`
+        is the watermark after every settled row. With `window` (a replay slice [start, end)),
+        only output rows and accounting whose event time lies in it are kept.
+        """
+        L, R = self.left, self.right
+        left, right = rows[L].alias(L), rows[R].alias(R)
+        lt, rt = self._col(L, T), self._col(R, T)
+        has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
+
+        def inside(time: Column) -> Column:
+            return F.lit(True) if window is None else (time >= F.lit(window[0])) & (time < F.lit(window[1]))
+
+        joined = left.join(right, self.condition(), "full_outer")
+        out_t = F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt)
+        joined = joined.withColumn(OUT_T, out_t)
+        pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
+        only_l, only_r = has_l & ~has_r, has_r & ~has_l
+        closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark)
+        fresh_l, fresh_r = ~self._col(L, MATCHED), ~self._col(R, MATCHED)
+
+        keep = pair
+        if self.emit == "final":
+            if self.preserves(L):
+                keep = keep | (only_l & closed_l & fresh_l)
+            if self.preserves(R):
+                keep = keep | (only_r & closed_r & fresh_r)
+        emitted = [joined.where(keep & inside(F.col(OUT_T)))]
+        if self.emit == "eager":
+            emitted += self._eager_pads(left, right, inside)
+
+        stats = joined.agg(
+            F.count(F.when(only_l & fresh_l & inside(lt), 1)).alias("l_open"),
+            F.count(F.when(only_l & fresh_l & closed_l & inside(lt), 1)).alias("l_closed"),
+            F.count(F.when(only_r & fresh_r & inside(rt), 1)).alias("r_open"),
+            F.count(F.when(only_r & fresh_r & closed_r & inside(rt), 1)).alias("r_closed"),
+        ).first()
+        counts = {}
+        for side, prefix in ((L, "l"), (R, "r")):
+            candidates = rows[side].where(~F.col(MATCHED) & inside(F.col(T))).count()
+            unmatched, closed = stats[f"{prefix}_open"], stats[f"{prefix}_closed"]
+            counts[side] = SideCounts(
+                joined=candidates - unmatched,
+                unmatched_emitted=closed if self.preserves(side) else 0,
+                unmatched_dropped=0 if self.preserves(side) else closed,
+                open=unmatched - closed,
+            )
+        state = self._next_state(rows, watermark) if keep_state else None
+        return Evaluation(emitted, counts, state)
+
+    def _eager_pads(self, left: DataFrame, right: DataFrame, inside) -> list[DataFrame]:
+        """New outer rows with no partner at or before their own arrival position, padded now."""
+        L, R = self.left, self.right
+        pads = []
+        if self.preserves(L):
+            earlier = position_le(self._position(R), self._position(L))
+            padded = left.where(F.col(f"{L}.{NEW}")).join(right, self.condition() & earlier, "left_outer")
+            padded = padded.where(self._col(R, TS).isNull()).withColumn(OUT_T, self._col(L, T))
+            pads.append(padded.where(inside(F.col(OUT_T))))
+        if self.preserves(R):
+            earlier = position_le(self._position(L), self._position(R))
+            padded = left.join(right.where(F.col(f"{R}.{NEW}")), self.condition() & earlier, "right_outer")
+            padded = padded.where(self._col(L, TS).isNull()).withColumn(OUT_T, self._col(R, T))
+            pads.append(padded.where(inside(F.col(OUT_T))))
+        return pads
+
+    def _next_state(self, rows: dict[str, DataFrame], watermark: int | None) -> dict[str, DataFrame]:
+        """Rows whose window is still open, with `_sj_matched` updated; closed rows are evicted."""
+        state = {}
+        for side, other in ((self.left, self.right), (self.right, self.left)):
+            mine, theirs = rows[side].alias(side), rows[other].alias(other)
+            open_ = ~self.closed(side, F.col(T), watermark)
+            with_partner = mine.join(theirs, self.condition(), "left_semi")
+            without = mine.join(theirs, self.condition(), "left_anti")
+            state[side] = (
+                with_partner.where(open_).withColumn(MATCHED, F.lit(True))
+                .unionByName(without.where(open_))
+            )
+        return state

@@ -1,0 +1,118 @@
+"""The relational kernel both runners call: settled rows in, lateness decided, joined rows out.
+
+A runner decides which rows are settled in a step (a replay: all of them; the live runner: those
+each micro-batch settles) and hands them here with the commits they came from. Everything that
+decides which rows come out (rejection, lateness, the join family's semantics, projection) is in
+this call and in the family module it dispatches to, never in a runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamjoin import arrival
+from streamjoin.arrival import REJECT, T, CommitStats
+from streamjoin.errors import UnsupportedJobError
+from streamjoin.joins.interval import MATCHED, NEW, OUT_T, IntervalJoin
+from streamjoin.metrics import SourceCounts
+from streamjoin.plan import Plan
+
+MODES = ("exact", "complete")
+
+
+def family(plan: Plan) -> IntervalJoin:
+    """The join-family kernel for a plan; refuses, before any data moves, what no kernel runs yet."""
+    if len(plan.joins) != 1:
+        raise UnsupportedJobError(
+            f"job {plan.spec.name!r} chains {len(plan.joins)} joins; the runners execute one join per job "
+            "for now (N-way chains are planned): split it into jobs whose outputs feed the next"
+        )
+    join = plan.joins[0]
+    if join.family != "interval":
+        raise UnsupportedJobError(
+            f"job {plan.spec.name!r}: {join.family} joins are planned but not runnable yet; "
+            "only stream-stream interval joins run today"
+        )
+    return IntervalJoin.from_plan(join)
+
+
+@dataclass
+class StepResult:
+    """What one step emits and how its rows were accounted for."""
+
+    output: DataFrame
+    late: DataFrame
+    counts: dict[str, SourceCounts]
+    state: dict[str, DataFrame] | None
+    max_event: int | None
+    watermark: int | None = None
+
+
+def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(accepted, rejected) rows of a prepared source DataFrame."""
+    return rows.where(F.col(REJECT).isNull()), rows.where(F.col(REJECT).isNotNull())
+
+
+def rejected_side_rows(name: str, rejected: DataFrame) -> DataFrame:
+    """Rejected rows in side-table form, with the reason they were refused."""
+    return arrival.side_rows(rejected, name, F.col(REJECT))
+
+
+def step(
+    spark: SparkSession,
+    plan: Plan,
+    settled: dict[str, DataFrame],
+    commits: list[CommitStats],
+    max_before: int | None,
+    mode: str,
+    state: dict[str, DataFrame] | None = None,
+    window: tuple[int, int] | None = None,
+    keep_state: bool = False,
+) -> StepResult:
+    """Run accepted, settled rows (by source name) through lateness and the join.
+
+    `commits` are the settled commits in position order (in a replay, all of them up to the
+    frontier, even those whose rows lie outside the slice); `max_before` is the largest event time
+    settled before them; `state` holds the rows an earlier step left open (live runner only).
+    """
+    join = family(plan)
+    marks, max_event = arrival.watermarks(commits, max_before, join.grace)
+    if mode == "complete":
+        marks = {}
+    closing = None if max_event is None else max_event - join.grace
+
+    def inside(time):
+        return F.lit(True) if window is None else (time >= F.lit(window[0])) & (time < F.lit(window[1]))
+
+    on_time, late_parts, counts = {}, [], {}
+    for name, rows in settled.items():
+        marked = arrival.with_watermark(spark, rows, marks)
+        late = marked.where(arrival.is_late())
+        late_in_window = late.where(inside(F.col(T)))
+        late_parts.append(arrival.side_rows(late_in_window, name, F.lit("late"), F.col(arrival.WM)))
+        counts[name] = SourceCounts(late=late_in_window.count())
+        fresh = (
+            marked.where(~arrival.is_late()).drop(arrival.WM, REJECT)
+            .withColumn(NEW, F.lit(True)).withColumn(MATCHED, F.lit(False))
+        )
+        if state is not None:
+            fresh = state[name].withColumn(NEW, F.lit(False)).unionByName(fresh)
+        on_time[name] = fresh
+    evaluation = join.evaluate(on_time, closing, window=window, keep_state=keep_state)
+    for name, side in evaluation.counts.items():
+        counts[name].joined = side.joined
+        counts[name].unmatched_emitted = side.unmatched_emitted
+        counts[name].unmatched_dropped = side.unmatched_dropped
+        counts[name].open = side.open
+    output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
+    next_state = None
+    if evaluation.state is not None:
+        next_state = {name: rows.drop(NEW) for name, rows in evaluation.state.items()}
+    return StepResult(
+        output=output, late=reduce(DataFrame.unionByName, late_parts), counts=counts,
+        state=next_state, max_event=max_event, watermark=closing,
+    )

@@ -1,0 +1,274 @@
+"""Binding a JoinSpec to its sources' schemas: every column, type and expression checked, no data read.
+
+The result, a `Plan`, is what the runners execute and what `streamjoin explain` prints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructType, TimestampNTZType, TimestampType
+
+from streamjoin import delta_io
+from streamjoin.errors import JobError
+from streamjoin.spec import Join, JoinSpec, Source
+from streamjoin.timeutil import format_duration
+
+_IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
+_EQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*==?\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
+
+
+@dataclass(frozen=True)
+class BoundSource:
+    """A source with its schema and the expressions that read its event time."""
+
+    spec: Source
+    index: int
+    schema: StructType
+    keys: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def raw_time(self) -> Column:
+        return F.col(f"`{self.spec.time}`")
+
+    def event_time(self) -> Column:
+        """Event time as UTC microseconds; NULL when missing or unparseable."""
+        raw = self.raw_time()
+        field = self.schema[self.spec.time].dataType
+        if isinstance(field, StringType):
+            return F.unix_micros(F.try_to_timestamp(raw, F.lit(self.spec.time_format)))
+        if isinstance(field, TimestampNTZType):
+            return F.unix_micros(raw.cast("timestamp"))
+        return F.unix_micros(raw)
+
+
+@dataclass(frozen=True)
+class BoundJoin:
+    """One join of the chain with its condition split into key equalities and a residual."""
+
+    spec: Join
+    left: tuple[str, ...]
+    right: str
+    family: str
+    equi: tuple[tuple[str, str], ...]
+    residual: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A job bound to its sources: what the runners execute."""
+
+    spec: JoinSpec
+    sources: tuple[BoundSource, ...]
+    joins: tuple[BoundJoin, ...]
+    select: tuple[str, ...]
+    output_columns: tuple[str, ...]
+
+    def source(self, name: str) -> BoundSource:
+        return next(s for s in self.sources if s.name == name)
+
+    def project(self, joined: DataFrame, out_time: Column) -> DataFrame:
+        """Apply `where` and `select` to joined rows and add the output event time column."""
+        if self.spec.where:
+            joined = joined.where(F.expr(self.spec.where))
+        return joined.select(*[F.expr(e) for e in self.select], F.timestamp_micros(out_time).alias(self.spec.output.time))
+
+
+def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
+    """Check the job against its sources' schemas; raise JobError naming what to change."""
+    schemas = {}
+    for source in spec.sources:
+        if not delta_io.exists(spark, source.location):
+            raise JobError(f"job {spec.name!r}: source {source.name!r} at {source.location!r} is not a Delta table; create it or fix the path")
+        schemas[source.name] = delta_io.schema(spark, source.location)
+    joins = []
+    for index, join in enumerate(spec.joins):
+        left_names = spec.names[: index + 1]
+        joins.append(_bind_join(spec, join, left_names, schemas))
+    keys: dict[str, list[str]] = {name: [] for name in spec.names}
+    for join in joins:
+        for left_col, right_col in join.equi:
+            owner, column = left_col.split(".", 1)
+            keys[owner].append(column)
+            keys[join.right].append(right_col.split(".", 1)[1])
+    sources = []
+    for index, name in enumerate(spec.names):
+        source = spec.source(name)
+        _check_columns(spec, source, schemas[name])
+        sources.append(BoundSource(source, index, schemas[name], tuple(dict.fromkeys(keys[name]))))
+    select = spec.select or tuple(
+        f"{name}.`{field.name}` AS `{name}_{field.name}`" for name in spec.names for field in schemas[name].fields
+    )
+    output_columns = _check_expressions(spark, spec, schemas, select)
+    return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns)
+
+
+def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
+    where = f"job {spec.name!r}, source {source.name!r}"
+    names = schema.fieldNames()
+    for column in source.key:
+        if column not in names:
+            raise JobError(f"{where}: key column {column!r} does not exist; columns are {', '.join(names)}")
+    if source.time is None:
+        return
+    if source.time not in names:
+        raise JobError(f"{where}: event-time column {source.time!r} does not exist; columns are {', '.join(names)}")
+    kind = schema[source.time].dataType
+    if isinstance(kind, StringType) and not source.time_format:
+        raise JobError(f"{where}: event-time column {source.time!r} is a string; add time_format (e.g. \"yyyy-MM-dd HH:mm:ss\") or store a timestamp")
+    if not isinstance(kind, (TimestampType, TimestampNTZType, StringType)):
+        raise JobError(
+            f"{where}: event-time column {source.time!r} has type {kind.simpleString()}, not a timestamp; "
+            "point 'time' at a timestamp column (or a string column with time_format)"
+        )
+
+
+def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType]) -> BoundJoin:
+    where = f"job {spec.name!r}, join with {join.source!r}"
+    kinds = {spec.source(n).kind for n in left_names}, spec.source(join.source).kind
+    family = "interval" if kinds == ({"stream"}, "stream") else ("stream-table" if kinds[1] == "table" and "stream" in kinds[0] else "table-table")
+    right = join.source
+    equi: list[tuple[str, str]] = []
+    residual: list[str] = []
+    if join.on:
+        for conjunct in split_conjuncts(join.on):
+            pair = _equality(conjunct, left_names, right)
+            if pair:
+                equi.append(pair)
+            else:
+                residual.append(f"({conjunct.strip()})")
+    else:
+        if join.natural:
+            right_cols = schemas[right].fieldNames()
+            columns = [c for n in left_names for c in schemas[n].fieldNames() if c in right_cols]
+            if not columns:
+                raise JobError(f"{where}: NATURAL finds no column name shared by {', '.join(left_names)} and {right}; use 'on'")
+        else:
+            columns = list(join.using)
+        for column in dict.fromkeys(columns):
+            owners = [n for n in left_names if column in schemas[n].fieldNames()]
+            if column not in schemas[right].fieldNames() or not owners:
+                raise JobError(f"{where}: USING column {column!r} must exist on both sides; check its spelling")
+            if len(owners) > 1:
+                raise JobError(f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which")
+            equi.append((f"{owners[0]}.{column}", f"{right}.{column}"))
+    if not equi:
+        raise JobError(
+            f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
+            f"{right}; a {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
+        )
+    return BoundJoin(join, tuple(left_names), right, family, tuple(equi), " AND ".join(residual) or None)
+
+
+def _equality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
+    match = _EQUALITY.match(conjunct)
+    if not match:
+        return None
+    a_src, a_col, b_src, b_col = (g.strip("`") for g in match.groups())
+    if a_src in left_names and b_src == right:
+        return f"{a_src}.{a_col}", f"{b_src}.{b_col}"
+    if b_src in left_names and a_src == right:
+        return f"{b_src}.{b_col}", f"{a_src}.{a_col}"
+    return None
+
+
+def split_conjuncts(expression: str) -> list[str]:
+    """Split on top-level AND (outside parentheses and quotes)."""
+    parts, depth, quote, start, i = [], 0, None, 0, 0
+    text = expression
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth == 0 and text[i:i + 3].upper() == "AND" and (i == 0 or not text[i - 1].isalnum() and text[i - 1] != "_") \
+                and (i + 3 == len(text) or not (text[i + 3].isalnum() or text[i + 3] == "_")):
+            parts.append(text[start:i])
+            start = i + 3
+            i += 3
+            continue
+        i += 1
+    parts.append(text[start:])
+    return [p for p in (p.strip() for p in parts) if p]
+
+
+def _check_expressions(spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructType], select: tuple[str, ...]) -> tuple[str, ...]:
+    """Let Spark's analyzer resolve every expression against empty frames of the real schemas."""
+    frames = {n: spark.createDataFrame([], schemas[n]).alias(n) for n in spec.names}
+    joined = frames[spec.start]
+
+    def analyse(what: str, build: Callable[[], DataFrame]) -> DataFrame:
+        try:
+            return build()
+        except AnalysisException as exc:
+            message = str(exc).strip().splitlines()[0]
+            raise JobError(f"job {spec.name!r}: {what} does not resolve against the sources' columns: {message}") from None
+
+    for join in spec.joins:
+        right = frames[join.source]
+        current = joined
+        if join.on:
+            joined = analyse(f"the condition of the join with {join.source!r} ({join.on})",
+                             lambda: current.crossJoin(right).where(F.expr(join.on)))
+        else:
+            joined = current.crossJoin(right)
+    if spec.where:
+        joined = analyse(f"where ({spec.where})", lambda: joined.where(F.expr(spec.where)))
+    projected = analyse("the select list", lambda: joined.select(*[F.expr(e) for e in select]))
+    columns = projected.columns
+    duplicates = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicates:
+        raise JobError(f"job {spec.name!r}: the select list names {', '.join(duplicates)} more than once; give each output column its own alias")
+    if spec.output.time in columns:
+        raise JobError(
+            f"job {spec.name!r}: output column {spec.output.time!r} is reserved for the output event time; "
+            "rename that select item or set output.time to another name"
+        )
+    for column in spec.output.partition_by:
+        if column not in columns and column != spec.output.time:
+            raise JobError(f"job {spec.name!r}: output.partition_by names {column!r}, which the select list does not produce")
+    return tuple(columns)
+
+
+def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
+    """The resolved plan as `streamjoin explain` prints it."""
+    spec = plan.spec
+    lines = [f"job {spec.name}" + (f": {spec.description}" if spec.description else ""), "sources:"]
+    for source in plan.sources:
+        s = source.spec
+        version = f", pinned version {versions[s.name]}" if versions and s.name in versions else ""
+        time = f", event time {s.time} ({plan.source(s.name).schema[s.time].dataType.simpleString()})" if s.time else ""
+        keys = f", join keys {', '.join(source.keys)}" if source.keys else ""
+        lines.append(f"  [{source.index}] {s.name}: {s.kind} at {s.location}{time}{keys}{version}")
+    lines.append("join chain (applied in the order written):")
+    for step, join in enumerate(plan.joins, 1):
+        j = join.spec
+        equalities = " AND ".join(f"{a} = {b}" for a, b in join.equi)
+        lines.append(f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}] ON {equalities}"
+                     + (f" AND {join.residual}" if join.residual else ""))
+        if j.bounds is not None:
+            span = j.bounds.upper - j.bounds.lower
+            lines.append(f"     time bounds: {j.bounds.describe()} (right.time - left.time in "
+                         f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}")
+            lines.append(f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
+                         f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side")
+    if spec.where:
+        lines.append(f"where: {spec.where}")
+    out = spec.output
+    lines.append(f"output: {out.location} columns {', '.join(plan.output_columns)} + {out.time} (output event time)"
+                 + (f", partitioned by {', '.join(out.partition_by)}" if out.partition_by else ""))
+    lines.append(f"side tables: {out.side('late')}, {out.side('rejected')}; run metrics: {out.side('metrics')}")
+    return "\n".join(lines)

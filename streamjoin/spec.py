@@ -1,0 +1,337 @@
+"""The job model: an immutable description of a join job, checked before any data moves.
+
+A `JoinSpec` says which sources to join, in which order, under which conditions and time bounds,
+and where the result goes. It holds no data and runs nothing: the runners (live and replay) take
+it and decide which data and when. Build one in Python or load a YAML job file (docs/job-spec.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from streamjoin.errors import JobError
+from streamjoin.timeutil import format_duration, parse_duration
+
+SourceKind = Literal["stream", "table"]
+JoinType = Literal["inner", "left", "right", "full"]
+Emit = Literal["final", "eager"]
+
+DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
+_JOIN_TYPES = {
+    "inner": "inner", "join": "inner",
+    "left": "left", "left outer": "left", "left_outer": "left",
+    "right": "right", "right outer": "right", "right_outer": "right",
+    "full": "full", "full outer": "full", "full_outer": "full", "outer": "full",
+}
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Which join types each pair of source kinds supports (ksqlDB's and Lenses' compatibility tables),
+# and why the others are refused.
+SUPPORTED_TYPES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("stream", "stream"): ("inner", "left", "right", "full"),
+    ("stream", "table"): ("inner", "left"),
+    ("table", "table"): ("inner", "left", "full"),
+    ("table", "stream"): (),
+}
+_REFUSALS = {
+    ("stream", "table", "full"): "a FULL OUTER stream-table join has no sound semantics: table updates "
+    "never trigger output, so the table side's unmatched rows could never be emitted (ksqlDB, Lenses)",
+    ("stream", "table", "right"): "only stream rows trigger a stream-table join, so the table cannot be "
+    "the preserved side",
+    ("table", "table", "right"): "RIGHT table-table joins are not supported (ksqlDB): swap the two "
+    "tables and use LEFT",
+    ("table", "stream"): "a table cannot drive a stream: put the stream first (stream JOIN table)",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A Delta input: an append-only `stream` of events, or a keyed `table` that changes over time."""
+
+    name: str
+    kind: SourceKind
+    path: str | None = None
+    table: str | None = None
+    time: str | None = None
+    time_format: str | None = None
+    key: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        where = f"source {self.name!r}"
+        if not _NAME.match(self.name or ""):
+            raise JobError(f"{where}: a source name must be an identifier (letters, digits, _), e.g. 'orders'")
+        if self.kind not in ("stream", "table"):
+            raise JobError(f"{where}: kind is {self.kind!r}; write 'stream' (append-only events) or 'table'")
+        if bool(self.path) == bool(self.table):
+            raise JobError(f"{where}: give exactly one of 'path' (a Delta folder) or 'table' (a table name)")
+        if self.kind == "stream" and not self.time:
+            raise JobError(f"{where}: a stream needs 'time', the name of its event-time column")
+        object.__setattr__(self, "key", tuple(self.key))
+
+    @property
+    def location(self) -> str:
+        """The Delta path or table name, as given."""
+        return self.path or self.table or ""
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """right.time - left.time must lie in [lower, upper], both ends included."""
+
+    lower: timedelta
+    upper: timedelta
+
+    def describe(self) -> str:
+        if self.lower == -self.upper:
+            return f"WITHIN {format_duration(self.upper)}"
+        return f"BETWEEN {format_duration(self.lower)} AND {format_duration(self.upper)}"
+
+
+@dataclass(frozen=True)
+class Join:
+    """One link of the join chain: everything joined so far, joined with `source`."""
+
+    source: str
+    type: JoinType = "inner"
+    on: str | None = None
+    using: tuple[str, ...] = ()
+    natural: bool = False
+    bounds: TimeBounds | None = None
+    grace: timedelta = DEFAULT_GRACE
+    emit: Emit = "final"
+
+    def __post_init__(self) -> None:
+        where = f"join with {self.source!r}"
+        kind = _JOIN_TYPES.get(str(self.type).lower().strip())
+        if kind is None:
+            raise JobError(f"{where}: type {self.type!r} is unknown; write inner, left, right or full")
+        object.__setattr__(self, "type", kind)
+        object.__setattr__(self, "using", tuple(self.using))
+        conditions = sum([bool(self.on), bool(self.using), bool(self.natural)])
+        if conditions != 1:
+            raise JobError(f"{where}: give exactly one condition: 'on' (an expression), 'using' (columns) or 'natural: true'")
+        if self.grace < timedelta(0):
+            raise JobError(f"{where}: grace {format_duration(self.grace)} is negative; write a grace of 0s or more")
+        if self.bounds is not None and self.bounds.lower > self.bounds.upper:
+            raise JobError(
+                f"{where}: 'between' lower bound {format_duration(self.bounds.lower)} is above its upper bound "
+                f"{format_duration(self.bounds.upper)}; write [lower, upper] with lower <= upper"
+            )
+        if self.emit not in ("final", "eager"):
+            raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
+        if self.emit == "eager" and self.type == "inner":
+            raise JobError(f"{where}: 'emit: eager' applies to outer joins only; remove it or make the join left, right or full")
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the result goes. Side tables sit beside it: <output>_late, _rejected, _metrics."""
+
+    path: str | None = None
+    table: str | None = None
+    time: str = "event_time"
+    partition_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if bool(self.path) == bool(self.table):
+            raise JobError("output: give exactly one of 'path' (a Delta folder) or 'table' (a table name)")
+        if not _NAME.match(self.time or ""):
+            raise JobError(f"output: time column name {self.time!r} must be an identifier, e.g. event_time")
+        object.__setattr__(self, "partition_by", tuple(self.partition_by))
+
+    @property
+    def location(self) -> str:
+        return self.path or self.table or ""
+
+    def side(self, suffix: str) -> str:
+        """The location of a side table (`late`, `rejected`, `metrics`)."""
+        return f"{self.location}_{suffix}"
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """One join job: sources, the chain of joins in the order written, projection and output."""
+
+    name: str
+    sources: tuple[Source, ...]
+    start: str
+    joins: tuple[Join, ...]
+    output: Output
+    select: tuple[str, ...] = ()
+    where: str | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "joins", tuple(self.joins))
+        object.__setattr__(self, "select", tuple(self.select))
+        _validate(self)
+
+    def source(self, name: str) -> Source:
+        for source in self.sources:
+            if source.name == name:
+                return source
+        raise JobError(f"job {self.name!r}: no source named {name!r}; sources are {', '.join(self.names)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Source names in the order they enter the join chain."""
+        return (self.start,) + tuple(j.source for j in self.joins)
+
+    def with_root(self, root: str | os.PathLike) -> JoinSpec:
+        """The same job with relative Delta paths resolved against `root`."""
+        def absolute(path: str | None) -> str | None:
+            if path is None or "://" in path or os.path.isabs(path):
+                return path
+            return str(Path(root, path).resolve())
+        return replace(
+            self,
+            sources=tuple(replace(s, path=absolute(s.path)) for s in self.sources),
+            output=replace(self.output, path=absolute(self.output.path)),
+        )
+
+
+def _validate(spec: JoinSpec) -> None:
+    """Structural checks that need no data and no schema."""
+    where = f"job {spec.name!r}"
+    if not _NAME.match(spec.name or ""):
+        raise JobError(f"job name {spec.name!r} must be an identifier (letters, digits, _)")
+    names = [s.name for s in spec.sources]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise JobError(f"{where}: source names must be unique; {', '.join(duplicates)} appear twice")
+    if not spec.joins:
+        raise JobError(f"{where}: 'joins' is empty; a join job needs at least one join")
+    chain = spec.names
+    for name in chain:
+        if name not in names:
+            raise JobError(f"{where}: the join chain names source {name!r}, which is not declared; sources are {', '.join(names)}")
+    if len(set(chain)) != len(chain):
+        raise JobError(f"{where}: each source may appear once in the join chain; to self-join, declare the table twice under two names")
+    unused = [n for n in names if n not in chain]
+    if unused:
+        raise JobError(f"{where}: source(s) {', '.join(unused)} are declared but never joined; remove them or add a join")
+    left_kind = spec.source(spec.start).kind
+    for join in spec.joins:
+        right_kind = spec.source(join.source).kind
+        pair = (left_kind, right_kind)
+        link = f"{where}, join with {join.source!r}"
+        if join.type not in SUPPORTED_TYPES[pair]:
+            reason = _REFUSALS.get(pair + (join.type,)) or _REFUSALS.get(pair) or "unsupported"
+            allowed = ", ".join(SUPPORTED_TYPES[pair]) or "none"
+            raise JobError(f"{link}: a {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}")
+        if pair == ("stream", "stream") and join.bounds is None:
+            raise JobError(
+                f"{link}: a stream-stream join needs time bounds, or its state would grow with all history; "
+                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time)"
+            )
+        if pair != ("stream", "stream") and join.bounds is not None:
+            raise JobError(f"{link}: 'within'/'between' apply to stream-stream joins only; remove them from this {left_kind}-{right_kind} join")
+        if pair != ("stream", "stream") and join.emit == "eager":
+            raise JobError(f"{link}: 'emit: eager' applies to stream-stream outer joins only")
+        # The result of joining a stream with anything is a stream; table-table stays a table.
+        left_kind = "stream" if "stream" in pair else "table"
+
+
+# ---------------------------------------------------------------------------- job files
+
+def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> JoinSpec:
+    """Load a YAML job file; relative Delta paths resolve against `root` ($STREAMJOIN_ROOT, else ./data)."""
+    file = Path(path)
+    if not file.exists():
+        raise JobError(f"job file {str(file)!r} does not exist")
+    try:
+        document = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        raise JobError(f"job file {str(file)!r} is not valid YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise JobError(f"job file {str(file)!r} must hold a mapping with name, sources, from, joins, output")
+    document.setdefault("name", file.stem)
+    spec = spec_from_dict(document, origin=str(file))
+    return spec.with_root(root or os.environ.get("STREAMJOIN_ROOT", "data"))
+
+
+def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
+    """Build a JoinSpec from the job-file mapping (docs/job-spec.md)."""
+    _only(document, {"name", "description", "sources", "from", "joins", "select", "where", "output"}, origin)
+    for required in ("sources", "from", "joins", "output"):
+        if required not in document:
+            raise JobError(f"{origin}: missing '{required}'; see docs/job-spec.md")
+    sources_doc = document["sources"]
+    if not isinstance(sources_doc, dict) or not sources_doc:
+        raise JobError(f"{origin}: 'sources' must map source names to their settings")
+    sources = []
+    for name, body in sources_doc.items():
+        body = body or {}
+        _only(body, {"path", "table", "kind", "time", "time_format", "key"}, f"{origin}: source {name!r}")
+        sources.append(Source(
+            name=str(name), kind=body.get("kind", "stream"), path=body.get("path"), table=body.get("table"),
+            time=body.get("time"), time_format=body.get("time_format"), key=_names(body.get("key")),
+        ))
+    joins_doc = document["joins"]
+    if not isinstance(joins_doc, list):
+        raise JobError(f"{origin}: 'joins' must be a list of joins, in the order they apply")
+    joins = [_join_from_dict(item, origin) for item in joins_doc]
+    select = document.get("select") or ()
+    if isinstance(select, str):
+        select = [select]
+    output_doc = document["output"] or {}
+    _only(output_doc, {"path", "table", "time", "partition_by"}, f"{origin}: output")
+    output = Output(
+        path=output_doc.get("path"), table=output_doc.get("table"),
+        time=output_doc.get("time", "event_time"), partition_by=_names(output_doc.get("partition_by")),
+    )
+    return JoinSpec(
+        name=str(document.get("name")), description=str(document.get("description") or ""),
+        sources=tuple(sources), start=str(document["from"]), joins=tuple(joins),
+        select=tuple(str(s) for s in select), where=document.get("where"), output=output,
+    )
+
+
+def _join_from_dict(item: Any, origin: str) -> Join:
+    if not isinstance(item, dict) or "join" not in item:
+        raise JobError(f"{origin}: each entry of 'joins' needs 'join: <source name>'")
+    where = f"{origin}: join with {item['join']!r}"
+    _only(item, {"join", "type", "on", "using", "natural", "within", "between", "grace", "emit"}, where)
+    bounds = None
+    if "within" in item and "between" in item:
+        raise JobError(f"{where}: give either 'within' or 'between', not both")
+    if "within" in item:
+        width = parse_duration(item["within"], f"{where}: within")
+        if width < timedelta(0):
+            raise JobError(f"{where}: within {item['within']!r} is negative; write a positive width such as 1h")
+        bounds = TimeBounds(-width, width)
+    elif "between" in item:
+        pair = item["between"]
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise JobError(f"{where}: 'between' takes two durations [lower, upper] of right.time - left.time, e.g. [-4h, 0s]")
+        bounds = TimeBounds(parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between"))
+    grace = parse_duration(item["grace"], f"{where}: grace") if "grace" in item else DEFAULT_GRACE
+    return Join(
+        source=str(item["join"]), type=item.get("type", "inner"), on=item.get("on"),
+        using=_names(item.get("using")), natural=bool(item.get("natural", False)),
+        bounds=bounds, grace=grace, emit=item.get("emit", "final"),
+    )
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def _only(body: Any, allowed: set[str], where: str) -> None:
+    if not isinstance(body, dict):
+        raise JobError(f"{where}: expected a mapping of settings")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise JobError(f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")

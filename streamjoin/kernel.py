@@ -88,26 +88,42 @@ def step(
     def inside(time):
         return F.lit(True) if window is None else (time >= F.lit(window[0])) & (time < F.lit(window[1]))
 
-    on_time, late_parts, counts = {}, [], {}
+    on_time, late_parts, tally_parts = {}, [], []
     for name, rows in settled.items():
         marked = arrival.with_watermark(spark, rows, marks)
-        late = marked.where(arrival.is_late())
-        late_in_window = late.where(inside(F.col(T)))
-        late_parts.append(arrival.side_rows(late_in_window, name, F.lit("late"), F.col(arrival.WM)))
-        counts[name] = SourceCounts(late=late_in_window.count())
+        late = arrival.is_late()
+        late_parts.append(arrival.side_rows(marked.where(late & inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)))
+        tally_parts.append(marked.select(
+            F.lit(name).alias("name"), (late & inside(F.col(T))).alias("late"), (~late & inside(F.col(T))).alias("candidate"),
+        ))
         fresh = (
-            marked.where(~arrival.is_late()).drop(arrival.WM, REJECT)
+            marked.where(~late).drop(arrival.WM, REJECT)
             .withColumn(NEW, F.lit(True)).withColumn(MATCHED, F.lit(False))
         )
         if state is not None:
+            tally_parts.append(state[name].select(
+                F.lit(name).alias("name"), F.lit(False).alias("late"), (~F.col(MATCHED) & inside(F.col(T))).alias("candidate"),
+            ))
             fresh = state[name].withColumn(NEW, F.lit(False)).unionByName(fresh)
         on_time[name] = fresh
-    evaluation = join.evaluate(on_time, closing, window=window, keep_state=keep_state)
+    tally = {
+        r["name"]: r for r in reduce(DataFrame.unionByName, tally_parts).groupBy("name").agg(
+            F.count(F.when(F.col("late"), 1)).alias("late"), F.count(F.when(F.col("candidate"), 1)).alias("candidates"),
+        ).collect()
+    }
+
+    def tallied(name: str, field: str) -> int:
+        return tally[name][field] if name in tally else 0
+
+    evaluation = join.evaluate(
+        on_time, closing, {name: tallied(name, "candidates") for name in settled}, window=window, keep_state=keep_state,
+    )
+    counts = {}
     for name, side in evaluation.counts.items():
-        counts[name].joined = side.joined
-        counts[name].unmatched_emitted = side.unmatched_emitted
-        counts[name].unmatched_dropped = side.unmatched_dropped
-        counts[name].open = side.open
+        counts[name] = SourceCounts(
+            late=tallied(name, "late"), joined=side.joined, unmatched_emitted=side.unmatched_emitted,
+            unmatched_dropped=side.unmatched_dropped, open=side.open,
+        )
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
     next_state = None
     if evaluation.state is not None:

@@ -70,7 +70,12 @@ def get_spark(
         .config("spark.databricks.delta.properties.defaults.enableInCommitTimestamps", "true")
     )
     if local:
-        builder = builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "2g"))
+        builder = (
+            builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "2g"))
+            # Delta rebuilds a table's state (needed by idempotent txn writes) with this many
+            # tasks; its default of 50 costs seconds per write on a small machine.
+            .config("spark.databricks.delta.snapshotPartitions", str(shuffle_partitions))
+        )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

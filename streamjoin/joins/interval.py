@@ -37,7 +37,7 @@ OUT_T = "_sj_out_t"      # output event time, UTC microseconds
 
 @dataclass(frozen=True)
 class SideCounts:
-    """What became of one side's rows in one step."""
+    """What became of one side's on-time rows in one step."""
 
     joined: int = 0
     unmatched_emitted: int = 0
@@ -112,14 +112,15 @@ class IntervalJoin:
         return self._col(side, TS), self._col(side, SRC), self._col(side, V)
 
     def evaluate(
-        self, rows: dict[str, DataFrame], watermark: int | None,
+        self, rows: dict[str, DataFrame], watermark: int | None, candidates: dict[str, int],
         window: tuple[int, int] | None = None, keep_state: bool = False,
     ) -> Evaluation:
         """Join on-time rows; emit pairs involving a new row and padded rows whose window closed.
 
         `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched`; `watermark`
-        is the watermark after every settled row. With `window` (a replay slice [start, end)),
-        only output rows and accounting whose event time lies in it are kept.
+        is the watermark after every settled row; `candidates[side]` counts the side's rows not
+        matched before this step. With `window` (a replay slice [start, end)), only output rows
+        and accounting whose event time lies in it are kept.
         """
         L, R = self.left, self.right
         left, right = rows[L].alias(L), rows[R].alias(R)
@@ -155,10 +156,9 @@ class IntervalJoin:
         ).first()
         counts = {}
         for side, prefix in ((L, "l"), (R, "r")):
-            candidates = rows[side].where(~F.col(MATCHED) & inside(F.col(T))).count()
             unmatched, closed = stats[f"{prefix}_open"], stats[f"{prefix}_closed"]
             counts[side] = SideCounts(
-                joined=candidates - unmatched,
+                joined=candidates[side] - unmatched,
                 unmatched_emitted=closed if self.preserves(side) else 0,
                 unmatched_dropped=0 if self.preserves(side) else closed,
                 open=unmatched - closed,

@@ -1,0 +1,304 @@
+"""The live runner: Spark Structured Streaming over the sources' change data feeds, exactly once.
+
+Control flow of one micro-batch (foreachBatch):
+  1. If the progress log already records this batch, it completed before a restart: do nothing.
+  2. Read the state the previous batch left (rows still open, rows not yet settled) at the Delta
+     versions the progress log recorded for it.
+  3. Tag the new rows, write rejected rows, move the frontier, and hand the rows it settles, with
+     the open state, to the kernel (the same `kernel.step` the replay calls).
+  4. Write output, late rows, metrics and the new state with Delta's idempotent transactions
+     (txnAppId = this checkpoint's id, txnVersion = batch id), then append the progress record.
+A batch that fails anywhere is re-run by Spark from the checkpoint with the same input; the writes
+that already committed are skipped by Delta, the rest are recomputed from the same state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Callable
+
+import pendulum
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from streamjoin import arrival, delta_io, kernel
+from streamjoin.arrival import SRC, TS, V
+from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.errors import JobError
+from streamjoin.joins.interval import MATCHED
+from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
+from streamjoin.plan import Plan, bind
+from streamjoin.spec import JoinSpec
+from streamjoin.timeutil import from_micros, parse_duration
+
+PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
+_IDX = "_sj_source"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the last completed batch left: where to find its state and how far time has come."""
+
+    batch: int
+    max_event: int | None
+    newest: dict[int, arrival.Position]
+    carried: dict[str, int]
+
+
+class LiveRunner:
+    """Runs a job continuously; `run()` with an available-now trigger processes what is there and stops."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        spec: JoinSpec,
+        checkpoint: str,
+        trigger: str = "available-now",
+        max_files_per_trigger: int | None = None,
+        after_write: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.spec = spec
+        self.plan: Plan = bind(spark, spec)
+        self.join = kernel.family(self.plan)
+        for source in self.plan.sources:
+            delta_io.require_change_feed(spark, source.spec.location)
+        self.trigger = _trigger(trigger)
+        self.max_files = max_files_per_trigger
+        self.after_write = after_write or (lambda table, batch: None)
+        if "://" in checkpoint and not checkpoint.startswith("file:"):
+            raise JobError("live checkpoints are local folders for now; give a path on this machine")
+        self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
+        self.home = f"{self.checkpoint}/streamjoin"
+        self.app_id = self._app_id()
+        self.structs = {s.name: delta_io.schema(spark, s.spec.location) for s in self.plan.sources}
+
+    # ---------------------------------------------------------------- query
+
+    def start(self) -> StreamingQuery:
+        """Start the streaming query; it runs until stopped (or, available-now, until caught up)."""
+        streams = []
+        for source in self.plan.sources:
+            stream = delta_io.stream_inserts(self.spark, source.spec.location, self.max_files)
+            streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
+        union = reduce(DataFrame.unionByName, streams)
+        writer = (
+            union.writeStream.foreachBatch(self._process)
+            .option("checkpointLocation", f"{self.checkpoint}/spark")
+            .queryName(f"streamjoin_{self.spec.name}_{self.app_id[-8:]}")
+        )
+        return writer.trigger(**self.trigger).start()
+
+    def run(self, timeout: float | None = None) -> None:
+        """Start and wait: with available-now, until every committed row is processed."""
+        query = self.start()
+        try:
+            query.awaitTermination(timeout)
+        finally:
+            if query.isActive:
+                query.stop()
+        if query.exception() is not None:
+            raise query.exception()
+
+    # ---------------------------------------------------------------- one micro-batch
+
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
+        previous = self._progress()
+        if previous is not None and previous.batch >= batch_id:
+            return  # this batch completed before a restart; Spark is only re-committing it
+        began, started_at = time.monotonic(), pendulum.now("UTC")
+        spark, plan = self.spark, self.plan
+        batch = batch.persist()
+        cached = [batch]
+        try:
+            new = {}
+            for source in plan.sources:
+                own = batch.where(F.col(_IDX) == source.index).select(
+                    f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+                )
+                new[source.name] = arrival.prepare(own, source.index, source.raw_time(), source.event_time(), source.keys)
+            commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
+                r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()
+            ]))
+            newest = arrival.newest_positions(commits, previous.newest if previous else None)
+            frontier = arrival.frontier(newest, len(plan.sources))
+            settled_test = arrival.at_or_before(frontier) if frontier else F.lit(False)
+
+            state = self._state(previous)
+            counts, rejected_parts, settled, waiting, open_state = {}, [], {}, {}, {}
+            for source in plan.sources:
+                name = source.name
+                accepted, rejected = kernel.split_rejected(new[name])
+                rejected_parts.append(kernel.rejected_side_rows(name, rejected))
+                pending = accepted.drop(arrival.REJECT)
+                if state is not None:
+                    mine = state.where(F.col(_IDX) == source.index).select(f"_sj_s{source.index}.*", *_STATE_META)
+                    pending = mine.where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
+                    open_state[name] = mine.where(~F.col(PENDING)).drop(PENDING)
+                pending = pending.persist()
+                cached.append(pending)
+                settled[name] = pending.where(settled_test)
+                waiting[name] = pending.where(~settled_test)
+                counts[name] = SourceCounts(
+                    rows_in=sum(c.rows for c in commits if c.position[1] == source.index),
+                    carried_in=previous.carried.get(name, 0) if previous else 0,
+                )
+            for name, rejected_count in _rejected_counts(new).items():
+                counts[name].rejected = rejected_count
+            settled_commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
+                s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT)) for s in settled.values()
+            ]))
+            result = kernel.step(
+                spark, plan, settled, settled_commits, previous.max_event if previous else None, "exact",
+                state=open_state if state is not None else None, keep_state=True,
+            )
+            out = self.spec.output
+            if any(c.rejected for c in counts.values()):
+                self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
+            if any(c.late for c in result.counts.values()):
+                self._write(result.late, out.side("late"), batch_id, "late")
+            output = result.output.persist()
+            cached.append(output)
+            rows_out = output.count()
+            if rows_out:
+                self._write(output, out.location, batch_id, "output", out.partition_by)
+
+            parts = []
+            for source in plan.sources:
+                kept = result.state[source.name].withColumn(PENDING, F.lit(False)).unionByName(
+                    waiting[source.name].withColumn(MATCHED, F.lit(False)).withColumn(PENDING, F.lit(True))
+                )
+                parts.append(kept.select(*self._payloads(source.index), *_STATE_META))
+            next_state = reduce(DataFrame.unionByName, parts).persist()
+            cached.append(next_state)
+            next_state.write.mode("overwrite").parquet(self._state_path(batch_id))
+            self.after_write("state", batch_id)
+            left_over = {
+                r[_IDX]: (r["open"], r["unsettled"])
+                for r in next_state.groupBy(_IDX).agg(
+                    F.count(F.when(~F.col(PENDING) & ~F.col(MATCHED), 1)).alias("open"),
+                    F.count(F.when(F.col(PENDING), 1)).alias("unsettled"),
+                ).collect()
+            }
+            carried = {}
+            for source in plan.sources:
+                c, decided = counts[source.name], result.counts[source.name]
+                c.late, c.joined = decided.late, decided.joined
+                c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
+                c.open, c.unsettled = left_over.get(source.index, (0, 0))
+                carried[source.name] = c.open + c.unsettled
+            metrics = RunMetrics(
+                job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
+                batch=batch_id, versions={s.name: _newest_version(newest, s.index) for s in plan.sources},
+                frontier=None if frontier is None else str(frontier),
+                watermark=None if result.watermark is None else from_micros(result.watermark),
+                sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
+            )
+            self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
+            self._save_progress(Progress(batch_id, result.max_event, newest, carried))
+        finally:
+            for frame in cached:
+                frame.unpersist()
+
+    # ---------------------------------------------------------------- state
+
+    def _write(self, df: DataFrame, location: str, batch_id: int, table: str,
+               partition_by: tuple[str, ...] = ()) -> None:
+        delta_io.write_once(df, location, self.app_id, batch_id, partition_by=partition_by)
+        self.after_write(table, batch_id)
+
+    def _payloads(self, index: int) -> list:
+        """The source index and a struct column per source, filled only for `index`: one schema
+        that the union of all sources (in the stream and in the state) can share."""
+        columns = [F.lit(index).alias(_IDX)]
+        for other in self.plan.sources:
+            schema = self.structs[other.name]
+            payload = F.struct(*[F.col(f"`{c}`") for c in schema.fieldNames()]) if other.index == index else F.lit(None).cast(schema)
+            columns.append(payload.alias(f"_sj_s{other.index}"))
+        return columns
+
+    def _state_path(self, batch_id: int) -> str:
+        return f"{self.home}/state/{batch_id}"
+
+    def _progress(self) -> Progress | None:
+        """The newest completed batch's record (state is only trusted once its record exists)."""
+        folder = Path(self.home, "progress")
+        records = sorted(folder.glob("*.json"), key=lambda p: int(p.stem)) if folder.exists() else []
+        if not records:
+            return None
+        body = json.loads(records[-1].read_text())
+        return Progress(
+            batch=body["batch"], max_event=body["max_event"],
+            newest={int(k): tuple(v) for k, v in body["newest"].items()}, carried=body["carried"],
+        )
+
+    def _save_progress(self, progress: Progress) -> None:
+        """Write the batch's record atomically (rename), then drop state older than the previous batch."""
+        folder = Path(self.home, "progress")
+        folder.mkdir(parents=True, exist_ok=True)
+        body = {
+            "batch": progress.batch, "max_event": progress.max_event, "carried": progress.carried,
+            "newest": {str(k): list(v) for k, v in progress.newest.items()},
+        }
+        temporary = folder / f".{progress.batch}.json.tmp"
+        temporary.write_text(json.dumps(body))
+        os.replace(temporary, folder / f"{progress.batch}.json")
+        for old in sorted(Path(self.home, "state").iterdir(), key=lambda p: int(p.name)):
+            if int(old.name) < progress.batch - 1:
+                shutil.rmtree(old, ignore_errors=True)
+        for old in folder.glob("*.json"):
+            if int(old.stem) < progress.batch - 1:
+                old.unlink()
+
+    def _state(self, previous: Progress | None) -> DataFrame | None:
+        if previous is None:
+            return None
+        return self.spark.read.parquet(self._state_path(previous.batch))
+
+    def _app_id(self) -> str:
+        """A stable id per checkpoint: Delta's idempotent-write key for every table this query writes."""
+        marker = Path(self.checkpoint, "streamjoin.json")
+        if marker.exists():
+            stored = json.loads(marker.read_text())
+            if stored.get("job") != self.spec.name:
+                raise JobError(f"checkpoint {self.checkpoint!r} belongs to job {stored.get('job')!r}; give job {self.spec.name!r} its own checkpoint")
+            return stored["app_id"]
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        app_id = f"streamjoin-{self.spec.name}-{uuid.uuid4()}"
+        marker.write_text(json.dumps({"job": self.spec.name, "app_id": app_id}))
+        return app_id
+
+
+def _rejected_counts(new: dict[str, DataFrame]) -> dict[str, int]:
+    union = reduce(DataFrame.unionByName, [
+        r.select(F.lit(name).alias("name"), arrival.REJECT) for name, r in new.items()
+    ])
+    rows = union.where(F.col(arrival.REJECT).isNotNull()).groupBy("name").count().collect()
+    found = {r["name"]: r["count"] for r in rows}
+    return {name: found.get(name, 0) for name in new}
+
+
+def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:
+    return newest[index][2] if index in newest else -1
+
+
+def _trigger(text: str) -> dict:
+    """`available-now` or `processing-time:<duration>` as DataStreamWriter.trigger keywords."""
+    if text == "available-now":
+        return {"availableNow": True}
+    if text.startswith("processing-time"):
+        interval = text.partition(":")[2] or "10s"
+        seconds = parse_duration(interval, "processing-time trigger").total_seconds()
+        return {"processingTime": f"{seconds} seconds"}
+    raise JobError(f"trigger {text!r} is unknown; use 'available-now' or 'processing-time:30s'")
+
+
+_STATE_META = (arrival.T, TS, SRC, V, MATCHED, PENDING)

@@ -42,11 +42,14 @@ BAD_TIME = "unparseable_event_time"
 
 @dataclass(frozen=True)
 class CommitStats:
-    """One source commit, as far as time goes: its position and the largest accepted event time."""
+    """One source commit, as far as time goes: its position and the largest accepted event time,
+    and how many of its rows (and rejected rows) a replay slice owns."""
 
     position: Position
     max_event: int | None
     rows: int
+    window_rows: int = 0
+    window_rejected: int = 0
 
 
 def prepare(changes: DataFrame, index: int, raw_time: Column, event_time: Column, keys: Iterable[str]) -> DataFrame:
@@ -76,13 +79,25 @@ def user_columns(rows: DataFrame) -> list[str]:
     return [c for c in rows.columns if not c.startswith("_sj_")]
 
 
-def commit_stats(rows: DataFrame) -> list[CommitStats]:
-    """Per commit: position, largest accepted event time, row count (small; collected)."""
+def commit_stats(rows: DataFrame, window: tuple[int, int] | None = None) -> list[CommitStats]:
+    """Per commit: position, largest accepted event time, row counts (small; collected).
+
+    With a slice `window` [start, end), also the rows the slice owns: by event time, or by commit
+    time for rows without one (see `side_rows`).
+    """
+    owned = F.lit(False)
+    if window is not None:
+        owner = F.coalesce(F.col(T), F.col(TS))
+        owned = (owner >= F.lit(window[0])) & (owner < F.lit(window[1]))
     grouped = rows.groupBy(TS, SRC, V).agg(
-        F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"), F.count(F.lit(1)).alias("rows")
+        F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"),
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(owned, 1)).alias("window_rows"),
+        F.count(F.when(owned & F.col(REJECT).isNotNull(), 1)).alias("window_rejected"),
     )
     return sorted(
-        (CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"]) for r in grouped.collect()),
+        (CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"], r["window_rows"], r["window_rejected"])
+         for r in grouped.collect()),
         key=lambda c: c.position,
     )
 

@@ -65,6 +65,16 @@ class RunMetrics:
         """The accounting adds up, per source and so in total."""
         return all(c.balanced() for c in self.sources.values())
 
+    def summary(self) -> str:
+        """One line: what came in and what became of it."""
+        total = self.total
+        return (
+            f"{self.job} {self.runner}/{self.mode}: in {total('rows_in')}, out {self.rows_out} | joined {total('joined')}, "
+            f"unmatched emitted {total('unmatched_emitted')}, unmatched dropped {total('unmatched_dropped')}, "
+            f"late {total('late')}, rejected {total('rejected')}, open {total('open')}, unsettled {total('unsettled')} "
+            f"| adds up: {'yes' if self.balanced() else 'NO'}"
+        )
+
     def row(self) -> dict:
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("versions", "sources")}
         values["versions"] = json.dumps(self.versions, sort_keys=True)
@@ -74,6 +84,26 @@ class RunMetrics:
         for bucket in BUCKETS:
             values[bucket] = self.total(bucket)
         return values
+
+
+def combine(runs: list[RunMetrics]) -> RunMetrics:
+    """Consecutive live micro-batches as one run: inflows add up, what is left is the last batch's."""
+    first, last = runs[0], runs[-1]
+    sources = {}
+    for name in first.sources:
+        merged = SourceCounts(carried_in=first.sources[name].carried_in)
+        for run in runs:
+            counts = run.sources[name]
+            merged.rows_in += counts.rows_in
+            for bucket in ("rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped"):
+                setattr(merged, bucket, getattr(merged, bucket) + getattr(counts, bucket))
+        merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
+        sources[name] = merged
+    return RunMetrics(
+        job=first.job, runner=first.runner, mode=first.mode, run_id=first.run_id, started_at=first.started_at,
+        batch=last.batch, versions=last.versions, frontier=last.frontier, watermark=last.watermark,
+        sources=sources, rows_out=sum(r.rows_out for r in runs), duration_s=sum(r.duration_s for r in runs),
+    )
 
 
 SCHEMA = StructType([

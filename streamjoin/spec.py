@@ -296,6 +296,8 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
 
 
 def _join_from_dict(item: Any, origin: str) -> Join:
+    if isinstance(item, dict) and True in item:
+        item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(f"{origin}: each entry of 'joins' needs 'join: <source name>'")
     where = f"{origin}: join with {item['join']!r}"

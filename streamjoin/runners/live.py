@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
 from typing import Callable
@@ -51,6 +51,7 @@ class Progress:
     max_event: int | None
     newest: dict[int, arrival.Position]
     carried: dict[str, int]
+    partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)  # source -> (commit, rows so far)
 
 
 class LiveRunner:
@@ -79,6 +80,7 @@ class LiveRunner:
         self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
         self.home = f"{self.checkpoint}/streamjoin"
         self.app_id = self._app_id()
+        self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
         self.structs = {s.name: delta_io.schema(spark, s.spec.location) for s in self.plan.sources}
 
     # ---------------------------------------------------------------- query
@@ -97,8 +99,9 @@ class LiveRunner:
         )
         return writer.trigger(**self.trigger).start()
 
-    def run(self, timeout: float | None = None) -> None:
-        """Start and wait: with available-now, until every committed row is processed."""
+    def run(self, timeout: float | None = None) -> list[RunMetrics]:
+        """Start and wait (available-now: until every committed row is processed); the batches' metrics."""
+        already = len(self.runs)
         query = self.start()
         try:
             query.awaitTermination(timeout)
@@ -107,6 +110,7 @@ class LiveRunner:
                 query.stop()
         if query.exception() is not None:
             raise query.exception()
+        return self.runs[already:]
 
     # ---------------------------------------------------------------- one micro-batch
 
@@ -128,7 +132,23 @@ class LiveRunner:
             commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
                 r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()
             ]))
-            newest = arrival.newest_positions(commits, previous.newest if previous else None)
+            # maxFilesPerTrigger may cut a commit into several micro-batches: a source's newest commit
+            # in this batch moves the frontier only once all its rows have come (its rows wait till then).
+            partial = dict(previous.partial) if previous else {}
+            complete = []
+            for source in plan.sources:
+                mine = [c for c in commits if c.position[1] == source.index]
+                if not mine:
+                    continue
+                last = mine[-1]
+                seen, so_far = partial.pop(source.index, (None, 0))
+                got = last.rows + (so_far if seen == last.position else 0)
+                version = last.position[2]
+                if got < delta_io.read_inserts(spark, source.spec.location, version, version).count():
+                    partial[source.index] = (last.position, got)
+                    mine = mine[:-1]
+                complete += mine
+            newest = arrival.newest_positions(complete, previous.newest if previous else None)
             frontier = arrival.frontier(newest, len(plan.sources))
             settled_test = arrival.at_or_before(frontier) if frontier else F.lit(False)
 
@@ -203,7 +223,8 @@ class LiveRunner:
                 sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
-            self._save_progress(Progress(batch_id, result.max_event, newest, carried))
+            self._save_progress(Progress(batch_id, result.max_event, newest, carried, partial))
+            self.runs.append(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()
@@ -238,6 +259,7 @@ class LiveRunner:
         return Progress(
             batch=body["batch"], max_event=body["max_event"],
             newest={int(k): tuple(v) for k, v in body["newest"].items()}, carried=body["carried"],
+            partial={int(k): (tuple(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
         )
 
     def _save_progress(self, progress: Progress) -> None:
@@ -247,6 +269,7 @@ class LiveRunner:
         body = {
             "batch": progress.batch, "max_event": progress.max_event, "carried": progress.carried,
             "newest": {str(k): list(v) for k, v in progress.newest.items()},
+            "partial": {str(k): [list(p), n] for k, (p, n) in progress.partial.items()},
         }
         temporary = folder / f".{progress.batch}.json.tmp"
         temporary.write_text(json.dumps(body))

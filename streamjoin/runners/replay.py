@@ -12,6 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
 
 import pendulum
 from pyspark.sql import DataFrame, SparkSession
@@ -44,8 +45,9 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
     return pinned
 
 
-def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> Inputs:
-    """Check retention, then read and tag every source's arrivals (lazily) and their commit stats."""
+def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], window: tuple[int, int] | None = None) -> Inputs:
+    """Check retention, then read and tag every source's arrivals (lazily) and their commit stats
+    (with the rows a slice `window` owns)."""
     for source in plan.sources:
         delta_io.require_change_feed(spark, source.spec.location)
         delta_io.check_retained(spark, source.spec.location, versions[source.name])
@@ -56,11 +58,8 @@ def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> In
         )
         for s in plan.sources
     }
-    stamps = [r.select(T, TS, arrival.SRC, arrival.V, arrival.REJECT) for r in rows.values()]
-    union = stamps[0]
-    for other in stamps[1:]:
-        union = union.unionByName(other)
-    commits = arrival.commit_stats(union)
+    union = reduce(DataFrame.unionByName, [r.select(T, TS, arrival.SRC, arrival.V, arrival.REJECT) for r in rows.values()])
+    commits = arrival.commit_stats(union, window)
     frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.sources))
     return Inputs(versions, rows, commits, frontier)
 
@@ -84,46 +83,47 @@ def replay(
     plan = bind(spark, spec)
     join = kernel.family(plan)
     pinned = pin_versions(spark, plan, versions)
-    inputs = read_inputs(spark, plan, pinned)
     lo, hi = to_micros(start), to_micros(end)
+    inputs = read_inputs(spark, plan, pinned, (lo, hi))
+    settled_commits = [c for c in inputs.commits if inputs.frontier and c.position <= inputs.frontier]
+    settled = arrival.at_or_before(inputs.frontier) if inputs.frontier else F.lit(False)
 
     def within(time_col, a: int, b: int):
         return (time_col >= F.lit(a)) & (time_col < F.lit(b))
 
-    settled_rows, counts, rejected_parts = {}, {}, []
-    settled_commits = [c for c in inputs.commits if inputs.frontier and c.position <= inputs.frontier]
+    settled_rows, counts, rejected_parts, cached = {}, {}, [], []
     for source in plan.sources:
         rows = inputs.rows[source.name]
-        owner_time = F.coalesce(F.col(T), F.col(TS))
         accepted, rejected = kernel.split_rejected(rows)
-        rejected = rejected.where(within(owner_time, lo, hi))
-        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected))
-        settled = arrival.at_or_before(inputs.frontier) if inputs.frontier else F.lit(False)
+        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(within(F.coalesce(F.col(T), F.col(TS)), lo, hi))))
         before, after = join.margins(source.name)
-        settled_rows[source.name] = accepted.where(settled & within(F.col(T), lo - before, hi + after))
-        stats = rows.where(within(owner_time, lo, hi)).agg(
-            F.count(F.lit(1)).alias("rows_in"),
-            F.count(F.when(F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
-            F.count(F.when(F.col(arrival.REJECT).isNull() & ~settled, 1)).alias("unsettled"),
-        ).first()
-        counts[source.name] = SourceCounts(rows_in=stats.rows_in, rejected=stats.rejected, unsettled=stats.unsettled)
+        margin = accepted.where(settled & within(F.col(T), lo - before, hi + after)).persist()
+        cached.append(margin)
+        settled_rows[source.name] = margin
+        own = [c for c in inputs.commits if c.position[1] == source.index]
+        counts[source.name] = SourceCounts(
+            rows_in=sum(c.window_rows for c in own),
+            rejected=sum(c.window_rejected for c in own),
+            unsettled=sum(c.window_rows - c.window_rejected for c in own if c.position > (inputs.frontier or (-1, -1, -1))),
+        )
 
     result = kernel.step(spark, plan, settled_rows, settled_commits, None, mode, window=(lo, hi))
     out = spec.output
-    delta_io.write_slice(result.output, out.location, out.time, start, end, out.partition_by)
-    delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
-    rejected_all = rejected_parts[0]
-    for other in rejected_parts[1:]:
-        rejected_all = rejected_all.unionByName(other)
-    delta_io.write_slice(rejected_all, out.side("rejected"), "slice_time", start, end)
+    output = result.output.persist()
+    cached.append(output)
+    delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
+    rows_out = output.count()
+    if any(c.late for c in result.counts.values()) or delta_io.exists(spark, out.side("late")):
+        delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
+    if any(c.rejected for c in counts.values()) or delta_io.exists(spark, out.side("rejected")):
+        delta_io.write_slice(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end)
+    for frame in cached:
+        frame.unpersist()
 
     for name, decided in result.counts.items():
         c = counts[name]
         c.late, c.joined, c.open = decided.late, decided.joined, decided.open
         c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
-    rows_out = delta_io.read_snapshot(spark, out.location).where(
-        (F.col(out.time) >= F.lit(start)) & (F.col(out.time) < F.lit(end))
-    ).count()
     metrics = RunMetrics(
         job=spec.name, runner="replay", mode=mode, run_id=str(uuid.uuid4()), started_at=started_at,
         slice_start=start, slice_end=end, versions=pinned,

@@ -1,0 +1,118 @@
+"""Spark-side helpers shared by the equivalence and restart tests: two event streams written commit
+by commit to real Delta tables, the job that joins them, and the outputs read back as multisets.
+
+Event times are whole seconds after conftest.BASE; the reference (tests/reference.py) works on the
+same seconds and on the arrival positions read back from each table's change data feed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from delta.tables import DeltaTable
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+
+from conftest import BASE, at
+from reference import Event
+from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
+
+SCHEMA = StructType([
+    StructField("id", StringType()), StructField("k", StringType()),
+    StructField("t", TimestampType()), StructField("v", IntegerType()),
+])
+SIDES = ("l", "r")
+EVERYTHING = (BASE - timedelta(days=1), datetime(2100, 1, 1))  # a slice holding every row, NULL times too
+
+
+def create_tables(spark, root) -> dict[int, str]:
+    """Both source tables, empty (version 0 holds no rows), change data feed on."""
+    paths = {}
+    for side, name in enumerate(SIDES):
+        paths[side] = f"{root}/{name}"
+        spark.createDataFrame([], SCHEMA).write.format("delta").save(paths[side])
+    return paths
+
+
+def write_commit(spark, path: str, rows, files: int | None = None) -> None:
+    """One Delta commit of rows (id, key, seconds | None, v); `files` splits it into that many files."""
+    data = [(i, k, None if t is None else at(t), v) for i, k, t, v in rows]
+    if files:
+        frame = spark.createDataFrame(spark.sparkContext.parallelize(data, files), SCHEMA)
+    else:
+        frame = spark.createDataFrame(data, SCHEMA)
+    frame.write.format("delta").mode("append").save(path)
+
+
+def job(root, paths: dict[int, str], how: str, lo: int, hi: int, grace: int, residual: bool = False,
+        output: str = "out") -> JoinSpec:
+    """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids."""
+    on = "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
+    return JoinSpec(
+        name="eq",
+        sources=(Source("l", "stream", path=paths[0], time="t"), Source("r", "stream", path=paths[1], time="t")),
+        start="l",
+        joins=(Join("r", type=how, on=on, bounds=TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
+                    grace=timedelta(seconds=grace)),),
+        output=Output(path=f"{root}/{output}"),
+        select=("l.id AS lid", "r.id AS rid"),
+    )
+
+
+def with_output(spec: JoinSpec, path: str) -> JoinSpec:
+    return replace(spec, output=replace(spec.output, path=path))
+
+
+def base_micros(spark) -> int:
+    """BASE as Spark stores it (conftest writes naive datetimes)."""
+    return spark.createDataFrame([(BASE,)], "t timestamp").select(F.unix_micros("t")).first()[0]
+
+
+def positions(spark, path: str, side: int) -> dict[int, tuple[int, int, int]]:
+    """Each commit version with rows -> its arrival position (commit timestamp micros, side, version)."""
+    changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+    rows = changes.select("_commit_version", F.unix_micros("_commit_timestamp").alias("ts")).distinct().collect()
+    return {r["_commit_version"]: (r["ts"], side, r["_commit_version"]) for r in rows}
+
+
+def events(spark, paths: dict[int, str], commits) -> list[Event]:
+    """The reference's events for `commits` [(side, version, rows)], positioned from the change feed."""
+    found = {side: positions(spark, paths[side], side) for side in paths}
+    return [
+        Event(side, i, k, t, found[side][version], v)
+        for side, version, rows in commits for i, k, t, v in rows
+    ]
+
+
+def read_output(spark, path: str) -> Counter:
+    """The output table as a multiset of (left id, right id, output time in seconds after BASE)."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return Counter()  # no batch wrote a row
+    base = base_micros(spark)
+    frame = spark.read.format("delta").load(path)
+    rows = frame.select("lid", "rid", F.unix_micros("event_time").alias("t")).collect()
+    result = Counter()
+    for r in rows:
+        assert (r["t"] - base) % 1_000_000 == 0, r
+        result[(r["lid"], r["rid"], (r["t"] - base) // 1_000_000)] += 1
+    return result
+
+
+def read_side(spark, path: str) -> Counter:
+    """A late or rejected side table as a multiset of (source, reason, row as JSON)."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return Counter()
+    return Counter(tuple(r) for r in spark.read.format("delta").load(path).select("source", "reason", "row").collect())
+
+
+def live_metrics(spark, spec: JoinSpec) -> list:
+    """The live run's metrics rows, by batch."""
+    rows = spark.read.format("delta").load(spec.output.side("metrics")).collect()
+    return sorted(rows, key=lambda r: r["batch"])
+
+
+def by_source(row) -> dict[str, dict[str, int]]:
+    return json.loads(row["by_source"])

@@ -54,7 +54,7 @@ class DemoData:
     tables: dict[str, tuple[StructType, list[tuple]]]
 
 
-def generate(seed: int = 7, orders: int = 160, blocks: int = 24) -> DemoData:
+def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     """A day of events. Arrival comes in `blocks` rounds; a few payments arrive hours late, a few
     carry no order id, some orders are never paid and some payments come after the 1-hour window."""
     rng = random.Random(seed)
@@ -73,7 +73,7 @@ def generate(seed: int = 7, orders: int = 160, blocks: int = 24) -> DemoData:
         if rng.random() < 0.85:
             paid_at = order_time + timedelta(minutes=rng.randrange(1, 75))
             late = rng.random() < 0.06
-            block = min(block_of(paid_at) + (4 if late else 0), blocks - 1)
+            block = min(block_of(paid_at) + (3 if late else 0), blocks - 1)
             deliver("payments", block, (f"p{n:04d}", order_id, amount, paid_at))
             if rng.random() < 0.8:
                 shipped_at = paid_at + timedelta(minutes=rng.randrange(10, 150))

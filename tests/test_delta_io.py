@@ -1,0 +1,97 @@
+"""Delta I/O through the session factory: time travel, change feed arrivals, idempotent writes, retention."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import datetime
+
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from conftest import append, at
+from streamjoin import delta_io
+from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.session import JARS_DIR, PROJECT_ROOT
+
+EVENTS = StructType([StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())])
+
+
+def test_round_trip_time_travel_and_change_feed(spark, tmp_path):
+    path = str(tmp_path / "events")
+    append(spark, path, [("a", 1, at(1)), ("b", 2, at(2))], EVENTS)
+    append(spark, path, [("c", 3, at(3))], EVENTS)
+    assert delta_io.latest_version(spark, path) == 1
+    assert sorted(r.id for r in delta_io.read_snapshot(spark, path, version=0).collect()) == ["a", "b"]
+    assert delta_io.read_snapshot(spark, path).count() == 3
+    delta_io.require_change_feed(spark, path)  # tables created here record their change feed
+    changes = delta_io.read_inserts(spark, path, upto_version=1).collect()
+    by_id = {r.id: r for r in changes}
+    assert {k: v._commit_version for k, v in by_id.items()} == {"a": 0, "b": 0, "c": 1}
+    history = delta_io.history(spark, path)
+    assert [c.version for c in history] == [0, 1]
+    assert by_id["c"]._commit_timestamp == history[1].timestamp
+    assert history[0].timestamp <= history[1].timestamp
+    assert delta_io.version_at(spark, path, history[0].timestamp) == 0
+
+
+def test_slices_replace_and_batches_write_once(spark, tmp_path):
+    path = str(tmp_path / "out")
+    frame = spark.createDataFrame([("a", 1, at(10)), ("b", 2, at(20)), ("c", 3, at(30))], EVENTS)
+    delta_io.write_slice(frame.where("n <= 2"), path, "ts", at(0), at(25))
+    delta_io.write_slice(frame.where("n = 3"), path, "ts", at(25), at(40))
+    delta_io.write_slice(frame.where("n <= 2"), path, "ts", at(0), at(25))  # re-run: replaced, not doubled
+    assert sorted(r.id for r in delta_io.read_snapshot(spark, path).collect()) == ["a", "b", "c"]
+    delta_io.write_slice(frame.where("n = 1"), path, "ts", at(0), at(25))  # a re-run that finds fewer rows
+    assert sorted(r.id for r in delta_io.read_snapshot(spark, path).collect()) == ["a", "c"]
+
+    batches = str(tmp_path / "batches")
+    for attempt in range(2):  # the second attempt of batch 0 is skipped by Delta
+        delta_io.write_once(frame, batches, "app-1", 0)
+    delta_io.write_once(frame.where("n = 1"), batches, "app-1", 1)
+    assert delta_io.read_snapshot(spark, batches).count() == 4
+
+
+def test_missing_change_feed_is_a_clear_error(spark, tmp_path):
+    path = str(tmp_path / "no_cdf")
+    spark.createDataFrame([("a", 1, at(1))], EVENTS).write.format("delta") \
+        .option("delta.enableChangeDataFeed", "false").save(path)
+    with pytest.raises(JobError, match="does not record its change data feed"):
+        delta_io.require_change_feed(spark, path)
+
+
+def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
+    path = str(tmp_path / "vacuumed")
+    append(spark, path, [("a", 1, at(1))], EVENTS)
+    append(spark, path, [("b", 2, at(2))], EVENTS)
+    delta_io.check_retained(spark, path, 1)  # all there
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+    with pytest.raises(HistoryNotRetainedError) as error:
+        delta_io.check_retained(spark, path, 1)
+    assert "no longer retains" in str(error.value)
+    assert "VACUUM ran at" in str(error.value)
+    assert "deletedFileRetentionDuration" in str(error.value)
+
+
+def test_set_up_put_exactly_the_fetched_jars_on_the_classpath(spark):
+    """Nothing is resolved at run time: the session uses the jars infra/setup.sh fetched once."""
+    jars = spark.sparkContext.getConf().get("spark.jars").split(",")
+    assert any(os.path.basename(j).startswith("delta-spark_4.2_2.13-") for j in jars)
+    assert sorted(jars) == sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+    assert spark.sparkContext.getConf().get("spark.jars.packages", "") == ""
+    spark_jars = {name.rsplit("-", 1)[0] for name in os.listdir(os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars"))}
+    assert not [j for j in jars if os.path.basename(j).rsplit("-", 1)[0] in spark_jars]  # no second copy of Spark's own
+
+
+def test_set_up_is_idempotent_and_quick_when_done():
+    """A second run of the set-up finds everything in place and changes nothing (CI runs the first, from a fresh clone)."""
+    before = sorted(os.listdir(JARS_DIR))
+    started = datetime.now()
+    subprocess.run(["bash", str(PROJECT_ROOT / "infra" / "setup.sh")], check=True, capture_output=True)
+    assert (datetime.now() - started).total_seconds() < 120
+    assert sorted(os.listdir(JARS_DIR)) == before

@@ -1,0 +1,459 @@
+"""Interval joins against the seeds' own tables, in both runners, and the job errors they must refuse.
+
+1. ksqlDB's "Semantics of Stream-Stream Joins" table (WITHIN 15 s, grace 5 s): INNER, LEFT and
+   FULL results row for row, by the replay runner (exact mode) and by the live runner run
+   available-now a few times between the commits.
+2. SQLstream's stocks example (1-minute RANGE windows on both sides, endpoints included) as
+   `within: 1m`: its INNER rows in both runners, and its LEFT, RIGHT and FULL listings, which show
+   eager emission, with `emit: eager`.
+3. Interval jobs that cannot run fail before any data moves, saying what to change.
+
+Golden data: tests/data/ksqldb_stream_stream.json and tests/data/sqlstream_stocks.json hold the
+seeds' input and output tables as printed (plus the corrections the seed's own data imply).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+
+from conftest import append, at
+from streamjoin.errors import JobError
+from streamjoin.metrics import BUCKETS
+from streamjoin.plan import bind
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+from streamjoin.spec import spec_from_dict
+
+DATA = Path(__file__).parent / "data"
+KSQL = json.loads((DATA / "ksqldb_stream_stream.json").read_text())
+STOCKS = json.loads((DATA / "sqlstream_stocks.json").read_text())
+
+FINAL = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped")
+ACCOUNTED = FINAL + ("open", "unsettled")
+
+
+def run_live(runners) -> None:
+    """One available-now run of every runner, concurrently (each is its own streaming query)."""
+    runners = list(runners)
+    with ThreadPoolExecutor(len(runners)) as pool:
+        for done in [pool.submit(r.run, 900) for r in runners]:
+            done.result()
+
+
+def read(spark, location: str):
+    return spark.read.format("delta").load(location).collect()
+
+
+def source_counts(metrics) -> dict[str, dict[str, int]]:
+    """A replay's accounting per source, in the buckets that must add up."""
+    return {name: {b: getattr(c, b) for b in ACCOUNTED} for name, c in metrics.sources.items()}
+
+
+def live_accounting(spark, output: str) -> tuple[dict[str, dict[str, int]], int]:
+    """Check every live micro-batch's metrics balance and chain; return the run's accounting.
+
+    Per batch and per source: rows_in + carried_in = rejected + late + joined + unmatched_emitted
+    + unmatched_dropped + open + unsettled, and a batch carries in exactly what the one before
+    left open or unsettled. The accounting of the whole run is the sum of the final buckets over
+    the batches plus what the last batch left open or unsettled.
+    """
+    rows = sorted(read(spark, f"{output}_metrics"), key=lambda r: r.batch)
+    totals: dict[str, Counter] = {}
+    previous = None
+    for row in rows:
+        assert row.runner == "live"
+        assert row.rows_in + row.carried_in == sum(row[b] for b in BUCKETS), row
+        by_source = json.loads(row.by_source)
+        for name, c in by_source.items():
+            assert c["rows_in"] + c["carried_in"] == sum(c[b] for b in BUCKETS), (row.batch, name, c)
+            carried = 0 if previous is None else previous[name]["open"] + previous[name]["unsettled"]
+            assert c["carried_in"] == carried, (row.batch, name, c)
+            totals.setdefault(name, Counter()).update({b: c[b] for b in FINAL})
+        previous = by_source
+    accounting = {
+        name: {**{b: t[b] for b in FINAL}, "open": previous[name]["open"], "unsettled": previous[name]["unsettled"]}
+        for name, t in totals.items()
+    }
+    return accounting, len(rows)
+
+
+# ============================================================================ 1. ksqlDB
+
+KV = StructType([StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())])
+KSQL_TYPES = ("inner", "left", "full")
+
+# Why two trailing rows. ksqlDB writes [null, f] at timestamp 100, when its stream time reaches
+# exactly 100: it closes f's window once stream time - grace >= 80 + 15, inclusive. Our rule is
+# strict: a padded right row is written once the watermark (largest settled event time - grace)
+# is strictly above r.t - lower = 95, so G at 100 (watermark exactly 95) is not enough; the first
+# event beyond 100 is. Second, rows are processed only up to the frontier (the oldest of the
+# sources' newest commits), so G, the last commit of the seed (left), is settled only when the
+# right side commits after it, and that right commit only when the left commits again. Hence one
+# right row at 101 (settles G, watermark 96 > 95, so [null, f] comes out) and one left row at 102
+# (settles the right one and itself waits, `unsettled`). Both carry key 'z': they never join and
+# their own windows stay open, so they add no output row.
+TRAILING = [(101, "r", "tail"), (102, "l", "tail")]
+KSQL_EVENTS = [(s, side, v, None if v is None else "k") for s, side, v in KSQL["events"]] + [
+    (s, side, v, "z") for s, side, v in TRAILING
+]
+# Live runs after these events (indexes into KSQL_EVENTS): b@6, E@40, the last trailing row.
+KSQL_RUNS = (5, 15, len(KSQL_EVENTS) - 1)
+
+# Where every input row ends (the same in both runners). Left: 3 NULL records, A-D joined, E and F
+# unmatched, G still open (its window ends at 115), the trailing row at 102 unsettled. Right:
+# 4 NULL records, a-d joined, f unmatched, the trailing row at 101 open.
+_L = dict(rows_in=11, rejected=3, late=0, joined=4, open=1, unsettled=1)
+_R = dict(rows_in=10, rejected=4, late=0, joined=4, open=1, unsettled=0)
+KSQL_ACCOUNTING = {
+    "inner": {"l": {**_L, "unmatched_emitted": 0, "unmatched_dropped": 2},
+              "r": {**_R, "unmatched_emitted": 0, "unmatched_dropped": 1}},
+    "left": {"l": {**_L, "unmatched_emitted": 2, "unmatched_dropped": 0},
+             "r": {**_R, "unmatched_emitted": 0, "unmatched_dropped": 1}},
+    "full": {"l": {**_L, "unmatched_emitted": 2, "unmatched_dropped": 0},
+             "r": {**_R, "unmatched_emitted": 1, "unmatched_dropped": 0}},
+}
+
+
+def ksql_spec(root: Path, join_type: str, runner: str):
+    return spec_from_dict({
+        "name": f"ksql_{join_type}_{runner}",
+        "sources": {"l": {"path": str(root / "l"), "time": "t"}, "r": {"path": str(root / "r"), "time": "t"}},
+        "from": "l",
+        "joins": [{"join": "r", "type": join_type, "on": "l.k = r.k", "within": KSQL["within"], "grace": KSQL["grace"]}],
+        "select": ["l.v AS lv", "r.v AS rv"],
+        "output": {"path": str(root / f"out_{join_type}_{runner}")},
+    })
+
+
+def ksql_pairs(rows) -> Counter:
+    return Counter((r.lv, r.rv) for r in rows)
+
+
+def ksql_expected(join_type: str, upto: int | None = None) -> Counter:
+    """The seed's rows for a join type, as (left, right) pairs; `upto`: those triggered at or before it."""
+    return Counter((lv, rv) for when, lv, rv in KSQL["expected"][join_type] if upto is None or when <= upto)
+
+
+def ksql_expected_times(join_type: str) -> Counter:
+    """(output event time, left, right): a joined row is at the later input's time, which is the
+    timestamp of the record that triggers it in ksqlDB's table; a padded row is at its own time
+    (ksqlDB lists it later, when its window closes)."""
+    own = {v: s for s, _, v in KSQL["events"] if v is not None}
+    return Counter(
+        (at(when) if lv is not None and rv is not None else at(own[lv if lv is not None else rv]), lv, rv)
+        for when, lv, rv in KSQL["expected"][join_type]
+    )
+
+
+def check_ksql_rejected(spark, output: str) -> None:
+    rejected = read(spark, f"{output}_rejected")
+    assert Counter((r.source, r.reason) for r in rejected) == {("l", "null_key"): 3, ("r", "null_key"): 4}
+    assert sorted(r.event_time for r in rejected) == [at(s) for s in (1, 2, 7, 8, 11, 12, 13)]
+
+
+@pytest.fixture(scope="module")
+def ksql(spark, tmp_path_factory):
+    """The seed's records, one Delta commit each in timestamp order; live runs of all three join
+    types (concurrently) after b@6, after E@40 and after the trailing rows, with what each run had
+    written by then."""
+    root = tmp_path_factory.mktemp("ksqldb")
+    live = {t: ksql_spec(root, t, "live") for t in KSQL_TYPES}
+    runners, written = None, {}
+    for index, (second, side, value, key) in enumerate(KSQL_EVENTS):
+        append(spark, root / side, [(key, value, at(second))], KV)
+        if index in KSQL_RUNS:
+            if runners is None:
+                runners = [LiveRunner(spark, live[t], str(root / f"checkpoint_{t}")) for t in KSQL_TYPES]
+            run_live(runners)
+            written[index] = {t: ksql_pairs(read(spark, live[t].output.location)) for t in KSQL_TYPES}
+    return SimpleNamespace(root=root, live=live, written=written)
+
+
+@pytest.mark.parametrize("join_type", KSQL_TYPES)
+def test_ksqldb_table_live(spark, ksql, join_type):
+    out = ksql.live[join_type].output.location
+    rows = read(spark, out)
+    assert ksql_pairs(rows) == ksql_expected(join_type)
+    assert len(rows) == {"inner": 16, "left": 18, "full": 19}[join_type]
+    assert Counter((r.event_time, r.lv, r.rv) for r in rows) == ksql_expected_times(join_type)
+    # While it ran: after b@6 the frontier is B@5 (b waits for the left side), after E@40 it is
+    # d@14 (D and E wait): exactly ksqlDB's rows up to timestamps 5 and 14, no padded row yet.
+    assert ksql.written[KSQL_RUNS[0]][join_type] == ksql_expected(join_type, upto=5) == {("A", "a"): 1, ("B", "a"): 1}
+    assert ksql.written[KSQL_RUNS[1]][join_type] == ksql_expected(join_type, upto=14)
+    assert sum(ksql.written[KSQL_RUNS[1]][join_type].values()) == 12
+    check_ksql_rejected(spark, out)
+    accounting, batches = live_accounting(spark, out)
+    assert batches >= len(KSQL_RUNS)
+    assert accounting == KSQL_ACCOUNTING[join_type]
+
+
+@pytest.mark.parametrize("join_type", KSQL_TYPES)
+def test_ksqldb_table_replay_exact(spark, ksql, join_type):
+    spec = ksql_spec(ksql.root, join_type, "replay")
+    metrics = replay(spark, spec, at(0), at(200), mode="exact")
+    assert metrics.balanced()
+    assert source_counts(metrics) == KSQL_ACCOUNTING[join_type]
+    assert metrics.total("carried_in") == 0
+    assert metrics.rows_out == len(KSQL["expected"][join_type])
+    rows = read(spark, spec.output.location)
+    assert ksql_pairs(rows) == ksql_expected(join_type)
+    assert Counter((r.event_time, r.lv, r.rv) for r in rows) == ksql_expected_times(join_type)
+    check_ksql_rejected(spark, spec.output.location)
+    # Contract 2: the live runner's output, run three times between the commits, is the same.
+    live = read(spark, ksql.live[join_type].output.location)
+    assert Counter((r.event_time, r.lv, r.rv) for r in live) == Counter((r.event_time, r.lv, r.rv) for r in rows)
+
+
+# ============================================================================ 2. SQLstream
+
+OQ = StructType([StructField("rowtime", TimestampType()), StructField("quantity", IntegerType()), StructField("ticker", StringType())])
+SP = StructType([StructField("rowtime", TimestampType()), StructField("ending_price", IntegerType()), StructField("ticker", StringType())])
+WINDOW = (datetime(2019, 3, 30, 5, 0), datetime(2019, 3, 30, 5, 4))  # the replayed slice
+CLOCK = "05:03:20"  # the joined stream clock when the seed prints its LEFT, RIGHT and FULL listings
+TAIL = ("05:10:00", 0, "TAIL")
+
+# Arrival order, one Delta commit per entry, rows named by (rowtime, ticker). Each stream arrives in
+# rowtime order; across streams, as the seed tells it: order_quantity runs ahead to 05:03:30 while
+# the joined clock stays at 05:03:20, then stock_price's 05:03:25 row, then the INSERT at 05:03:30.
+# That 05:03:25 row is 5 s behind the largest event time already arrived, so grace is 10s: no row
+# is late, and every row of the example joins.
+# The trailing order at 05:10 (ticker TAIL) is there for the frontier: without a commit on
+# order_quantity after the INSERT, stock_price's last two commits would wait (`unsettled`), as
+# SQLstream's output waits for the slower stream's clock. It stays unsettled itself and lies
+# outside the replayed slice, so it adds no row.
+# Eager emission pads a row when no partner arrived at or before its own arrival position.
+# Positions are totally ordered across sources, so of two partners with the same rowtime one
+# arrives first, and is padded if it has no earlier partner. SQLstream treats both as simultaneous.
+# The seed's LEFT listing needs the 05:02:10 price to arrive before the 05:02:10 order, its RIGHT
+# listing needs the opposite: plan A (price first) serves INNER and LEFT, plan B (order first)
+# RIGHT; FULL comes out with one extra padded row at 05:02:10 under either (see the FULL tests).
+PLAN_A = [
+    ("sp", [("05:02:10", "IBM")]),
+    ("oq", [("05:02:10", "IBM")]),
+    ("sp", [("05:03:10", "IBM")]),
+    ("oq", [("05:03:10", "IBM"), ("05:03:15", "GOOGL")]),
+    ("sp", [("05:03:15", "MSFT"), ("05:03:20", "GOOGL")]),
+    ("oq", [("05:03:20", "GOOGL"), ("05:03:20", "IBM"), ("05:03:28", "MSFT"), ("05:03:30", "MSFT")]),
+    ("sp", [("05:03:25", "MSFT")]),
+    ("sp", [("05:03:30", "IBM")]),  # the seed's INSERT INTO ... VALUES ('05:03:30', 'IBM', 200)
+    ("oq", [("05:10:00", "TAIL")]),
+]
+PLAN_B = [PLAN_A[1], PLAN_A[0]] + PLAN_A[2:]
+STOCKS_RUNS = (4, len(PLAN_A) - 1)  # live runs after the 5th commit (joined clock 05:03:15) and the last
+
+
+def stocks_rows(side: str) -> dict[tuple[str, str], tuple]:
+    rows = STOCKS["order_quantity"] + [list(TAIL)] if side == "oq" else STOCKS["stock_price"] + [STOCKS["insert"]]
+    return {(r[0], r[2]): tuple(r) for r in rows}
+
+
+def stocks_time(hms: str) -> datetime:
+    return datetime.fromisoformat(f"{STOCKS['date']} {hms}")
+
+
+def stocks_spec(root: Path, join_type: str, emit: str, runner: str):
+    join = {"join": "sp", "type": join_type, "on": "oq.ticker = sp.ticker", "within": "1m", "grace": "10s"}
+    if emit == "eager":
+        join["emit"] = "eager"
+    return spec_from_dict({
+        "name": f"stocks_{join_type}_{runner}",
+        "sources": {"oq": {"path": str(root / "oq"), "time": "rowtime"}, "sp": {"path": str(root / "sp"), "time": "rowtime"}},
+        "from": "oq",
+        "joins": [join],
+        "select": ["sp.ticker AS ticker", "oq.quantity AS quantity", "sp.ending_price AS ending_price"],
+        "output": {"path": str(root / f"out_{join_type}_{runner}")},
+    })
+
+
+def stocks_out(rows) -> Counter:
+    assert all(r.event_time.date() == stocks_time("00:00:00").date() for r in rows)
+    return Counter((r.event_time.strftime("%H:%M:%S"), r.ticker, r.quantity, r.ending_price) for r in rows)
+
+
+def seed_rows(name: str) -> Counter:
+    return Counter(tuple(r) for r in STOCKS[name])
+
+
+def after_insert() -> Counter:
+    """The rows the INSERT releases, at the rowtimes the seed's data tables give (see the JSON)."""
+    fixed = {tuple(c["seed"]): c["rowtime"] for c in STOCKS["rowtime_corrections"]}
+    return Counter((fixed.get(tuple(r), r[0]),) + tuple(r[1:]) for r in STOCKS["inner_after_insert"])
+
+
+def until(rows: Counter, clock: str) -> Counter:
+    return Counter({r: n for r, n in rows.items() if r[0] <= clock})
+
+
+INNER_ALL = seed_rows("inner_before_insert") + after_insert()
+STOCKS_ACCOUNTING = {  # replay of the slice: every row of the example joins (the tail is outside)
+    "oq": dict(rows_in=7, rejected=0, late=0, joined=7, unmatched_emitted=0, unmatched_dropped=0, open=0, unsettled=0),
+    "sp": dict(rows_in=6, rejected=0, late=0, joined=6, unmatched_emitted=0, unmatched_dropped=0, open=0, unsettled=0),
+}
+STOCKS_LIVE = ("inner", "left", "full")  # join types run live on plan A (outer ones eager)
+
+
+@pytest.fixture(scope="module")
+def stocks(spark, tmp_path_factory):
+    """Both arrival plans committed side by side; live runs on plan A between the commits."""
+    roots = {"A": tmp_path_factory.mktemp("stocks_a"), "B": tmp_path_factory.mktemp("stocks_b")}
+    rows = {side: stocks_rows(side) for side in ("oq", "sp")}
+    for plan in (PLAN_A, PLAN_B):
+        used = [(side, name) for side, names in plan for name in names]
+        assert sorted(used) == sorted((side, name) for side in rows for name in rows[side]), "every seed row once"
+    live = {t: stocks_spec(roots["A"], t, "final" if t == "inner" else "eager", "live") for t in STOCKS_LIVE}
+    runners, written = None, {}
+    for index, (step_a, step_b) in enumerate(zip(PLAN_A, PLAN_B)):
+        for root, (side, names) in ((roots["A"], step_a), (roots["B"], step_b)):
+            batch = [rows[side][n] for n in names]
+            append(spark, root / side, [(stocks_time(t), value, ticker) for t, value, ticker in batch], OQ if side == "oq" else SP)
+        if index in STOCKS_RUNS:
+            if runners is None:
+                runners = [LiveRunner(spark, live[t], str(roots["A"] / f"checkpoint_{t}")) for t in STOCKS_LIVE]
+            run_live(runners)
+            written[index] = {t: stocks_out(read(spark, live[t].output.location)) for t in STOCKS_LIVE}
+    return SimpleNamespace(roots=roots, live=live, written=written)
+
+
+def test_stocks_inner_live(spark, stocks):
+    out = stocks.live["inner"].output.location
+    assert stocks_out(read(spark, out)) == INNER_ALL
+    assert sum(INNER_ALL.values()) == 13
+    # After the 5th commit the frontier is the order commit (05:03:10 IBM, 05:03:15 GOOGL): the
+    # price commit after it (05:03:15 MSFT, 05:03:20 GOOGL) waits, so only the IBM rows are out.
+    assert stocks.written[STOCKS_RUNS[0]]["inner"] == until(INNER_ALL, "05:03:10")
+    accounting, batches = live_accounting(spark, out)
+    assert batches >= len(STOCKS_RUNS)
+    assert accounting == {
+        "oq": {**STOCKS_ACCOUNTING["oq"], "rows_in": 8, "unsettled": 1},  # + the trailing order
+        "sp": STOCKS_ACCOUNTING["sp"],
+    }
+
+
+def test_stocks_inner_replay_exact(spark, stocks):
+    spec = stocks_spec(stocks.roots["A"], "inner", "final", "replay")
+    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
+    rows = stocks_out(read(spark, spec.output.location))
+    assert until(rows, CLOCK) == seed_rows("inner_before_insert")
+    assert rows - until(rows, CLOCK) == after_insert()
+    assert rows == INNER_ALL == stocks.written[STOCKS_RUNS[-1]]["inner"]
+
+
+def test_stocks_left_eager_live_and_replay(spark, stocks):
+    """The LEFT listing: GOOGL's 05:03:15 order has no price yet when it arrives, so it is emitted
+    padded at once, and joined again when the 05:03:20 GOOGL price arrives."""
+    expected = seed_rows("left") + after_insert()
+    assert stocks.written[STOCKS_RUNS[-1]]["left"] == expected
+    # Live, the padded row is out before its match exists: exactly the listing up to 05:03:15.
+    assert stocks.written[STOCKS_RUNS[0]]["left"] == until(seed_rows("left"), "05:03:15")
+    assert (("05:03:15", None, 1000, None)) in stocks.written[STOCKS_RUNS[0]]["left"]
+    accounting, _ = live_accounting(spark, stocks.live["left"].output.location)
+    assert accounting["oq"]["joined"] == 7 and accounting["oq"]["late"] == 0
+
+    spec = stocks_spec(stocks.roots["A"], "left", "eager", "replay")
+    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
+    rows = stocks_out(read(spark, spec.output.location))
+    assert until(rows, CLOCK) == seed_rows("left")
+    assert rows == expected
+
+
+def test_stocks_right_eager_replay(spark, stocks):
+    """The RIGHT listing (plan B: the 05:02:10 order arrives before the 05:02:10 price): MSFT's
+    05:03:15 price has no order until 05:03:28, so it is emitted padded at once."""
+    spec = stocks_spec(stocks.roots["B"], "right", "eager", "replay")
+    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
+    rows = stocks_out(read(spark, spec.output.location))
+    assert until(rows, CLOCK) == seed_rows("right")
+    assert rows == seed_rows("right") + after_insert()
+
+
+# The FULL listing cannot come out as printed: it needs both the LEFT listing's order of the two
+# 05:02:10 rows (price first, else the order is padded) and the RIGHT listing's (order first, else
+# the price is padded). Whichever arrives first has no partner at or before its position and is
+# padded; SQLstream joins the two in the same millisecond. So FULL is the listing plus exactly one
+# padded 05:02:10 row, the one that arrived first.
+def test_stocks_full_eager_live_and_replay_price_first(spark, stocks):
+    extra = Counter({("05:02:10", "IBM", None, 75): 1})
+    expected = seed_rows("full") + after_insert() + extra
+    assert stocks.written[STOCKS_RUNS[-1]]["full"] == expected
+    assert stocks.written[STOCKS_RUNS[0]]["full"] == until(seed_rows("full"), "05:03:10") + extra + Counter(
+        {("05:03:15", None, 1000, None): 1}
+    )
+    spec = stocks_spec(stocks.roots["A"], "full", "eager", "replay")
+    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
+    rows = stocks_out(read(spark, spec.output.location))
+    assert until(rows, CLOCK) == seed_rows("full") + extra
+    assert rows == expected
+
+
+def test_stocks_full_eager_replay_order_first(spark, stocks):
+    extra = Counter({("05:02:10", None, 750, None): 1})
+    spec = stocks_spec(stocks.roots["B"], "full", "eager", "replay")
+    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
+    rows = stocks_out(read(spark, spec.output.location))
+    assert rows == seed_rows("full") + after_insert() + extra
+
+
+# ============================================================================ 3. errors
+
+
+def interval_job(root: Path, **join) -> dict:
+    body = {"join": "r", "type": "left", "on": "l.k = r.k", "within": "15s", "grace": "5s"}
+    body.update(join)
+    body = {k: v for k, v in body.items() if v is not None}
+    return {
+        "name": "bad_interval",
+        "sources": {"l": {"path": str(root / "l"), "time": "t"}, "r": {"path": str(root / "r"), "time": "t"}},
+        "from": "l",
+        "joins": [body],
+        "select": ["l.v AS lv", "r.v AS rv"],
+        "output": {"path": str(root / "out")},
+    }
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"within": None}, [
+        "join with 'r': a stream-stream join needs time bounds",
+        "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]'",
+    ]),
+    ({"grace": "-5s"}, ["join with 'r': grace -5s is negative; write a grace of 0s or more"]),
+    ({"within": None, "between": ["10s", "-5s"]}, [
+        "'between' lower bound 10s is above its upper bound -5s; write [lower, upper] with lower <= upper",
+    ]),
+], ids=["no-within", "negative-grace", "between-reversed"])
+def test_interval_job_refused_by_spec(tmp_path, change, message):
+    with pytest.raises(JobError) as error:
+        spec_from_dict(interval_job(tmp_path, **change))
+    for part in message:
+        assert part in str(error.value)
+    assert not any(tmp_path.iterdir())  # no source, output or side table touched
+
+
+def test_interval_condition_without_equality_refused_before_data_moves(spark, tmp_path):
+    append(spark, tmp_path / "l", [("k", "A", at(3))], KV)
+    append(spark, tmp_path / "r", [("k", "a", at(4))], KV)
+    spec = spec_from_dict(interval_job(tmp_path, on="l.t < r.t"))  # structurally fine: within is there
+    expected = "job 'bad_interval', join with 'r': the condition has no equality between a column of l and a column of r"
+    with pytest.raises(JobError) as error:
+        bind(spark, spec)
+    assert expected in str(error.value) and "e.g. on: l.id = r.id" in str(error.value)
+    with pytest.raises(JobError) as error:
+        replay(spark, spec, at(0), at(100), mode="exact")
+    assert expected in str(error.value)
+    with pytest.raises(JobError) as error:
+        LiveRunner(spark, spec, str(tmp_path / "checkpoint"))
+    assert expected in str(error.value)
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["l", "r"], written  # no output, side table, metrics or checkpoint

@@ -1,0 +1,179 @@
+"""Job validation: every error is raised before data moves and says what to change."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from conftest import append, at
+from streamjoin.errors import JobError
+from streamjoin.plan import bind, split_conjuncts
+from streamjoin.spec import load_job, spec_from_dict
+from streamjoin.timeutil import parse_duration, parse_instant
+
+EVENTS = StructType([StructField("id", StringType()), StructField("amount", LongType()), StructField("ts", TimestampType())])
+TEXT_TIME = StructType([StructField("id", StringType()), StructField("ts", StringType())])
+NUMERIC_TIME = StructType([StructField("id", StringType()), StructField("ts", LongType())])
+
+BASE_JOB = {
+    "name": "j",
+    "sources": {
+        "a": {"path": "a", "kind": "stream", "time": "ts"},
+        "b": {"path": "b", "kind": "stream", "time": "ts"},
+    },
+    "from": "a",
+    "joins": [{"join": "b", "type": "left", "on": "a.id = b.id", "within": "1h"}],
+    "output": {"path": "out"},
+}
+
+
+def job(**changes):
+    document = copy.deepcopy(BASE_JOB)
+    for path, value in changes.items():
+        target = document
+        keys = path.split("__")
+        for key in keys[:-1]:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        if value is None:
+            target.pop(keys[-1], None)
+        else:
+            target[keys[-1]] = value
+    return spec_from_dict(document)
+
+
+def test_a_valid_job_builds():
+    spec = job()
+    assert spec.names == ("a", "b")
+    assert spec.joins[0].bounds.lower == -timedelta(hours=1)
+    assert spec.joins[0].grace == timedelta(hours=24)  # ksqlDB's default
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"from": "nope"}, "names source 'nope', which is not declared"),
+    ({"joins__0__join": "c"}, "names source 'c', which is not declared"),
+    ({"joins__0__within": None}, "a stream-stream join needs time bounds"),
+    ({"joins__0__grace": "-5s"}, "grace -5s is negative"),
+    ({"joins__0__within": None, "joins__0__between": ["2h", "1h"]}, "lower bound 2h is above its upper bound 1h"),
+    ({"joins__0__type": "sideways"}, "type 'sideways' is unknown"),
+    ({"joins__0__on": None}, "give exactly one condition"),
+    ({"joins__0__emit": "soon"}, "emit is 'soon'"),
+    ({"joins__0__type": "inner", "joins__0__emit": "eager"}, "'emit: eager' applies to outer joins only"),
+    ({"sources__b__time": None}, "a stream needs 'time'"),
+    ({"sources__b__kind": "river"}, "kind is 'river'"),
+    ({"sources__b__path": None}, "give exactly one of 'path'"),
+    ({"joins__0__window": "1h"}, "unknown setting(s) 'window'"),
+    ({"joins__0__within": "soon"}, "is not a duration"),
+])
+def test_structural_errors_name_the_problem(changes, message):
+    with pytest.raises(JobError) as error:
+        job(**changes)
+    assert message in str(error.value)
+
+
+def test_stream_table_full_outer_is_refused_with_the_seeds_reason():
+    with pytest.raises(JobError) as error:
+        job(sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None, joins__0__type="full")
+    text = str(error.value)
+    assert "FULL join of a stream with a table is refused" in text
+    assert "table updates never trigger output" in text
+    assert "Supported: inner, left" in text
+
+
+def test_table_first_and_bounds_on_non_stream_joins_are_refused():
+    with pytest.raises(JobError, match="put the stream first"):
+        job(sources__a={"path": "a", "kind": "table", "key": ["id"]}, joins__0__within=None)
+    with pytest.raises(JobError, match="apply to stream-stream joins only"):
+        job(sources__b={"path": "b", "kind": "table", "key": ["id"]})
+
+
+def test_yaml_job_file_with_on_key_and_relative_paths(tmp_path):
+    file = tmp_path / "j.yaml"
+    file.write_text(
+        "sources:\n  a: {path: x/a, time: ts}\n  b: {path: x/b, time: ts}\nfrom: a\n"
+        "joins:\n  - join: b\n    on: a.id = b.id\n    between: [-4h, 0s]\n    grace: 5s\noutput: {path: out}\n"
+    )
+    spec = load_job(file, root=tmp_path)
+    assert spec.name == "j"  # from the file name
+    assert spec.joins[0].on == "a.id = b.id"  # YAML 1.1 reads the key `on` as true
+    assert spec.source("a").path == str(tmp_path / "x" / "a")
+    assert (spec.joins[0].bounds.lower, spec.joins[0].bounds.upper) == (-timedelta(hours=4), timedelta(0))
+
+
+def test_durations_and_instants():
+    assert parse_duration("1h30m") == timedelta(minutes=90)
+    assert parse_duration("15 SECONDS") == timedelta(seconds=15)
+    assert parse_duration("PT2H") == timedelta(hours=2)
+    assert parse_duration("-4h") == -timedelta(hours=4)
+    assert parse_instant("2024-05-01").isoformat() == "2024-05-01T00:00:00+00:00"
+    assert parse_instant("2024-05-01T02:00+02:00").isoformat() == "2024-05-01T00:00:00+00:00"
+    with pytest.raises(JobError, match="not an ISO date"):
+        parse_instant("yesterday-ish")
+
+
+def test_conjuncts_split_at_top_level_only():
+    assert split_conjuncts("a.id = b.id AND (b.x > 1 AND b.y < 2) and b.s = 'AND'") == [
+        "a.id = b.id", "(b.x > 1 AND b.y < 2)", "b.s = 'AND'"
+    ]
+
+
+# ------------------------------------------------------------------ schema-level checks (real Delta)
+
+@pytest.fixture(scope="module")
+def tables(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("spec_tables")
+    append(spark, root / "a", [("k", 1, at(0))], EVENTS)
+    append(spark, root / "b", [("k", 2, at(1))], EVENTS)
+    append(spark, root / "text", [("k", "2024-01-01 00:00:05")], TEXT_TIME)
+    append(spark, root / "numeric", [("k", 5)], NUMERIC_TIME)
+    return root
+
+
+def bound(tables, **changes):
+    return job(**changes).with_root(tables)
+
+
+def test_unknown_column_in_condition(spark, tables):
+    with pytest.raises(JobError) as error:
+        bind(spark, bound(tables, joins__0__on="a.id = b.idd"))
+    assert "condition of the join with 'b'" in str(error.value)
+    assert "idd" in str(error.value)
+
+
+def test_unknown_column_in_select_and_ambiguous_names(spark, tables):
+    with pytest.raises(JobError, match="select list does not resolve"):
+        bind(spark, bound(tables, select=["a.nope"]))
+    with pytest.raises(JobError, match="select list names id more than once"):
+        bind(spark, bound(tables, select=["a.id", "b.id"]))
+
+
+def test_non_equi_condition_is_refused(spark, tables):
+    with pytest.raises(JobError) as error:
+        bind(spark, bound(tables, joins__0__on="a.amount < b.amount"))
+    assert "has no equality between a column of a and a column of b" in str(error.value)
+
+
+def test_time_column_of_the_wrong_type(spark, tables):
+    with pytest.raises(JobError) as error:
+        bind(spark, bound(tables, sources__b={"path": "numeric", "time": "ts"}))
+    assert "has type bigint, not a timestamp" in str(error.value)
+    with pytest.raises(JobError, match="add time_format"):
+        bind(spark, bound(tables, sources__b={"path": "text", "time": "ts"}))
+    plan = bind(spark, bound(tables, sources__b={"path": "text", "time": "ts", "time_format": "yyyy-MM-dd HH:mm:ss"}))
+    assert plan.source("b").keys == ("id",)
+
+
+def test_missing_source_table(spark, tables):
+    with pytest.raises(JobError, match="is not a Delta table"):
+        bind(spark, bound(tables, sources__b={"path": "missing", "time": "ts"}))
+
+
+def test_reserved_output_time_and_residual_split(spark, tables):
+    with pytest.raises(JobError, match="reserved for the output event time"):
+        bind(spark, bound(tables, select=["a.id AS event_time"]))
+    plan = bind(spark, bound(tables, joins__0__on="a.id = b.id AND b.amount > a.amount"))
+    assert plan.joins[0].equi == (("a.id", "b.id"),)
+    assert plan.joins[0].residual == "(b.amount > a.amount)"
+    assert plan.output_columns == ("a_id", "a_amount", "a_ts", "b_id", "b_amount", "b_ts")

@@ -1,0 +1,104 @@
+"""The CLI on every job in jobs/, and the demo end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamjoin import delta_io
+from streamjoin.cli import main
+from streamjoin.demo import run_demo
+
+JOBS = sorted(Path(__file__).resolve().parent.parent.joinpath("jobs").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def demo(spark, tmp_path_factory):
+    """The demo run once for the module: its data doubles as the sources of the jobs in jobs/."""
+    root = tmp_path_factory.mktemp("cli")
+    results = run_demo(str(root / "demo"))
+    return root, results
+
+
+def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
+    root, results = demo
+    assert set(results) == {"orders_payments", "payments_shipments"}
+    for job, runs in results.items():
+        output = root / "demo" / "out" / job
+        assert delta_io.exists(spark, str(output))
+        for run in runs.values():
+            assert run.balanced(), run.summary()
+            assert run.total("rows_in") > 0
+        # The live run and the exact replay agree on every count and on the rows.
+        live, exact, complete = runs["live"], runs["exact"], runs["complete"]
+        for bucket in ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled"):
+            assert live.total(bucket) == exact.total(bucket), bucket
+        assert live.rows_out == exact.rows_out == delta_io.read_snapshot(spark, str(output)).count()
+        assert complete.total("late") == 0
+        assert exact.total("rejected") == 4  # the payments without an order id
+    assert results["orders_payments"]["exact"].total("late") > 0
+
+
+def test_validate_job_on_every_job(demo, capsys):
+    root, _ = demo
+    for job in JOBS:
+        assert main(["--root", str(root), "validate-job", str(job)]) == 0
+        out = capsys.readouterr().out
+        assert "structure ok" in out and "columns, types and expressions ok" in out, out
+
+
+def test_explain_on_every_job(demo, capsys):
+    root, _ = demo
+    for job in JOBS:
+        assert main(["--root", str(root), "explain", str(job)]) == 0
+        out = capsys.readouterr().out
+        assert f"job {job.stem}" in out
+        assert "pinned version" in out and "join chain" in out and "output:" in out
+    main(["--root", str(root), "explain", str(JOBS_BY_NAME["orders_payments"])])
+    out = capsys.readouterr().out
+    assert "BETWEEN 0s AND 1h" in out and "grace 2h30m" in out and "live state:" in out
+
+
+JOBS_BY_NAME = {job.stem: job for job in JOBS}
+
+
+def test_replay_command_replaces_its_slice(spark, demo, capsys):
+    root, _ = demo
+    job = str(JOBS_BY_NAME["orders_payments"])
+    output = str(root / "demo" / "out" / "orders_payments")
+    before = delta_io.read_snapshot(spark, output).count()
+    args = ["--root", str(root), "replay", job, "--start", "2024-05-01T02:00+02:00", "--end", "2024-05-01T12:00Z", "--mode", "exact"]
+    assert main(args) == 0
+    assert main(args) == 0  # re-running the slice changes nothing
+    out = capsys.readouterr().out
+    assert "orders_payments replay/exact" in out and "adds up: yes" in out
+    assert delta_io.read_snapshot(spark, output).count() == before
+
+
+def test_errors_exit_with_a_message(demo, capsys, tmp_path):
+    root, _ = demo
+    assert main(["--root", str(root), "replay", str(JOBS_BY_NAME["orders_rates"]), "--start", "2024-05-01", "--end", "2024-05-02"]) == 2
+    assert "stream-table joins are planned" in capsys.readouterr().err
+    assert main(["--root", str(root), "replay", str(JOBS_BY_NAME["orders_payments"]), "--start", "2024-05-02", "--end", "2024-05-01"]) == 2
+    assert "start must be before end" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sources: {a: {path: a, time: t}, b: {path: b, time: t}}\nfrom: a\njoins: [{join: b, using: [id]}]\noutput: {path: o}\n")
+    assert main(["validate-job", str(bad)]) == 2
+    assert "needs time bounds" in capsys.readouterr().err
+
+
+def test_help_on_each_command(capsys):
+    for command in ("demo", "stream", "replay", "explain", "validate-job"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "usage: streamjoin" in capsys.readouterr().out
+
+
+def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
+    root, _ = demo
+    assert main(["--root", str(root), "stream", str(JOBS_BY_NAME["payments_shipments"])]) == 0
+    out = capsys.readouterr().out
+    assert "nothing new to process" in out  # the demo's live run already consumed every commit
+    assert "payments_shipments_checkpoint" in out

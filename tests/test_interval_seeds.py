@@ -40,12 +40,20 @@ FINAL = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatche
 ACCOUNTED = FINAL + ("open", "unsettled")
 
 
+def concurrently(calls: dict) -> dict:
+    """Run independent jobs (zero-argument callables, by name) at once and return their results.
+
+    Jobs here are small, so their time goes to driver-side latency that overlaps well even on
+    two cores; each writes its own tables.
+    """
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = {name: pool.submit(call) for name, call in calls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
 def run_live(runners) -> None:
     """One available-now run of every runner, concurrently (each is its own streaming query)."""
-    runners = list(runners)
-    with ThreadPoolExecutor(len(runners)) as pool:
-        for done in [pool.submit(r.run, 900) for r in runners]:
-            done.result()
+    concurrently({i: (lambda r=r: r.run(900)) for i, r in enumerate(runners)})
 
 
 def read(spark, location: str):
@@ -195,10 +203,17 @@ def test_ksqldb_table_live(spark, ksql, join_type):
     assert accounting == KSQL_ACCOUNTING[join_type]
 
 
+@pytest.fixture(scope="module")
+def ksql_replays(spark, ksql):
+    """Exact replays of [0 s, 200 s) of the three join types over the final tables (run at once)."""
+    specs = {t: ksql_spec(ksql.root, t, "replay") for t in KSQL_TYPES}
+    metrics = concurrently({t: (lambda s=s: replay(spark, s, at(0), at(200), mode="exact")) for t, s in specs.items()})
+    return {t: (specs[t], metrics[t]) for t in KSQL_TYPES}
+
+
 @pytest.mark.parametrize("join_type", KSQL_TYPES)
-def test_ksqldb_table_replay_exact(spark, ksql, join_type):
-    spec = ksql_spec(ksql.root, join_type, "replay")
-    metrics = replay(spark, spec, at(0), at(200), mode="exact")
+def test_ksqldb_table_replay_exact(spark, ksql, ksql_replays, join_type):
+    spec, metrics = ksql_replays[join_type]
     assert metrics.balanced()
     assert source_counts(metrics) == KSQL_ACCOUNTING[join_type]
     assert metrics.total("carried_in") == 0
@@ -311,15 +326,36 @@ def stocks(spark, tmp_path_factory):
     live = {t: stocks_spec(roots["A"], t, "final" if t == "inner" else "eager", "live") for t in STOCKS_LIVE}
     runners, written = None, {}
     for index, (step_a, step_b) in enumerate(zip(PLAN_A, PLAN_B)):
-        for root, (side, names) in ((roots["A"], step_a), (roots["B"], step_b)):
-            batch = [rows[side][n] for n in names]
-            append(spark, root / side, [(stocks_time(t), value, ticker) for t, value, ticker in batch], OQ if side == "oq" else SP)
+        concurrently({
+            plan: (lambda root=root, side=side, names=names: append(
+                spark, root / side, [(stocks_time(t), v, ticker) for t, v, ticker in (rows[side][n] for n in names)],
+                OQ if side == "oq" else SP,
+            ))
+            for plan, root, (side, names) in (("A", roots["A"], step_a), ("B", roots["B"], step_b))
+        })
         if index in STOCKS_RUNS:
             if runners is None:
                 runners = [LiveRunner(spark, live[t], str(roots["A"] / f"checkpoint_{t}")) for t in STOCKS_LIVE]
             run_live(runners)
             written[index] = {t: stocks_out(read(spark, live[t].output.location)) for t in STOCKS_LIVE}
     return SimpleNamespace(roots=roots, live=live, written=written)
+
+
+STOCKS_REPLAYS = {  # name: (plan, join type, emission)
+    "inner": ("A", "inner", "final"),
+    "left": ("A", "left", "eager"),
+    "full_price_first": ("A", "full", "eager"),
+    "right": ("B", "right", "eager"),
+    "full_order_first": ("B", "full", "eager"),
+}
+
+
+@pytest.fixture(scope="module")
+def stocks_replays(spark, stocks):
+    """Exact replays of 05:00-05:04 over the final tables (run at once): name -> (rows, metrics)."""
+    specs = {name: stocks_spec(stocks.roots[plan], t, emit, "replay") for name, (plan, t, emit) in STOCKS_REPLAYS.items()}
+    metrics = concurrently({name: (lambda s=s: replay(spark, s, *WINDOW, mode="exact")) for name, s in specs.items()})
+    return {name: (stocks_out(read(spark, specs[name].output.location)), metrics[name]) for name in specs}
 
 
 def test_stocks_inner_live(spark, stocks):
@@ -337,17 +373,15 @@ def test_stocks_inner_live(spark, stocks):
     }
 
 
-def test_stocks_inner_replay_exact(spark, stocks):
-    spec = stocks_spec(stocks.roots["A"], "inner", "final", "replay")
-    metrics = replay(spark, spec, *WINDOW, mode="exact")
+def test_stocks_inner_replay_exact(stocks, stocks_replays):
+    rows, metrics = stocks_replays["inner"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    rows = stocks_out(read(spark, spec.output.location))
     assert until(rows, CLOCK) == seed_rows("inner_before_insert")
     assert rows - until(rows, CLOCK) == after_insert()
     assert rows == INNER_ALL == stocks.written[STOCKS_RUNS[-1]]["inner"]
 
 
-def test_stocks_left_eager_live_and_replay(spark, stocks):
+def test_stocks_left_eager_live_and_replay(spark, stocks, stocks_replays):
     """The LEFT listing: GOOGL's 05:03:15 order has no price yet when it arrives, so it is emitted
     padded at once, and joined again when the 05:03:20 GOOGL price arrives."""
     expected = seed_rows("left") + after_insert()
@@ -358,21 +392,17 @@ def test_stocks_left_eager_live_and_replay(spark, stocks):
     accounting, _ = live_accounting(spark, stocks.live["left"].output.location)
     assert accounting["oq"]["joined"] == 7 and accounting["oq"]["late"] == 0
 
-    spec = stocks_spec(stocks.roots["A"], "left", "eager", "replay")
-    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    rows, metrics = stocks_replays["left"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    rows = stocks_out(read(spark, spec.output.location))
     assert until(rows, CLOCK) == seed_rows("left")
     assert rows == expected
 
 
-def test_stocks_right_eager_replay(spark, stocks):
+def test_stocks_right_eager_replay(stocks_replays):
     """The RIGHT listing (plan B: the 05:02:10 order arrives before the 05:02:10 price): MSFT's
     05:03:15 price has no order until 05:03:28, so it is emitted padded at once."""
-    spec = stocks_spec(stocks.roots["B"], "right", "eager", "replay")
-    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    rows, metrics = stocks_replays["right"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    rows = stocks_out(read(spark, spec.output.location))
     assert until(rows, CLOCK) == seed_rows("right")
     assert rows == seed_rows("right") + after_insert()
 
@@ -382,27 +412,23 @@ def test_stocks_right_eager_replay(spark, stocks):
 # the price is padded). Whichever arrives first has no partner at or before its position and is
 # padded; SQLstream joins the two in the same millisecond. So FULL is the listing plus exactly one
 # padded 05:02:10 row, the one that arrived first.
-def test_stocks_full_eager_live_and_replay_price_first(spark, stocks):
+def test_stocks_full_eager_live_and_replay_price_first(stocks, stocks_replays):
     extra = Counter({("05:02:10", "IBM", None, 75): 1})
     expected = seed_rows("full") + after_insert() + extra
     assert stocks.written[STOCKS_RUNS[-1]]["full"] == expected
     assert stocks.written[STOCKS_RUNS[0]]["full"] == until(seed_rows("full"), "05:03:10") + extra + Counter(
         {("05:03:15", None, 1000, None): 1}
     )
-    spec = stocks_spec(stocks.roots["A"], "full", "eager", "replay")
-    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    rows, metrics = stocks_replays["full_price_first"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    rows = stocks_out(read(spark, spec.output.location))
     assert until(rows, CLOCK) == seed_rows("full") + extra
     assert rows == expected
 
 
-def test_stocks_full_eager_replay_order_first(spark, stocks):
+def test_stocks_full_eager_replay_order_first(stocks_replays):
     extra = Counter({("05:02:10", None, 750, None): 1})
-    spec = stocks_spec(stocks.roots["B"], "full", "eager", "replay")
-    metrics = replay(spark, spec, *WINDOW, mode="exact")
+    rows, metrics = stocks_replays["full_order_first"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    rows = stocks_out(read(spark, spec.output.location))
     assert rows == seed_rows("full") + after_insert() + extra
 
 

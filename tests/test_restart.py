@@ -58,7 +58,7 @@ class Tables:
         spec = with_output(self.spec, f"{self.root}/{name}")
         LiveRunner(self.spark, spec, f"{self.root}/{name}_checkpoint", **options).run()
 
-    def check_against_uninterrupted(self, name="out") -> None:
+    def check_against_uninterrupted(self, name="out"):
         """`name`'s live output equals one uninterrupted run's, an exact replay's and the reference's."""
         spark, root = self.spark, self.root
         self.live("single")

@@ -28,6 +28,7 @@ import pendulum
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
 from streamjoin import arrival, delta_io, kernel
 from streamjoin.arrival import SRC, TS, V
@@ -284,7 +285,15 @@ class LiveRunner:
     def _state(self, previous: Progress | None) -> DataFrame | None:
         if previous is None:
             return None
-        return self.spark.read.parquet(self._state_path(previous.batch))
+        # An explicit schema: a batch that closed every window leaves an empty folder behind.
+        return self.spark.read.schema(self._state_schema()).parquet(self._state_path(previous.batch))
+
+    def _state_schema(self) -> StructType:
+        fields = [StructField(_IDX, IntegerType())]
+        fields += [StructField(f"_sj_s{s.index}", self.structs[s.name]) for s in self.plan.sources]
+        fields += [StructField(arrival.T, LongType()), StructField(TS, LongType()), StructField(SRC, IntegerType()),
+                   StructField(V, LongType()), StructField(MATCHED, BooleanType()), StructField(PENDING, BooleanType())]
+        return StructType(fields)
 
     def _app_id(self) -> str:
         """A stable id per checkpoint: Delta's idempotent-write key for every table this query writes."""

@@ -48,6 +48,7 @@ class CommitStats:
     position: Position
     max_event: int | None
     rows: int
+    rejected: int = 0
     window_rows: int = 0
     window_rejected: int = 0
 
@@ -92,11 +93,12 @@ def commit_stats(rows: DataFrame, window: tuple[int, int] | None = None) -> list
     grouped = rows.groupBy(TS, SRC, V).agg(
         F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"),
         F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(F.col(REJECT).isNotNull(), 1)).alias("rejected"),
         F.count(F.when(owned, 1)).alias("window_rows"),
         F.count(F.when(owned & F.col(REJECT).isNotNull(), 1)).alias("window_rejected"),
     )
     return sorted(
-        (CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"], r["window_rows"], r["window_rejected"])
+        (CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"], r["rejected"], r["window_rows"], r["window_rejected"])
          for r in grouped.collect()),
         key=lambda c: c.position,
     )

@@ -168,12 +168,11 @@ class LiveRunner:
                 cached.append(pending)
                 settled[name] = pending.where(settled_test)
                 waiting[name] = pending.where(~settled_test)
+                own = [c for c in commits if c.position[1] == source.index]
                 counts[name] = SourceCounts(
-                    rows_in=sum(c.rows for c in commits if c.position[1] == source.index),
+                    rows_in=sum(c.rows for c in own), rejected=sum(c.rejected for c in own),
                     carried_in=previous.carried.get(name, 0) if previous else 0,
                 )
-            for name, rejected_count in _rejected_counts(new).items():
-                counts[name].rejected = rejected_count
             settled_commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
                 s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT)) for s in settled.values()
             ]))
@@ -307,15 +306,6 @@ class LiveRunner:
         app_id = f"streamjoin-{self.spec.name}-{uuid.uuid4()}"
         marker.write_text(json.dumps({"job": self.spec.name, "app_id": app_id}))
         return app_id
-
-
-def _rejected_counts(new: dict[str, DataFrame]) -> dict[str, int]:
-    union = reduce(DataFrame.unionByName, [
-        r.select(F.lit(name).alias("name"), arrival.REJECT) for name, r in new.items()
-    ])
-    rows = union.where(F.col(arrival.REJECT).isNotNull()).groupBy("name").count().collect()
-    found = {r["name"]: r["count"] for r in rows}
-    return {name: found.get(name, 0) for name in new}
 
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:

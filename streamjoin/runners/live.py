@@ -1,13 +1,14 @@
 """The live runner: Spark Structured Streaming over the sources' change data feeds, exactly once.
 
 Control flow of one micro-batch (foreachBatch):
-  1. If the progress log already records this batch, it completed before a restart: do nothing.
-  2. Read the state the previous batch left (rows still open, rows not yet settled) at the Delta
-     versions the progress log recorded for it.
-  3. Tag the new rows, write rejected rows, move the frontier, and hand the rows it settles, with
-     the open state, to the kernel (the same `kernel.step` the replay calls).
-  4. Write output, late rows, metrics and the new state with Delta's idempotent transactions
-     (txnAppId = this checkpoint's id, txnVersion = batch id), then append the progress record.
+  1. If a progress record exists for this batch, it completed before a restart: do nothing.
+  2. Read the state the previous batch left (rows still open, rows not yet settled): a parquet
+     folder per batch under <checkpoint>/streamjoin/state, trusted only once its record exists.
+  3. Tag the new rows, move the frontier, and hand the rows it settles, with the open state, to
+     the kernel (the same `kernel.step` the replay calls).
+  4. Write rejected rows, late rows, output and metrics with Delta's idempotent transactions
+     (txnAppId = this checkpoint's id, txnVersion = batch id), then the new state, then the
+     progress record (<checkpoint>/streamjoin/progress/<batch>.json, by atomic rename).
 A batch that fails anywhere is re-run by Spark from the checkpoint with the same input; the writes
 that already committed are skipped by Delta, the rest are recomputed from the same state.
 """

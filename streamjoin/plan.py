@@ -163,7 +163,7 @@ def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas:
     if not equi:
         raise JobError(
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
-            f"{right}; a {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
+            f"{right}; this {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
         )
     return BoundJoin(join, tuple(left_names), right, family, tuple(equi), " AND ".join(residual) or None)
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-from datetime import datetime
 
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
@@ -12,7 +10,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from conftest import append, at
 from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.session import JARS_DIR, PROJECT_ROOT
+from streamjoin.session import JARS_DIR
 
 EVENTS = StructType([StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())])
 
@@ -86,12 +84,3 @@ def test_set_up_put_exactly_the_fetched_jars_on_the_classpath(spark):
     assert spark.sparkContext.getConf().get("spark.jars.packages", "") == ""
     spark_jars = {name.rsplit("-", 1)[0] for name in os.listdir(os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars"))}
     assert not [j for j in jars if os.path.basename(j).rsplit("-", 1)[0] in spark_jars]  # no second copy of Spark's own
-
-
-def test_set_up_is_idempotent_and_quick_when_done():
-    """A second run of the set-up finds everything in place and changes nothing (CI runs the first, from a fresh clone)."""
-    before = sorted(os.listdir(JARS_DIR))
-    started = datetime.now()
-    subprocess.run(["bash", str(PROJECT_ROOT / "infra" / "setup.sh")], check=True, capture_output=True)
-    assert (datetime.now() - started).total_seconds() < 120
-    assert sorted(os.listdir(JARS_DIR)) == before

@@ -181,7 +181,7 @@ def ksql(spark, tmp_path_factory):
             if runners is None:
                 runners = [LiveRunner(spark, live[t], str(root / f"checkpoint_{t}")) for t in KSQL_TYPES]
             run_live(runners)
-            written[index] = {t: ksql_pairs(read(spark, live[t].output.location)) for t in KSQL_TYPES}
+            written[index] = concurrently({t: (lambda s=s: ksql_pairs(read(spark, s.output.location))) for t, s in live.items()})
     return SimpleNamespace(root=root, live=live, written=written)
 
 
@@ -312,18 +312,28 @@ STOCKS_ACCOUNTING = {  # replay of the slice: every row of the example joins (th
     "oq": dict(rows_in=7, rejected=0, late=0, joined=7, unmatched_emitted=0, unmatched_dropped=0, open=0, unsettled=0),
     "sp": dict(rows_in=6, rejected=0, late=0, joined=6, unmatched_emitted=0, unmatched_dropped=0, open=0, unsettled=0),
 }
-STOCKS_LIVE = ("inner", "left", "full")  # join types run live on plan A (outer ones eager)
+STOCKS_LIVE_ACCOUNTING = {  # live: the same, plus the trailing order, left unsettled
+    "oq": {**STOCKS_ACCOUNTING["oq"], "rows_in": 8, "unsettled": 1},
+    "sp": STOCKS_ACCOUNTING["sp"],
+}
+STOCKS_LIVE = {  # name: (plan, join type, emission), run live between the commits
+    "inner": ("A", "inner", "final"),
+    "left": ("A", "left", "eager"),
+    "full": ("A", "full", "eager"),
+    "right": ("B", "right", "eager"),
+}
 
 
 @pytest.fixture(scope="module")
 def stocks(spark, tmp_path_factory):
-    """Both arrival plans committed side by side; live runs on plan A between the commits."""
+    """Both arrival plans committed side by side, live runs (STOCKS_LIVE) after the 5th and the last
+    commit, with what each run had written by then."""
     roots = {"A": tmp_path_factory.mktemp("stocks_a"), "B": tmp_path_factory.mktemp("stocks_b")}
     rows = {side: stocks_rows(side) for side in ("oq", "sp")}
     for plan in (PLAN_A, PLAN_B):
         used = [(side, name) for side, names in plan for name in names]
         assert sorted(used) == sorted((side, name) for side in rows for name in rows[side]), "every seed row once"
-    live = {t: stocks_spec(roots["A"], t, "final" if t == "inner" else "eager", "live") for t in STOCKS_LIVE}
+    live = {name: stocks_spec(roots[plan], t, emit, "live") for name, (plan, t, emit) in STOCKS_LIVE.items()}
     runners, written = None, {}
     for index, (step_a, step_b) in enumerate(zip(PLAN_A, PLAN_B)):
         concurrently({
@@ -335,9 +345,9 @@ def stocks(spark, tmp_path_factory):
         })
         if index in STOCKS_RUNS:
             if runners is None:
-                runners = [LiveRunner(spark, live[t], str(roots["A"] / f"checkpoint_{t}")) for t in STOCKS_LIVE]
+                runners = [LiveRunner(spark, s, str(roots[STOCKS_LIVE[n][0]] / f"checkpoint_{n}")) for n, s in live.items()]
             run_live(runners)
-            written[index] = {t: stocks_out(read(spark, live[t].output.location)) for t in STOCKS_LIVE}
+            written[index] = concurrently({n: (lambda s=s: stocks_out(read(spark, s.output.location))) for n, s in live.items()})
     return SimpleNamespace(roots=roots, live=live, written=written)
 
 
@@ -358,6 +368,12 @@ def stocks_replays(spark, stocks):
     return {name: (stocks_out(read(spark, specs[name].output.location)), metrics[name]) for name in specs}
 
 
+def check_stocks_live_accounting(spark, stocks, name: str) -> None:
+    accounting, batches = live_accounting(spark, stocks.live[name].output.location)
+    assert batches >= len(STOCKS_RUNS)
+    assert accounting == STOCKS_LIVE_ACCOUNTING
+
+
 def test_stocks_inner_live(spark, stocks):
     out = stocks.live["inner"].output.location
     assert stocks_out(read(spark, out)) == INNER_ALL
@@ -365,12 +381,7 @@ def test_stocks_inner_live(spark, stocks):
     # After the 5th commit the frontier is the order commit (05:03:10 IBM, 05:03:15 GOOGL): the
     # price commit after it (05:03:15 MSFT, 05:03:20 GOOGL) waits, so only the IBM rows are out.
     assert stocks.written[STOCKS_RUNS[0]]["inner"] == until(INNER_ALL, "05:03:10")
-    accounting, batches = live_accounting(spark, out)
-    assert batches >= len(STOCKS_RUNS)
-    assert accounting == {
-        "oq": {**STOCKS_ACCOUNTING["oq"], "rows_in": 8, "unsettled": 1},  # + the trailing order
-        "sp": STOCKS_ACCOUNTING["sp"],
-    }
+    check_stocks_live_accounting(spark, stocks, "inner")
 
 
 def test_stocks_inner_replay_exact(stocks, stocks_replays):
@@ -388,9 +399,8 @@ def test_stocks_left_eager_live_and_replay(spark, stocks, stocks_replays):
     assert stocks.written[STOCKS_RUNS[-1]]["left"] == expected
     # Live, the padded row is out before its match exists: exactly the listing up to 05:03:15.
     assert stocks.written[STOCKS_RUNS[0]]["left"] == until(seed_rows("left"), "05:03:15")
-    assert (("05:03:15", None, 1000, None)) in stocks.written[STOCKS_RUNS[0]]["left"]
-    accounting, _ = live_accounting(spark, stocks.live["left"].output.location)
-    assert accounting["oq"]["joined"] == 7 and accounting["oq"]["late"] == 0
+    assert ("05:03:15", None, 1000, None) in stocks.written[STOCKS_RUNS[0]]["left"]
+    check_stocks_live_accounting(spark, stocks, "left")  # the padded GOOGL order counts as joined
 
     rows, metrics = stocks_replays["left"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
@@ -398,13 +408,19 @@ def test_stocks_left_eager_live_and_replay(spark, stocks, stocks_replays):
     assert rows == expected
 
 
-def test_stocks_right_eager_replay(stocks_replays):
+def test_stocks_right_eager_live_and_replay(spark, stocks, stocks_replays):
     """The RIGHT listing (plan B: the 05:02:10 order arrives before the 05:02:10 price): MSFT's
     05:03:15 price has no order until 05:03:28, so it is emitted padded at once."""
+    expected = seed_rows("right") + after_insert()
+    assert stocks.written[STOCKS_RUNS[-1]]["right"] == expected
+    # After the 5th commit the MSFT price (5th commit) still waits for the frontier: IBM rows only.
+    assert stocks.written[STOCKS_RUNS[0]]["right"] == until(seed_rows("right"), "05:03:10")
+    check_stocks_live_accounting(spark, stocks, "right")
+
     rows, metrics = stocks_replays["right"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
     assert until(rows, CLOCK) == seed_rows("right")
-    assert rows == seed_rows("right") + after_insert()
+    assert rows == expected
 
 
 # The FULL listing cannot come out as printed: it needs both the LEFT listing's order of the two
@@ -412,13 +428,14 @@ def test_stocks_right_eager_replay(stocks_replays):
 # the price is padded). Whichever arrives first has no partner at or before its position and is
 # padded; SQLstream joins the two in the same millisecond. So FULL is the listing plus exactly one
 # padded 05:02:10 row, the one that arrived first.
-def test_stocks_full_eager_live_and_replay_price_first(stocks, stocks_replays):
+def test_stocks_full_eager_live_and_replay_price_first(spark, stocks, stocks_replays):
     extra = Counter({("05:02:10", "IBM", None, 75): 1})
     expected = seed_rows("full") + after_insert() + extra
     assert stocks.written[STOCKS_RUNS[-1]]["full"] == expected
     assert stocks.written[STOCKS_RUNS[0]]["full"] == until(seed_rows("full"), "05:03:10") + extra + Counter(
         {("05:03:15", None, 1000, None): 1}
     )
+    check_stocks_live_accounting(spark, stocks, "full")
     rows, metrics = stocks_replays["full_price_first"]
     assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
     assert until(rows, CLOCK) == seed_rows("full") + extra

@@ -95,7 +95,7 @@ def test_several_available_now_runs_equal_one(spark, tmp_path):
     tables.live(max_files_per_trigger=1)
     tables.live()  # nothing new: a restart that runs no batch
     tables.write(PARTS[2])
-    tables.live(max_files_per_trigger=1)
+    tables.live()
     tables.check_against_uninterrupted()
     assert len(live_metrics(spark, tables.spec)) > 3
 

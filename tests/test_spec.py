@@ -177,3 +177,20 @@ def test_reserved_output_time_and_residual_split(spark, tables):
     assert plan.joins[0].equi == (("a.id", "b.id"),)
     assert plan.joins[0].residual == "(b.amount > a.amount)"
     assert plan.output_columns == ("a_id", "a_amount", "a_ts", "b_id", "b_amount", "b_ts")
+
+
+def test_runners_refuse_what_they_cannot_run_before_data_moves(spark, tables, tmp_path):
+    from streamjoin.errors import UnsupportedJobError
+    from streamjoin.kernel import family
+    from streamjoin.runners.replay import replay
+
+    enrichment = bound(tables, sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None)
+    with pytest.raises(UnsupportedJobError, match="stream-table joins are planned"):
+        family(bind(spark, enrichment))
+    three = copy.deepcopy(BASE_JOB)
+    three["sources"]["c"] = {"path": "a", "kind": "stream", "time": "ts"}
+    three["joins"].append({"join": "c", "type": "inner", "on": "a.id = c.id", "within": "1h"})
+    chain = spec_from_dict(three).with_root(tables)
+    with pytest.raises(UnsupportedJobError, match="chains 2 joins"):
+        replay(spark, chain, at(0), at(60))
+    assert not (tables / "out").exists()  # refused before anything was written

@@ -17,6 +17,7 @@ from streamjoin.errors import SetupError
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = Path(os.environ.get("STREAMJOIN_JARS", PROJECT_ROOT / ".jars"))
 DEFAULT_MASTER = "local[*]"
+_JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={PROJECT_ROOT / 'infra' / 'log4j2.properties'}"
 
 
 def delta_jars() -> list[str]:
@@ -58,8 +59,8 @@ def get_spark(
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", _JAVA_OPTIONS)
+        .config("spark.executor.extraJavaOptions", _JAVA_OPTIONS)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.default.parallelism", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")

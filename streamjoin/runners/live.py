@@ -83,7 +83,7 @@ class LiveRunner:
         self.home = f"{self.checkpoint}/streamjoin"
         self.app_id = self._app_id()
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
-        self.structs = {s.name: delta_io.schema(spark, s.spec.location) for s in self.plan.sources}
+        self.structs = {s.name: s.schema for s in self.plan.sources}
 
     # ---------------------------------------------------------------- query
 

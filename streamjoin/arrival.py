@@ -141,9 +141,13 @@ _MARKS_SCHEMA = StructType([
 ])
 
 
-def with_watermark(spark: SparkSession, rows: DataFrame, marks: dict[tuple[int, int], int | None]) -> DataFrame:
+def watermark_table(spark: SparkSession, marks: dict[tuple[int, int], int | None]) -> DataFrame:
+    """The watermark of each commit as a small DataFrame, to join onto rows with `with_watermark`."""
+    return spark.createDataFrame([(s, v, w) for (s, v), w in marks.items()], _MARKS_SCHEMA)
+
+
+def with_watermark(rows: DataFrame, table: DataFrame) -> DataFrame:
     """Attach to each row the watermark at its commit, as column `_sj_wm` (NULL: no watermark yet)."""
-    table = spark.createDataFrame([(s, v, w) for (s, v), w in marks.items()], _MARKS_SCHEMA)
     joined = rows.join(
         F.broadcast(table),
         (F.col(SRC) == F.col("_sj_msrc")) & (F.col(V) == F.col("_sj_mv")),

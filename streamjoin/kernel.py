@@ -89,8 +89,9 @@ def step(
         return F.lit(True) if window is None else (time >= F.lit(window[0])) & (time < F.lit(window[1]))
 
     on_time, late_parts, tally_parts = {}, [], []
+    table = arrival.watermark_table(spark, marks)
     for name, rows in settled.items():
-        marked = arrival.with_watermark(spark, rows, marks)
+        marked = arrival.with_watermark(rows, table)
         late = arrival.is_late()
         late_parts.append(arrival.side_rows(marked.where(late & inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)))
         tally_parts.append(marked.select(

@@ -21,7 +21,7 @@ from streamjoin.errors import HistoryNotRetainedError, JobError
 
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
-_CHANGE_TYPE = "_change_type"
+CHANGE_TYPE = "_change_type"
 
 
 def _is_path(location: str) -> bool:
@@ -101,14 +101,20 @@ def _sql_name(location: str) -> str:
     return f"delta.`{location}`" if _is_path(location) else location
 
 
-def read_inserts(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
-    """Rows inserted by commits [from_version, upto_version], with their commit version and time."""
+def read_changes(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
+    """Row changes of commits [from_version, upto_version] from the change data feed: inserts, update
+    post-images and deletes, with `_change_type`, `_commit_version` and `_commit_timestamp`."""
     reader = (
         spark.read.format("delta").option("readChangeFeed", "true")
         .option("startingVersion", from_version).option("endingVersion", upto_version)
     )
-    changes = _load(reader, location)
-    return changes.where(F.col(_CHANGE_TYPE) == "insert").drop(_CHANGE_TYPE)
+    return _load(reader, location).where(F.col(CHANGE_TYPE) != "update_preimage")
+
+
+def read_inserts(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
+    """Rows inserted by commits [from_version, upto_version], with their commit version and time."""
+    changes = read_changes(spark, location, upto_version, from_version)
+    return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
 def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
@@ -116,7 +122,7 @@ def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: in
     reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    return _load(reader, location).where(F.col(_CHANGE_TYPE) == "insert").drop(_CHANGE_TYPE)
+    return _load(reader, location).where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
 def check_retained(spark: SparkSession, location: str, upto_version: int) -> None:

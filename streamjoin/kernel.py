@@ -14,17 +14,20 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival
+from streamjoin import arrival, changelog
 from streamjoin.arrival import REJECT, T, CommitStats
+from streamjoin.changelog import TableInput
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins.interval import MATCHED, NEW, OUT_T, IntervalJoin
+from streamjoin.joins.temporal import TemporalJoin
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import Plan
 
 MODES = ("exact", "complete")
+ENRICHMENT = ("stream-table", "temporal", "asof")
 
 
-def family(plan: Plan) -> IntervalJoin:
+def family(plan: Plan) -> IntervalJoin | TemporalJoin:
     """The join-family kernel for a plan; refuses, before any data moves, what no kernel runs yet."""
     if len(plan.joins) != 1:
         raise UnsupportedJobError(
@@ -32,12 +35,14 @@ def family(plan: Plan) -> IntervalJoin:
             "for now (N-way chains are planned): split it into jobs whose outputs feed the next"
         )
     join = plan.joins[0]
-    if join.family != "interval":
-        raise UnsupportedJobError(
-            f"job {plan.spec.name!r}: {join.family} joins are planned but not runnable yet; "
-            "only stream-stream interval joins run today"
-        )
-    return IntervalJoin.from_plan(join)
+    if join.family == "interval":
+        return IntervalJoin.from_plan(join)
+    if join.family in ENRICHMENT:
+        return TemporalJoin.from_plan(join, plan.source(join.right))
+    raise UnsupportedJobError(
+        f"job {plan.spec.name!r}: {join.family} joins are planned but not runnable yet; "
+        "stream-stream interval joins and stream-table enrichment joins run today"
+    )
 
 
 @dataclass
@@ -72,14 +77,18 @@ def step(
     state: dict[str, DataFrame] | None = None,
     window: tuple[int, int] | None = None,
     keep_state: bool = False,
+    tables: dict[str, TableInput] | None = None,
 ) -> StepResult:
     """Run accepted, settled rows (by source name) through lateness and the join.
 
     `commits` are the settled commits in position order (in a replay, all of them up to the
     frontier, even those whose rows lie outside the slice); `max_before` is the largest event time
-    settled before them; `state` holds the rows an earlier step left open (live runner only).
+    settled before them; `state` holds the rows an earlier step left open (live runner only);
+    `tables` holds what is known of each table source (enrichment joins).
     """
     join = family(plan)
+    if isinstance(join, TemporalJoin):
+        return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state)
     marks, max_event = arrival.watermarks(commits, max_before, join.grace)
     if mode == "complete":
         marks = {}
@@ -133,3 +142,39 @@ def step(
         output=output, late=reduce(DataFrame.unionByName, late_parts), counts=counts,
         state=next_state, max_event=max_event, watermark=closing,
     )
+
+
+def _enrich(
+    spark: SparkSession, plan: Plan, join: TemporalJoin, settled: dict[str, DataFrame], mode: str,
+    state: dict[str, DataFrame] | None, table: TableInput, window: tuple[int, int] | None, keep_state: bool,
+) -> StepResult:
+    """A stream row against a table's versions: table lateness, versions, the lookup, accounting.
+
+    Stream rows are never late in these joins (joins/temporal.py); the table's changes are, when
+    their version time is below the table's watermark at their arrival (exact mode).
+    """
+    marks, largest = join.table_watermarks(table.commits, mode)
+    changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
+    accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
+    versions = changelog.versions(changes.where(accepted & ~late).drop(arrival.WM, REJECT), join.key, join.order)
+    tally = changes.where(table.counted).agg(
+        F.count(F.when(late, 1)).alias("late"), F.count(F.when(accepted & ~late, 1)).alias("applied"),
+    ).first()
+    late_rows = arrival.side_rows(changes.where(table.counted & late), join.table, F.lit("late"), F.col(arrival.WM))
+
+    rows = settled[join.stream]
+    if state is not None:
+        rows = state[join.stream].unionByName(rows)
+    known = join.known_until(table.newest_ts, table.stream_clock)
+    evaluation = join.evaluate(rows, versions, join.decided(known, largest), window=window, keep_state=keep_state)
+    decided = evaluation.counts[join.stream]
+    counts = {
+        join.stream: SourceCounts(
+            joined=decided.joined, unmatched_emitted=decided.unmatched_emitted,
+            unmatched_dropped=decided.unmatched_dropped, open=decided.open,
+        ),
+        join.table: SourceCounts(late=tally["late"], applied=tally["applied"]),
+    }
+    output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
+    horizon = (largest - join.grace if largest is not None else None) if join.variant == "temporal" and join.versioned_by_column else known
+    return StepResult(output=output, late=late_rows, counts=counts, state=evaluation.state, max_event=None, watermark=horizon)

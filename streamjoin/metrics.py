@@ -1,10 +1,11 @@
 """Run metrics: one row per replay slice or live micro-batch, and the accounting that must add up.
 
 Every input row of a run ends in exactly one bucket:
-    rows_in + carried_in = rejected + late + joined + unmatched_emitted + unmatched_dropped + open + unsettled
+    rows_in + carried_in = rejected + late + joined + unmatched_emitted + unmatched_dropped + open + unsettled + applied
 `carried_in` is what a live micro-batch inherits from the one before (rows still open or not yet
 settled); a replay starts from nothing. `open` rows are on time and unmatched with their window
-still open; `unsettled` rows arrived after the frontier (docs/semantics.md).
+still open (enrichment joins: not yet decided); `unsettled` rows arrived after the frontier;
+`applied` counts a table source's changes that became versions (docs/semantics.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pyspark.sql.types import (
     DoubleType, LongType, StringType, StructField, StructType, TimestampType,
 )
 
-BUCKETS = ("rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled")
+BUCKETS = ("rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled", "applied")
 
 
 @dataclass
@@ -34,6 +35,7 @@ class SourceCounts:
     unmatched_dropped: int = 0
     open: int = 0
     unsettled: int = 0
+    applied: int = 0
 
     def balanced(self) -> bool:
         return self.rows_in + self.carried_in == sum(getattr(self, b) for b in BUCKETS)
@@ -71,7 +73,8 @@ class RunMetrics:
         return (
             f"{self.job} {self.runner}/{self.mode}: in {total('rows_in')}, out {self.rows_out} | joined {total('joined')}, "
             f"unmatched emitted {total('unmatched_emitted')}, unmatched dropped {total('unmatched_dropped')}, "
-            f"late {total('late')}, rejected {total('rejected')}, open {total('open')}, unsettled {total('unsettled')} "
+            f"late {total('late')}, rejected {total('rejected')}, open {total('open')}, unsettled {total('unsettled')}"
+            + (f", table changes applied {total('applied')}" if total("applied") else "") + " "
             f"| adds up: {'yes' if self.balanced() else 'NO'}"
         )
 
@@ -95,7 +98,7 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         for run in runs:
             counts = run.sources[name]
             merged.rows_in += counts.rows_in
-            for bucket in ("rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped"):
+            for bucket in ("rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "applied"):
                 setattr(merged, bucket, getattr(merged, bucket) + getattr(counts, bucket))
         merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
         sources[name] = merged

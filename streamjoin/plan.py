@@ -12,7 +12,7 @@ from typing import Callable
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import BooleanType, StringType, StructType, TimestampNTZType, TimestampType
 
 from streamjoin import delta_io
 from streamjoin.errors import JobError
@@ -21,6 +21,8 @@ from streamjoin.timeutil import format_duration
 
 _IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
 _EQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*==?\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
+_INEQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*(<=|>=|<|>)\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
+_MIRROR = {"<=": ">=", ">=": "<=", "<": ">", ">": "<"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class BoundJoin:
     family: str
     equi: tuple[tuple[str, str], ...]
     residual: str | None
+    inequality: tuple[str, str, str] | None = None  # ASOF: (left column, operator, right column)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,16 @@ class Plan:
 
     def source(self, name: str) -> BoundSource:
         return next(s for s in self.sources if s.name == name)
+
+    @property
+    def streams(self) -> tuple[BoundSource, ...]:
+        """The append-only event sources, read as arrivals."""
+        return tuple(s for s in self.sources if s.spec.kind == "stream")
+
+    @property
+    def tables(self) -> tuple[BoundSource, ...]:
+        """The keyed sources that change over time, read as changelogs (streamjoin/changelog.py)."""
+        return tuple(s for s in self.sources if s.spec.kind == "table")
 
     def project(self, joined: DataFrame, out_time: Column) -> DataFrame:
         """Apply `where` and `select` to joined rows and add the output event time column."""
@@ -117,6 +130,12 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
     for column in source.key:
         if column not in names:
             raise JobError(f"{where}: key column {column!r} does not exist; columns are {', '.join(names)}")
+    if source.deleted is not None:
+        if source.deleted not in names:
+            raise JobError(f"{where}: tombstone column {source.deleted!r} (deleted) does not exist; columns are {', '.join(names)}")
+        if not isinstance(schema[source.deleted].dataType, BooleanType):
+            raise JobError(f"{where}: tombstone column {source.deleted!r} must be boolean (true deletes the key), not "
+                           f"{schema[source.deleted].dataType.simpleString()}")
     if source.time is None:
         return
     if source.time not in names:
@@ -133,16 +152,19 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
 
 def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType]) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
-    kinds = {spec.source(n).kind for n in left_names}, spec.source(join.source).kind
-    family = "interval" if kinds == ({"stream"}, "stream") else ("stream-table" if kinds[1] == "table" and "stream" in kinds[0] else "table-table")
+    family = _family(spec, join, left_names)
     right = join.source
     equi: list[tuple[str, str]] = []
     residual: list[str] = []
+    inequalities: list[tuple[str, str, str]] = []
     if join.on:
         for conjunct in split_conjuncts(join.on):
             pair = _equality(conjunct, left_names, right)
+            inequality = _inequality(conjunct, left_names, right) if join.asof else None
             if pair:
                 equi.append(pair)
+            elif inequality:
+                inequalities.append(inequality)
             else:
                 residual.append(f"({conjunct.strip()})")
     else:
@@ -165,7 +187,41 @@ def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas:
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
             f"{right}; this {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
         )
-    return BoundJoin(join, tuple(left_names), right, family, tuple(equi), " AND ".join(residual) or None)
+    if join.asof and len(inequalities) != 1:
+        found = "none" if not inequalities else f"{len(inequalities)} ({', '.join(' '.join(i) for i in inequalities)})"
+        raise JobError(
+            f"{where}: an ASOF join needs exactly one inequality (<=, <, >=, >) between a column of "
+            f"{' / '.join(left_names)} and a column of {right}, which says which rows are candidates and which is "
+            f"nearest; found {found}. Example: on: {left_names[0]}.sym = {right}.sym AND {right}.ts <= {left_names[0]}.ts"
+        )
+    return BoundJoin(join, tuple(left_names), right, family, tuple(equi), " AND ".join(residual) or None,
+                     inequalities[0] if join.asof else None)
+
+
+def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
+    """interval | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
+    left_kinds = {spec.source(n).kind for n in left_names}
+    right_kind = spec.source(join.source).kind
+    if left_kinds == {"stream"} and right_kind == "stream":
+        return "interval"
+    if right_kind == "table" and "stream" in left_kinds:
+        if join.asof:
+            return "asof"
+        return "temporal" if join.as_of == "event_time" else "stream-table"
+    return "table-table"
+
+
+def _inequality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[str, str, str] | None:
+    """`a.x <op> b.y` between a left and the right source, as (left column, op, right column)."""
+    match = _INEQUALITY.match(conjunct)
+    if not match:
+        return None
+    a_src, a_col, op, b_src, b_col = (g.strip("`") for g in match.groups())
+    if a_src in left_names and b_src == right:
+        return f"{a_src}.{a_col}", op, f"{b_src}.{b_col}"
+    if b_src in left_names and a_src == right:
+        return f"{b_src}.{b_col}", _MIRROR[op], f"{a_src}.{a_col}"
+    return None
 
 
 def _equality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:

@@ -22,8 +22,10 @@ from streamjoin.timeutil import format_duration, parse_duration
 SourceKind = Literal["stream", "table"]
 JoinType = Literal["inner", "left", "right", "full"]
 Emit = Literal["final", "eager"]
+AsOf = Literal["arrival", "event_time"]
 
 DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
+DEFAULT_CLOCK_SKEW = timedelta(seconds=2)  # how late a table commit may become visible (docs/semantics.md)
 _JOIN_TYPES = {
     "inner": "inner", "join": "inner",
     "left": "left", "left outer": "left", "left_outer": "left",
@@ -62,6 +64,9 @@ class Source:
     time: str | None = None
     time_format: str | None = None
     key: tuple[str, ...] = ()
+    changelog: bool = False
+    deleted: str | None = None
+    clock_skew: timedelta = DEFAULT_CLOCK_SKEW
 
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
@@ -73,6 +78,15 @@ class Source:
             raise JobError(f"{where}: give exactly one of 'path' (a Delta folder) or 'table' (a table name)")
         if self.kind == "stream" and not self.time:
             raise JobError(f"{where}: a stream needs 'time', the name of its event-time column")
+        if self.kind == "stream" and (self.changelog or self.deleted):
+            raise JobError(f"{where}: 'changelog' and 'deleted' describe table sources; make it kind: table or remove them")
+        if self.deleted and not self.changelog:
+            raise JobError(
+                f"{where}: 'deleted' names the tombstone column of an append-only changelog; add changelog: true "
+                "(a table updated in place records deletes in its change data feed)"
+            )
+        if self.clock_skew < timedelta(0):
+            raise JobError(f"{where}: clock_skew {format_duration(self.clock_skew)} is negative; write 0s or more")
         object.__setattr__(self, "key", tuple(self.key))
 
     @property
@@ -106,6 +120,8 @@ class Join:
     bounds: TimeBounds | None = None
     grace: timedelta = DEFAULT_GRACE
     emit: Emit = "final"
+    as_of: AsOf | None = None
+    asof: bool = False
 
     def __post_init__(self) -> None:
         where = f"join with {self.source!r}"
@@ -128,6 +144,16 @@ class Join:
             raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
         if self.emit == "eager" and self.type == "inner":
             raise JobError(f"{where}: 'emit: eager' applies to outer joins only; remove it or make the join left, right or full")
+        if self.as_of not in (None, "arrival", "event_time"):
+            raise JobError(
+                f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
+                "or 'event_time' (the version valid at the row's event time)"
+            )
+        if self.asof and self.as_of == "event_time":
+            raise JobError(
+                f"{where}: an ASOF join picks the nearest row by its own inequality; drop 'as_of: event_time' "
+                "(the table rows it searches are those present when the stream row arrived)"
+            )
 
 
 @dataclass(frozen=True)
@@ -236,6 +262,15 @@ def _validate(spec: JoinSpec) -> None:
             raise JobError(f"{link}: 'within'/'between' apply to stream-stream joins only; remove them from this {left_kind}-{right_kind} join")
         if pair != ("stream", "stream") and join.emit == "eager":
             raise JobError(f"{link}: 'emit: eager' applies to stream-stream outer joins only")
+        if pair != ("stream", "table") and (join.as_of or join.asof):
+            raise JobError(f"{link}: 'as_of' and 'asof' apply to stream-table joins only; remove them from this {left_kind}-{right_kind} join")
+        table = spec.source(join.source)
+        if right_kind == "table" and not table.key:
+            what = "an ASOF" if join.asof else ("an event-time temporal" if join.as_of == "event_time" else "a")
+            raise JobError(
+                f"{link}: {what} join against table {table.name!r} needs the table's primary key, which identifies "
+                f"the versions of a row: add key: [<column>, ...] to source {table.name!r}"
+            )
         # The result of joining a stream with anything is a stream; table-table stays a table.
         left_kind = "stream" if "stream" in pair else "table"
 
@@ -270,10 +305,13 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     sources = []
     for name, body in sources_doc.items():
         body = body or {}
-        _only(body, {"path", "table", "kind", "time", "time_format", "key"}, f"{origin}: source {name!r}")
+        where = f"{origin}: source {name!r}"
+        _only(body, {"path", "table", "kind", "time", "time_format", "key", "changelog", "deleted", "clock_skew"}, where)
+        skew = parse_duration(body["clock_skew"], f"{where}: clock_skew") if "clock_skew" in body else DEFAULT_CLOCK_SKEW
         sources.append(Source(
             name=str(name), kind=body.get("kind", "stream"), path=body.get("path"), table=body.get("table"),
             time=body.get("time"), time_format=body.get("time_format"), key=_names(body.get("key")),
+            changelog=bool(body.get("changelog", False)), deleted=body.get("deleted"), clock_skew=skew,
         ))
     joins_doc = document["joins"]
     if not isinstance(joins_doc, list):
@@ -301,7 +339,7 @@ def _join_from_dict(item: Any, origin: str) -> Join:
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(f"{origin}: each entry of 'joins' needs 'join: <source name>'")
     where = f"{origin}: join with {item['join']!r}"
-    _only(item, {"join", "type", "on", "using", "natural", "within", "between", "grace", "emit"}, where)
+    _only(item, {"join", "type", "on", "using", "natural", "within", "between", "grace", "emit", "as_of", "asof"}, where)
     bounds = None
     if "within" in item and "between" in item:
         raise JobError(f"{where}: give either 'within' or 'between', not both")
@@ -320,6 +358,7 @@ def _join_from_dict(item: Any, origin: str) -> Join:
         source=str(item["join"]), type=item.get("type", "inner"), on=item.get("on"),
         using=_names(item.get("using")), natural=bool(item.get("natural", False)),
         bounds=bounds, grace=grace, emit=item.get("emit", "final"),
+        as_of=item.get("as_of"), asof=bool(item.get("asof", False)),
     )
 
 

@@ -18,8 +18,9 @@ import pendulum
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival, delta_io, kernel
+from streamjoin import arrival, changelog, delta_io, kernel
 from streamjoin.arrival import T, TS
+from streamjoin.changelog import TableInput
 from streamjoin.errors import JobError
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
@@ -29,12 +30,20 @@ from streamjoin.timeutil import from_micros, to_micros
 
 @dataclass(frozen=True)
 class Inputs:
-    """Each stream source's arrivals up to its pinned version, and the commits they came in."""
+    """Each stream source's arrivals up to its pinned version, and the commits they came in; each
+    table source's changes up to its pinned version, and its commits."""
 
     versions: dict[str, int]
     rows: dict[str, DataFrame]
     commits: list[arrival.CommitStats]
     frontier: arrival.Position | None
+    changes: dict[str, DataFrame]
+    table_commits: dict[str, list[arrival.CommitStats]]
+
+    @property
+    def stream_clock(self) -> int | None:
+        """The newest commit timestamp among the stream sources."""
+        return max((c.position[0] for c in self.commits), default=None)
 
 
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
@@ -56,12 +65,18 @@ def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], windo
             delta_io.read_inserts(spark, s.spec.location, versions[s.name]),
             s.index, s.raw_time(), s.event_time(), s.keys,
         )
-        for s in plan.sources
+        for s in plan.streams
     }
-    union = reduce(DataFrame.unionByName, [r.select(T, TS, arrival.SRC, arrival.V, arrival.REJECT) for r in rows.values()])
+    union = reduce(DataFrame.unionByName, [_timing(r) for r in rows.values()])
     commits = arrival.commit_stats(union, window)
-    frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.sources))
-    return Inputs(versions, rows, commits, frontier)
+    frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.streams))
+    changes = {s.name: changelog.read(spark, s, versions[s.name]) for s in plan.tables}
+    table_commits = {name: arrival.commit_stats(_timing(c), window) for name, c in changes.items()}
+    return Inputs(versions, rows, commits, frontier, changes, table_commits)
+
+
+def _timing(rows: DataFrame) -> DataFrame:
+    return rows.select(T, TS, arrival.SRC, arrival.V, arrival.REJECT)
 
 
 def replay(
@@ -92,7 +107,7 @@ def replay(
         return (time_col >= F.lit(a)) & (time_col < F.lit(b))
 
     settled_rows, counts, rejected_parts, cached = {}, {}, [], []
-    for source in plan.sources:
+    for source in plan.streams:
         rows = inputs.rows[source.name]
         accepted, rejected = kernel.split_rejected(rows)
         rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(within(F.coalesce(F.col(T), F.col(TS)), lo, hi))))
@@ -107,7 +122,16 @@ def replay(
             unsettled=sum(c.window_rows - c.window_rejected for c in own if c.position > (inputs.frontier or (-1, -1, -1))),
         )
 
-    result = kernel.step(spark, plan, settled_rows, settled_commits, None, mode, window=(lo, hi))
+    tables = {}
+    for source in plan.tables:
+        changes = inputs.changes[source.name]
+        owned = within(F.coalesce(F.col(T), F.col(TS)), lo, hi)
+        rejected_parts.append(kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull())))
+        tables[source.name] = TableInput(changes, inputs.table_commits[source.name], pinned[source.name], owned, inputs.stream_clock)
+        own = inputs.table_commits[source.name]
+        counts[source.name] = SourceCounts(rows_in=sum(c.window_rows for c in own), rejected=sum(c.window_rejected for c in own))
+
+    result = kernel.step(spark, plan, settled_rows, settled_commits, None, mode, window=(lo, hi), tables=tables)
     out = spec.output
     output = result.output.persist()
     cached.append(output)
@@ -124,6 +148,7 @@ def replay(
         c = counts[name]
         c.late, c.joined, c.open = decided.late, decided.joined, decided.open
         c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
+        c.applied = decided.applied
     metrics = RunMetrics(
         job=spec.name, runner="replay", mode=mode, run_id=str(uuid.uuid4()), started_at=started_at,
         slice_start=start, slice_end=end, versions=pinned,

@@ -1,0 +1,118 @@
+"""Table sources: a keyed relation that changes over time, read as one changelog of versions.
+
+A `table` source comes in one of two physical forms, and both become the same changelog:
+
+- **in place** (default): a Delta table changed by INSERT, UPDATE, MERGE and DELETE. Its change
+  data feed gives every insert, update post-image and delete with the commit that made it.
+- **changelog** (`changelog: true`): an append-only Delta table in which each row is the new
+  value of its key, like a compacted topic. A row is a tombstone (deletes its key) when its
+  `deleted` column is true or, without one, when every value column (neither key nor time) is
+  NULL (ksqlDB).
+
+Each change carries its *version time* `_sj_t`: the declared `time` column, or the commit
+timestamp when the table declares none (a delete of an in-place table has no time of its own and
+takes its commit timestamp); its arrival position (`_sj_ts`, `_sj_src`, `_sj_v`); `_sj_del` for a
+tombstone; and a rejection reason (NULL primary key, NULL or unparseable version time).
+
+`versions` turns accepted changes into validity intervals per primary key, ordered either by
+arrival (what the table held when a row arrived) or by version time (what was valid at an event
+time): the versioned table that the temporal join family (`joins/temporal.py`) looks up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from streamjoin import delta_io
+from streamjoin.arrival import BAD_TIME, NULL_KEY, NULL_TIME, REJECT, SRC, TS, T, V, CommitStats, user_columns
+from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.plan import BoundSource
+
+DELETED = "_sj_del"    # the change deletes its key (a tombstone)
+VALID_FROM = "_sj_from"  # a version is valid for  from <= x < to  (to NULL: still valid)
+VALID_TO = "_sj_to"
+ORDERS = ("arrival", "event_time")
+
+
+@dataclass(frozen=True)
+class TableInput:
+    """What a step knows of one table source: every change committed up to `version`, which of them
+    this run counts in its metrics (`counted`), the table's commits, and the newest commit
+    timestamp among the job's stream sources (`stream_clock`), which bounds what the table can
+    still add before it (docs/semantics.md, clock skew)."""
+
+    changes: DataFrame
+    commits: list[CommitStats]
+    version: int
+    counted: Column
+    stream_clock: int | None
+
+    @property
+    def newest_ts(self) -> int | None:
+        return max((c.position[0] for c in self.commits), default=None)
+
+
+def read(spark: SparkSession, source: BoundSource, upto_version: int, from_version: int = 0) -> DataFrame:
+    """The table's changes in commits [from_version, upto_version], tagged (see module docstring)."""
+    spec = source.spec
+    raw = delta_io.read_changes(spark, spec.location, upto_version, from_version)
+    commit_time = F.unix_micros(F.col(COMMIT_TIMESTAMP))
+    deleted = F.col(CHANGE_TYPE) == "delete"
+    if spec.changelog:
+        if spec.deleted:
+            deleted = F.coalesce(F.col(f"`{spec.deleted}`"), F.lit(False))
+        else:
+            values = [c for c in source.schema.fieldNames() if c not in spec.key and c != spec.time]
+            deleted = F.lit(bool(values))
+            for column in values:
+                deleted = deleted & F.col(f"`{column}`").isNull()
+    if spec.time:
+        raw_time, version_time = source.raw_time(), source.event_time()
+        if not spec.changelog:  # a delete has no time of its own: it happens at its commit
+            raw_time = F.when(deleted, F.col(COMMIT_TIMESTAMP)).otherwise(raw_time)
+            version_time = F.when(deleted, commit_time).otherwise(version_time)
+    else:
+        raw_time, version_time = F.col(COMMIT_TIMESTAMP), commit_time
+    null_key = F.lit(False)
+    for column in spec.key:
+        null_key = null_key | F.col(f"`{column}`").isNull()
+    reason = (
+        F.when(null_key, F.lit(NULL_KEY))
+        .when(raw_time.isNull(), F.lit(NULL_TIME))
+        .when(version_time.isNull(), F.lit(BAD_TIME))
+    )
+    return raw.select(
+        *[F.col(f"`{c}`") for c in source.schema.fieldNames()],
+        version_time.alias(T),
+        commit_time.alias(TS),
+        F.lit(source.index).alias(SRC),
+        F.col(COMMIT_VERSION).cast("long").alias(V),
+        deleted.alias(DELETED),
+        reason.alias(REJECT),
+    )
+
+
+def versions(changes: DataFrame, key: tuple[str, ...], order: str) -> DataFrame:
+    """Accepted changes as versions valid over [_sj_from, _sj_to), one at a time per primary key.
+
+    `arrival`: a change is valid from its commit timestamp until the key's next change; several
+    changes of a key in one commit are ordered by version time (then by their content, so the
+    choice is deterministic) and only the last is ever visible. `event_time`: a change is valid
+    from its version time until the key's next version time (a later commit wins a tie).
+    """
+    tie = F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(changes)]))
+    if order == "arrival":
+        start, sequence = F.col(TS), [F.col(TS), F.col(V), F.col(T), tie]
+    else:
+        start, sequence = F.col(T), [F.col(T), F.col(TS), F.col(V), tie]
+    by_key = Window.partitionBy(*[F.col(f"`{c}`") for c in key]).orderBy(*sequence)
+    return changes.withColumn(VALID_FROM, start).withColumn(VALID_TO, F.lead(start).over(by_key))
+
+
+def valid_at(point: Column, prefix: str = "") -> Column:
+    """The version (columns under `prefix`) is valid at `point`, and is not a tombstone."""
+    start, stop, deleted = (F.col(f"{prefix}{c}") for c in (VALID_FROM, VALID_TO, DELETED))
+    return (start <= point) & (stop.isNull() | (point < stop)) & ~deleted

@@ -1,0 +1,176 @@
+"""Enrichment joins of a stream with a table: stream-table, event-time temporal, and ASOF.
+
+Each stream row looks up one state of the table, chosen by a point in time, and joins the rows of
+that state that satisfy the condition. Only stream rows trigger output; table changes never do
+(ksqlDB, Lenses, Flink). The three variants differ only in which state a row sees:
+
+- **stream-table** (`as_of: arrival`, the default; ksqlDB/Lenses/SQLstream, Flink and RisingWave
+  processing-time joins): the table as it was when the row arrived, i.e. every change committed
+  at or before the row's commit timestamp. Decided from the Delta log, so it is replayable.
+- **event-time temporal** (`as_of: event_time`, Flink FOR SYSTEM_TIME AS OF): per primary key, the
+  version whose validity holds the row's event time, versions ordered by version time.
+- **ASOF** (`asof: true`, RisingWave): among the rows the table held when the row arrived, those
+  with equal keys that satisfy the one inequality, and of them the nearest (`right <= left` and
+  `right < left` pick the largest right value, `>=` and `>` the smallest).
+
+A row is *decided* once the table can no longer change the answer:
+- arrival and ASOF: once the table's log is known up to the row's commit timestamp: the table has
+  committed at or after it, or some stream has committed `clock_skew` after it (a table commit
+  made later carries a later timestamp; docs/semantics.md).
+- event time: once the row's event time is below the table's horizon: for version times from a
+  column, the table's watermark (largest version time minus grace), below which a change would be
+  late; for commit-time versions, the time up to which the log is known (as above).
+Undecided rows wait (live state, `open` in the metrics). Stream rows are never late here: their
+answer depends only on the table's versions, which Delta keeps. Table changes with a version time
+column are late when below the table's watermark at their arrival (exact mode) and then never
+become versions; `complete` mode applies every change.
+
+Output event time is the stream row's event time. INNER drops a decided row without a match;
+LEFT pads it with NULLs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from streamjoin import changelog
+from streamjoin.arrival import T, TS, CommitStats, watermarks
+from streamjoin.joins.interval import OUT_T, Evaluation, SideCounts
+from streamjoin.plan import BoundJoin, BoundSource
+from streamjoin.timeutil import to_micros
+
+DECIDED = "_sj_decided"
+_NEAREST = "_sj_nearest"
+
+
+@dataclass(frozen=True)
+class TemporalJoin:
+    stream: str
+    table: str
+    type: str        # inner | left
+    variant: str     # stream-table | temporal | asof
+    key: tuple[str, ...]
+    versioned_by_column: bool  # version times from the table's `time` column, else commit timestamps
+    grace: int       # microseconds
+    clock_skew: int  # microseconds
+    equi: tuple[tuple[str, str], ...]
+    residual: str | None
+    inequality: tuple[str, str, str] | None
+
+    @classmethod
+    def from_plan(cls, join: BoundJoin, table: BoundSource) -> "TemporalJoin":
+        spec = join.spec
+        return cls(
+            stream=join.left[0], table=join.right, type=spec.type, variant=join.family, key=table.spec.key,
+            versioned_by_column=table.spec.time is not None, grace=to_micros(spec.grace),
+            clock_skew=to_micros(table.spec.clock_skew), equi=join.equi, residual=join.residual,
+            inequality=join.inequality,
+        )
+
+    @property
+    def order(self) -> str:
+        """How versions are ordered: by arrival, or by version time (event-time temporal)."""
+        return "event_time" if self.variant == "temporal" else "arrival"
+
+    def margins(self, side: str) -> tuple[int, int]:
+        """A slice owns its stream rows by event time and needs no stream rows beyond it."""
+        return 0, 0
+
+    # ------------------------------------------------------------------ time
+
+    def table_watermarks(self, commits: list[CommitStats], mode: str) -> tuple[dict, int | None]:
+        """The table's watermark at each of its commits (lateness of changes), and its largest
+        version time. Commit-time versions are never late; neither is anything in complete mode."""
+        marks, largest = watermarks(commits, None, self.grace)
+        if not self.versioned_by_column or mode == "complete" or self.variant != "temporal":
+            marks = {}
+        return marks, largest
+
+    def known_until(self, table_newest: int | None, stream_clock: int | None) -> int | None:
+        """The commit timestamp up to which the table's log is complete."""
+        bounds = [b for b in (table_newest, None if stream_clock is None else stream_clock - self.clock_skew) if b is not None]
+        return max(bounds, default=None)
+
+    def decided(self, known: int | None, largest_version_time: int | None) -> Column:
+        """The stream row's answer can no longer change (module docstring)."""
+        if self.variant == "temporal":
+            if self.versioned_by_column:
+                if largest_version_time is None:
+                    return F.lit(False)
+                return F.col(T) < F.lit(largest_version_time - self.grace)
+            return F.lit(False) if known is None else F.col(T) <= F.lit(known)
+        return F.lit(False) if known is None else F.col(TS) <= F.lit(known)
+
+    # ------------------------------------------------------------------ matching
+
+    def _col(self, side: str, name: str) -> Column:
+        return F.col(f"{side}.`{name}`")
+
+    def condition(self) -> Column:
+        """Equal keys, the version valid at the row's point in time, the residual, and for ASOF the inequality."""
+        S, R = self.stream, self.table
+        point = self._col(S, T) if self.order == "event_time" else self._col(S, TS)
+        cond = changelog.valid_at(point, prefix=f"{R}.")
+        for left_col, right_col in self.equi:
+            cond = cond & (F.expr(left_col) == F.expr(right_col))
+        if self.inequality:
+            left_col, op, right_col = self.inequality
+            cond = cond & F.expr(f"{left_col} {op} {right_col}")
+        if self.residual:
+            cond = cond & F.expr(self.residual)
+        return cond
+
+    def evaluate(
+        self, rows: DataFrame, versions: DataFrame, decided: Column,
+        window: tuple[int, int] | None = None, keep_state: bool = False,
+    ) -> Evaluation:
+        """Join the decided stream rows with the table's versions; keep the rest (live state).
+
+        With `window` (a replay slice), only rows whose event time lies in it are emitted and counted.
+        """
+        S, R = self.stream, self.table
+        inside = F.lit(True) if window is None else (F.col(T) >= F.lit(window[0])) & (F.col(T) < F.lit(window[1]))
+        marked = rows.withColumn(DECIDED, decided)
+        ready = marked.where(F.col(DECIDED) & inside).drop(DECIDED)
+        joined = ready.alias(S).join(versions.alias(R), self.condition(), "left_outer")
+        if self.inequality:
+            joined = self._nearest(joined, ready.columns)
+        matched = self._col(R, TS).isNotNull()
+        joined = joined.withColumn(OUT_T, self._col(S, T))
+        emitted = joined if self.type == "left" else joined.where(matched)
+        stats = marked.agg(
+            F.count(F.when(F.col(DECIDED) & inside, 1)).alias("decided"),
+            F.count(F.when(~F.col(DECIDED) & inside, 1)).alias("open"),
+        ).first()
+        unmatched = joined.where(~matched).count()
+        counts = {
+            S: SideCounts(
+                joined=stats["decided"] - unmatched,
+                unmatched_emitted=unmatched if self.type == "left" else 0,
+                unmatched_dropped=0 if self.type == "left" else unmatched,
+                open=stats["open"],
+            ),
+        }
+        state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
+        return Evaluation([emitted], counts, state)
+
+    def _nearest(self, joined: DataFrame, stream_columns: list[str]) -> DataFrame:
+        """Per stream row, keep only its nearest candidate (ties broken by the table row's content)."""
+        S, R = self.stream, self.table
+        _, op, right_col = self.inequality
+        tie = F.to_json(F.struct(*[self._col(R, c) for c in _user_columns(joined, R)]))
+        order = F.struct(F.expr(right_col).alias("v"), tie.alias("t"))
+        by_row = Window.partitionBy(*[self._col(S, c) for c in stream_columns])
+        # left >= right (or >): the largest right value is nearest; left <= right (or <): the smallest.
+        best = F.max(order).over(by_row) if op in (">=", ">") else F.min(order).over(by_row)
+        return joined.withColumn(_NEAREST, best).where(
+            self._col(R, TS).isNull() | (F.col(_NEAREST) == order)
+        ).drop(_NEAREST)
+
+
+def _user_columns(joined: DataFrame, alias: str) -> list[str]:
+    """The table's user columns in a joined frame (by the table's alias)."""
+    return [f.name for f in joined.select(f"{alias}.*").schema.fields if not f.name.startswith("_sj_")]

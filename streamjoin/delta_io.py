@@ -117,12 +117,19 @@ def read_inserts(spark: SparkSession, location: str, upto_version: int, from_ver
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
-def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
-    """A streaming DataFrame of inserted rows with their commit version and time, from version 0."""
+def stream_changes(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
+    """A streaming DataFrame of the change data feed (every change type, with `_change_type`,
+    commit version and time), from version 0."""
     reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    return _load(reader, location).where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
+    return _load(reader, location)
+
+
+def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
+    """A streaming DataFrame of inserted rows with their commit version and time, from version 0."""
+    changes = stream_changes(spark, location, max_files_per_trigger)
+    return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
 def check_retained(spark: SparkSession, location: str, upto_version: int) -> None:

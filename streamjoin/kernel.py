@@ -163,8 +163,8 @@ def _enrich(
     late_rows = arrival.side_rows(changes.where(table.counted & late), join.table, F.lit("late"), F.col(arrival.WM))
 
     rows = settled[join.stream]
-    if state is not None:
-        rows = state[join.stream].unionByName(rows)
+    if state is not None:  # the live runner's undecided rows
+        rows = state[join.stream].drop(MATCHED).unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
     known = join.known_until(table.newest_ts, table.stream_clock)
     evaluation = join.evaluate(rows, versions, join.decided(known, largest), window=window, keep_state=keep_state)
     decided = evaluation.counts[join.stream]

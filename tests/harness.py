@@ -12,12 +12,15 @@ from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from concurrent.futures import ThreadPoolExecutor
+
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
 from conftest import BASE, at
 from reference import Event
+from streamjoin.metrics import BUCKETS
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
 
 SCHEMA = StructType([
@@ -116,3 +119,80 @@ def live_metrics(spark, spec: JoinSpec) -> list:
 
 def by_source(row) -> dict[str, dict[str, int]]:
     return json.loads(row["by_source"])
+
+
+# ---------------------------------------------------------------------------- runs and their accounting
+
+FINAL = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped")
+ACCOUNTED = FINAL + ("open", "unsettled")
+
+
+def concurrently(calls: dict) -> dict:
+    """Run independent jobs (zero-argument callables, by name) at once and return their results.
+
+    Jobs here are small, so their time goes to driver-side latency that overlaps well even on
+    two cores; each writes its own tables.
+    """
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = {name: pool.submit(call) for name, call in calls.items()}
+        return {name: future.result() for name, future in futures.items()}
+
+
+def run_live(runners) -> None:
+    """One available-now run of every runner, concurrently (each is its own streaming query)."""
+    concurrently({i: (lambda r=r: r.run(900)) for i, r in enumerate(runners)})
+
+
+def read(spark, location: str):
+    return spark.read.format("delta").load(location).collect()
+
+
+def source_counts(metrics) -> dict[str, dict[str, int]]:
+    """A replay's accounting per source, in the buckets that must add up."""
+    return {name: {b: getattr(c, b) for b in ACCOUNTED} for name, c in metrics.sources.items()}
+
+
+def live_accounting(spark, output: str, final: tuple[str, ...] = FINAL) -> tuple[dict[str, dict[str, int]], int]:
+    """Check every live micro-batch's metrics balance and chain; return the run's accounting.
+
+    Per batch and per source: rows_in + carried_in = rejected + late + joined + unmatched_emitted
+    + unmatched_dropped + open + unsettled, and a batch carries in exactly what the one before
+    left open or unsettled. The accounting of the whole run is the sum of the final buckets over
+    the batches plus what the last batch left open or unsettled.
+    """
+    rows = sorted(read(spark, f"{output}_metrics"), key=lambda r: r.batch)
+    totals: dict[str, Counter] = {}
+    previous = None
+    for row in rows:
+        assert row.runner == "live"
+        assert row.rows_in + row.carried_in == sum(row[b] for b in BUCKETS), row
+        by_source = json.loads(row.by_source)
+        for name, c in by_source.items():
+            assert c["rows_in"] + c["carried_in"] == sum(c[b] for b in BUCKETS), (row.batch, name, c)
+            carried = 0 if previous is None else previous[name]["open"] + previous[name]["unsettled"]
+            assert c["carried_in"] == carried, (row.batch, name, c)
+            totals.setdefault(name, Counter()).update({b: c[b] for b in final})
+        previous = by_source
+    accounting = {
+        name: {**{b: t[b] for b in final}, "open": previous[name]["open"], "unsettled": previous[name]["unsettled"]}
+        for name, t in totals.items()
+    }
+    return accounting, len(rows)
+
+
+# ---------------------------------------------------------------------------- table sources
+
+def upsert(spark, path: str, rows, schema, key: tuple[str, ...]) -> None:
+    """One MERGE commit: insert or update `rows` by `key` (a table updated in place); creates the table."""
+    frame = spark.createDataFrame(rows, schema)
+    if not DeltaTable.isDeltaTable(spark, path):
+        frame.write.format("delta").save(path)
+        return
+    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+    (DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), condition)
+     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+
+def delete(spark, path: str, condition: str) -> None:
+    """One DELETE commit on a table updated in place."""
+    DeltaTable.forPath(spark, path).delete(condition)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,8 +24,8 @@ import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
 from conftest import append, at
+from harness import concurrently, live_accounting, read, run_live, source_counts
 from streamjoin.errors import JobError
-from streamjoin.metrics import BUCKETS
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
@@ -35,63 +34,6 @@ from streamjoin.spec import spec_from_dict
 DATA = Path(__file__).parent / "data"
 KSQL = json.loads((DATA / "ksqldb_stream_stream.json").read_text())
 STOCKS = json.loads((DATA / "sqlstream_stocks.json").read_text())
-
-FINAL = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped")
-ACCOUNTED = FINAL + ("open", "unsettled")
-
-
-def concurrently(calls: dict) -> dict:
-    """Run independent jobs (zero-argument callables, by name) at once and return their results.
-
-    Jobs here are small, so their time goes to driver-side latency that overlaps well even on
-    two cores; each writes its own tables.
-    """
-    with ThreadPoolExecutor(len(calls)) as pool:
-        futures = {name: pool.submit(call) for name, call in calls.items()}
-        return {name: future.result() for name, future in futures.items()}
-
-
-def run_live(runners) -> None:
-    """One available-now run of every runner, concurrently (each is its own streaming query)."""
-    concurrently({i: (lambda r=r: r.run(900)) for i, r in enumerate(runners)})
-
-
-def read(spark, location: str):
-    return spark.read.format("delta").load(location).collect()
-
-
-def source_counts(metrics) -> dict[str, dict[str, int]]:
-    """A replay's accounting per source, in the buckets that must add up."""
-    return {name: {b: getattr(c, b) for b in ACCOUNTED} for name, c in metrics.sources.items()}
-
-
-def live_accounting(spark, output: str) -> tuple[dict[str, dict[str, int]], int]:
-    """Check every live micro-batch's metrics balance and chain; return the run's accounting.
-
-    Per batch and per source: rows_in + carried_in = rejected + late + joined + unmatched_emitted
-    + unmatched_dropped + open + unsettled, and a batch carries in exactly what the one before
-    left open or unsettled. The accounting of the whole run is the sum of the final buckets over
-    the batches plus what the last batch left open or unsettled.
-    """
-    rows = sorted(read(spark, f"{output}_metrics"), key=lambda r: r.batch)
-    totals: dict[str, Counter] = {}
-    previous = None
-    for row in rows:
-        assert row.runner == "live"
-        assert row.rows_in + row.carried_in == sum(row[b] for b in BUCKETS), row
-        by_source = json.loads(row.by_source)
-        for name, c in by_source.items():
-            assert c["rows_in"] + c["carried_in"] == sum(c[b] for b in BUCKETS), (row.batch, name, c)
-            carried = 0 if previous is None else previous[name]["open"] + previous[name]["unsettled"]
-            assert c["carried_in"] == carried, (row.batch, name, c)
-            totals.setdefault(name, Counter()).update({b: c[b] for b in FINAL})
-        previous = by_source
-    accounting = {
-        name: {**{b: t[b] for b in FINAL}, "open": previous[name]["open"], "unsettled": previous[name]["unsettled"]}
-        for name, t in totals.items()
-    }
-    return accounting, len(rows)
-
 
 # ============================================================================ 1. ksqlDB
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 from streamjoin.session import PROJECT_ROOT
 

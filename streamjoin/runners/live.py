@@ -31,8 +31,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, delta_io, kernel
+from streamjoin import arrival, changelog, delta_io, kernel
 from streamjoin.arrival import SRC, TS, V
+from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
 from streamjoin.joins.interval import MATCHED
@@ -54,6 +55,7 @@ class Progress:
     newest: dict[int, arrival.Position]
     carried: dict[str, int]
     partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)  # source -> (commit, rows so far)
+    tables: dict[int, int] = field(default_factory=dict)  # table source -> the version this batch read
 
 
 class LiveRunner:
@@ -83,15 +85,20 @@ class LiveRunner:
         self.home = f"{self.checkpoint}/streamjoin"
         self.app_id = self._app_id()
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
-        self.structs = {s.name: s.schema for s in self.plan.sources}
+        self.structs = {s.name: s.schema for s in self.plan.streams}
 
     # ---------------------------------------------------------------- query
 
     def start(self) -> StreamingQuery:
         """Start the streaming query; it runs until stopped (or, available-now, until caught up)."""
         streams = []
-        for source in self.plan.sources:
+        for source in self.plan.streams:
             stream = delta_io.stream_inserts(self.spark, source.spec.location, self.max_files)
+            streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
+        for source in self.plan.tables:
+            # A table's commits start micro-batches too (rows may be waiting for them); the batch
+            # reads the table itself, so these rows carry no payload.
+            stream = delta_io.stream_changes(self.spark, source.spec.location, self.max_files)
             streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
         union = reduce(DataFrame.unionByName, streams)
         writer = (
@@ -126,7 +133,7 @@ class LiveRunner:
         cached = [batch]
         try:
             new = {}
-            for source in plan.sources:
+            for source in plan.streams:
                 own = batch.where(F.col(_IDX) == source.index).select(
                     f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
                 )
@@ -138,7 +145,7 @@ class LiveRunner:
             # in this batch moves the frontier only once all its rows have come (its rows wait till then).
             partial = dict(previous.partial) if previous else {}
             complete = []
-            for source in plan.sources:
+            for source in plan.streams:
                 mine = [c for c in commits if c.position[1] == source.index]
                 if not mine:
                     continue
@@ -151,12 +158,12 @@ class LiveRunner:
                     mine = mine[:-1]
                 complete += mine
             newest = arrival.newest_positions(complete, previous.newest if previous else None)
-            frontier = arrival.frontier(newest, len(plan.sources))
+            frontier = arrival.frontier(newest, len(plan.streams))
             settled_test = arrival.at_or_before(frontier) if frontier else F.lit(False)
 
             state = self._state(previous)
             counts, rejected_parts, settled, waiting, open_state = {}, [], {}, {}, {}
-            for source in plan.sources:
+            for source in plan.streams:
                 name = source.name
                 accepted, rejected = kernel.split_rejected(new[name])
                 rejected_parts.append(kernel.rejected_side_rows(name, rejected))
@@ -177,9 +184,10 @@ class LiveRunner:
             settled_commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
                 s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT)) for s in settled.values()
             ]))
+            tables = self._tables(previous, newest, counts, rejected_parts, cached)
             result = kernel.step(
                 spark, plan, settled, settled_commits, previous.max_event if previous else None, "exact",
-                state=open_state if state is not None else None, keep_state=True,
+                state=open_state if state is not None else None, keep_state=True, tables=tables,
             )
             out = self.spec.output
             if any(c.rejected for c in counts.values()):
@@ -193,8 +201,11 @@ class LiveRunner:
                 self._write(output, out.location, batch_id, "output", out.partition_by)
 
             parts = []
-            for source in plan.sources:
-                kept = result.state[source.name].withColumn(PENDING, F.lit(False)).unionByName(
+            for source in plan.streams:
+                kept = result.state[source.name]
+                if MATCHED not in kept.columns:  # enrichment joins keep undecided rows, never matched ones
+                    kept = kept.withColumn(MATCHED, F.lit(False))
+                kept = kept.withColumn(PENDING, F.lit(False)).unionByName(
                     waiting[source.name].withColumn(MATCHED, F.lit(False)).withColumn(PENDING, F.lit(True))
                 )
                 parts.append(kept.select(*self._payloads(source.index), *_STATE_META))
@@ -212,23 +223,48 @@ class LiveRunner:
             carried = {}
             for source in plan.sources:
                 c, decided = counts[source.name], result.counts[source.name]
-                c.late, c.joined = decided.late, decided.joined
+                c.late, c.joined, c.applied = decided.late, decided.joined, decided.applied
                 c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
-                c.open, c.unsettled = left_over.get(source.index, (0, 0))
-                carried[source.name] = c.open + c.unsettled
+                if source.spec.kind == "stream":
+                    c.open, c.unsettled = left_over.get(source.index, (0, 0))
+                    carried[source.name] = c.open + c.unsettled
             metrics = RunMetrics(
                 job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
-                batch=batch_id, versions={s.name: _newest_version(newest, s.index) for s in plan.sources},
+                batch=batch_id,
+                versions={**{s.name: _newest_version(newest, s.index) for s in plan.streams},
+                          **{name: t.version for name, t in tables.items()}},
                 frontier=None if frontier is None else str(frontier),
                 watermark=None if result.watermark is None else from_micros(result.watermark),
                 sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
-            self._save_progress(Progress(batch_id, result.max_event, newest, carried, partial))
+            self._save_progress(Progress(
+                batch_id, result.max_event, newest, carried, partial,
+                {plan.source(name).index: t.version for name, t in tables.items()},
+            ))
             self.runs.append(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()
+
+    def _tables(self, previous: Progress | None, newest: dict[int, arrival.Position], counts: dict[str, SourceCounts],
+                rejected_parts: list[DataFrame], cached: list[DataFrame]) -> dict[str, TableInput]:
+        """Each table source as of its newest version now; this batch counts the changes committed
+        since the version the previous batch read (their rejected rows go to the side table)."""
+        tables = {}
+        stream_clock = max((p[0] for p in newest.values()), default=None)
+        for source in self.plan.tables:
+            version = delta_io.latest_version(self.spark, source.spec.location)
+            changes = changelog.read(self.spark, source, version).persist()
+            cached.append(changes)
+            seen = previous.tables.get(source.index, -1) if previous else -1
+            commits = arrival.commit_stats(changes.select(arrival.T, TS, SRC, V, arrival.REJECT))
+            fresh = [c for c in commits if c.position[2] > seen]
+            counts[source.name] = SourceCounts(rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh))
+            counted = F.col(V) > F.lit(seen)
+            rejected_parts.append(kernel.rejected_side_rows(source.name, changes.where(counted & F.col(arrival.REJECT).isNotNull())))
+            tables[source.name] = TableInput(changes, commits, version, counted, stream_clock)
+        return tables
 
     # ---------------------------------------------------------------- state
 
@@ -241,7 +277,7 @@ class LiveRunner:
         """The source index and a struct column per source, filled only for `index`: one schema
         that the union of all sources (in the stream and in the state) can share."""
         columns = [F.lit(index).alias(_IDX)]
-        for other in self.plan.sources:
+        for other in self.plan.streams:
             schema = self.structs[other.name]
             payload = F.struct(*[F.col(f"`{c}`") for c in schema.fieldNames()]) if other.index == index else F.lit(None).cast(schema)
             columns.append(payload.alias(f"_sj_s{other.index}"))
@@ -261,6 +297,7 @@ class LiveRunner:
             batch=body["batch"], max_event=body["max_event"],
             newest={int(k): tuple(v) for k, v in body["newest"].items()}, carried=body["carried"],
             partial={int(k): (tuple(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
+            tables={int(k): v for k, v in body.get("tables", {}).items()},
         )
 
     def _save_progress(self, progress: Progress) -> None:
@@ -271,6 +308,7 @@ class LiveRunner:
             "batch": progress.batch, "max_event": progress.max_event, "carried": progress.carried,
             "newest": {str(k): list(v) for k, v in progress.newest.items()},
             "partial": {str(k): [list(p), n] for k, (p, n) in progress.partial.items()},
+            "tables": {str(k): v for k, v in progress.tables.items()},
         }
         temporary = folder / f".{progress.batch}.json.tmp"
         temporary.write_text(json.dumps(body))
@@ -290,7 +328,7 @@ class LiveRunner:
 
     def _state_schema(self) -> StructType:
         fields = [StructField(_IDX, IntegerType())]
-        fields += [StructField(f"_sj_s{s.index}", self.structs[s.name]) for s in self.plan.sources]
+        fields += [StructField(f"_sj_s{s.index}", self.structs[s.name]) for s in self.plan.streams]
         fields += [StructField(arrival.T, LongType()), StructField(TS, LongType()), StructField(SRC, IntegerType()),
                    StructField(V, LongType()), StructField(MATCHED, BooleanType()), StructField(PENDING, BooleanType())]
         return StructType(fields)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
@@ -23,7 +24,7 @@ from streamjoin.spec import JoinSpec, load_job
 
 DAY = datetime(2024, 5, 1)
 JOBS_DIR = PROJECT_ROOT / "jobs"
-RUNNABLE = ("orders_payments", "payments_shipments")
+RUNNABLE = ("orders_payments", "payments_shipments", "orders_rates")
 
 ORDERS = StructType([
     StructField("order_id", StringType()), StructField("customer_id", StringType()),
@@ -46,17 +47,29 @@ RATES = StructType([
 ])
 
 
+@dataclass(frozen=True)
+class Commit:
+    """One Delta commit of the demo: rows appended to a stream, or merged into a table by `key`."""
+
+    table: str
+    schema: StructType
+    rows: list[tuple]
+    key: tuple[str, ...] = ()
+
+
 @dataclass
 class DemoData:
     """Rows per table, each table's rows grouped into the commits that will deliver them."""
 
-    commits: list[tuple[str, StructType, list[tuple]]]
+    commits: list[Commit]
     tables: dict[str, tuple[StructType, list[tuple]]]
 
 
 def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     """A day of events. Arrival comes in `blocks` rounds; a few payments arrive hours late, a few
-    carry no order id, some orders are never paid and some payments come after the 1-hour window."""
+    carry no order id, some orders are never paid and some payments come after the 1-hour window.
+    Currency rates change once per round (merged in place, valid from a few minutes into it), and
+    one round's rates arrive a round late."""
     rng = random.Random(seed)
     block_of = lambda t: min(int((t - DAY).total_seconds() // (86_400 / blocks)), blocks - 1)  # noqa: E731
     streams = {"orders": {}, "payments": {}, "shipments": {}}
@@ -82,13 +95,24 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
         paid_at = DAY + timedelta(hours=3 + 5 * n)
         deliver("payments", block_of(paid_at), (f"px{n}", None, 10.0, paid_at))
 
+    rates = {"EUR": 1.0, "USD": 0.92, "GBP": 1.17}
+    rate_rounds: dict[int, list[list[tuple]]] = {}
+    delayed = blocks // 3  # this round's rates are committed after the next round's: late, by more than the grace
+    for block in range(blocks):
+        valid_from = DAY + timedelta(seconds=block * 86_400 // blocks + 300)
+        rates = {c: (r if c == "EUR" else round(r * rng.uniform(0.98, 1.02), 4)) for c, r in rates.items()}
+        rate_rounds.setdefault(block + 1 if block == delayed else block, []).append([(c, r, valid_from) for c, r in rates.items()])
+    rate_rounds[delayed + 1].reverse()
+
     schemas = {"orders": ORDERS, "payments": PAYMENTS, "shipments": SHIPMENTS}
     commits = []
     for block in range(blocks):
+        for rows in rate_rounds.get(block, []):
+            commits.append(Commit("currency_rates", RATES, rows, key=("currency",)))
         for table in ("orders", "payments", "shipments"):
             rows = streams[table].get(block)
             if rows:
-                commits.append((table, schemas[table], rows))
+                commits.append(Commit(table, schemas[table], rows))
     tables = {
         "customers": (CUSTOMERS, [(c, f"Customer {c}", rng.choice(["NL", "DE", "FR"]), DAY) for c in customers]),
         "currency_rates": (RATES, [("EUR", 1.0, DAY), ("USD", 0.92, DAY), ("GBP", 1.17, DAY)]),
@@ -102,8 +126,15 @@ def write_tables(spark: SparkSession, root: str, data: DemoData, commits: slice 
         path = f"{root}/{name}"
         if not delta_io.exists(spark, path):
             spark.createDataFrame(rows, schema).write.format("delta").save(path)
-    for table, schema, rows in data.commits[commits]:
-        spark.createDataFrame(rows, schema).coalesce(1).write.format("delta").mode("append").save(f"{root}/{table}")
+    for commit in data.commits[commits]:
+        frame = spark.createDataFrame(commit.rows, commit.schema).coalesce(1)
+        path = f"{root}/{commit.table}"
+        if commit.key:
+            condition = " AND ".join(f"t.{k} = s.{k}" for k in commit.key)
+            DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), condition) \
+                .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+        else:
+            frame.write.format("delta").mode("append").save(path)
 
 
 def demo_job(name: str, root: str) -> JoinSpec:
@@ -118,7 +149,7 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
     shutil.rmtree(root, ignore_errors=True)
     data = generate(seed)
     half = len(data.commits) // 2
-    print(f"demo data: {sum(len(r) for _, _, r in data.commits)} stream rows in {len(data.commits)} commits under {root}")
+    print(f"demo data: {sum(len(c.rows) for c in data.commits)} rows in {len(data.commits)} commits under {root}")
     write_tables(spark, root, data, slice(0, half))
     jobs = {name: demo_job(name, root) for name in RUNNABLE}
     for job in jobs.values():
@@ -152,6 +183,6 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
               f"every row counts as on time, {lost} appear only in the exact output (e.g. padded where the late partner was cut)")
         print(f"  outputs: {job.output.location} (live), {job.output.location}_replay_exact, _replay_complete; "
               f"side tables {job.output.side('late')}, {job.output.side('rejected')}; metrics {job.output.side('metrics')}")
-    print("\nunsettled rows arrived after the slower source's newest commit; open rows wait for their window to close."
-          " Both are settled by the next commits (docs/semantics.md).")
+    print("\nunsettled rows arrived after the slower source's newest commit; open rows wait for their window to close"
+          " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md).")
     return results

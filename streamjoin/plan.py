@@ -321,6 +321,8 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
                          f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}")
             lines.append(f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
                          f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side")
+        if join.family in ("stream-table", "temporal", "asof"):
+            lines += [f"     {line}" for line in _describe_lookup(plan, join)]
     if spec.where:
         lines.append(f"where: {spec.where}")
     out = spec.output
@@ -328,3 +330,34 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
                  + (f", partitioned by {', '.join(out.partition_by)}" if out.partition_by else ""))
     lines.append(f"side tables: {out.side('late')}, {out.side('rejected')}; run metrics: {out.side('metrics')}")
     return "\n".join(lines)
+
+
+def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
+    """How an enrichment join resolves the table's versions (docs/semantics.md)."""
+    table = plan.source(join.right).spec
+    stream = join.left[0]
+    if table.changelog:
+        tombstone = f"{table.deleted} = true" if table.deleted else "every value column NULL"
+        form = f"append-only changelog (each row a new value of its key; tombstone: {tombstone})"
+    else:
+        form = "updated in place (inserts, update post-images and deletes from its change data feed)"
+    wait = (f"the table's log is known up to the row's commit: a table commit at or after it, or a stream "
+            f"commit {format_duration(table.clock_skew)} (clock_skew) later")
+    lines = [f"table {table.name}: {form}, primary key {', '.join(table.key)}"]
+    if join.family == "temporal":
+        versions = f"version time {table.time}" if table.time else "version time = commit timestamp"
+        lines.append(f"versions: per key, ordered by {versions}; each {stream} row joins the version valid at its event time")
+        if table.time:
+            lines.append(f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
+                         "is above the row's event time; changes below the watermark at their arrival are late")
+        else:
+            lines.append(f"decided once {wait}")
+    else:
+        lines.append(f"versions: each {stream} row sees the table as committed at or before the row's commit timestamp "
+                     "(what Delta time travel to that instant returns)")
+        if join.family == "asof":
+            left_col, op, right_col = join.inequality
+            nearest = "largest" if op in (">=", ">") else "smallest"
+            lines.append(f"ASOF: among those rows with equal keys and {left_col} {op} {right_col}, the one with the {nearest} {right_col}")
+        lines.append(f"decided once {wait}")
+    return lines

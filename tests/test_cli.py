@@ -23,7 +23,7 @@ def demo(spark, tmp_path_factory):
 
 def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
     root, results = demo
-    assert set(results) == {"orders_payments", "payments_shipments"}
+    assert set(results) == {"orders_payments", "payments_shipments", "orders_rates"}
     for job, runs in results.items():
         output = root / "demo" / "out" / job
         assert delta_io.exists(spark, str(output))
@@ -32,12 +32,18 @@ def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
             assert run.total("rows_in") > 0
         # The live run and the exact replay agree on every count and on the rows.
         live, exact, complete = runs["live"], runs["exact"], runs["complete"]
-        for bucket in ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled"):
+        for bucket in ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled", "applied"):
             assert live.total(bucket) == exact.total(bucket), bucket
         assert live.rows_out == exact.rows_out == delta_io.read_snapshot(spark, str(output)).count()
         assert complete.total("late") == 0
-        assert exact.total("rejected") == 4  # the payments without an order id
+    for job in ("orders_payments", "payments_shipments"):
+        assert results[job]["exact"].total("rejected") == 4  # the payments without an order id
     assert results["orders_payments"]["exact"].total("late") > 0
+    # Enrichment: every order is decided (the rates' watermark passes them all) and joined; the
+    # round of rates that came a round late is late (3 currencies) and changes some orders' rate.
+    rates = results["orders_rates"]
+    assert rates["exact"].sources["orders"].joined == rates["live"].sources["orders"].joined == 120
+    assert rates["live"].sources["currency_rates"].late == 3 and rates["complete"].total("late") == 0
 
 
 def test_validate_job_on_every_job(demo, capsys):
@@ -78,8 +84,13 @@ def test_replay_command_replaces_its_slice(spark, demo, capsys):
 
 def test_errors_exit_with_a_message(demo, capsys, tmp_path):
     root, _ = demo
-    assert main(["--root", str(root), "replay", str(JOBS_BY_NAME["orders_rates"]), "--start", "2024-05-01", "--end", "2024-05-02"]) == 2
-    assert "stream-table joins are planned" in capsys.readouterr().err
+    customers = tmp_path / "customers.yaml"
+    customers.write_text(
+        "sources: {a: {path: demo/customers, kind: table, key: [customer_id]}, b: {path: demo/currency_rates, kind: table, key: [currency]}}\n"
+        "from: a\njoins: [{join: b, on: a.country = b.currency}]\noutput: {path: demo/out/tt}\n"
+    )
+    assert main(["--root", str(root), "replay", str(customers), "--start", "2024-05-01", "--end", "2024-05-02"]) == 2
+    assert "table-table joins are planned" in capsys.readouterr().err
     assert main(["--root", str(root), "replay", str(JOBS_BY_NAME["orders_payments"]), "--start", "2024-05-02", "--end", "2024-05-01"]) == 2
     assert "start must be before end" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"

@@ -184,9 +184,10 @@ def test_runners_refuse_what_they_cannot_run_before_data_moves(spark, tables, tm
     from streamjoin.kernel import family
     from streamjoin.runners.replay import replay
 
-    enrichment = bound(tables, sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None)
-    with pytest.raises(UnsupportedJobError, match="stream-table joins are planned"):
-        family(bind(spark, enrichment))
+    both_tables = bound(tables, sources__a={"path": "a", "kind": "table", "key": ["id"]},
+                        sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None)
+    with pytest.raises(UnsupportedJobError, match="table-table joins are planned"):
+        family(bind(spark, both_tables))
     three = copy.deepcopy(BASE_JOB)
     three["sources"]["c"] = {"path": "a", "kind": "stream", "time": "ts"}
     three["joins"].append({"join": "c", "type": "inner", "on": "a.id = c.id", "within": "1h"})

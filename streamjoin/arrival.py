@@ -105,8 +105,9 @@ def commit_stats(rows: DataFrame, window: tuple[int, int] | None = None) -> list
 
 
 def frontier(newest: dict[int, Position], sources: int) -> Position | None:
-    """The settled frontier: the oldest of the sources' newest positions; None until all have rows."""
-    if len(newest) < sources:
+    """The settled frontier: the oldest of the sources' newest positions; None until all have rows
+    (and for a job without stream sources)."""
+    if not newest or len(newest) < sources:
         return None
     return min(newest.values())
 

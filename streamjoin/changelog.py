@@ -34,7 +34,6 @@ from streamjoin.plan import BoundSource
 DELETED = "_sj_del"    # the change deletes its key (a tombstone)
 VALID_FROM = "_sj_from"  # a version is valid for  from <= x < to  (to NULL: still valid)
 VALID_TO = "_sj_to"
-ORDERS = ("arrival", "event_time")
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,8 @@ def read(spark: SparkSession, source: BoundSource, upto_version: int, from_versi
 def versions(changes: DataFrame, key: tuple[str, ...], order: str) -> DataFrame:
     """Accepted changes as versions valid over [_sj_from, _sj_to), one at a time per primary key.
 
-    `arrival`: a change is valid from its commit timestamp until the key's next change; several
+    `position`: as `arrival`, but the interval is of arrival positions (commit timestamp, source,
+    version), so that two tables' commits of the same instant are still ordered. `arrival`: a change is valid from its commit timestamp until the key's next change; several
     changes of a key in one commit are ordered by version time (then by their content, so the
     choice is deterministic) and only the last is ever visible. `event_time`: a change is valid
     from its version time until the key's next version time (a later commit wins a tie).
@@ -106,6 +106,9 @@ def versions(changes: DataFrame, key: tuple[str, ...], order: str) -> DataFrame:
     tie = F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(changes)]))
     if order == "arrival":
         start, sequence = F.col(TS), [F.col(TS), F.col(V), F.col(T), tie]
+    elif order == "position":
+        start = F.struct(F.col(TS).alias("ts"), F.col(SRC).alias("src"), F.col(V).alias("v"))
+        sequence = [F.col(TS), F.col(V), F.col(T), tie]
     else:
         start, sequence = F.col(T), [F.col(T), F.col(TS), F.col(V), tie]
     by_key = Window.partitionBy(*[F.col(f"`{c}`") for c in key]).orderBy(*sequence)

@@ -204,6 +204,28 @@ def write_once(df: DataFrame, location: str, app_id: str, batch: int, overwrite:
     _save(writer, location)
 
 
+def overwrite(df: DataFrame, location: str, partition_by: tuple[str, ...] = ()) -> None:
+    """Replace the whole table with `df` (one commit; earlier versions stay readable by time travel)."""
+    writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    _save(writer, location)
+
+
+def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
+    """Apply each key's latest change to a result table: `upsert` rows replace or insert, `delete`
+    rows remove. Applying the same changes twice gives the same table (a retried batch is safe)."""
+    columns = df.drop(op).columns
+    if not exists(df.sparkSession, location):
+        df.where(F.col(op) == "upsert").drop(op).write.format("delta").save(location)
+        return
+    (_table(df.sparkSession, location).alias("t").merge(df.alias("s"), f"t.`{key}` = s.`{key}`")
+     .whenMatchedDelete(condition=f"s.`{op}` = 'delete'")
+     .whenMatchedUpdate(condition=f"s.`{op}` = 'upsert'", set={c: f"s.`{c}`" for c in columns})
+     .whenNotMatchedInsert(condition=f"s.`{op}` = 'upsert'", values={c: f"s.`{c}`" for c in columns})
+     .execute())
+
+
 def append(df: DataFrame, location: str) -> None:
     """A plain append (run logs)."""
     _save(df.write.format("delta").mode("append"), location)

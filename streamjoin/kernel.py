@@ -19,6 +19,7 @@ from streamjoin.arrival import REJECT, T, CommitStats
 from streamjoin.changelog import TableInput
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins.interval import MATCHED, NEW, OUT_T, IntervalJoin
+from streamjoin.joins.table_table import OP, POINT, RESULT_KEY, TableTableJoin, latest
 from streamjoin.joins.temporal import TemporalJoin
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import Plan
@@ -27,7 +28,7 @@ MODES = ("exact", "complete")
 ENRICHMENT = ("stream-table", "temporal", "asof")
 
 
-def family(plan: Plan) -> IntervalJoin | TemporalJoin:
+def family(plan: Plan) -> IntervalJoin | TemporalJoin | TableTableJoin:
     """The join-family kernel for a plan; refuses, before any data moves, what no kernel runs yet."""
     if len(plan.joins) != 1:
         raise UnsupportedJobError(
@@ -39,10 +40,7 @@ def family(plan: Plan) -> IntervalJoin | TemporalJoin:
         return IntervalJoin.from_plan(join)
     if join.family in ENRICHMENT:
         return TemporalJoin.from_plan(join, plan.source(join.right))
-    raise UnsupportedJobError(
-        f"job {plan.spec.name!r}: {join.family} joins are planned but not runnable yet; "
-        "stream-stream interval joins and stream-table enrichment joins run today"
-    )
+    return TableTableJoin.from_plan(join, plan.source(join.left[0]), plan.source(join.right))
 
 
 @dataclass
@@ -55,6 +53,7 @@ class StepResult:
     state: dict[str, DataFrame] | None
     max_event: int | None
     watermark: int | None = None
+    result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
 
 
 def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -78,15 +77,19 @@ def step(
     window: tuple[int, int] | None = None,
     keep_state: bool = False,
     tables: dict[str, TableInput] | None = None,
+    after: int | None = None,
 ) -> StepResult:
     """Run accepted, settled rows (by source name) through lateness and the join.
 
     `commits` are the settled commits in position order (in a replay, all of them up to the
     frontier, even those whose rows lie outside the slice); `max_before` is the largest event time
     settled before them; `state` holds the rows an earlier step left open (live runner only);
-    `tables` holds what is known of each table source (enrichment joins).
+    `tables` holds what is known of each table source (enrichment and table-table joins);
+    `after` is the bound up to which an earlier step already emitted table-table result changes.
     """
     join = family(plan)
+    if isinstance(join, TableTableJoin):
+        return _join_tables(plan, join, tables, window, after)
     if isinstance(join, TemporalJoin):
         return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state)
     marks, max_event = arrival.watermarks(commits, max_before, join.grace)
@@ -178,3 +181,35 @@ def _enrich(
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
     horizon = (largest - join.grace if largest is not None else None) if join.variant == "temporal" and join.versioned_by_column else known
     return StepResult(output=output, late=late_rows, counts=counts, state=evaluation.state, max_event=None, watermark=horizon)
+
+
+def _join_tables(
+    plan: Plan, join: TableTableJoin, tables: dict[str, TableInput], window: tuple[int, int] | None, after: int | None,
+) -> StepResult:
+    """Table-table: the result's changes settled after `after` (and, in a replay, inside the slice)
+    and the result table as of the settled bound. Nothing is late: tables have no lateness."""
+    known = join.known_until({name: t.newest_ts for name, t in tables.items()})
+    applied = {name: t.changes.where(F.col(REJECT).isNull()).drop(REJECT) for name, t in tables.items()}
+    changes = join.changes(plan, applied[join.left], applied[join.right])
+    when = F.col(f"{POINT}.ts")
+    settled = changes.where(F.lit(False) if known is None else when <= F.lit(known))
+    emitted = settled
+    if after is not None:
+        emitted = emitted.where(when > F.lit(after))
+    if window is not None:
+        emitted = emitted.where((when >= F.lit(window[0])) & (when < F.lit(window[1])))
+    out_time = plan.spec.output.time
+    output = emitted.select(
+        RESULT_KEY, OP, *[F.col(f"`{c}`") for c in plan.output_columns],
+        F.timestamp_micros(when).alias(out_time), F.col(f"{POINT}.src").alias("change_source"),
+        F.col(f"{POINT}.v").alias("change_version"),
+    )
+    result = latest(settled).where(F.col(OP) == "upsert").select(
+        RESULT_KEY, *[F.col(f"`{c}`") for c in plan.output_columns], F.timestamp_micros(when).alias(out_time),
+    )
+    counts = {}
+    for name, table in tables.items():
+        tally = table.changes.where(table.counted).agg(F.count(F.when(F.col(REJECT).isNull(), 1)).alias("applied")).first()
+        counts[name] = SourceCounts(applied=tally["applied"])
+    empty = arrival.side_rows(table.changes.limit(0), join.left, F.lit("late"))
+    return StepResult(output=output, late=empty, counts=counts, state=None, max_event=None, watermark=known, result=result)

@@ -59,6 +59,8 @@ class RunMetrics:
     sources: dict[str, SourceCounts] = field(default_factory=dict)
     rows_out: int = 0
     duration_s: float = 0.0
+    upserts: int = 0   # table-table joins: result rows inserted or changed
+    deletes: int = 0   # table-table joins: result rows removed (output tombstones)
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
@@ -74,7 +76,8 @@ class RunMetrics:
             f"{self.job} {self.runner}/{self.mode}: in {total('rows_in')}, out {self.rows_out} | joined {total('joined')}, "
             f"unmatched emitted {total('unmatched_emitted')}, unmatched dropped {total('unmatched_dropped')}, "
             f"late {total('late')}, rejected {total('rejected')}, open {total('open')}, unsettled {total('unsettled')}"
-            + (f", table changes applied {total('applied')}" if total("applied") else "") + " "
+            + (f", table changes applied {total('applied')}" if total("applied") else "")
+            + (f", result upserts {self.upserts}, deletes {self.deletes}" if self.upserts or self.deletes else "") + " "
             f"| adds up: {'yes' if self.balanced() else 'NO'}"
         )
 
@@ -106,6 +109,7 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         job=first.job, runner=first.runner, mode=first.mode, run_id=first.run_id, started_at=first.started_at,
         batch=last.batch, versions=last.versions, frontier=last.frontier, watermark=last.watermark,
         sources=sources, rows_out=sum(r.rows_out for r in runs), duration_s=sum(r.duration_s for r in runs),
+        upserts=sum(r.upserts for r in runs), deletes=sum(r.deletes for r in runs),
     )
 
 
@@ -119,6 +123,7 @@ SCHEMA = StructType([
     *[StructField(b, LongType()) for b in BUCKETS],
     StructField("rows_out", LongType()), StructField("by_source", StringType()),
     StructField("duration_s", DoubleType()),
+    StructField("upserts", LongType()), StructField("deletes", LongType()),
 ])
 
 

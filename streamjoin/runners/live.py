@@ -37,6 +37,7 @@ from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
 from streamjoin.joins.interval import MATCHED
+from streamjoin.joins.table_table import latest as latest_change
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -56,6 +57,7 @@ class Progress:
     carried: dict[str, int]
     partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)  # source -> (commit, rows so far)
     tables: dict[int, int] = field(default_factory=dict)  # table source -> the version this batch read
+    bound: int | None = None  # table-table joins: result changes up to this commit time are written
 
 
 class LiveRunner:
@@ -128,6 +130,9 @@ class LiveRunner:
         if previous is not None and previous.batch >= batch_id:
             return  # this batch completed before a restart; Spark is only re-committing it
         began, started_at = time.monotonic(), pendulum.now("UTC")
+        if not self.plan.streams:
+            self._process_tables(batch_id, previous, began, started_at)
+            return
         spark, plan = self.spark, self.plan
         batch = batch.persist()
         cached = [batch]
@@ -247,6 +252,44 @@ class LiveRunner:
             for frame in cached:
                 frame.unpersist()
 
+    def _process_tables(self, batch_id: int, previous: Progress | None, began: float, started_at) -> None:
+        """A table-table batch: the result changes settled since the previous batch's bound, appended
+        to <output>_changes and applied to the result table (MERGE by result key)."""
+        spark, plan, out = self.spark, self.plan, self.spec.output
+        counts, rejected_parts, cached = {}, [], []
+        try:
+            tables = self._tables(previous, {}, counts, rejected_parts, cached)
+            result = kernel.step(spark, plan, {}, [], None, "exact", tables=tables,
+                                 after=previous.bound if previous else None)
+            if any(c.rejected for c in counts.values()):
+                self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
+            changes = result.output.persist()
+            cached.append(changes)
+            ops = {r["op"]: r["n"] for r in changes.groupBy("op").agg(F.count(F.lit(1)).alias("n")).collect()}
+            if ops:
+                self._write(changes, out.side("changes"), batch_id, "changes")
+                net = latest_change(changes, out.time, "change_source", "change_version").drop("change_source", "change_version")
+                delta_io.merge_latest(net, out.location, "result_key", "op")
+                self.after_write("output", batch_id)
+            for name, decided in result.counts.items():
+                counts[name].applied = decided.applied
+            bound = result.watermark if result.watermark is not None else (previous.bound if previous else None)
+            metrics = RunMetrics(
+                job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
+                batch=batch_id, versions={name: t.version for name, t in tables.items()},
+                watermark=None if bound is None else from_micros(bound), sources=counts,
+                rows_out=sum(ops.values()), upserts=ops.get("upsert", 0), deletes=ops.get("delete", 0),
+                duration_s=round(time.monotonic() - began, 3),
+            )
+            self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
+            self._save_progress(Progress(
+                batch_id, None, {}, {}, {}, {plan.source(name).index: t.version for name, t in tables.items()}, bound,
+            ))
+            self.runs.append(metrics)
+        finally:
+            for frame in cached:
+                frame.unpersist()
+
     def _tables(self, previous: Progress | None, newest: dict[int, arrival.Position], counts: dict[str, SourceCounts],
                 rejected_parts: list[DataFrame], cached: list[DataFrame]) -> dict[str, TableInput]:
         """Each table source as of its newest version now; this batch counts the changes committed
@@ -297,7 +340,7 @@ class LiveRunner:
             batch=body["batch"], max_event=body["max_event"],
             newest={int(k): tuple(v) for k, v in body["newest"].items()}, carried=body["carried"],
             partial={int(k): (tuple(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
-            tables={int(k): v for k, v in body.get("tables", {}).items()},
+            tables={int(k): v for k, v in body.get("tables", {}).items()}, bound=body.get("bound"),
         )
 
     def _save_progress(self, progress: Progress) -> None:
@@ -308,12 +351,13 @@ class LiveRunner:
             "batch": progress.batch, "max_event": progress.max_event, "carried": progress.carried,
             "newest": {str(k): list(v) for k, v in progress.newest.items()},
             "partial": {str(k): [list(p), n] for k, (p, n) in progress.partial.items()},
-            "tables": {str(k): v for k, v in progress.tables.items()},
+            "tables": {str(k): v for k, v in progress.tables.items()}, "bound": progress.bound,
         }
         temporary = folder / f".{progress.batch}.json.tmp"
         temporary.write_text(json.dumps(body))
         os.replace(temporary, folder / f"{progress.batch}.json")
-        for old in sorted(Path(self.home, "state").iterdir(), key=lambda p: int(p.name)):
+        states = Path(self.home, "state")
+        for old in sorted(states.iterdir() if states.exists() else [], key=lambda p: int(p.name)):
             if int(old.name) < progress.batch - 1:
                 shutil.rmtree(old, ignore_errors=True)
         for old in folder.glob("*.json"):

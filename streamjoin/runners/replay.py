@@ -67,8 +67,7 @@ def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], windo
         )
         for s in plan.streams
     }
-    union = reduce(DataFrame.unionByName, [_timing(r) for r in rows.values()])
-    commits = arrival.commit_stats(union, window)
+    commits = arrival.commit_stats(reduce(DataFrame.unionByName, [_timing(r) for r in rows.values()]), window) if rows else []
     frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.streams))
     changes = {s.name: changelog.read(spark, s, versions[s.name]) for s in plan.tables}
     table_commits = {name: arrival.commit_stats(_timing(c), window) for name, c in changes.items()}
@@ -135,7 +134,14 @@ def replay(
     out = spec.output
     output = result.output.persist()
     cached.append(output)
-    delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
+    upserts = deletes = 0
+    if result.result is None:
+        delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
+    else:  # table-table: the slice's result changes, and the result table as of the pinned versions
+        delta_io.write_slice(output, out.side("changes"), out.time, start, end)
+        delta_io.overwrite(result.result, out.location, out.partition_by)
+        ops = {r["op"]: r["n"] for r in output.groupBy("op").agg(F.count(F.lit(1)).alias("n")).collect()}
+        upserts, deletes = ops.get("upsert", 0), ops.get("delete", 0)
     rows_out = output.count()
     if any(c.late for c in result.counts.values()) or delta_io.exists(spark, out.side("late")):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
@@ -155,6 +161,7 @@ def replay(
         frontier=_describe_position(inputs.frontier),
         watermark=None if result.watermark is None else from_micros(result.watermark),
         sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
+        upserts=upserts, deletes=deletes,
     )
     delta_io.append(to_frame(spark, metrics), out.side("metrics"))
     return metrics

@@ -79,11 +79,16 @@ class TableTableJoin:
         )
 
     def known_until(self, newest: dict[str, int | None]) -> int | None:
-        """The commit timestamp up to which both tables' logs are complete (None: a table has no commit)."""
-        if any(ts is None for ts in newest.values()):
+        """The commit timestamp up to which both tables' logs are complete: each table's newest
+        change, or the newest change of either minus the table's clock skew (None: no change yet)."""
+        clock = max((ts for ts in newest.values() if ts is not None), default=None)
+        if clock is None:
             return None
-        clock = max(newest.values())
-        return min(max(ts, clock - self.clock_skew[name]) for name, ts in newest.items())
+        bounds = []
+        for name, ts in newest.items():
+            floor = clock - self.clock_skew[name]
+            bounds.append(floor if ts is None else max(ts, floor))
+        return min(bounds)
 
     # ------------------------------------------------------------------ the changelog of the result
 

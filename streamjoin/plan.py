@@ -121,6 +121,10 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
         f"{name}.`{field.name}` AS `{name}_{field.name}`" for name in spec.names for field in schemas[name].fields
     )
     output_columns = _check_expressions(spark, spec, schemas, select)
+    reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
+    if reserved and any(j.family == "table-table" for j in joins):
+        raise JobError(f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
+                       "result and changes; give those select items other aliases")
     return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns)
 
 
@@ -323,6 +327,11 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
                          f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side")
         if join.family in ("stream-table", "temporal", "asof"):
             lines += [f"     {line}" for line in _describe_lookup(plan, join)]
+        if join.family == "table-table":
+            left = plan.source(join.left[0]).spec
+            kind = "primary-key (1:1)" if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(left.key) else "foreign-key (1:N)"
+            lines.append(f"     {kind}: result keyed by {left.name}'s key ({', '.join(left.key)}); every input commit "
+                         f"updates the rows it touches; changes (upsert/delete) in {spec.output.side('changes')}")
     if spec.where:
         lines.append(f"where: {spec.where}")
     out = spec.output

@@ -179,8 +179,8 @@ def _enrich(
         join.table: SourceCounts(late=tally["late"], applied=tally["applied"]),
     }
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
-    horizon = (largest - join.grace if largest is not None else None) if join.variant == "temporal" and join.versioned_by_column else known
-    return StepResult(output=output, late=late_rows, counts=counts, state=evaluation.state, max_event=None, watermark=horizon)
+    return StepResult(output=output, late=late_rows, counts=counts, state=evaluation.state, max_event=None,
+                      watermark=join.horizon(known, largest))
 
 
 def _join_tables(

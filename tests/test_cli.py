@@ -87,10 +87,10 @@ def test_errors_exit_with_a_message(demo, capsys, tmp_path):
     customers = tmp_path / "customers.yaml"
     customers.write_text(
         "sources: {a: {path: demo/customers, kind: table, key: [customer_id]}, b: {path: demo/currency_rates, kind: table, key: [currency]}}\n"
-        "from: a\njoins: [{join: b, on: a.country = b.currency}]\noutput: {path: demo/out/tt}\n"
+        "from: a\njoins: [{join: b, on: a.name = b.valid_from}]\noutput: {path: demo/out/tt}\n"
     )
     assert main(["--root", str(root), "replay", str(customers), "--start", "2024-05-01", "--end", "2024-05-02"]) == 2
-    assert "table-table joins are planned" in capsys.readouterr().err
+    assert "many-to-many join" in capsys.readouterr().err
     assert main(["--root", str(root), "replay", str(JOBS_BY_NAME["orders_payments"]), "--start", "2024-05-02", "--end", "2024-05-01"]) == 2
     assert "start must be before end" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"

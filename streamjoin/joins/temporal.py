@@ -94,15 +94,21 @@ class TemporalJoin:
         bounds = [b for b in (table_newest, None if stream_clock is None else stream_clock - self.clock_skew) if b is not None]
         return max(bounds, default=None)
 
+    def horizon(self, known: int | None, largest_version_time: int | None) -> int | None:
+        """How far the table's answer is final: the table's watermark (largest version time minus
+        grace) for versions from a column, else the commit time its log is known up to."""
+        if self.variant == "temporal" and self.versioned_by_column:
+            return None if largest_version_time is None else largest_version_time - self.grace
+        return known
+
     def decided(self, known: int | None, largest_version_time: int | None) -> Column:
         """The stream row's answer can no longer change (module docstring)."""
-        if self.variant == "temporal":
-            if self.versioned_by_column:
-                if largest_version_time is None:
-                    return F.lit(False)
-                return F.col(T) < F.lit(largest_version_time - self.grace)
-            return F.lit(False) if known is None else F.col(T) <= F.lit(known)
-        return F.lit(False) if known is None else F.col(TS) <= F.lit(known)
+        horizon = self.horizon(known, largest_version_time)
+        if horizon is None:
+            return F.lit(False)
+        if self.variant == "temporal" and self.versioned_by_column:
+            return F.col(T) < F.lit(horizon)  # strictly: a change at the watermark is still on time
+        return (F.col(T) if self.variant == "temporal" else F.col(TS)) <= F.lit(horizon)
 
     # ------------------------------------------------------------------ matching
 

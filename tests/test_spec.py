@@ -185,8 +185,9 @@ def test_runners_refuse_what_they_cannot_run_before_data_moves(spark, tables, tm
     from streamjoin.runners.replay import replay
 
     both_tables = bound(tables, sources__a={"path": "a", "kind": "table", "key": ["id"]},
-                        sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None)
-    with pytest.raises(UnsupportedJobError, match="table-table joins are planned"):
+                        sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None,
+                        joins__0__on="a.amount = b.amount")
+    with pytest.raises(UnsupportedJobError, match="many-to-many join"):
         family(bind(spark, both_tables))
     three = copy.deepcopy(BASE_JOB)
     three["sources"]["c"] = {"path": "a", "kind": "stream", "time": "ts"}

@@ -242,6 +242,11 @@ def test_batch_killed_after_writing_changes_is_redone_once(spark, tmp_path):
     assert change_log(spark, spec) == change_log(spark, replayed)
     assert [op for _, _, op, _ in change_log(spark, spec)] == ["upsert", "upsert", "upsert", "delete"]
     assert result_table(spark, spec) == {json.dumps({"result_key": {"k": "a"}, "lv": "A", "rv": "x"}, sort_keys=True)}
+    # The result as of an earlier pair of versions: the left table's first commit, the right empty.
+    earlier = with_output(spec, f"{tmp_path}/as_of_first_commit")
+    replay(spark, earlier, *EVERYTHING, versions={"l": 1, "r": 0})
+    assert result_table(spark, earlier) == {
+        json.dumps({"result_key": {"k": k}, "lv": v, "rv": None}, sort_keys=True) for k, v in (("a", "A"), ("b", "B"))}
 
 
 def test_many_to_many_is_refused(spark, tmp_path):

@@ -211,5 +211,5 @@ def _join_tables(
     for name, table in tables.items():
         tally = table.changes.where(table.counted).agg(F.count(F.when(F.col(REJECT).isNull(), 1)).alias("applied")).first()
         counts[name] = SourceCounts(applied=tally["applied"])
-    empty = arrival.side_rows(table.changes.limit(0), join.left, F.lit("late"))
-    return StepResult(output=output, late=empty, counts=counts, state=None, max_event=None, watermark=known, result=result)
+    no_late_rows = arrival.side_rows(tables[join.left].changes.limit(0), join.left, F.lit("late"))
+    return StepResult(output=output, late=no_late_rows, counts=counts, state=None, max_event=None, watermark=known, result=result)

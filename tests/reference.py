@@ -153,15 +153,20 @@ def temporal_reference(
             continue
         valid = [c for c in applied if c.key[0] == e.key and c.t <= e.t]
         version = max(valid, key=lambda c: (c.t, c.pos), default=None)
-        if version is not None and not version.deleted:
-            s_counts["joined"] += 1
-            out[(e.id, version.id, e.t)] += 1
-        elif how == "left":
-            s_counts["unmatched_emitted"] += 1
-            out[(e.id, None, e.t)] += 1
-        else:
-            s_counts["unmatched_dropped"] += 1
+        _enrich(e, version if version is not None and not version.deleted else None, how, out, s_counts)
     return out, s_counts, t_counts
+
+
+def _enrich(e: Event, match: Change | None, how: str, out: Counter, counts: dict[str, int]) -> None:
+    """A decided stream row: joined with `match`, padded (LEFT) or dropped (INNER)."""
+    if match is not None:
+        counts["joined"] += 1
+        out[(e.id, match.id, e.t)] += 1
+    elif how == "left":
+        counts["unmatched_emitted"] += 1
+        out[(e.id, None, e.t)] += 1
+    else:
+        counts["unmatched_dropped"] += 1
 
 
 def asof_reference(
@@ -188,13 +193,5 @@ def asof_reference(
         for c in sorted((c for c in table if c.pos[0] <= e.pos[0]), key=lambda c: c.pos):
             state[c.key] = c
         candidates = [c for c in state.values() if not c.deleted and c.key[0] == e.key and c.t <= e.t]
-        nearest = max(candidates, key=lambda c: c.t, default=None)
-        if nearest is not None:
-            counts["joined"] += 1
-            out[(e.id, nearest.id, e.t)] += 1
-        elif how == "left":
-            counts["unmatched_emitted"] += 1
-            out[(e.id, None, e.t)] += 1
-        else:
-            counts["unmatched_dropped"] += 1
+        _enrich(e, max(candidates, key=lambda c: c.t, default=None), how, out, counts)
     return out, counts

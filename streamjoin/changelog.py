@@ -54,6 +54,14 @@ class TableInput:
         return max((c.position[0] for c in self.commits), default=None)
 
 
+def known_until(table_newest: int | None, clock: int | None, clock_skew: int) -> int | None:
+    """The commit timestamp up to which a table's log is complete: its newest commit, or the
+    newest commit of another source (`clock`) minus the table's clock skew, whichever is later
+    (docs/semantics.md); None while neither exists. A commit made later carries a later timestamp."""
+    bounds = [b for b in (table_newest, None if clock is None else clock - clock_skew) if b is not None]
+    return max(bounds, default=None)
+
+
 def read(spark: SparkSession, source: BoundSource, upto_version: int, from_version: int = 0) -> DataFrame:
     """The table's changes in commits [from_version, upto_version], tagged (see module docstring)."""
     spec = source.spec
@@ -97,11 +105,12 @@ def read(spark: SparkSession, source: BoundSource, upto_version: int, from_versi
 def versions(changes: DataFrame, key: tuple[str, ...], order: str) -> DataFrame:
     """Accepted changes as versions valid over [_sj_from, _sj_to), one at a time per primary key.
 
-    `position`: as `arrival`, but the interval is of arrival positions (commit timestamp, source,
-    version), so that two tables' commits of the same instant are still ordered. `arrival`: a change is valid from its commit timestamp until the key's next change; several
+    `arrival`: a change is valid from its commit timestamp until the key's next change; several
     changes of a key in one commit are ordered by version time (then by their content, so the
-    choice is deterministic) and only the last is ever visible. `event_time`: a change is valid
-    from its version time until the key's next version time (a later commit wins a tie).
+    choice is deterministic) and only the last is ever visible. `position`: the same, over arrival
+    positions (commit timestamp, source, version), so that two tables' commits of one instant are
+    still ordered. `event_time`: a change is valid from its version time until the key's next
+    version time (a later commit wins a tie).
     """
     tie = F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(changes)]))
     if order == "arrival":

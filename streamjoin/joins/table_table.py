@@ -84,11 +84,7 @@ class TableTableJoin:
         clock = max((ts for ts in newest.values() if ts is not None), default=None)
         if clock is None:
             return None
-        bounds = []
-        for name, ts in newest.items():
-            floor = clock - self.clock_skew[name]
-            bounds.append(floor if ts is None else max(ts, floor))
-        return min(bounds)
+        return min(changelog.known_until(ts, clock, self.clock_skew[name]) for name, ts in newest.items())
 
     # ------------------------------------------------------------------ the changelog of the result
 

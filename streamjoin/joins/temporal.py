@@ -91,8 +91,7 @@ class TemporalJoin:
 
     def known_until(self, table_newest: int | None, stream_clock: int | None) -> int | None:
         """The commit timestamp up to which the table's log is complete."""
-        bounds = [b for b in (table_newest, None if stream_clock is None else stream_clock - self.clock_skew) if b is not None]
-        return max(bounds, default=None)
+        return changelog.known_until(table_newest, stream_clock, self.clock_skew)
 
     def horizon(self, known: int | None, largest_version_time: int | None) -> int | None:
         """How far the table's answer is final: the table's watermark (largest version time minus

@@ -97,21 +97,19 @@ class TableTableJoin:
         lv = changelog.versions(left, self.left_key, "position").alias(L)
         rv = changelog.versions(right, self.right_key, "position").alias(R)
         key_names = list(self.left_key)
-        if self.kind == "primary-key":
+        left_points = left.select(*[F.col(f"`{k}`") for k in key_names], _position().alias(POINT))
+        # The result keys each right change touches, and how a point finds its right row.
+        if self.kind == "primary-key":  # the right key is the result key
             by_right = dict((rc, lc) for lc, rc in self.pairs)
-            points = left.select(*[F.col(f"`{k}`") for k in key_names], _position().alias(POINT)).unionByName(
-                right.select(*[F.col(f"`{rc}`").alias(by_right[rc]) for rc in self.right_key], _position().alias(POINT))
-            ).distinct().alias("p")
-            at_left = reduce(Column.__and__, [F.col(f"p.`{k}`") == F.col(f"{L}.`{k}`") for k in key_names])
+            right_points = right.select(*[F.col(f"`{rc}`").alias(by_right[rc]) for rc in self.right_key], _position().alias(POINT))
             at_right = reduce(Column.__and__, [F.col(f"p.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs])
-        else:
+        else:  # every left row pointing at the right key at that position
             to_left = reduce(Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"r.`{rc}`") for lc, rc in self.pairs])
             touched = right.alias("r").join(lv, to_left & changelog.valid_at(_position("r"), f"{L}."))
-            points = left.select(*[F.col(f"`{k}`") for k in key_names], _position().alias(POINT)).unionByName(
-                touched.select(*[F.col(f"{L}.`{k}`").alias(k) for k in key_names], _position("r").alias(POINT))
-            ).distinct().alias("p")
-            at_left = reduce(Column.__and__, [F.col(f"p.`{k}`") == F.col(f"{L}.`{k}`") for k in key_names])
+            right_points = touched.select(*[F.col(f"{L}.`{k}`").alias(k) for k in key_names], _position("r").alias(POINT))
             at_right = reduce(Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs])
+        points = left_points.unionByName(right_points).distinct().alias("p")
+        at_left = reduce(Column.__and__, [F.col(f"p.`{k}`") == F.col(f"{L}.`{k}`") for k in key_names])
         right_condition = at_right & changelog.valid_at(F.col(f"p.{POINT}"), f"{R}.")
         if self.residual:
             right_condition = right_condition & F.expr(self.residual)

@@ -212,6 +212,16 @@ def overwrite(df: DataFrame, location: str, partition_by: tuple[str, ...] = ()) 
     _save(writer, location)
 
 
+def upsert(df: DataFrame, location: str, key: tuple[str, ...]) -> None:
+    """One MERGE commit: update the rows whose `key` matches, insert the others (creates the table)."""
+    if not exists(df.sparkSession, location):
+        _save(df.write.format("delta"), location)
+        return
+    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+    _table(df.sparkSession, location).alias("t").merge(df.alias("s"), condition) \
+        .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+
+
 def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
     """Apply each key's latest change to a result table: `upsert` rows replace or insert, `delete`
     rows remove. Applying the same changes twice gives the same table (a retried batch is safe)."""

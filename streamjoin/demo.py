@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
@@ -130,9 +129,7 @@ def write_tables(spark: SparkSession, root: str, data: DemoData, commits: slice 
         frame = spark.createDataFrame(commit.rows, commit.schema).coalesce(1)
         path = f"{root}/{commit.table}"
         if commit.key:
-            condition = " AND ".join(f"t.{k} = s.{k}" for k in commit.key)
-            DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), condition) \
-                .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+            delta_io.upsert(frame, path, commit.key)
         else:
             frame.write.format("delta").mode("append").save(path)
 

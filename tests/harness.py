@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
-
-from concurrent.futures import ThreadPoolExecutor
 
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
@@ -20,6 +19,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from conftest import BASE, at
 from reference import Event
+from streamjoin import delta_io
 from streamjoin.metrics import BUCKETS
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
 
@@ -184,13 +184,7 @@ def live_accounting(spark, output: str, final: tuple[str, ...] = FINAL) -> tuple
 
 def upsert(spark, path: str, rows, schema, key: tuple[str, ...]) -> None:
     """One MERGE commit: insert or update `rows` by `key` (a table updated in place); creates the table."""
-    frame = spark.createDataFrame(rows, schema)
-    if not DeltaTable.isDeltaTable(spark, path):
-        frame.write.format("delta").save(path)
-        return
-    condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
-    (DeltaTable.forPath(spark, path).alias("t").merge(frame.alias("s"), condition)
-     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    delta_io.upsert(spark.createDataFrame(rows, schema), path, key)
 
 
 def delete(spark, path: str, condition: str) -> None:

@@ -179,7 +179,10 @@ def _enrich(
         join.table: SourceCounts(late=tally["late"], applied=tally["applied"]),
     }
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
-    return StepResult(output=output, late=late_rows, counts=counts, state=evaluation.state, max_event=None,
+    next_state = None
+    if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
+        next_state = {name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()}
+    return StepResult(output=output, late=late_rows, counts=counts, state=next_state, max_event=None,
                       watermark=join.horizon(known, largest))
 
 

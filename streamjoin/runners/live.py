@@ -207,10 +207,7 @@ class LiveRunner:
 
             parts = []
             for source in plan.streams:
-                kept = result.state[source.name]
-                if MATCHED not in kept.columns:  # enrichment joins keep undecided rows, never matched ones
-                    kept = kept.withColumn(MATCHED, F.lit(False))
-                kept = kept.withColumn(PENDING, F.lit(False)).unionByName(
+                kept = result.state[source.name].withColumn(PENDING, F.lit(False)).unionByName(
                     waiting[source.name].withColumn(MATCHED, F.lit(False)).withColumn(PENDING, F.lit(True))
                 )
                 parts.append(kept.select(*self._payloads(source.index), *_STATE_META))

@@ -145,3 +145,9 @@ def latest(changes: DataFrame, *order: str) -> DataFrame:
     """Each key's last change by `order` (default: position); the result table is its `upsert`s."""
     by_key = Window.partitionBy(RESULT_KEY).orderBy(*[F.col(c).desc() for c in order or (POINT,)])
     return changes.withColumn("_sj_n", F.row_number().over(by_key)).where(F.col("_sj_n") == 1).drop("_sj_n")
+
+
+def count_ops(changes: DataFrame) -> dict[str, int]:
+    """How many `upsert` and `delete` changes (absent ops count 0)."""
+    counted = {r[OP]: r["n"] for r in changes.groupBy(OP).agg(F.count(F.lit(1)).alias("n")).collect()}
+    return {op: counted.get(op, 0) for op in ("upsert", "delete")}

@@ -37,7 +37,7 @@ from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
 from streamjoin.joins.interval import MATCHED
-from streamjoin.joins.table_table import latest as latest_change
+from streamjoin.joins.table_table import count_ops, latest as latest_change
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -262,8 +262,8 @@ class LiveRunner:
                 self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
             changes = result.output.persist()
             cached.append(changes)
-            ops = {r["op"]: r["n"] for r in changes.groupBy("op").agg(F.count(F.lit(1)).alias("n")).collect()}
-            if ops:
+            ops = count_ops(changes)
+            if sum(ops.values()):
                 self._write(changes, out.side("changes"), batch_id, "changes")
                 net = latest_change(changes, out.time, "change_source", "change_version").drop("change_source", "change_version")
                 delta_io.merge_latest(net, out.location, "result_key", "op")
@@ -275,7 +275,7 @@ class LiveRunner:
                 job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
                 batch=batch_id, versions={name: t.version for name, t in tables.items()},
                 watermark=None if bound is None else from_micros(bound), sources=counts,
-                rows_out=sum(ops.values()), upserts=ops.get("upsert", 0), deletes=ops.get("delete", 0),
+                rows_out=sum(ops.values()), upserts=ops["upsert"], deletes=ops["delete"],
                 duration_s=round(time.monotonic() - began, 3),
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
@@ -298,7 +298,7 @@ class LiveRunner:
             changes = changelog.read(self.spark, source, version).persist()
             cached.append(changes)
             seen = previous.tables.get(source.index, -1) if previous else -1
-            commits = arrival.commit_stats(changes.select(arrival.T, TS, SRC, V, arrival.REJECT))
+            commits = arrival.commit_stats(changes)
             fresh = [c for c in commits if c.position[2] > seen]
             counts[source.name] = SourceCounts(rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh))
             counted = F.col(V) > F.lit(seen)

@@ -22,6 +22,7 @@ from streamjoin import arrival, changelog, delta_io, kernel
 from streamjoin.arrival import T, TS
 from streamjoin.changelog import TableInput
 from streamjoin.errors import JobError
+from streamjoin.joins.table_table import count_ops
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -70,7 +71,7 @@ def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], windo
     commits = arrival.commit_stats(reduce(DataFrame.unionByName, [_timing(r) for r in rows.values()]), window) if rows else []
     frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.streams))
     changes = {s.name: changelog.read(spark, s, versions[s.name]) for s in plan.tables}
-    table_commits = {name: arrival.commit_stats(_timing(c), window) for name, c in changes.items()}
+    table_commits = {name: arrival.commit_stats(c, window) for name, c in changes.items()}
     return Inputs(versions, rows, commits, frontier, changes, table_commits)
 
 
@@ -140,8 +141,8 @@ def replay(
     else:  # table-table: the slice's result changes, and the result table as of the pinned versions
         delta_io.write_slice(output, out.side("changes"), out.time, start, end)
         delta_io.overwrite(result.result, out.location, out.partition_by)
-        ops = {r["op"]: r["n"] for r in output.groupBy("op").agg(F.count(F.lit(1)).alias("n")).collect()}
-        upserts, deletes = ops.get("upsert", 0), ops.get("delete", 0)
+        ops = count_ops(output)
+        upserts, deletes = ops["upsert"], ops["delete"]
     rows_out = output.count()
     if any(c.late for c in result.counts.values()) or delta_io.exists(spark, out.side("late")):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)

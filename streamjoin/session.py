@@ -66,13 +66,21 @@ def get_spark(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
+        # A long-lived driver (a live runner, a test run, an Airflow worker) keeps the history of
+        # every query it ran unless told otherwise; with the UI off nobody reads it.
+        .config("spark.sql.ui.retainedExecutions", "20")
+        .config("spark.ui.retainedJobs", "50")
+        .config("spark.ui.retainedStages", "50")
+        .config("spark.ui.retainedTasks", "2000")
+        .config("spark.sql.streaming.ui.retainedQueries", "10")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "20")
         # Tables this project creates carry their change data feed and monotonic commit times.
         .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
         .config("spark.databricks.delta.properties.defaults.enableInCommitTimestamps", "true")
     )
     if local:
         builder = (
-            builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "2g"))
+            builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "4g"))
             # Delta rebuilds a table's state (needed by idempotent txn writes) with this many
             # tasks; its default of 50 costs seconds per write on a small machine.
             .config("spark.databricks.delta.snapshotPartitions", str(shuffle_partitions))

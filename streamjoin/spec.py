@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import pendulum
 import yaml
 
 from streamjoin.errors import JobError
@@ -164,6 +165,7 @@ class Output:
     table: str | None = None
     time: str = "event_time"
     partition_by: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()  # columns that identify an output row: never NULL, unique (validation)
 
     def __post_init__(self) -> None:
         if bool(self.path) == bool(self.table):
@@ -171,6 +173,7 @@ class Output:
         if not _NAME.match(self.time or ""):
             raise JobError(f"output: time column name {self.time!r} must be an identifier, e.g. event_time")
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        object.__setattr__(self, "key", tuple(self.key))
 
     @property
     def location(self) -> str:
@@ -179,6 +182,41 @@ class Output:
     def side(self, suffix: str) -> str:
         """The location of a side table (`late`, `rejected`, `metrics`)."""
         return f"{self.location}_{suffix}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a job's slices are cut: every `every` (a duration, calendar days in `timezone`) from `start`."""
+
+    every: str = "1d"
+    timezone: str = "UTC"
+    start: str | None = None  # ISO date or datetime: the first slice a scheduler runs (Airflow's start_date)
+    live_every: str | None = None  # how often a scheduler runs the live runner (available-now), if at all
+
+    def __post_init__(self) -> None:
+        parse_duration(self.every, "schedule: every")
+        if self.live_every is not None:
+            parse_duration(self.live_every, "schedule: live_every")
+        try:
+            pendulum.timezone(self.timezone)
+        except Exception:
+            raise JobError(f"schedule: timezone {self.timezone!r} is unknown; write an IANA name such as UTC or Europe/Berlin") from None
+
+
+@dataclass(frozen=True)
+class Quality:
+    """What every slice's output must satisfy (validated with Great Expectations, docs/validation.md)."""
+
+    match_column: str | None = None  # an output column that is NULL exactly when a row is padded
+    min_match_rate: float = 0.0  # share of output rows whose match_column is not NULL
+    not_null: tuple[str, ...] = ()  # output columns padding never fills (the preserved side's)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "not_null", tuple(self.not_null))
+        if not 0.0 <= float(self.min_match_rate) <= 1.0:
+            raise JobError(f"quality: min_match_rate {self.min_match_rate!r} must lie between 0 and 1, e.g. 0.95")
+        if self.min_match_rate and not self.match_column:
+            raise JobError("quality: min_match_rate needs match_column, the output column that is NULL when a row is unmatched")
 
 
 @dataclass(frozen=True)
@@ -193,6 +231,8 @@ class JoinSpec:
     select: tuple[str, ...] = ()
     where: str | None = None
     description: str = ""
+    schedule: Schedule = Schedule()
+    quality: Quality = Quality()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -295,7 +335,7 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     """Build a JoinSpec from the job-file mapping (docs/job-spec.md)."""
-    _only(document, {"name", "description", "sources", "from", "joins", "select", "where", "output"}, origin)
+    _only(document, {"name", "description", "sources", "from", "joins", "select", "where", "output", "schedule", "quality"}, origin)
     for required in ("sources", "from", "joins", "output"):
         if required not in document:
             raise JobError(f"{origin}: missing '{required}'; see docs/job-spec.md")
@@ -321,15 +361,30 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     if isinstance(select, str):
         select = [select]
     output_doc = document["output"] or {}
-    _only(output_doc, {"path", "table", "time", "partition_by"}, f"{origin}: output")
+    _only(output_doc, {"path", "table", "time", "partition_by", "key"}, f"{origin}: output")
     output = Output(
         path=output_doc.get("path"), table=output_doc.get("table"),
         time=output_doc.get("time", "event_time"), partition_by=_names(output_doc.get("partition_by")),
+        key=_names(output_doc.get("key")),
+    )
+    schedule_doc = document.get("schedule") or {}
+    _only(schedule_doc, {"every", "timezone", "start", "live_every"}, f"{origin}: schedule")
+    schedule = Schedule(
+        every=str(schedule_doc.get("every", "1d")), timezone=str(schedule_doc.get("timezone", "UTC")),
+        start=None if schedule_doc.get("start") is None else str(schedule_doc["start"]),
+        live_every=None if schedule_doc.get("live_every") is None else str(schedule_doc["live_every"]),
+    )
+    quality_doc = document.get("quality") or {}
+    _only(quality_doc, {"match_column", "min_match_rate", "not_null"}, f"{origin}: quality")
+    quality = Quality(
+        match_column=quality_doc.get("match_column"), min_match_rate=float(quality_doc.get("min_match_rate", 0.0)),
+        not_null=_names(quality_doc.get("not_null")),
     )
     return JoinSpec(
         name=str(document.get("name")), description=str(document.get("description") or ""),
         sources=tuple(sources), start=str(document["from"]), joins=tuple(joins),
         select=tuple(str(s) for s in select), where=document.get("where"), output=output,
+        schedule=schedule, quality=quality,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
+
 from streamjoin.errors import StreamJoinError
 from streamjoin.timeutil import parse_instant
 
@@ -72,6 +74,48 @@ def cmd_replay(args) -> int:
     return 0
 
 
+def cmd_backfill(args) -> int:
+    from streamjoin.backfill import plan_backfill, run_backfill, unfinished
+    from streamjoin.progress import BackfillProgress, outcome_table
+    from streamjoin.session import get_spark
+
+    spec = _job(args)
+    start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
+    spark = get_spark(master=args.master)
+    backfill = plan_backfill(spark, spec, start, end, every=args.every, timezone=args.timezone,
+                             mode=args.mode, versions=_versions(args.versions))
+    slices = list(backfill.slices)
+    if args.only_failed:
+        slices, recorded = unfinished(spark, backfill)
+        if recorded and not args.versions:  # re-run with what the failed attempt read
+            backfill = replace(backfill, versions=recorded)
+    if args.dry_run:
+        print(backfill.describe())
+        if args.only_failed:
+            print(f"--only-failed: {len(slices)} of {len(backfill.slices)} slice(s) would run")
+        return 0
+    if not slices:
+        print(f"job {spec.name}: every slice of this backfill succeeded already; nothing to run")
+        return 0
+    with BackfillProgress(backfill, len(slices)) as progress:
+        outcomes = run_backfill(spark, backfill, slices, validate=not args.no_validate, site=args.site,
+                                on_slice=progress.advance)
+    _console().print(outcome_table(backfill, outcomes))
+    failed = [o for o in outcomes if not o.ok]
+    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
+          f"attempts recorded in {spec.output.side('backfill')}")
+    if failed:
+        print("re-run the failed slices with the same versions: add --only-failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _console():
+    """stdout for rich tables; wide enough when piped to a file or a log."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 def cmd_stream(args) -> int:
     from streamjoin.runners.live import LiveRunner
     from streamjoin.session import get_spark
@@ -125,6 +169,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exact: late rows excluded as live excluded them; complete: every row on time")
     replay.add_argument("--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)")
     replay.set_defaults(func=cmd_replay)
+
+    backfill = commands.add_parser("backfill", help="replay [start, end) slice by slice over versions pinned once, validate each slice")
+    backfill.add_argument("job")
+    backfill.add_argument("--start", required=True, help="ISO date or datetime (no zone: UTC)")
+    backfill.add_argument("--end", required=True, help="exclusive end, same formats as --start")
+    backfill.add_argument("--every", help="slice length: 1h, 6h, 1d, 7d... (default: the job's schedule.every)")
+    backfill.add_argument("--timezone", help="IANA zone slices are aligned in (default: the job's schedule.timezone)")
+    backfill.add_argument("--mode", choices=("exact", "complete"), default="exact")
+    backfill.add_argument("--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)")
+    backfill.add_argument("--only-failed", action="store_true",
+                          help="run only the slices whose last attempt failed or never ran, with the versions it pinned")
+    backfill.add_argument("--dry-run", action="store_true", help="print slices, pinned versions and margins; run nothing")
+    backfill.add_argument("--no-validate", action="store_true", help="skip the Great Expectations validation of each slice")
+    backfill.add_argument("--site", help="folder for Data Docs (default <output>_quality/data_docs)")
+    backfill.set_defaults(func=cmd_backfill)
 
     stream = commands.add_parser("stream", help="run the job live with Structured Streaming")
     stream.add_argument("job")

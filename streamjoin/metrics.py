@@ -130,10 +130,10 @@ SCHEMA = StructType([
 def to_frame(spark: SparkSession, metrics: RunMetrics):
     """The metrics as a one-row DataFrame of the metrics table's schema."""
     row = metrics.row()
-    return spark.createDataFrame([tuple(_plain(row[f.name]) for f in SCHEMA.fields)], SCHEMA)
+    return spark.createDataFrame([tuple(spark_value(row[f.name]) for f in SCHEMA.fields)], SCHEMA)
 
 
-def _plain(value):
+def spark_value(value):
     """Spark accepts only the exact datetime type, not pendulum's subclass."""
     if isinstance(value, datetime):
         return datetime.fromtimestamp(value.timestamp(), tz=timezone.utc)

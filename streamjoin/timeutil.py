@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pendulum
 
@@ -74,6 +74,11 @@ def to_micros(value: datetime | timedelta) -> int:
     if isinstance(value, timedelta):
         return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
     return to_micros(value - pendulum.datetime(1970, 1, 1, tz="UTC"))
+
+
+def from_spark(value: datetime) -> datetime:
+    """A timestamp collected from Spark (naive, in this process's local time) as an aware UTC datetime."""
+    return pendulum.instance(value.astimezone(timezone.utc)) if value.tzinfo is None else pendulum.instance(value).in_timezone("UTC")
 
 
 def from_micros(micros: int) -> datetime:

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
+from typing import Callable
 
 import pendulum
 from pyspark.sql import DataFrame, SparkSession
@@ -86,8 +87,13 @@ def replay(
     end: datetime,
     mode: str = "exact",
     versions: dict[str, int] | None = None,
+    after_write: Callable[[str], None] | None = None,
 ) -> RunMetrics:
-    """Replay [start, end) of `spec` over pinned versions and replace that slice of its outputs."""
+    """Replay [start, end) of `spec` over pinned versions and replace that slice of its outputs.
+
+    `after_write(location)` is called after each table is written (tests inject faults there).
+    """
+    after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
         raise JobError(f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")
     start, end = pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC")
@@ -138,16 +144,21 @@ def replay(
     upserts = deletes = 0
     if result.result is None:
         delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
+        after_write(out.location)
     else:  # table-table: the slice's result changes, and the result table as of the pinned versions
         delta_io.write_slice(output, out.side("changes"), out.time, start, end)
+        after_write(out.side("changes"))
         delta_io.overwrite(result.result, out.location, out.partition_by)
+        after_write(out.location)
         ops = count_ops(output)
         upserts, deletes = ops["upsert"], ops["delete"]
     rows_out = output.count()
     if any(c.late for c in result.counts.values()) or delta_io.exists(spark, out.side("late")):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
+        after_write(out.side("late"))
     if any(c.rejected for c in counts.values()) or delta_io.exists(spark, out.side("rejected")):
         delta_io.write_slice(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end)
+        after_write(out.side("rejected"))
     for frame in cached:
         frame.unpersist()
 

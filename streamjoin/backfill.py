@@ -1,0 +1,288 @@
+"""Backfills: [start, end) cut into slices, each one replay over input versions pinned once.
+
+A backfill chooses its input versions once (given, or each source's latest), records them, and runs
+one replay per slice. Slices are independent and idempotent (a replay replaces its slice), so they
+can run in any order, be re-run alone (`only_failed`), and together equal one replay of [start,
+end). Every slice's output is validated (streamjoin.validation) and every attempt is recorded in
+`<output>_backfill`, which `only_failed` and the hand-off read back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable
+
+import pendulum
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
+
+from streamjoin import delta_io, kernel
+from streamjoin.errors import JobError
+from streamjoin.joins.table_table import TableTableJoin
+from streamjoin.metrics import RunMetrics, spark_value
+from streamjoin.plan import bind
+from streamjoin.runners.replay import pin_versions, replay
+from streamjoin.spec import JoinSpec
+from streamjoin.timeutil import format_duration, from_spark, parse_duration, to_micros
+
+DAY = timedelta(days=1)
+SUCCEEDED, FAILED, INVALID = "succeeded", "failed", "invalid"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One replay's interval [start, end), in UTC."""
+
+    start: datetime
+    end: datetime
+
+    def label(self, timezone: str = "UTC") -> str:
+        """The slice as a person reads it: local start and end in the backfill's time zone."""
+        start = pendulum.instance(self.start).in_timezone(timezone)
+        end = pendulum.instance(self.end).in_timezone(timezone)
+        return f"{start.isoformat()} .. {end.isoformat()}"
+
+
+def cut(start: datetime, end: datetime, every: str, timezone: str = "UTC") -> list[Slice]:
+    """Slices of [start, end) whose boundaries fall on local multiples of `every` in `timezone`.
+
+    Whole days step by calendar days (a daylight-saving day lasts 23 or 25 hours); shorter
+    durations must divide a day and step in absolute time from each local midnight (so an hourly
+    backfill has 23 or 25 slices on such a day). A start or end between boundaries gives a
+    shorter first or last slice.
+    """
+    step = parse_duration(every, "every")
+    if step <= timedelta(0):
+        raise JobError(f"every {every!r} must be positive, e.g. 1h or 1d")
+    if step < DAY and DAY % step:
+        raise JobError(f"every {every!r} must divide a day (e.g. 15m, 1h, 6h) or be whole days (1d, 7d)")
+    if step >= DAY and step % DAY:
+        raise JobError(f"every {every!r} is longer than a day but not whole days; write e.g. 1d or 2d")
+    try:
+        zone = pendulum.timezone(timezone)
+    except Exception:
+        raise JobError(f"time zone {timezone!r} is unknown; write an IANA name such as UTC or Europe/Berlin") from None
+    start, end = pendulum.instance(start).in_timezone(zone), pendulum.instance(end).in_timezone(zone)
+    if not start < end:
+        raise JobError(f"the backfill interval [{start}, {end}) is empty; start must be before end")
+    boundaries, day = [], start.start_of("day")
+    while day < end:
+        next_day = day.add(days=step // DAY) if step >= DAY else day.add(days=1)
+        point = day
+        while point < next_day:
+            if start < point < end:
+                boundaries.append(point)
+            point = next_day if step >= DAY else point + step
+        day = next_day
+    points = [start, *boundaries, end]
+    return [Slice(a.in_timezone("UTC"), b.in_timezone("UTC")) for a, b in zip(points, points[1:])]
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """A backfill's whole plan: its slices and the input versions every slice reads."""
+
+    job: JoinSpec
+    id: str
+    start: datetime
+    end: datetime
+    every: str
+    timezone: str
+    mode: str
+    versions: dict[str, int]
+    slices: tuple[Slice, ...]
+    margins: dict[str, tuple[timedelta, timedelta] | None] = field(default_factory=dict)  # None: read whole
+
+    def describe(self) -> str:
+        """What a dry run prints: range, versions, margins and slices, without running anything."""
+        lines = [
+            f"backfill {self.id} of job {self.job.name}: [{self.start.isoformat()}, {self.end.isoformat()}) "
+            f"every {self.every} in {self.timezone}, mode {self.mode}, {len(self.slices)} slice(s)",
+            "pinned versions (every slice reads these):",
+        ]
+        lines += [f"  {name}: version {version}" for name, version in sorted(self.versions.items())]
+        lines.append("margins (rows each slice reads beyond its own interval, by event time):")
+        for name, margin in self.margins.items():
+            text = ("all changes up to its pinned version (a table)" if margin is None
+                    else f"{format_duration(margin[0])} before, {format_duration(margin[1])} after")
+            lines.append(f"  {name}: {text}")
+        lines.append("slices:")
+        lines += [f"  {i + 1:>4}. {s.label(self.timezone)}" for i, s in enumerate(self.slices)]
+        return "\n".join(lines)
+
+
+def plan_backfill(
+    spark: SparkSession,
+    spec: JoinSpec,
+    start: datetime,
+    end: datetime,
+    every: str | None = None,
+    timezone: str | None = None,
+    mode: str = "exact",
+    versions: dict[str, int] | None = None,
+) -> Backfill:
+    """Cut [start, end) (by the job's schedule unless `every`/`timezone` are given) and pin versions once."""
+    if mode not in kernel.MODES:
+        raise JobError(f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")
+    every = every or spec.schedule.every
+    timezone = timezone or spec.schedule.timezone
+    slices = cut(start, end, every, timezone)
+    plan = bind(spark, spec)
+    join = kernel.family(plan)
+    margins = {s.name: tuple(timedelta(microseconds=m) for m in join.margins(s.name)) for s in plan.streams}
+    margins.update({s.name: None for s in plan.tables})
+    return Backfill(
+        job=spec, id=str(uuid.uuid4()), start=slices[0].start, end=slices[-1].end, every=every, timezone=timezone,
+        mode=mode, versions=pin_versions(spark, plan, versions), slices=tuple(slices), margins=margins,
+    )
+
+
+@dataclass(frozen=True)
+class SliceOutcome:
+    """What became of one slice: status, the replay's metrics, the validation, the error if any."""
+
+    slice: Slice
+    status: str
+    metrics: RunMetrics | None = None
+    validation: object | None = None  # streamjoin.validation.ValidationResult
+    error: str | None = None
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SUCCEEDED
+
+
+def run_slice(
+    spark: SparkSession,
+    spec: JoinSpec,
+    start: datetime,
+    end: datetime,
+    mode: str = "exact",
+    versions: dict[str, int] | None = None,
+    validate: bool = True,
+    site: str | None = None,
+    backfill_id: str | None = None,
+    after_write: Callable[[str], None] | None = None,
+) -> SliceOutcome:
+    """Replay one slice, validate its output and record the attempt; never raises for a slice's failure.
+
+    A job that cannot run at all (a JobError before any data moves) still raises: every slice would
+    fail the same way, and the message says what to change.
+    """
+    began = time.monotonic()
+    piece = Slice(pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC"))
+    metrics = result = error = None
+    try:
+        metrics = replay(spark, spec, piece.start, piece.end, mode=mode, versions=versions, after_write=after_write)
+        if validate:
+            from streamjoin.validation import validate_slice
+
+            result = validate_slice(spark, spec, slice_output(spark, spec, piece), piece.start, piece.end, site)
+        status = SUCCEEDED if result is None or result.success else INVALID
+    except JobError:
+        raise
+    except Exception as exc:  # a Spark or I/O failure: the slice failed, the backfill goes on
+        status, error = FAILED, _short_error(exc)
+    outcome = SliceOutcome(piece, status, metrics, result, error, round(time.monotonic() - began, 3))
+    _record(spark, spec, outcome, backfill_id or str(uuid.uuid4()), mode, metrics.versions if metrics else versions)
+    return outcome
+
+
+def run_backfill(
+    spark: SparkSession,
+    backfill: Backfill,
+    slices: list[Slice] | None = None,
+    validate: bool = True,
+    site: str | None = None,
+    on_slice: Callable[[SliceOutcome], None] | None = None,
+    after_write: Callable[[str], None] | None = None,
+) -> list[SliceOutcome]:
+    """Run the backfill's slices (or the given subset) in order, each over the pinned versions."""
+    outcomes = []
+    for piece in slices if slices is not None else backfill.slices:
+        outcome = run_slice(
+            spark, backfill.job, piece.start, piece.end, mode=backfill.mode, versions=backfill.versions,
+            validate=validate, site=site, backfill_id=backfill.id, after_write=after_write,
+        )
+        outcomes.append(outcome)
+        if on_slice:
+            on_slice(outcome)
+    return outcomes
+
+
+def slice_output(spark: SparkSession, spec: JoinSpec, piece: Slice) -> DataFrame:
+    """The rows a slice wrote: the output (table-table joins: the result's changes) in [start, end)."""
+    out = spec.output
+    location = out.side("changes") if isinstance(kernel.family(bind(spark, spec)), TableTableJoin) else out.location
+    time_column = F.col(out.time)
+    return delta_io.read_snapshot(spark, location).where(
+        (time_column >= F.lit(piece.start)) & (time_column < F.lit(piece.end))
+    )
+
+
+# ---------------------------------------------------------------- the record of attempts
+
+RECORD_SCHEMA = StructType([
+    StructField("job", StringType()), StructField("backfill_id", StringType()),
+    StructField("slice_start", TimestampType()), StructField("slice_end", TimestampType()),
+    StructField("mode", StringType()), StructField("versions", StringType()), StructField("status", StringType()),
+    StructField("error", StringType()), StructField("rows_in", LongType()), StructField("rows_out", LongType()),
+    StructField("validation_failed", StringType()), StructField("docs", StringType()),
+    StructField("finished_at", TimestampType()), StructField("duration_s", DoubleType()),
+])
+
+
+def _record(spark: SparkSession, spec: JoinSpec, outcome: SliceOutcome, backfill_id: str, mode: str,
+            versions: dict[str, int] | None) -> None:
+    metrics, validation = outcome.metrics, outcome.validation
+    row = (
+        spec.name, backfill_id, spark_value(outcome.slice.start), spark_value(outcome.slice.end), mode,
+        json.dumps(versions or {}, sort_keys=True), outcome.status, outcome.error,
+        metrics.total("rows_in") if metrics else None, metrics.rows_out if metrics else None,
+        json.dumps(list(validation.failed)) if validation else None, validation.docs if validation else None,
+        spark_value(pendulum.now("UTC")), outcome.duration_s,
+    )
+    delta_io.append(spark.createDataFrame([row], RECORD_SCHEMA), spec.output.side("backfill"))
+
+
+def attempts(spark: SparkSession, spec: JoinSpec) -> DataFrame | None:
+    """Every recorded slice attempt of the job, or None before its first backfill."""
+    location = spec.output.side("backfill")
+    return delta_io.read_snapshot(spark, location) if delta_io.exists(spark, location) else None
+
+
+def unfinished(spark: SparkSession, backfill: Backfill) -> tuple[list[Slice], dict[str, int] | None]:
+    """The backfill's slices whose latest attempt did not succeed (or never ran), and the versions
+    the latest attempt among them pinned (so a re-run reads what the first run read)."""
+    recorded = attempts(spark, backfill.job)
+    if recorded is None:
+        return list(backfill.slices), None
+    latest = {}
+    for row in recorded.where(F.col("mode") == backfill.mode).collect():
+        key = (to_micros(from_spark(row.slice_start)), to_micros(from_spark(row.slice_end)))
+        if key not in latest or row.finished_at > latest[key].finished_at:
+            latest[key] = row
+    todo, pinned = [], None
+    for piece in backfill.slices:
+        row = latest.get((to_micros(piece.start), to_micros(piece.end)))
+        if row is None or row.status != SUCCEEDED:
+            todo.append(piece)
+        if row is not None and (pinned is None or row.finished_at > pinned[0]):
+            pinned = (row.finished_at, json.loads(row.versions))
+    return todo, (pinned[1] if pinned else None)
+
+
+def _short_error(exc: BaseException) -> str:
+    """The first line of an exception (Spark's are pages long), its type, and where it came from."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    origin = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (at {origin.filename.rsplit('/', 1)[-1]}:{origin.lineno})" if origin else ""
+    return f"{type(exc).__name__}: {text[:500]}{where}"
+

@@ -1,0 +1,175 @@
+"""Backfills: slicing (time zones, daylight saving), the CLI, faults mid-slice and re-runs of failed slices."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pendulum
+import pytest
+
+from streamjoin import delta_io
+from streamjoin.backfill import FAILED, SUCCEEDED, attempts, cut, plan_backfill, run_backfill
+from streamjoin.cli import main
+from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
+from streamjoin.errors import JobError
+from streamjoin.runners.replay import replay
+from streamjoin.spec import load_job
+
+UTC = timezone.utc
+
+
+def hours(slices) -> list[float]:
+    return [(s.end - s.start).total_seconds() / 3600 for s in slices]
+
+
+# ---------------------------------------------------------------- slicing, no Spark
+
+def test_daily_slices_follow_local_days_across_daylight_saving():
+    berlin = "Europe/Berlin"
+    spring = cut(pendulum.datetime(2024, 3, 30, tz=berlin), pendulum.datetime(2024, 4, 2, tz=berlin), "1d", berlin)
+    assert hours(spring) == [24, 23, 24]  # 31 March has no 02:00
+    autumn = cut(pendulum.datetime(2024, 10, 26, tz=berlin), pendulum.datetime(2024, 10, 29, tz=berlin), "1d", berlin)
+    assert hours(autumn) == [24, 25, 24]  # 27 October has 02:00 twice
+    assert [s.start for s in autumn] == [
+        datetime(2024, 10, 25, 22, tzinfo=UTC), datetime(2024, 10, 26, 22, tzinfo=UTC), datetime(2024, 10, 27, 23, tzinfo=UTC),
+    ]
+    weekly = cut(pendulum.datetime(2024, 3, 25, tz=berlin), pendulum.datetime(2024, 4, 8, tz=berlin), "7d", berlin)
+    assert hours(weekly) == [167, 168]
+
+
+def test_hourly_slices_on_daylight_saving_days_and_partial_ends():
+    berlin = "Europe/Berlin"
+    day = cut(pendulum.datetime(2024, 3, 31, tz=berlin), pendulum.datetime(2024, 4, 1, tz=berlin), "1h", berlin)
+    assert len(day) == 23 and set(hours(day)) == {1}
+    day = cut(pendulum.datetime(2024, 10, 27, tz=berlin), pendulum.datetime(2024, 10, 28, tz=berlin), "1h", berlin)
+    assert len(day) == 25 and set(hours(day)) == {1}
+    # A start and an end between boundaries give shorter first and last slices; slices tile [start, end).
+    odd = cut(datetime(2024, 5, 1, 0, 30, tzinfo=UTC), datetime(2024, 5, 1, 3, 15, tzinfo=UTC), "1h")
+    assert hours(odd) == [0.5, 1, 1, 0.25]
+    assert all(a.end == b.start for a, b in zip(odd, odd[1:]))
+    # India is 5h30 ahead of UTC: its local days start at 18:30 UTC.
+    kolkata = cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 3, tzinfo=UTC), "1d", "Asia/Kolkata")
+    assert [s.start.hour * 60 + s.start.minute for s in kolkata[1:]] == [18 * 60 + 30, 18 * 60 + 30]
+
+
+@pytest.mark.parametrize("every, message", [
+    ("7h", "must divide a day"), ("36h", "not whole days"), ("0s", "must be positive"), ("soon", "is not a duration"),
+])
+def test_bad_cadence_says_what_to_write(every, message):
+    with pytest.raises(JobError, match=message):
+        cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 2, tzinfo=UTC), every)
+
+
+def test_unknown_time_zone_and_empty_range_are_refused():
+    with pytest.raises(JobError, match="IANA name"):
+        cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 2, tzinfo=UTC), "1d", "Mars/Olympus")
+    with pytest.raises(JobError, match="start must be before end"):
+        cut(datetime(2024, 5, 2, tzinfo=UTC), datetime(2024, 5, 1, tzinfo=UTC), "1d")
+
+
+# ---------------------------------------------------------------- backfills over the demo's data
+
+@pytest.fixture(scope="module")
+def demo_data(spark, tmp_path_factory):
+    """The demo's day of orders and payments as Delta tables (no runs)."""
+    root = tmp_path_factory.mktemp("backfill")
+    write_tables(spark, str(root / "demo"), generate())
+    return root
+
+
+def job_with_output(root, name: str, output: str):
+    spec = load_job(JOBS_DIR / f"{name}.yaml", root=root)
+    return replace(spec, output=replace(spec.output, path=str(root / output)))
+
+
+def rows(spark, location: str) -> Counter:
+    return Counter(tuple(r) for r in delta_io.read_snapshot(spark, location).collect())
+
+
+def write_job(root, name: str, output: str) -> str:
+    """A copy of jobs/<name>.yaml writing to `output` (so two backfills can be compared)."""
+    text = (JOBS_DIR / f"{name}.yaml").read_text()
+    original = load_job(JOBS_DIR / f"{name}.yaml", root=".").output.path
+    relative = original.split("/demo/", 1)[1]
+    file = root / f"{output}.yaml"
+    file.write_text(text.replace(f"demo/{relative}", output))
+    return str(file)
+
+
+def test_hourly_and_daily_backfills_equal_one_replay(spark, demo_data, capsys):
+    root = demo_data
+    hourly, daily = write_job(root, "orders_payments", "hourly"), write_job(root, "orders_payments", "daily")
+    window = ["--start", "2024-04-30T20:00Z", "--end", "2024-05-01T08:00Z"]
+    assert main(["--root", str(root), "backfill", daily, *window, "--every", "1d", "--timezone", "Europe/Berlin", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 slice(s)" in out and "orders: version" in out and "payments: version" in out
+    assert "payments: 0s before, 1h after" in out and "orders: 1h before, 0s after" in out
+    assert "2024-05-01T00:00:00+02:00 .. 2024-05-01T10:00:00+02:00" in out  # the second, partial slice, local time
+    assert not delta_io.exists(spark, str(root / "daily"))  # a dry run writes nothing
+
+    assert main(["--root", str(root), "backfill", hourly, *window, "--every", "1h", "--no-validate"]) == 0
+    out = capsys.readouterr().out
+    assert "12 of 12 slice(s) succeeded" in out
+    assert main(["--root", str(root), "backfill", daily, *window, "--every", "1d", "--timezone", "Europe/Berlin", "--no-validate"]) == 0
+    assert "2 of 2 slice(s) succeeded" in capsys.readouterr().out
+
+    whole = job_with_output(root, "orders_payments", "whole")
+    replay(spark, whole, datetime(2024, 4, 30, 20, tzinfo=UTC), datetime(2024, 5, 1, 8, tzinfo=UTC))
+    expected = rows(spark, whole.output.location)
+    assert sum(expected.values()) > 20
+    assert rows(spark, str(root / "hourly")) == expected
+    assert rows(spark, str(root / "daily")) == expected
+    recorded = attempts(spark, load_job(hourly, root=root)).collect()
+    assert len(recorded) == 12 and {r.status for r in recorded} == {SUCCEEDED}
+    assert len({r.versions for r in recorded}) == 1 and len({r.backfill_id for r in recorded}) == 1
+
+
+def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys):
+    """A fault after the slice's output is committed but before its side tables and metrics: the
+    slice is recorded as failed, the others go on, and --only-failed re-runs just that slice with the
+    versions the backfill pinned, leaving the output equal to one replay with no duplicates."""
+    root = demo_data
+    file = write_job(root, "orders_payments", "faulty")
+    spec = load_job(file, root=root)
+    start, end = DAY, DAY + timedelta(hours=6)
+    backfill = plan_backfill(spark, spec, start, end, every="2h")
+    doomed = backfill.slices[1]
+
+    def crash(location: str) -> None:
+        if location == spec.output.location and current["slice"] == doomed:
+            raise RuntimeError("disk full (injected by the test)")
+
+    current = {}
+    outcomes = []
+    for piece in backfill.slices:
+        current["slice"] = piece
+        outcomes += run_backfill(spark, backfill, [piece], validate=False, after_write=crash)
+    assert [o.status for o in outcomes] == [SUCCEEDED, FAILED, SUCCEEDED]
+    assert "disk full (injected by the test)" in outcomes[1].error
+
+    # More commits arrive after the backfill pinned its versions: the re-run must not read them.
+    more = generate(seed=11)
+    write_tables(spark, str(root / "demo"), more, slice(0, 6))
+    args = ["--root", str(root), "backfill", file, "--start", start.isoformat(), "--end", end.isoformat(),
+            "--every", "2h", "--only-failed", "--no-validate"]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "--only-failed: 1 of 3 slice(s) would run" in out
+    for name, version in backfill.versions.items():
+        assert f"{name}: version {version}" in out
+    assert main(args) == 0
+    assert "1 of 1 slice(s) succeeded" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "nothing to run" in capsys.readouterr().out
+
+    whole = job_with_output(root, "orders_payments", "faulty_whole")
+    replay(spark, whole, start, end, versions=backfill.versions)
+    expected = rows(spark, whole.output.location)
+    got = rows(spark, spec.output.location)
+    assert got == expected and max(got.values()) == 1
+    latest = {}
+    for r in sorted(attempts(spark, spec).collect(), key=lambda r: r.finished_at):
+        latest[r.slice_start] = r
+    assert {r.status for r in latest.values()} == {SUCCEEDED} and len(latest) == 3

@@ -38,3 +38,12 @@ if [ ! -f "$jstamp" ] || [ "$(cat "$jstamp")" != "$jwant" ]; then
   rm -rf "$jars.all"
   echo "$jwant" > "$jstamp"
 fi
+
+# Debian's chromium and its driver, for the report's browser test (tests/test_report.py).
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+fi

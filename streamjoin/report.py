@@ -1,0 +1,465 @@
+"""The data-quality page of a job: its run metrics (and backfill record) as one static HTML file.
+
+The page reads `<output>_metrics` (one row per replay slice or live micro-batch) and, when a
+backfill has run, `<output>_backfill` (one row per slice attempt). A slice replayed several times
+counts by its latest run per mode. Charts are inline SVG drawn here, so the page needs no script
+and nothing from the network: it opens offline, from a file or a CI artefact (docs/data-quality.md).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pendulum
+from pyspark.sql import SparkSession
+
+from streamjoin import delta_io
+from streamjoin.errors import JobError
+from streamjoin.spec import JoinSpec
+from streamjoin.timeutil import from_spark
+
+COUNTS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected",
+          "open", "unsettled", "applied", "upserts", "deletes")
+OPTIONAL = ("applied", "upserts", "deletes")  # table sources and table-table joins only: shown when not all zero
+LABELS = {
+    "rows_in": "rows in", "rows_out": "rows out", "joined": "joined", "unmatched_emitted": "unmatched emitted",
+    "unmatched_dropped": "unmatched dropped", "late": "late", "rejected": "rejected", "open": "open",
+    "unsettled": "unsettled", "applied": "table changes", "upserts": "upserts", "deletes": "deletes",
+    "match_rate": "match rate", "lateness_cost": "lateness cost",
+}
+COLORS = {"rows_in": "#3b6ea8", "rows_out": "#e07b1f", "match_rate": "#2e8b57", "late": "#c9302c",
+          "rejected": "#7b4fa0", "lateness_cost": "#1f8a8a"}
+MATCH_RATE = ("match rate = joined / (joined + unmatched emitted + unmatched dropped): of the input rows decided "
+              "on time in the slice, the share that found at least one partner (late, rejected, open and "
+              "unsettled rows are not in it). Output rows are counted differently: one input row may pair many times.")
+LATENESS_COST = ("lateness cost = rows out of the latest complete run minus rows out of the latest exact run of "
+                 "the same slice: the output rows that lateness removed (or, when negative, added).")
+
+
+@dataclass
+class SliceRun:
+    """The latest run of one slice in one mode, and how often the slice was run in that mode."""
+
+    start: datetime
+    end: datetime
+    mode: str
+    counts: dict[str, int]
+    started_at: datetime
+    duration_s: float
+    runs: int
+
+    @property
+    def match_rate(self) -> float | None:
+        return match_rate(self.counts)
+
+
+@dataclass
+class Attempt:
+    """The latest backfill attempt of one slice in one mode."""
+
+    status: str
+    error: str | None
+    failed: list[str]
+    docs: str | None
+    finished_at: datetime
+
+
+@dataclass
+class Slice:
+    """One slice [start, end): its latest run per mode and its latest backfill attempt per mode."""
+
+    start: datetime
+    end: datetime
+    runs: dict[str, SliceRun] = field(default_factory=dict)
+    attempts: dict[str, Attempt] = field(default_factory=dict)
+
+    @property
+    def shown(self) -> SliceRun | None:
+        """The run the charts plot: exact (as live decides) when there is one, else complete."""
+        return self.runs.get("exact") or self.runs.get("complete")
+
+    @property
+    def lateness_cost(self) -> int | None:
+        if "exact" in self.runs and "complete" in self.runs:
+            return self.runs["complete"].counts["rows_out"] - self.runs["exact"].counts["rows_out"]
+        return None
+
+
+def match_rate(counts: dict[str, int]) -> float | None:
+    """Joined over decided on-time input rows (MATCH_RATE); None when no row was decided."""
+    decided = counts["joined"] + counts["unmatched_emitted"] + counts["unmatched_dropped"]
+    return counts["joined"] / decided if decided else None
+
+
+def build_report(spark: SparkSession, spec: JoinSpec, folder: str | None = None) -> Path:
+    """Write the job's data-quality page to `<folder>/index.html` and return its path.
+
+    `folder` defaults to `<output location>_quality/report`. Raises JobError when the job has no
+    metrics table yet (nothing has run).
+    """
+    location = spec.output.side("metrics")
+    if not delta_io.exists(spark, location):
+        raise JobError(
+            f"job {spec.name} has no run metrics yet ({location} does not exist); run a replay or a backfill first, "
+            f"e.g. `streamjoin replay <job file> --start ... --end ...` or `streamjoin backfill <job file> ...`"
+        )
+    rows = [row.asDict() for row in delta_io.read_snapshot(spark, location).collect()]
+    slices = collect_slices(rows, _attempt_rows(spark, spec))
+    live = [row for row in rows if row["runner"] == "live"]
+    target = Path(folder or f"{spec.output.location}_quality/report")
+    target.mkdir(parents=True, exist_ok=True)
+    page = target / "index.html"
+    page.write_text(render_page(spec, slices, live, target), encoding="utf-8")
+    return page
+
+
+def _attempt_rows(spark: SparkSession, spec: JoinSpec) -> list[dict]:
+    location = spec.output.side("backfill")
+    if not delta_io.exists(spark, location):
+        return []
+    return [row.asDict() for row in delta_io.read_snapshot(spark, location).collect()]
+
+
+def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
+    """Replay metrics rows and backfill attempts as slices in time order, each by its latest run per mode."""
+    grouped: dict[tuple, list[dict]] = defaultdict(list)
+    for row in metrics:
+        if row["runner"] == "replay":
+            grouped[(from_spark(row["slice_start"]), from_spark(row["slice_end"]), row["mode"])].append(row)
+    slices: dict[tuple, Slice] = {}
+    for (start, end, mode), runs in grouped.items():
+        latest = max(runs, key=lambda r: r["started_at"])
+        piece = slices.setdefault((start, end), Slice(start, end))
+        piece.runs[mode] = SliceRun(
+            start, end, mode, {name: latest.get(name) or 0 for name in COUNTS},
+            from_spark(latest["started_at"]), latest["duration_s"] or 0.0, len(runs),
+        )
+    for row in sorted(attempts, key=lambda r: r["finished_at"]):
+        start, end = from_spark(row["slice_start"]), from_spark(row["slice_end"])
+        piece = slices.setdefault((start, end), Slice(start, end))
+        piece.attempts[row["mode"]] = Attempt(
+            row["status"], row["error"], json.loads(row["validation_failed"] or "[]"), row["docs"],
+            from_spark(row["finished_at"]),
+        )
+    return [slices[key] for key in sorted(slices)]
+
+
+# ---------------------------------------------------------------- formatting
+
+def _number(value: float | None) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}%"
+
+
+def _time(value: datetime, timezone: str, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
+    return pendulum.instance(value).in_timezone(timezone).strftime(pattern)
+
+
+def _axis_pattern(starts: list[datetime], timezone: str) -> str:
+    """The shortest time format that still tells the slice starts apart."""
+    local = [pendulum.instance(s).in_timezone(timezone) for s in starts]
+    if all((t.hour, t.minute, t.second) == (0, 0, 0) for t in local):
+        return "%Y-%m-%d"
+    if all(t.second == 0 for t in local):
+        return "%m-%d %H:%M"
+    return "%H:%M:%S" if len({t.date() for t in local}) == 1 else "%m-%d %H:%M:%S"
+
+
+def docs_link(docs: str, folder: Path) -> str:
+    """A link to a Data Docs page: relative to the report when both are local, so they move together."""
+    if "://" in docs:
+        return docs
+    return Path(os.path.relpath(Path(docs).resolve(), folder.resolve())).as_posix()
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+# ---------------------------------------------------------------- charts (inline SVG)
+
+WIDTH, HEIGHT = 760, 300
+LEFT, RIGHT, TOP, BOTTOM = 72, 20, 64, 64
+
+
+@dataclass
+class Series:
+    name: str  # a key of LABELS and COLORS
+    values: list[float | None]
+
+
+def _ticks(low: float, high: float, integer: bool) -> list[float]:
+    """Round tick values covering [low, high]: steps of 1, 2 or 5 times a power of ten."""
+    if high <= low:
+        high = low + 1
+    raw = (high - low) / 4
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    if integer:
+        step = max(1, round(step))
+    first = math.floor(low / step) * step
+    ticks = [first]
+    while ticks[-1] < high:
+        ticks.append(ticks[-1] + step)
+    return ticks
+
+
+def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[str], slice_ids: list[str],
+          series: list[Series], kind: str, percent: bool = False) -> str:
+    """One chart, x = slice: grouped bars (`kind='bars'`) or lines with a point per slice (`'lines'`).
+
+    Every plotted mark carries class `mark`, its series, slice and value (data attributes) and a
+    tooltip, so a reader (or a test) can check each number.
+    """
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    values = [v for s in series for v in s.values if v is not None]
+    if percent:
+        ticks = [0, 0.25, 0.5, 0.75, 1.0]
+    else:
+        ticks = _ticks(min([0, *values]), max([0, *values]), integer=True)
+    low, high = ticks[0], ticks[-1]
+
+    def y(value: float) -> float:
+        return TOP + plot_h - (value - low) / (high - low) * plot_h
+
+    band = plot_w / len(labels)
+    parts = [
+        (f'<svg class="chart" id="{chart_id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+         f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{_e(title)}">'),
+        f'<text class="title" x="{LEFT}" y="22">{_e(title)}</text>',
+    ]
+    legend_x = LEFT
+    for s in series:
+        parts.append(f'<rect x="{legend_x}" y="34" width="12" height="12" fill="{COLORS[s.name]}"/>'
+                     f'<text class="legend" x="{legend_x + 17}" y="44">{_e(LABELS[s.name])}</text>')
+        legend_x += 30 + 8 * len(LABELS[s.name])
+    for tick in ticks:
+        text = _percent(tick).replace(".0%", "%") if percent else _number(int(tick))
+        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+                     f'<text class="tick" x="{LEFT - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{text}</text>')
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+                 f'<line class="axis" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(max(low, 0)):.1f}" y2="{y(max(low, 0)):.1f}"/>')
+    every = math.ceil(len(labels) / 10)  # at most about ten labels under the axis
+    for i, label in enumerate(labels):
+        if i % every == 0:
+            parts.append(f'<text class="tick" x="{LEFT + band * (i + 0.5):.1f}" y="{TOP + plot_h + 18}" '
+                         f'text-anchor="middle">{_e(label)}</text>')
+    parts.append(f'<text class="axis-label" x="{LEFT + plot_w / 2}" y="{HEIGHT - 12}" text-anchor="middle">{_e(x_label)}</text>'
+                 f'<text class="axis-label" transform="translate(18 {TOP + plot_h / 2}) rotate(-90)" '
+                 f'text-anchor="middle">{_e(y_label)}</text>')
+    group = min(band * 0.7, 56.0 * len(series))
+    for k, s in enumerate(series):
+        shown = _percent if percent else _number
+        points = []
+        for i, value in enumerate(s.values):
+            if value is None:
+                continue
+            tip = f"<title>{_e(labels[i])}: {_e(LABELS[s.name])} {shown(value)}</title>"
+            data = f'class="mark" data-series="{s.name}" data-slice="{slice_ids[i]}" data-value="{value}"'
+            if kind == "bars":
+                width = group / len(series)
+                x = LEFT + band * (i + 0.5) - group / 2 + k * width
+                top, bottom = sorted((y(value), y(max(low, 0))))
+                parts.append(f'<rect {data} x="{x:.1f}" y="{top:.1f}" width="{max(width - 2, 1):.1f}" '
+                             f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[s.name]}">{tip}</rect>')
+            else:
+                x = LEFT + band * (i + 0.5)
+                points.append(f"{x:.1f},{y(value):.1f}")
+                parts.append(f'<circle {data} cx="{x:.1f}" cy="{y(value):.1f}" r="4.5" fill="{COLORS[s.name]}">{tip}</circle>')
+        if len(points) > 1:
+            parts.insert(-len(points), f'<polyline points="{" ".join(points)}" fill="none" stroke="{COLORS[s.name]}" stroke-width="2"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------- the page
+
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d2330; margin: 0; background: #f5f6f8; }
+header, main { max-width: 1600px; margin: 0 auto; padding: 16px 28px; }
+header { background: #1d2330; color: #fff; max-width: none; }
+header h1 { margin: 0 0 4px; font-size: 22px; }
+header p { margin: 2px 0; color: #c8cdd8; }
+h2 { font-size: 18px; margin: 28px 0 10px; }
+.tiles { display: flex; flex-wrap: wrap; gap: 12px; }
+.tile { background: #fff; border: 1px solid #dde1e8; border-radius: 6px; padding: 10px 16px; min-width: 130px; }
+.tile .value { font-size: 22px; font-weight: 600; }
+.tile .name { color: #5a6275; font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(760px, 1fr)); gap: 14px; }
+.charts figure { margin: 0; background: #fff; border: 1px solid #dde1e8; border-radius: 6px; padding: 6px; }
+.charts figcaption { color: #5a6275; font-size: 12px; padding: 0 8px 6px; }
+svg.chart { max-width: 100%; height: auto; font-family: inherit; }
+svg .title { font-size: 16px; font-weight: 600; fill: #1d2330; }
+svg .legend, svg .tick { font-size: 12px; fill: #3b4252; }
+svg .axis-label { font-size: 13px; fill: #1d2330; }
+svg .grid { stroke: #e6e9ef; }
+svg .axis { stroke: #6b7385; }
+.table-wrap { overflow-x: auto; background: #fff; border: 1px solid #dde1e8; border-radius: 6px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { padding: 6px 10px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
+th { background: #eef0f4; position: sticky; top: 0; font-weight: 600; }
+td.text, th.text { text-align: left; }
+td.wrap { white-space: normal; min-width: 220px; max-width: 420px; text-align: left; }
+tr.first td { border-top: 2px solid #cfd4dd; }
+.status { padding: 2px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
+.status.succeeded { background: #dff3e4; color: #1e6b34; }
+.status.failed { background: #fbe0df; color: #9b1c1a; }
+.status.invalid { background: #fff0cf; color: #8a5a00; }
+.muted { color: #7a8294; }
+dl.definitions dt { font-weight: 600; margin-top: 8px; }
+dl.definitions dd { margin: 2px 0 0 0; color: #3b4252; }
+"""
+
+
+def render_page(spec: JoinSpec, slices: list[Slice], live: list[dict], folder: Path) -> str:
+    """The whole HTML page."""
+    timezone = spec.schedule.timezone
+    generated = pendulum.now(timezone).strftime("%Y-%m-%d %H:%M:%S %Z")
+    body = [
+        f"<header><h1>Data quality: {_e(spec.name)}</h1>",
+        f"<p>{_e(spec.description)}</p>" if spec.description else "",
+        f"<p>output {_e(spec.output.location)} &middot; times in {_e(timezone)} &middot; generated {_e(generated)}</p></header><main>",
+    ]
+    plotted = [s for s in slices if s.shown]
+    if plotted:
+        body.append(_tiles(plotted))
+        body.append(_charts(plotted, timezone))
+    else:
+        body.append('<p class="empty">No replay slices are recorded yet: run <code>streamjoin replay</code> or '
+                    "<code>streamjoin backfill</code> to fill this page.</p>")
+    if slices:
+        body.append(_slice_table(slices, timezone, folder))
+    if live:
+        body.append(_live_table(live, timezone))
+    body.append(
+        "<h2>Definitions</h2><dl class='definitions'>"
+        f"<dt>match rate</dt><dd>{_e(MATCH_RATE)}</dd><dt>lateness cost</dt><dd>{_e(LATENESS_COST)}</dd>"
+        "<dt>runs plotted</dt><dd>Each slice's latest exact run (what live decides); a slice replayed only in "
+        "complete mode shows its complete run. A slice replayed several times counts by its latest run.</dd>"
+        "<dt>buckets</dt><dd>Every input row ends in one bucket: joined, unmatched emitted (padded), unmatched "
+        "dropped, late (side table _late), rejected (side table _rejected), open (window still open) or unsettled "
+        "(arrived after the frontier); docs/semantics.md.</dd></dl></main>"
+    )
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(spec.name)}: data quality</title>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{STYLE}</style></head>"
+            f"<body>{''.join(body)}</body></html>")
+
+
+def _tiles(plotted: list[Slice]) -> str:
+    totals = {name: sum(s.shown.counts[name] for s in plotted) for name in COUNTS}
+    costs = [s.lateness_cost for s in plotted if s.lateness_cost is not None]
+    tiles = [
+        ("slices", _number(len(plotted))), ("rows in", _number(totals["rows_in"])),
+        ("rows out", _number(totals["rows_out"])), ("match rate", _percent(match_rate(totals))),
+        ("late", _number(totals["late"])), ("rejected", _number(totals["rejected"])),
+        ("lateness cost", _number(sum(costs)) if costs else "–"),
+    ]
+    cells = "".join(f"<div class='tile' data-tile='{_e(name)}'><div class='value'>{value}</div>"
+                    f"<div class='name'>{_e(name)}</div></div>" for name, value in tiles)
+    return f"<h2>Summary of {len(plotted)} slice(s)</h2><div class='tiles'>{cells}</div>"
+
+
+def _charts(plotted: list[Slice], timezone: str) -> str:
+    pattern = _axis_pattern([s.start for s in plotted], timezone)
+    labels = [_time(s.start, timezone, pattern) for s in plotted]
+    ids = [s.start.isoformat() for s in plotted]
+    x_label = f"slice start ({timezone})"
+    counts = [s.shown.counts for s in plotted]
+    costed = [s for s in plotted if s.lateness_cost is not None]
+    figures = [
+        (chart("chart-rows", "Rows in and rows out per slice", "rows", x_label, labels, ids,
+               [Series("rows_in", [c["rows_in"] for c in counts]), Series("rows_out", [c["rows_out"] for c in counts])],
+               "bars"), "Input rows read by the slice and output rows it wrote."),
+        (chart("chart-match-rate", "Match rate per slice", "match rate", x_label, labels, ids,
+               [Series("match_rate", [s.shown.match_rate for s in plotted])], "lines", percent=True), MATCH_RATE),
+        (chart("chart-late-rejected", "Late and rejected rows per slice", "rows", x_label, labels, ids,
+               [Series("late", [c["late"] for c in counts]), Series("rejected", [c["rejected"] for c in counts])],
+               "bars"), "Late rows are in <output>_late, rejected rows (NULL key or time) in <output>_rejected."),
+    ]
+    if costed:
+        figures.append((chart(
+            "chart-lateness-cost", "Lateness cost per slice (complete minus exact rows out)", "rows", x_label,
+            [_time(s.start, timezone, pattern) for s in costed], [s.start.isoformat() for s in costed],
+            [Series("lateness_cost", [s.lateness_cost for s in costed])], "bars"), LATENESS_COST))
+    else:
+        missing = ("No slice has both an exact and a complete run, so there is no lateness cost to show: "
+                   "replay a slice with --mode complete as well.")
+        figures.append(("", missing))
+    cells = "".join(f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>" for svg, caption in figures)
+    return f"<h2>Per slice</h2><div class='charts'>{cells}</div>"
+
+
+def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
+    shown_counts = [name for name in COUNTS if name not in OPTIONAL
+                    or any(r.counts[name] for s in slices for r in s.runs.values())]
+    head = ("<tr><th class='text'>slice start</th><th class='text'>slice end</th><th>lateness cost</th>"
+            "<th class='text'>mode</th>" + "".join(f"<th>{_e(LABELS[n])}</th>" for n in shown_counts)
+            + "<th>match rate</th><th>runs</th><th class='text'>last run</th><th>seconds</th>"
+            "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th></tr>")
+    rows = []
+    for piece in slices:
+        modes = sorted(set(piece.runs) | set(piece.attempts), key=lambda m: (m != "exact", m))
+        for i, mode in enumerate(modes):
+            run, attempt = piece.runs.get(mode), piece.attempts.get(mode)
+            cells = []
+            if i == 0:
+                span = f"rowspan='{len(modes)}'"
+                cells.append(f"<td class='text' {span}>{_e(_time(piece.start, timezone))}</td>"
+                             f"<td class='text' {span}>{_e(_time(piece.end, timezone))}</td>"
+                             f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>")
+            cells.append(f"<td class='text'>{_e(mode)}</td>")
+            for name in shown_counts:
+                cells.append(f"<td data-field='{name}'>{_number(run.counts[name] if run else None)}</td>")
+            cells.append(f"<td data-field='match_rate'>{_percent(run.match_rate if run else None)}</td>"
+                         f"<td data-field='runs'>{_number(run.runs if run else None)}</td>"
+                         f"<td class='text'>{_e(_time(run.started_at, timezone)) if run else '–'}</td>"
+                         f"<td>{f'{run.duration_s:.1f}' if run else '–'}</td>")
+            cells.append(_attempt_cells(attempt, folder))
+            rows.append(f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
+                        f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>")
+    return (f"<h2>Slices</h2><div class='table-wrap'><table id='slices'><thead>{head}</thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
+    if attempt is None:
+        return "<td class='text muted' data-field='status'>no backfill</td><td class='wrap'></td><td class='text'></td>"
+    problems = attempt.failed + ([attempt.error] if attempt.error else [])
+    detail = "<br>".join(_e(p) for p in problems) if problems else ("passed" if attempt.status == "succeeded" else "")
+    link = (f"<a href='{_e(docs_link(attempt.docs, folder))}'>open</a>" if attempt.docs else "<span class='muted'>none</span>")
+    return (f"<td class='text' data-field='status'><span class='status {_e(attempt.status)}'>{_e(attempt.status)}</span></td>"
+            f"<td class='wrap' data-field='validation'>{detail}</td><td class='text' data-field='docs'>{link}</td>")
+
+
+def _live_table(live: list[dict], timezone: str) -> str:
+    """Live micro-batches per streaming run (checkpoint): batches, totals, and what is still held."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for row in live:
+        runs[row["run_id"]].append(row)
+    rows = []
+    for run_id, batches in sorted(runs.items(), key=lambda item: min(b["started_at"] for b in item[1])):
+        batches.sort(key=lambda b: b["batch"])
+        totals = {name: sum(b[name] or 0 for b in batches) for name in ("rows_in", "rows_out", "joined", "late", "rejected")}
+        held = (batches[-1]["open"] or 0) + (batches[-1]["unsettled"] or 0)
+        rows.append(
+            f"<tr data-run='{_e(run_id)}'><td class='text'>{_e(run_id)}</td><td data-field='batches'>{len(batches)}</td>"
+            f"<td class='text'>{_e(_time(from_spark(batches[0]['started_at']), timezone))}</td>"
+            f"<td class='text'>{_e(_time(from_spark(batches[-1]['started_at']), timezone))}</td>"
+            + "".join(f"<td data-field='{name}'>{_number(value)}</td>" for name, value in totals.items())
+            + f"<td data-field='held'>{_number(held)}</td></tr>"
+        )
+    head = ("<tr><th class='text'>live run (checkpoint id)</th><th>micro-batches</th><th class='text'>first batch</th>"
+            "<th class='text'>last batch</th><th>rows in</th><th>rows out</th><th>joined</th><th>late</th>"
+            "<th>rejected</th><th>open + unsettled now</th></tr>")
+    return (f"<h2>Live micro-batches</h2><div class='table-wrap'><table id='live'><thead>{head}</thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")

@@ -1,0 +1,224 @@
+"""The data-quality page, opened in Debian's headless chromium: charts, numbers and links as a reader sees them."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import at
+from harness import create_tables, job, with_output, write_commit
+
+from streamjoin import delta_io
+from streamjoin.backfill import run_slice
+from streamjoin.errors import JobError
+from streamjoin.report import build_report, docs_link
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+from streamjoin.session import PROJECT_ROOT
+from streamjoin.timeutil import from_spark
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SLICES = [(at(0), at(100)), (at(100), at(200)), (at(200), at(300))]
+FIELDS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected", "open", "unsettled")
+
+# (side, rows): each entry is one commit; the last two before the tail arrive late (event times far behind).
+COMMITS = [
+    (0, [("a1", "k1", 10, 1), ("a2", "k2", 20, 1), ("a3", "k3", 50, 1), ("a4", "k9", 60, 1)]),
+    (1, [("b1", "k1", 15, 1), ("b2", "k2", 25, 1), ("b3", "k3", 55, 1)]),
+    (0, [("a5", "k1", 110, 1), ("a6", "k2", 150, 1), ("a7", "k4", 180, 1)]),
+    (1, [("b4", "k1", 112, 1), ("b5", "k4", 185, 1)]),
+    (0, [("a8", "k1", 210, 1), ("a9", "k5", 250, 1), ("a10", None, 260, 1)]),
+    (1, [("b6", "k1", 215, 1), ("b7", "k5", 255, 1), ("b8", "k5", 290, 1), ("b11", "k6", None, 1)]),
+    (0, [("a11", "k2", 22, 1), ("a12", "k4", 178, 1)]),  # late: would pair with b2 and b5
+    (1, [("b9", "k9", 62, 1)]),  # late: would pair with a4
+    (0, [("a13", "k1", 500, 1)]),  # the tail moves the frontier past every slice
+    (1, [("b10", "k1", 500, 1)]),
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless, with its console log kept."""
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail(f"{CHROMIUM} or {CHROMEDRIVER} is missing: run `bash infra/setup.sh` (installs chromium and chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def replayed(spark, tmp_path_factory):
+    """A left outer interval job with late and rejected rows: one live run, then three slices replayed in both
+    modes (the first exact slice twice, first over older versions), and one slice run as a backfill attempt."""
+    root = tmp_path_factory.mktemp("report")
+    paths = create_tables(spark, root)
+    for side, rows in COMMITS:
+        write_commit(spark, paths[side], rows)
+    spec = job(root, paths, "left", 0, 10, 5)
+    LiveRunner(spark, spec, str(root / "checkpoint")).run(900)
+    replay(spark, spec, *SLICES[0], mode="exact", versions={"l": 1, "r": 1})
+    for mode in ("exact", "complete"):
+        for start, end in SLICES:
+            replay(spark, spec, start, end, mode=mode)
+    outcome = run_slice(spark, spec, *SLICES[2], mode="exact", validate=False)
+    assert outcome.ok, outcome.error
+    return spec
+
+
+def latest_runs(spark, spec) -> tuple[dict, dict]:
+    """From the metrics table itself: the latest replay row per (slice start, mode) and each one's run count."""
+    rows = delta_io.read_snapshot(spark, spec.output.side("metrics")).where("runner = 'replay'").collect()
+    grouped = defaultdict(list)
+    for row in rows:
+        grouped[(from_spark(row.slice_start).isoformat(), row.mode)].append(row)
+    return ({key: max(runs, key=lambda r: r.started_at) for key, runs in grouped.items()},
+            {key: len(runs) for key, runs in grouped.items()})
+
+
+def open_page(driver, page: Path) -> None:
+    driver.get(page.as_uri())
+    driver.get_log("browser")  # start from an empty log: only this page's messages are asserted
+
+
+def severe(driver) -> list[dict]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def shown(driver, selector: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.CSS_SELECTOR, selector).text.strip()
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def marks(driver, chart: str, series: str) -> dict[str, float]:
+    """The plotted marks of one series: slice start -> value."""
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, f"svg#{chart} .mark[data-series='{series}']")
+    return {m.get_attribute("data-slice"): float(m.get_attribute("data-value")) for m in found}
+
+
+def screenshot(driver, name: str) -> Path:
+    """A full-page PNG under build/screenshots/."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1500, height + 40)
+    target = PROJECT_ROOT / "build" / "screenshots" / f"{name}_quality.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(target))
+    driver.set_window_size(1500, 1000)
+    return target
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, browser, tmp_path):
+    spec = replayed
+    page = build_report(spark, spec, str(tmp_path / "report"))
+    assert page == tmp_path / "report" / "index.html"
+    open_page(browser, page)
+    assert severe(browser) == []
+    assert browser.title == "eq: data quality"
+    latest, runs = latest_runs(spark, spec)
+    starts = [from_spark(start).isoformat() for start, _ in SLICES]
+
+    from selenium.webdriver.common.by import By
+
+    charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+    assert [c.get_attribute("id") for c in charts] == ["chart-rows", "chart-match-rate", "chart-late-rejected", "chart-lateness-cost"]
+    for chart in charts:  # every chart has a title, two axis labels and a legend entry per series
+        assert chart.find_element(By.CSS_SELECTOR, ".title").text
+        assert len(chart.find_elements(By.CSS_SELECTOR, ".axis-label")) == 2
+        assert chart.find_elements(By.CSS_SELECTOR, ".legend")
+    # One mark per slice per series, holding the latest exact run's numbers.
+    exact = {start: latest[(start, "exact")] for start in starts}
+    for chart, series in (("chart-rows", "rows_in"), ("chart-rows", "rows_out"), ("chart-late-rejected", "late"),
+                          ("chart-late-rejected", "rejected")):
+        assert marks(browser, chart, series) == {s: float(exact[s][series]) for s in starts}, series
+    rates = marks(browser, "chart-match-rate", "match_rate")
+    assert rates == pytest.approx({s: exact[s].joined / (exact[s].joined + exact[s].unmatched_emitted + exact[s].unmatched_dropped)
+                                   for s in starts})
+    costs = {s: latest[(s, "complete")].rows_out - latest[(s, "exact")].rows_out for s in starts}
+    assert marks(browser, "chart-lateness-cost", "lateness_cost") == {s: float(c) for s, c in costs.items()}
+    assert any(costs.values()), "the late rows should cost some output rows"
+    assert sum(exact[s].late for s in starts) > 0 and sum(exact[s].rejected for s in starts) > 0
+
+    # The table shows each slice's latest run per mode, exactly as the metrics table holds it.
+    for (start, mode), row in latest.items():
+        for field in FIELDS:
+            assert number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='{field}']")) == row[field], (start, mode, field)
+        assert number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='runs']")) == runs[(start, mode)]
+    assert runs[(starts[0], "exact")] == 2 and latest[(starts[0], "exact")].rows_in == exact[starts[0]].rows_in
+    for start in starts:
+        assert number(shown(browser, f"tr[data-slice='{start}'] td[data-field='lateness_cost']")) == costs[start]
+    assert number(shown(browser, "[data-tile='lateness cost'] .value")) == sum(costs.values())
+    # The backfill attempt shows its status; slices without one say so.
+    assert shown(browser, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='status']") == "succeeded"
+    assert shown(browser, f"tr[data-slice='{starts[0]}'][data-mode='exact'] td[data-field='status']") == "no backfill"
+
+    # The live run: one row per checkpoint, its totals over the micro-batches.
+    live = delta_io.read_snapshot(spark, spec.output.side("metrics")).where("runner = 'live'").collect()
+    assert live
+    assert number(shown(browser, "table#live td[data-field='batches']")) == len(live)
+    for field in ("rows_in", "rows_out", "late", "rejected"):
+        assert number(shown(browser, f"table#live td[data-field='{field}']")) == sum(r[field] for r in live), field
+
+    assert "match rate = joined / (joined + unmatched emitted + unmatched dropped)" in browser.find_element(By.TAG_NAME, "body").text
+    shot = screenshot(browser, spec.name)
+    width, height = png_size(shot)
+    assert width >= 1400 and height >= 1500 and shot.stat().st_size > 30_000, (width, height, shot.stat().st_size)
+    assert severe(browser) == []
+
+
+def test_one_slice_without_rows_still_draws(spark, replayed, browser, tmp_path):
+    spec = with_output(replayed, str(tmp_path / "empty_out"))
+    replay(spark, spec, at(1000), at(1100), mode="exact")  # no event falls in this slice
+    page = build_report(spark, spec)
+    assert page == Path(f"{spec.output.location}_quality/report/index.html")
+    open_page(browser, page)
+    assert severe(browser) == []
+    start = from_spark(at(1000)).isoformat()
+
+    from selenium.webdriver.common.by import By
+
+    assert [c.get_attribute("id") for c in browser.find_elements(By.CSS_SELECTOR, "svg.chart")] == [
+        "chart-rows", "chart-match-rate", "chart-late-rejected"]
+    assert marks(browser, "chart-rows", "rows_in") == {start: 0.0}
+    assert marks(browser, "chart-late-rejected", "late") == {start: 0.0}
+    assert marks(browser, "chart-match-rate", "match_rate") == {}  # no decided row: no rate to plot
+    assert shown(browser, f"tr[data-slice='{start}'] td[data-field='match_rate']") == "–"
+    assert shown(browser, f"tr[data-slice='{start}'] td[data-field='lateness_cost']") == "–"
+    assert "No slice has both an exact and a complete run" in browser.find_element(By.TAG_NAME, "body").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "table#live")
+    assert severe(browser) == []
+
+
+def test_job_that_never_ran_says_to_replay_first(spark, replayed, tmp_path):
+    spec = with_output(replayed, str(tmp_path / "never_ran"))
+    with pytest.raises(JobError, match="no run metrics yet .* run a replay or a backfill first"):
+        build_report(spark, spec)
+    assert not (tmp_path / "never_ran_quality").exists()
+
+
+def test_data_docs_link_is_relative_so_report_and_docs_move_together(tmp_path):
+    docs = tmp_path / "out_quality" / "data_docs" / "validations" / "slice.html"
+    assert docs_link(str(docs), tmp_path / "out_quality" / "report") == "../data_docs/validations/slice.html"
+    assert docs_link("s3://bucket/docs/index.html", tmp_path) == "s3://bucket/docs/index.html"

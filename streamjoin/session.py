@@ -7,6 +7,7 @@ zone and the Delta settings are the same wherever a job runs.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -31,6 +32,30 @@ def delta_jars() -> list[str]:
     return jars
 
 
+def check_master_answers(master: str, timeout: float = 5.0) -> None:
+    """Fail at once, with what to do, when no master of a spark:// URL accepts a connection.
+
+    Spark itself keeps retrying an unreachable standalone master for about a minute and then
+    stops with a Java stack trace; this probe says the same thing in seconds.
+    """
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master.removeprefix("spark://").split(","):  # spark://h1:7077,h2:7077 (HA masters)
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            return  # not host:port; Spark rejects the URL itself, naming the form it expects
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+            return
+        except OSError as exc:
+            failures.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise SetupError(
+        f"Spark master {master} does not answer ({'; '.join(failures)}): start the cluster "
+        "(infra/spark-cluster.sh start runs one on this machine) or give the right --master / $STREAMJOIN_MASTER."
+    )
+
+
 def get_spark(
     master: str | None = None,
     app_name: str = "streamjoin",
@@ -49,6 +74,7 @@ def get_spark(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = master or os.environ.get("STREAMJOIN_MASTER", DEFAULT_MASTER)
+    check_master_answers(master)
     local = master.startswith("local")
     if shuffle_partitions is None:
         shuffle_partitions = int(os.environ.get("STREAMJOIN_SHUFFLE_PARTITIONS", 4 if local else 64))

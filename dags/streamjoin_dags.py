@@ -1,0 +1,258 @@
+"""Airflow DAGs for streamjoin jobs: per job file, a backfill DAG and (with schedule.live_every) a live DAG.
+
+`streamjoin_<job>` replays one data interval [data_interval_start, data_interval_end) per run, cut on
+local calendar boundaries of the job's schedule (every, timezone), validates it with Great
+Expectations and fails when the slice did not succeed. `streamjoin_<job>_live` runs the live
+runner available-now every schedule.live_every. Both declare the job's Delta output as an asset.
+
+Parsing stays cheap: job files are read here, Spark and Great Expectations only inside tasks. A job
+file that cannot be loaded is skipped with a warning (Airflow lists it among the file's import
+warnings) so the other jobs' DAGs still load. See docs/airflow.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import (
+    DAG,
+    Asset,
+    CronDataIntervalTimetable,
+    DeltaTriggerTimetable,
+    Param,
+    task,
+)
+from airflow.sdk.exceptions import AirflowFailException
+
+from streamjoin.errors import JobError
+from streamjoin.spec import JoinSpec, load_job
+from streamjoin.timeutil import parse_duration
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_START = "2024-01-01"  # first data interval when a job's schedule has no start (local midnight)
+MASTER_VARIABLE = "streamjoin_master"  # Airflow Variable naming the Spark master; beats $STREAMJOIN_MASTER
+MODES = ("exact", "complete")
+log = logging.getLogger(__name__)
+
+
+def jobs_folder() -> Path:
+    """$STREAMJOIN_JOBS, else the project's jobs/ folder."""
+    return Path(os.environ.get("STREAMJOIN_JOBS") or PROJECT_ROOT / "jobs")
+
+
+def data_root() -> Path:
+    """Where relative Delta paths of job files resolve: $STREAMJOIN_ROOT, else the project's data/."""
+    return Path(os.environ.get("STREAMJOIN_ROOT") or PROJECT_ROOT / "data")
+
+
+def cron_for(every: str) -> str:
+    """The cron expression whose runs start on local multiples of `every` counted from midnight.
+
+    Minutes dividing an hour and hours dividing a day repeat every day; 1d is local midnight and
+    7d is Monday's local midnight. Other cadences have no cron form and are refused.
+    """
+    step = parse_duration(every, "schedule: every")
+    minutes = step // timedelta(minutes=1)
+    if step == timedelta(days=1):
+        return "0 0 * * *"
+    if step == timedelta(days=7):
+        return "0 0 * * 1"
+    if step > timedelta(0) and step == timedelta(minutes=minutes):
+        if minutes < 60 and 60 % minutes == 0:
+            return f"*/{minutes} * * * *"
+        if minutes == 60:
+            return "0 * * * *"
+        if minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+            return f"0 */{minutes // 60} * * *"
+    raise JobError(
+        f"schedule: every {every!r} has no cron form aligned on local time that Airflow can schedule; "
+        "write minutes dividing an hour (15m, 30m), hours dividing a day (1h, 6h), 1d or 7d"
+    )
+
+
+def start_date(spec: JoinSpec) -> datetime:
+    """schedule.start (an ISO date or datetime, local to schedule.timezone), else DEFAULT_START."""
+    text = spec.schedule.start or DEFAULT_START
+    try:
+        return pendulum.parse(text, tz=pendulum.timezone(spec.schedule.timezone))
+    except Exception:
+        raise JobError(f"schedule: start {text!r} is not an ISO date or datetime, e.g. 2024-05-01") from None
+
+
+def output_asset(spec: JoinSpec) -> Asset:
+    """The job's Delta output as an asset: file://<absolute path>, or delta://<table name>."""
+    out = spec.output
+    uri = f"file://{Path(out.path).resolve()}" if out.path else f"delta://{out.table}"
+    return Asset(name=f"streamjoin_{spec.name}_output", uri=uri, group="streamjoin")
+
+
+def slice_options(params: dict[str, Any]) -> tuple[str, dict[str, int] | None]:
+    """The run's replay mode and pinned versions (dag_run.conf overrides the DAG's params)."""
+    mode, versions = params.get("mode") or "exact", params.get("versions")
+    if mode not in MODES:
+        raise AirflowFailException(f"conf mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")
+    if versions is not None and (
+        not isinstance(versions, dict)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in versions.values())
+    ):
+        raise AirflowFailException(
+            f"conf versions {versions!r} must map source names to Delta versions, e.g. {{\"orders\": 12, \"payments\": 9}}"
+        )
+    return mode, versions or None
+
+
+def spark_session():
+    """The task's Spark session; master from the Airflow Variable, else $STREAMJOIN_MASTER, else local[*]."""
+    from airflow.sdk import Variable
+
+    from streamjoin.session import get_spark
+
+    return get_spark(master=Variable.get(MASTER_VARIABLE, default=None) or None, app_name="streamjoin-airflow")
+
+
+def outcome_summary(outcome) -> dict[str, Any]:
+    """A SliceOutcome as plain values (XCom holds JSON)."""
+    metrics, validation = outcome.metrics, outcome.validation
+    return {
+        "status": outcome.status,
+        "start": outcome.slice.start.isoformat(),
+        "end": outcome.slice.end.isoformat(),
+        "versions": metrics.versions if metrics else None,
+        "rows_in": metrics.total("rows_in") if metrics else None,
+        "rows_out": metrics.rows_out if metrics else None,
+        "validation_failed": list(validation.failed) if validation else [],
+        "docs": validation.docs if validation else None,
+        "error": outcome.error,
+        "duration_s": outcome.duration_s,
+    }
+
+
+def failure_message(job: str, summary: dict[str, Any]) -> str:
+    """Why a slice did not succeed, with the failed expectations or the error and the Data Docs page."""
+    where = f"job {job}, slice [{summary['start']}, {summary['end']})"
+    if summary["status"] == "invalid":
+        failed = "; ".join(summary["validation_failed"]) or "no expectation named"
+        return f"{where}: output failed validation: {failed}. Data Docs: {summary['docs']}"
+    return f"{where}: replay failed: {summary['error']}"
+
+
+def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
+    """`streamjoin_<job>`: one slice per data interval, on the job's local calendar schedule, catchup on."""
+    asset = output_asset(spec)
+    schedule = spec.schedule
+    with DAG(
+        dag_id=f"streamjoin_{spec.name}",
+        description=spec.description or f"streamjoin job {spec.name}: backfill slices",
+        schedule=CronDataIntervalTimetable(cron_for(schedule.every), timezone=schedule.timezone),
+        start_date=start_date(spec),
+        catchup=True,
+        max_active_runs=4,
+        tags=["streamjoin", "backfill"],
+        doc_md=f"Replays job file `{job_file}` one data interval (every {schedule.every}, "
+        f"{schedule.timezone}) at a time and validates the slice; output `{spec.output.location}`. "
+        "Conf: `mode` (exact | complete), `versions` ({source: Delta version}, default latest).",
+        params={
+            "mode": Param("exact", type="string", enum=list(MODES), description="exact: as live ran; complete: every row on time"),
+            "versions": Param(None, type=["null", "object"], description="pinned Delta versions {source: version}; null: latest"),
+        },
+        default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
+    ) as made:
+
+        @task(outlets=[asset])
+        def replay_slice(data_interval_start=None, data_interval_end=None, params=None, dag_run=None, ti=None) -> dict:
+            """Replay and validate [data_interval_start, data_interval_end); fail unless the slice succeeded."""
+            from streamjoin.backfill import INVALID, SUCCEEDED, run_slice
+
+            mode, versions = slice_options(params)
+            try:
+                outcome = run_slice(
+                    spark_session(), spec, data_interval_start, data_interval_end, mode=mode, versions=versions,
+                    validate=True, backfill_id=f"airflow:{dag_run.dag_id}:{dag_run.run_id}",
+                )
+            except JobError as exc:  # the job cannot run as written: retrying would not help
+                raise AirflowFailException(f"job {spec.name}: {exc}") from None
+            summary = outcome_summary(outcome)
+            if outcome.status == SUCCEEDED:
+                return summary
+            ti.xcom_push(key="outcome", value=summary)
+            if outcome.status == INVALID:  # the data is what it is: a retry would validate the same rows
+                raise AirflowFailException(failure_message(spec.name, summary))
+            raise RuntimeError(failure_message(spec.name, summary))  # Spark or I/O: retried
+
+        @task
+        def report(summary: dict) -> str:
+            """One line per slice in the task log: rows, versions read, where the Data Docs are."""
+            line = (
+                f"job {spec.name}: slice [{summary['start']}, {summary['end']}) {summary['status']}: "
+                f"{summary['rows_in']} rows in, {summary['rows_out']} out, versions {summary['versions']}, "
+                f"{summary['duration_s']} s; Data Docs {summary['docs']}"
+            )
+            log.info(line)
+            return line
+
+        report(replay_slice())
+    return made
+
+
+def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
+    """`streamjoin_<job>_live`: the live runner, available-now, every schedule.live_every; one run at a time."""
+    asset = output_asset(spec)
+    checkpoint = f"{spec.output.location}_checkpoint"
+    with DAG(
+        dag_id=f"streamjoin_{spec.name}_live",
+        description=f"streamjoin job {spec.name}: live runner, available-now",
+        schedule=DeltaTriggerTimetable(parse_duration(spec.schedule.live_every, "schedule: live_every")),
+        start_date=start_date(spec),
+        catchup=False,
+        max_active_runs=1,
+        tags=["streamjoin", "live"],
+        doc_md=f"Runs job file `{job_file}` live (available-now) every {spec.schedule.live_every}; "
+        f"checkpoint `{checkpoint}`, output `{spec.output.location}`.",
+        default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
+    ) as made:
+
+        @task(outlets=[asset])
+        def run_live() -> dict:
+            """Process every committed row not yet processed, then stop; the micro-batches' totals."""
+            from streamjoin.metrics import combine
+            from streamjoin.runners.live import LiveRunner
+
+            runs = LiveRunner(spark_session(), spec, checkpoint).run()
+            summary = combine(runs).summary() if runs else "nothing new to process"
+            log.info("job %s live: %d micro-batch(es): %s", spec.name, len(runs), summary)
+            return {"batches": len(runs), "rows_out": sum(r.rows_out for r in runs), "summary": summary}
+
+        run_live()
+    return made
+
+
+def build_dags(folder: Path) -> dict[str, DAG]:
+    """Every job file's DAGs by id; a job file that fails to load is skipped with a warning."""
+    dags: dict[str, DAG] = {}
+    for job_file in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        try:
+            spec = load_job(job_file, root=data_root())
+            cron_for(spec.schedule.every)  # refuse a bad schedule before any DAG of the job is registered
+            start_date(spec)
+            ids = [f"streamjoin_{spec.name}"] + ([f"streamjoin_{spec.name}_live"] if spec.schedule.live_every else [])
+            taken = [i for i in ids if i in dags]
+            if taken:
+                raise JobError(f"DAG id {taken[0]} is already made from another job file; give this job another name")
+        except Exception as exc:  # one bad job file must not hide the other jobs' DAGs
+            message = f"streamjoin: job file {job_file} skipped, no DAG made: {type(exc).__name__}: {exc}"
+            log.error(message)
+            warnings.warn(message, stacklevel=1)
+            continue
+        dags[ids[0]] = backfill_dag(spec, job_file)
+        if spec.schedule.live_every:
+            dags[ids[1]] = live_dag(spec, job_file)
+    return dags
+
+
+DAGS = build_dags(jobs_folder())

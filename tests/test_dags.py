@@ -1,0 +1,162 @@
+"""The Airflow DAGs (dags/streamjoin_dags.py) with real Airflow: parsing, schedules, and runs through dag.test.
+
+Airflow reads its configuration when first imported, so the session fixture sets AIRFLOW_HOME and
+migrates a SQLite metadata database before anything here imports airflow (imports are inside tests).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pendulum
+import pytest
+
+from harness import create_tables, write_commit
+from streamjoin.spec import load_job
+
+REPO = Path(__file__).resolve().parent.parent
+DAG_FILE = REPO / "dags" / "streamjoin_dags.py"
+VENV_BIN = REPO / ".venv" / "bin"
+UTC = timezone.utc
+H, D = 3600, 86_400
+BERLIN = "Europe/Berlin"
+CRON = {"15m": "*/15 * * * *", "1h": "0 * * * *", "6h": "0 */6 * * *", "1d": "0 0 * * *", "7d": "0 0 * * 1"}
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory):
+    """A fresh AIRFLOW_HOME with a migrated SQLite database; env set before airflow's first import."""
+    if "airflow" in sys.modules:
+        raise RuntimeError("airflow was imported before tests/test_dags.py set AIRFLOW_HOME; import it inside tests only")
+    home = tmp_path_factory.mktemp("airflow_home")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW_HOME", str(home))
+        env.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        env.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(DAG_FILE.parent))
+        env.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db")
+        migrated = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], capture_output=True, text=True,
+                                  timeout=600, env=dict(os.environ))
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+        yield home
+
+
+# ---------------------------------------------------------------- parsing
+
+IMPORT_PROBE = """
+import importlib.util, json, sys, time
+began = time.perf_counter()
+spec = importlib.util.spec_from_file_location("streamjoin_dags", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+seconds = time.perf_counter() - began
+print(json.dumps({
+    "seconds": seconds,
+    "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "great_expectations", "py4j")),
+    "dags": {
+        dag_id: {
+            "timetable": type(dag.timetable).__name__,
+            "cron": getattr(dag.timetable, "expression", None),
+            "timezone": str(getattr(dag.timetable, "timezone", "")),
+            "catchup": dag.catchup, "tags": sorted(dag.tags), "max_active_runs": dag.max_active_runs,
+            "outlets": {t.task_id: [a.uri for a in t.outlets] for t in dag.tasks},
+        }
+        for dag_id, dag in module.DAGS.items()
+    },
+}))
+"""
+
+
+def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_home):
+    env = {k: v for k, v in os.environ.items() if k not in ("STREAMJOIN_JOBS", "STREAMJOIN_ROOT")}  # the defaults
+    probe = subprocess.run([str(VENV_BIN / "python"), "-c", IMPORT_PROBE, str(DAG_FILE)], capture_output=True,
+                           text=True, timeout=120, env=env, cwd=airflow_home)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    parsed = json.loads(probe.stdout.strip().splitlines()[-1])
+    print(f"DAG file import: {parsed['seconds']:.2f} s")
+    assert parsed["seconds"] < 10
+    assert parsed["heavy"] == []  # Spark, py4j and Great Expectations load inside tasks only
+
+    jobs = [load_job(f, root=REPO / "data") for f in sorted((REPO / "jobs").glob("*.yaml"))]
+    expected = {f"streamjoin_{j.name}" for j in jobs} | {f"streamjoin_{j.name}_live" for j in jobs if j.schedule.live_every}
+    assert set(parsed["dags"]) == expected
+    for job in jobs:
+        dag = parsed["dags"][f"streamjoin_{job.name}"]
+        assert dag["timetable"] == "CronDataIntervalTimetable" and dag["timezone"] == job.schedule.timezone
+        assert dag["cron"] == CRON[job.schedule.every]
+        assert dag["catchup"] is True and dag["tags"] == ["backfill", "streamjoin"]
+        assert dag["outlets"]["replay_slice"] == [f"file://{job.output.location}"]
+
+
+def write_job(folder: Path, name: str, body: str) -> Path:
+    file = folder / f"{name}.yaml"
+    file.write_text(textwrap.dedent(body))
+    return file
+
+
+JOB = """\
+    name: {name}
+    sources:
+      l: {{path: l, kind: stream, time: t}}
+      r: {{path: r, kind: stream, time: t}}
+    from: l
+    joins:
+      - join: r
+        type: left
+        on: l.k = r.k
+        between: [0s, 1h]
+        grace: 1h
+    select: [l.id AS lid, r.id AS rid]
+    output: {{path: out/{name}}}
+    schedule: {{every: 1d, timezone: Europe/Berlin, start: "2023-12-01"{extra}}}
+    quality: {{match_column: rid, min_match_rate: {rate}}}
+"""
+
+
+def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.sdk import DeltaTriggerTimetable
+    from airflow.serialization.encoders import coerce_to_core_timetable
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    write_job(jobs, "berlin", JOB.format(name="berlin", rate=0.5, extra=", live_every: 15m"))
+    write_job(jobs, "hourly", JOB.format(name="hourly", rate=0.5, extra="").replace("every: 1d", "every: 1h"))
+    write_job(jobs, "broken", "name: broken\nsources: [unclosed\n")
+    write_job(jobs, "sevenhours", JOB.format(name="sevenhours", rate=0.5, extra="").replace("every: 1d", "every: 7h"))
+    write_job(jobs, "zz_again", JOB.format(name="berlin", rate=0.5, extra=""))  # a second job named berlin
+    monkeypatch.setenv("STREAMJOIN_JOBS", str(jobs))
+    monkeypatch.setenv("STREAMJOIN_ROOT", str(tmp_path / "data"))
+
+    bag = DagBag(dag_folder=str(DAG_FILE))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {"streamjoin_berlin", "streamjoin_berlin_live", "streamjoin_hourly"}
+    warned = "\n".join(w for ws in bag.captured_warnings.values() for w in ws)
+    assert "broken.yaml skipped" in warned and "is not valid YAML" in warned
+    assert "sevenhours.yaml skipped" in warned and "write minutes dividing an hour (15m, 30m), hours dividing a day" in warned
+    assert "zz_again.yaml skipped" in warned and "DAG id streamjoin_berlin is already made" in warned
+
+    daily = coerce_to_core_timetable(bag.get_dag("streamjoin_berlin").timetable)
+    # A daily run's data interval is a local calendar day, 23 hours long on the day clocks go forward.
+    spring = daily.infer_manual_data_interval(run_after=pendulum.datetime(2024, 4, 1, tz=BERLIN))
+    assert (spring.start, spring.end) == (datetime(2024, 3, 30, 23, tzinfo=UTC), datetime(2024, 3, 31, 22, tzinfo=UTC))
+    autumn = daily.infer_manual_data_interval(run_after=pendulum.datetime(2024, 10, 28, tz=BERLIN))
+    assert autumn.end - autumn.start == timedelta(hours=25)
+    hourly = coerce_to_core_timetable(bag.get_dag("streamjoin_hourly").timetable)
+    hour = hourly.infer_manual_data_interval(run_after=pendulum.datetime(2024, 3, 31, 3, tz=BERLIN))
+    assert (hour.start, hour.end) == (datetime(2024, 3, 31, 0, tzinfo=UTC), datetime(2024, 3, 31, 1, tzinfo=UTC))
+
+    live = bag.get_dag("streamjoin_berlin_live")
+    assert isinstance(live.timetable, DeltaTriggerTimetable) and live.timetable.delta == timedelta(minutes=15)
+    assert live.max_active_runs == 1 and live.catchup is False and sorted(live.tags) == ["live", "streamjoin"]
+    output = f"file://{tmp_path}/data/out/berlin"
+    assert [a.uri for a in live.get_task("run_live").outlets] == [output]
+    assert [a.uri for a in bag.get_dag("streamjoin_berlin").get_task("replay_slice").outlets] == [output]
+    assert bag.get_dag("streamjoin_berlin").start_date == pendulum.datetime(2023, 12, 1, tz=BERLIN)

@@ -1,0 +1,270 @@
+"""Per-slice validation of a job's output with Great Expectations (docs/validation.md).
+
+Each job has one expectation suite: `expectations/<job>.json` when that file exists, else the suite
+derived from the job (`suite_for`). The slice bounds reach the suite as the suite parameters
+`slice_start` and `slice_end`, so a committed suite holds no dates. Every validation stores its
+result beside the site and rebuilds the Data Docs, so each slice, failed or not, has its own page.
+
+Great Expectations is imported inside the functions: importing this module stays cheap for the
+Airflow DAG files that import it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streamjoin.errors import JobError
+from streamjoin.metrics import spark_value
+from streamjoin.session import PROJECT_ROOT
+from streamjoin.spec import JoinSpec
+from streamjoin.timeutil import parse_instant
+
+SUITES_DIR = PROJECT_ROOT / "expectations"
+SLICE_START, SLICE_END = "slice_start", "slice_end"  # the suite parameters a validation is given
+_SITE = "streamjoin"  # the Data Docs site's name inside the ephemeral context
+_COLUMN_ARGUMENTS = ("column", "column_A", "column_B")
+_QUIET_KWARGS = {"column", "column_list", "batch_id", "result_format", "catch_exceptions", "include_config"}
+_UNEXPECTED = {  # how a failing row is called in a message, by expectation type
+    "expect_column_values_to_not_be_null": "NULL",
+    "expect_column_values_to_be_unique": "duplicated",
+    "expect_compound_columns_to_be_unique": "duplicated",
+    "expect_column_values_to_be_between": "outside the range",
+}
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    """The outcome of validating one slice's output against the job's suite."""
+
+    suite: str  # suite name (the job name)
+    success: bool
+    failed: tuple[str, ...]  # one readable line per failed expectation: what, column(s), observed value
+    evaluated: int  # expectations evaluated
+    docs: str | None  # path of the Data Docs HTML page of this validation (or the site index)
+
+
+def suite_for(spec: JoinSpec) -> dict:
+    """The default suite derived from the job, in Great Expectations' suite JSON (name, expectations)."""
+    time, key, quality = spec.output.time, spec.output.key, spec.quality
+    expectations = [
+        _expectation("expect_column_values_to_not_be_null", {"column": time}, "every output row has an event time"),
+        _expectation(
+            "expect_column_values_to_be_between",
+            {"column": time, "min_value": {"$PARAMETER": SLICE_START}, "max_value": {"$PARAMETER": SLICE_END},
+             "strict_max": True},
+            "a slice holds only rows of its own interval [slice_start, slice_end)",
+        ),
+    ]
+    checked = {time}
+    for column in key:
+        if column not in checked:
+            checked.add(column)
+            expectations.append(_expectation("expect_column_values_to_not_be_null", {"column": column}, "output key column"))
+    if len(key) == 1:
+        expectations.append(_expectation("expect_column_values_to_be_unique", {"column": key[0]}, "the output key identifies a row"))
+    elif key:
+        expectations.append(_expectation(
+            "expect_compound_columns_to_be_unique", {"column_list": list(key)}, "the output key identifies a row"))
+    for column in quality.not_null:
+        if column not in checked:
+            checked.add(column)
+            expectations.append(_expectation(
+                "expect_column_values_to_not_be_null", {"column": column}, "quality.not_null: outer-join padding never fills it"))
+    if quality.match_column and quality.min_match_rate > 0:
+        expectations.append(_expectation(
+            "expect_column_values_to_not_be_null", {"column": quality.match_column, "mostly": quality.min_match_rate},
+            f"at least {quality.min_match_rate:.0%} of rows found a partner (quality.min_match_rate)",
+        ))
+    return {"name": spec.name, "expectations": expectations}
+
+
+def _expectation(kind: str, kwargs: dict[str, Any], why: str) -> dict:
+    return {"type": kind, "kwargs": kwargs, "notes": why}
+
+
+def suite_path(spec: JoinSpec, folder: str | None = None) -> Path:
+    """Where the job's editable suite lives: <folder or expectations/>/<job>.json."""
+    return Path(folder or SUITES_DIR) / f"{spec.name}.json"
+
+
+def load_suite(spec: JoinSpec, folder: str | None = None) -> dict:
+    """The job's suite: expectations/<job>.json (or <folder>/<job>.json) if present, else `suite_for(spec)`."""
+    path = suite_path(spec, folder)
+    if not path.exists():
+        return suite_for(spec)
+    try:
+        suite = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise JobError(f"suite {str(path)!r} is not valid JSON: {exc}; fix it or delete it to use the suite derived from the job") from None
+    if not isinstance(suite, dict) or not isinstance(suite.get("expectations"), list):
+        raise JobError(f"suite {str(path)!r} must be a JSON object with 'name' and a list of 'expectations'")
+    if suite.get("name") != spec.name:
+        raise JobError(f"suite {str(path)!r} is named {suite.get('name')!r}; name it {spec.name!r}, after its job")
+    for number, item in enumerate(suite["expectations"], 1):
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not isinstance(item.get("kwargs"), dict):
+            raise JobError(f"suite {str(path)!r}: expectation {number} needs 'type' (e.g. expect_column_values_to_not_be_null) and 'kwargs'")
+    return suite
+
+
+def default_site(spec: JoinSpec) -> str:
+    """The Data Docs folder of a job: <output location>_quality/data_docs."""
+    if not spec.output.path:
+        raise JobError(
+            f"job {spec.name!r} writes to table {spec.output.table!r}, which has no folder for Data Docs beside it; "
+            "pass a site folder (backfill --site)"
+        )
+    return f"{spec.output.side('quality')}/data_docs"
+
+
+def validate_slice(
+    spark: SparkSession,
+    spec: JoinSpec,
+    output: DataFrame,
+    start: datetime,
+    end: datetime,
+    site: str | None = None,
+) -> ValidationResult:
+    """Validate one slice's output [start, end) (naive times are UTC) and rebuild the Data Docs in `site`.
+
+    An empty output is valid. A suite naming a column the output lacks raises JobError: every slice
+    would fail alike, and the fix is in the job or the suite.
+    """
+    suite = load_suite(spec)
+    _check_columns(suite, output, suite_path(spec))
+    site = site or default_site(spec)
+    start, end = parse_instant(start, "slice start"), parse_instant(end, "slice end")
+    context = _context(site)
+    checkpoint = _checkpoint(context, suite, suite_path(spec))
+    from great_expectations.core.run_identifier import RunIdentifier
+
+    run = RunIdentifier(run_name=f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}")
+    output.persist()
+    try:
+        result = checkpoint.run(
+            batch_parameters={"dataframe": output},
+            expectation_parameters={SLICE_START: spark_value(start), SLICE_END: spark_value(end)},
+            run_id=run,
+        )
+    finally:
+        output.unpersist()
+    identifier, validation = next(iter(result.run_results.items()))  # one validation definition, one result
+    failed = tuple(_describe(r) for r in validation.results if not r.success)
+    return ValidationResult(
+        suite=suite["name"], success=bool(validation.success), failed=failed,
+        evaluated=int(validation.statistics["evaluated_expectations"]), docs=_page(context, identifier, site),
+    )
+
+
+def _check_columns(suite: dict, output: DataFrame, path: Path) -> None:
+    present = set(output.columns)
+    for item in suite["expectations"]:
+        kwargs = item["kwargs"]
+        named = [kwargs[a] for a in _COLUMN_ARGUMENTS if isinstance(kwargs.get(a), str)] + list(kwargs.get("column_list") or [])
+        missing = [c for c in named if c not in present]
+        if missing:
+            raise JobError(
+                f"suite {suite['name']!r}: {item['type']} checks column(s) {', '.join(missing)}, which the output lacks "
+                f"(output columns: {', '.join(output.columns)}); fix output.key / quality in the job, or edit {str(path)!r}"
+            )
+
+
+def _context(site: str):
+    """An ephemeral GE context whose validation results and Data Docs persist beside `site`."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
+
+    logging.getLogger("great_expectations").setLevel(logging.CRITICAL)  # problems reach the caller as results or JobError
+    defaults = InMemoryStoreBackendDefaults()
+    stores = dict(defaults.stores)
+    stores[defaults.validation_results_store_name] = {
+        "class_name": "ValidationResultsStore",
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(Path(site).parent / "validations")},
+    }
+    sites = {_SITE: {
+        "class_name": "SiteBuilder", "show_how_to_buttons": False,
+        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": site},
+        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+    }}
+    config = DataContextConfig(
+        store_backend_defaults=defaults, stores=stores, data_docs_sites=sites,
+        analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False),
+    )
+    return gx.get_context(mode="ephemeral", project_config=config)
+
+
+def _checkpoint(context, suite: dict, path: Path):
+    """A checkpoint that validates a Spark DataFrame against `suite` and then updates the Data Docs."""
+    import great_expectations as gx
+    from great_expectations.checkpoint import UpdateDataDocsAction
+    from great_expectations.core.expectation_suite import ExpectationSuite
+    from great_expectations.exceptions import GreatExpectationsError
+
+    for number, item in enumerate(suite["expectations"], 1):
+        try:
+            accepted = len(ExpectationSuite(name=suite["name"], expectations=[item]).expectations)
+        except (TypeError, ValueError, GreatExpectationsError) as exc:
+            raise JobError(f"suite {str(path)!r}: expectation {number} ({item['type']}) is not valid: {exc}") from None
+        if not accepted:  # GE drops an expectation of an unknown type with only a log line
+            raise JobError(f"suite {str(path)!r}: expectation {number} has unknown type {item['type']!r}; see the Great "
+                           "Expectations gallery for the names, e.g. expect_column_values_to_not_be_null")
+    expectation_suite = ExpectationSuite(**suite)
+    batch = (context.data_sources.add_spark(name="streamjoin").add_dataframe_asset(name="slice")
+             .add_batch_definition_whole_dataframe("output"))
+    definition = context.validation_definitions.add(
+        gx.ValidationDefinition(name=suite["name"], data=batch, suite=context.suites.add(expectation_suite)))
+    return context.checkpoints.add(gx.Checkpoint(
+        name=suite["name"], validation_definitions=[definition],
+        actions=[UpdateDataDocsAction(name="data_docs", site_names=[_SITE])], result_format="SUMMARY",
+    ))
+
+
+def _page(context, identifier, site: str) -> str | None:
+    """The local path of this validation's Data Docs page, else the site index, if built."""
+    urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=_SITE)
+    url = urls[0].get("site_url") if urls else None
+    if url and url.startswith("file://"):
+        return url[len("file://"):]
+    index = Path(site) / "index.html"
+    return str(index) if index.exists() else None
+
+
+def _describe(result) -> str:
+    """One line for a failed expectation: its type, column(s) and settings, then what was observed."""
+    config = result.expectation_config
+    kwargs = config.kwargs
+    columns = kwargs.get("column") or ", ".join(kwargs.get("column_list") or []) or ", ".join(
+        str(kwargs[a]) for a in _COLUMN_ARGUMENTS if a in kwargs)
+    settings = [f"{k}={_show(v)}" for k, v in kwargs.items() if k not in _QUIET_KWARGS]
+    what = f"{config.type}({', '.join([columns, *settings]) if columns else ', '.join(settings)})"
+    info = result.exception_info or {}
+    if info.get("raised_exception"):
+        return f"{what}: could not be evaluated: {info.get('exception_message')}"
+    observed = result.result or {}
+    if observed.get("unexpected_count") is not None:
+        count, total = observed["unexpected_count"], observed.get("element_count")
+        share = f" ({observed['unexpected_percent']:.1f}%)" if observed.get("unexpected_percent") is not None else ""
+        examples = ", ".join(_show(e["value"]) for e in (observed.get("partial_unexpected_counts") or [])[:3])
+        line = f"{what}: {count} of {total} rows {_UNEXPECTED.get(config.type, 'unexpected')}{share}"
+        if kwargs.get("mostly") is not None:
+            line += f", at most {1 - kwargs['mostly']:.1%} allowed"
+        return line + (f", e.g. {examples}" if examples and config.type != "expect_column_values_to_not_be_null" else "")
+    return f"{what}: observed {_show(observed.get('observed_value'))}"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_show(v) for v in value) + ")"
+    return repr(value) if isinstance(value, str) else str(value)

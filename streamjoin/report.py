@@ -47,9 +47,6 @@ LATENESS_COST = ("lateness cost = rows out of the latest complete run minus rows
 class SliceRun:
     """The latest run of one slice in one mode, and how often the slice was run in that mode."""
 
-    start: datetime
-    end: datetime
-    mode: str
     counts: dict[str, int]
     started_at: datetime
     duration_s: float
@@ -68,7 +65,6 @@ class Attempt:
     error: str | None
     failed: list[str]
     docs: str | None
-    finished_at: datetime
 
 
 @dataclass
@@ -138,7 +134,7 @@ def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
         latest = max(runs, key=lambda r: r["started_at"])
         piece = slices.setdefault((start, end), Slice(start, end))
         piece.runs[mode] = SliceRun(
-            start, end, mode, {name: latest.get(name) or 0 for name in COUNTS},
+            {name: latest.get(name) or 0 for name in COUNTS},
             from_spark(latest["started_at"]), latest["duration_s"] or 0.0, len(runs),
         )
     for row in sorted(attempts, key=lambda r: r["finished_at"]):
@@ -146,7 +142,6 @@ def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
         piece = slices.setdefault((start, end), Slice(start, end))
         piece.attempts[row["mode"]] = Attempt(
             row["status"], row["error"], json.loads(row["validation_failed"] or "[]"), row["docs"],
-            from_spark(row["finished_at"]),
         )
     return [slices[key] for key in sorted(slices)]
 
@@ -163,6 +158,12 @@ def _percent(value: float | None) -> str:
 
 def _time(value: datetime, timezone: str, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
     return pendulum.instance(value).in_timezone(timezone).strftime(pattern)
+
+
+def _interval(start: datetime, end: datetime, timezone: str) -> str:
+    """A slice as a reader scans it: the end's date is left out when it is the start's."""
+    same_day = _time(start, timezone, "%Y-%m-%d") == _time(end, timezone, "%Y-%m-%d")
+    return f"{_time(start, timezone)} → {_time(end, timezone, '%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S')}"
 
 
 def _axis_pattern(starts: list[datetime], timezone: str) -> str:
@@ -235,7 +236,7 @@ def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[st
     band = plot_w / len(labels)
     parts = [
         (f'<svg class="chart" id="{chart_id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-         f'width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{_e(title)}">'),
+         f'role="img" aria-label="{_e(title)}">'),
         f'<text class="title" x="{LEFT}" y="22">{_e(title)}</text>',
     ]
     legend_x = LEFT
@@ -258,6 +259,7 @@ def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[st
                  f'<text class="axis-label" transform="translate(18 {TOP + plot_h / 2}) rotate(-90)" '
                  f'text-anchor="middle">{_e(y_label)}</text>')
     group = min(band * 0.7, 56.0 * len(series))
+    labelled = len(labels) <= 24  # values written on the marks while they fit
     for k, s in enumerate(series):
         shown = _percent if percent else _number
         points = []
@@ -272,12 +274,17 @@ def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[st
                 top, bottom = sorted((y(value), y(max(low, 0))))
                 parts.append(f'<rect {data} x="{x:.1f}" y="{top:.1f}" width="{max(width - 2, 1):.1f}" '
                              f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[s.name]}">{tip}</rect>')
+                x, label_y = x + width / 2 - 1, (top - 5 if value >= 0 else bottom + 14)
             else:
-                x = LEFT + band * (i + 0.5)
-                points.append(f"{x:.1f},{y(value):.1f}")
-                parts.append(f'<circle {data} cx="{x:.1f}" cy="{y(value):.1f}" r="4.5" fill="{COLORS[s.name]}">{tip}</circle>')
-        if len(points) > 1:
-            parts.insert(-len(points), f'<polyline points="{" ".join(points)}" fill="none" stroke="{COLORS[s.name]}" stroke-width="2"/>')
+                x, label_y = LEFT + band * (i + 0.5), y(value) - 10
+                points.append((f"{x:.1f},{y(value):.1f}",
+                               f'<circle {data} cx="{x:.1f}" cy="{y(value):.1f}" r="4.5" fill="{COLORS[s.name]}">{tip}</circle>'))
+            if labelled:
+                parts.append(f'<text class="value" x="{x:.1f}" y="{label_y:.1f}" text-anchor="middle">{shown(value)}</text>')
+        if points:  # the line first, so the points sit on top of it
+            line = " ".join(xy for xy, _ in points)
+            parts.append(f'<polyline points="{line}" fill="none" stroke="{COLORS[s.name]}" stroke-width="2"/>')
+            parts.extend(circle for _, circle in points)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -295,21 +302,22 @@ h2 { font-size: 18px; margin: 28px 0 10px; }
 .tile { background: #fff; border: 1px solid #dde1e8; border-radius: 6px; padding: 10px 16px; min-width: 130px; }
 .tile .value { font-size: 22px; font-weight: 600; }
 .tile .name { color: #5a6275; font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(760px, 1fr)); gap: 14px; }
+.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(600px, 1fr)); gap: 14px; }
 .charts figure { margin: 0; background: #fff; border: 1px solid #dde1e8; border-radius: 6px; padding: 6px; }
 .charts figcaption { color: #5a6275; font-size: 12px; padding: 0 8px 6px; }
-svg.chart { max-width: 100%; height: auto; font-family: inherit; }
+svg.chart { width: 100%; height: auto; font-family: inherit; }
 svg .title { font-size: 16px; font-weight: 600; fill: #1d2330; }
 svg .legend, svg .tick { font-size: 12px; fill: #3b4252; }
 svg .axis-label { font-size: 13px; fill: #1d2330; }
+svg .value { font-size: 11px; fill: #1d2330; font-weight: 600; }
 svg .grid { stroke: #e6e9ef; }
 svg .axis { stroke: #6b7385; }
 .table-wrap { overflow-x: auto; background: #fff; border: 1px solid #dde1e8; border-radius: 6px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { padding: 6px 10px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
-th { background: #eef0f4; position: sticky; top: 0; font-weight: 600; }
+th, td { padding: 5px 8px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
+th { background: #eef0f4; position: sticky; top: 0; font-weight: 600; white-space: normal; vertical-align: bottom; }
 td.text, th.text { text-align: left; }
-td.wrap { white-space: normal; min-width: 220px; max-width: 420px; text-align: left; }
+td.wrap { white-space: normal; min-width: 160px; max-width: 420px; text-align: left; }
 tr.first td { border-top: 2px solid #cfd4dd; }
 .status { padding: 2px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
 .status.succeeded { background: #dff3e4; color: #1e6b34; }
@@ -402,9 +410,9 @@ def _charts(plotted: list[Slice], timezone: str) -> str:
 def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
     shown_counts = [name for name in COUNTS if name not in OPTIONAL
                     or any(r.counts[name] for s in slices for r in s.runs.values())]
-    head = ("<tr><th class='text'>slice start</th><th class='text'>slice end</th><th>lateness cost</th>"
+    head = ("<tr><th class='text'>slice [start, end)</th><th>lateness cost</th>"
             "<th class='text'>mode</th>" + "".join(f"<th>{_e(LABELS[n])}</th>" for n in shown_counts)
-            + "<th>match rate</th><th>runs</th><th class='text'>last run</th><th>seconds</th>"
+            + "<th>match rate</th><th>runs</th><th class='text'>last run</th>"
             "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th></tr>")
     rows = []
     for piece in slices:
@@ -414,16 +422,15 @@ def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
             cells = []
             if i == 0:
                 span = f"rowspan='{len(modes)}'"
-                cells.append(f"<td class='text' {span}>{_e(_time(piece.start, timezone))}</td>"
-                             f"<td class='text' {span}>{_e(_time(piece.end, timezone))}</td>"
+                cells.append(f"<td class='text' {span}>{_e(_interval(piece.start, piece.end, timezone))}</td>"
                              f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>")
             cells.append(f"<td class='text'>{_e(mode)}</td>")
             for name in shown_counts:
                 cells.append(f"<td data-field='{name}'>{_number(run.counts[name] if run else None)}</td>")
             cells.append(f"<td data-field='match_rate'>{_percent(run.match_rate if run else None)}</td>"
                          f"<td data-field='runs'>{_number(run.runs if run else None)}</td>"
-                         f"<td class='text'>{_e(_time(run.started_at, timezone)) if run else '–'}</td>"
-                         f"<td>{f'{run.duration_s:.1f}' if run else '–'}</td>")
+                         + (f"<td class='text' title='took {run.duration_s:.1f} s'>{_e(_time(run.started_at, timezone))}</td>"
+                            if run else "<td class='text'>–</td>"))
             cells.append(_attempt_cells(attempt, folder))
             rows.append(f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
                         f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>")

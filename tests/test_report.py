@@ -60,7 +60,7 @@ def browser():
 @pytest.fixture(scope="module")
 def replayed(spark, tmp_path_factory):
     """A left outer interval job with late and rejected rows: one live run, then three slices replayed in both
-    modes (the first exact slice twice, first over older versions), and one slice run as a backfill attempt."""
+    modes (the first exact slice twice, first over older versions; the last exact one as a backfill attempt)."""
     root = tmp_path_factory.mktemp("report")
     paths = create_tables(spark, root)
     for side, rows in COMMITS:
@@ -69,9 +69,10 @@ def replayed(spark, tmp_path_factory):
     LiveRunner(spark, spec, str(root / "checkpoint")).run(900)
     replay(spark, spec, *SLICES[0], mode="exact", versions={"l": 1, "r": 1})
     for mode in ("exact", "complete"):
-        for start, end in SLICES:
+        for start, end in SLICES[:2]:
             replay(spark, spec, start, end, mode=mode)
-    outcome = run_slice(spark, spec, *SLICES[2], mode="exact", validate=False)
+    replay(spark, spec, *SLICES[2], mode="complete")
+    outcome = run_slice(spark, spec, *SLICES[2], mode="exact", validate=False)  # a replay, recorded as a backfill attempt
     assert outcome.ok, outcome.error
     return spec
 

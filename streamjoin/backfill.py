@@ -14,7 +14,7 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 import pendulum
@@ -27,6 +27,7 @@ from streamjoin.errors import JobError
 from streamjoin.joins.table_table import TableTableJoin
 from streamjoin.metrics import RunMetrics, spark_value
 from streamjoin.plan import bind
+from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import pin_versions, replay
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_spark, parse_duration, to_micros
@@ -277,6 +278,55 @@ def unfinished(spark: SparkSession, backfill: Backfill) -> tuple[list[Slice], di
         if row is not None and (pinned is None or row.finished_at > pinned[0]):
             pinned = (row.finished_at, json.loads(row.versions))
     return todo, (pinned[1] if pinned else None)
+
+
+# ---------------------------------------------------------------- hand-off to live
+
+FAR_FUTURE = datetime(2200, 1, 1, tzinfo=timezone.utc)  # "no end": the slice a hand-off replays is [at, FAR_FUTURE)
+
+
+def hand_off(spark: SparkSession, spec: JoinSpec, at: datetime, checkpoint: str,
+             versions: dict[str, int] | None = None) -> RunMetrics:
+    """Make a new live checkpoint continue exactly where a backfill ending at `at` stopped.
+
+    The backfill wrote [start, at) over versions V (read from its record unless given). This replays
+    [at, FAR_FUTURE) over the same V, which writes every row decided by V that the backfill did not,
+    and seeds `checkpoint` with the state a live runner would hold after V; live then reads from V+1
+    on. Backfill, this replay and live together write what one replay of everything writes: no gap,
+    no overlap (docs/backfills.md).
+    """
+    at = pendulum.instance(at).in_timezone("UTC")
+    runner = LiveRunner(spark, spec, checkpoint)
+    if runner.started():
+        raise JobError(f"checkpoint {checkpoint!r} has already run; a hand-off starts a new checkpoint (give another --checkpoint)")
+    versions = versions or _versions_of_backfill_ending_at(spark, spec, at)
+    metrics = replay(spark, spec, at, FAR_FUTURE, mode="exact", versions=versions)
+    runner.seed(versions)
+    return metrics
+
+
+def _versions_of_backfill_ending_at(spark: SparkSession, spec: JoinSpec, at: datetime) -> dict[str, int]:
+    """The versions the latest exact backfill whose last slice ends at `at` pinned; all its slices must have succeeded."""
+    recorded = attempts(spark, spec)
+    ending = [] if recorded is None else [
+        r for r in recorded.where(F.col("mode") == "exact").collect() if from_spark(r.slice_end) == at
+    ]
+    if not ending:
+        raise JobError(
+            f"no exact backfill of job {spec.name} ending at {at.isoformat()} is recorded in {spec.output.side('backfill')}; "
+            f"run `streamjoin backfill ... --end {at.isoformat()}` first, or give the versions it used"
+        )
+    backfill_id = max(ending, key=lambda r: r.finished_at).backfill_id
+    latest = {}
+    for r in sorted(recorded.where(F.col("backfill_id") == backfill_id).collect(), key=lambda r: r.finished_at):
+        latest[r.slice_start] = r
+    failed = [f"{from_spark(r.slice_start).isoformat()} ({r.status})" for r in latest.values() if r.status != SUCCEEDED]
+    if failed:
+        raise JobError(
+            f"backfill {backfill_id} ending at {at.isoformat()} has slices that did not succeed: {', '.join(failed)}; "
+            "re-run them with `streamjoin backfill ... --only-failed` before handing off to live"
+        )
+    return json.loads(next(iter(latest.values())).versions)
 
 
 def _short_error(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, replay, explain, validate-job)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, replay, backfill, handoff, explain, validate-job)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,24 @@ def cmd_backfill(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_handoff(args) -> int:
+    from streamjoin.backfill import hand_off
+    from streamjoin.metrics import combine
+    from streamjoin.runners.live import LiveRunner
+    from streamjoin.session import get_spark
+
+    spec = _job(args)
+    at = parse_instant(args.at, "--at")
+    spark = get_spark(master=args.master)
+    checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
+    seeded = hand_off(spark, spec, at, checkpoint, versions=_versions(args.versions))
+    print(f"job {spec.name}: rows from {at.isoformat()} on decided by versions {seeded.versions} written "
+          f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}")
+    runs = LiveRunner(spark, spec, checkpoint, trigger=args.trigger).run(timeout=args.timeout)
+    print(f"{len(runs)} micro-batch(es)" + (": " + combine(runs).summary() if runs else "; nothing new yet"))
+    return 0
+
+
 def _console():
     """stdout for rich tables; wide enough when piped to a file or a log."""
     from rich.console import Console
@@ -184,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--no-validate", action="store_true", help="skip the Great Expectations validation of each slice")
     backfill.add_argument("--site", help="folder for Data Docs (default <output>_quality/data_docs)")
     backfill.set_defaults(func=cmd_backfill)
+
+    handoff = commands.add_parser("handoff", help="start live where a backfill ending at --at stopped: no gap, no overlap")
+    handoff.add_argument("job")
+    handoff.add_argument("--at", required=True, help="the end of the backfill (ISO date or datetime)")
+    handoff.add_argument("--checkpoint", help="a new checkpoint folder (default <output>_checkpoint)")
+    handoff.add_argument("--versions", help="the versions the backfill read (default: from its record)")
+    handoff.add_argument("--trigger", default="available-now", help="available-now or processing-time:30s")
+    handoff.add_argument("--timeout", type=float, help="stop after this many seconds (processing-time triggers)")
+    handoff.set_defaults(func=cmd_handoff)
 
     stream = commands.add_parser("stream", help="run the job live with Structured Streaming")
     stream.add_argument("job")

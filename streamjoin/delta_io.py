@@ -117,18 +117,25 @@ def read_inserts(spark: SparkSession, location: str, upto_version: int, from_ver
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
-def stream_changes(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
+def stream_changes(spark: SparkSession, location: str, max_files_per_trigger: int | None = None,
+                   starting_version: int = 0) -> DataFrame:
     """A streaming DataFrame of the change data feed (every change type, with `_change_type`,
-    commit version and time), from version 0."""
-    reader = spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+    commit version and time), from `starting_version` on, which need not exist yet (Delta itself
+    refuses a starting version newer than the table: the stream starts one earlier and filters)."""
+    reader = (
+        spark.readStream.format("delta").option("readChangeFeed", "true")
+        .option("startingVersion", max(starting_version - 1, 0))
+    )
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    return _load(reader, location)
+    changes = _load(reader, location)
+    return changes.where(F.col(COMMIT_VERSION) >= starting_version) if starting_version else changes
 
 
-def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None) -> DataFrame:
-    """A streaming DataFrame of inserted rows with their commit version and time, from version 0."""
-    changes = stream_changes(spark, location, max_files_per_trigger)
+def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None,
+                   starting_version: int = 0) -> DataFrame:
+    """A streaming DataFrame of inserted rows with their commit version and time, from `starting_version`."""
+    changes = stream_changes(spark, location, max_files_per_trigger, starting_version)
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 

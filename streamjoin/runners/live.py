@@ -43,7 +43,8 @@ from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, parse_duration
 
-PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
+PENDING = "_sj_pending"
+SEED_BATCH = -1  # the progress record a hand-off leaves before the first micro-batch  # arrived after the frontier: lateness not decided yet
 _IDX = "_sj_source"
 
 
@@ -85,7 +86,9 @@ class LiveRunner:
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
         self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
         self.home = f"{self.checkpoint}/streamjoin"
-        self.app_id = self._app_id()
+        marker = self._marker()
+        self.app_id = marker["app_id"]
+        self.starting_versions: dict[str, int] = marker.get("starting_versions", {})
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
         self.structs = {s.name: s.schema for s in self.plan.streams}
 
@@ -95,12 +98,14 @@ class LiveRunner:
         """Start the streaming query; it runs until stopped (or, available-now, until caught up)."""
         streams = []
         for source in self.plan.streams:
-            stream = delta_io.stream_inserts(self.spark, source.spec.location, self.max_files)
+            stream = delta_io.stream_inserts(self.spark, source.spec.location, self.max_files,
+                                             self.starting_versions.get(source.name, 0))
             streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
         for source in self.plan.tables:
             # A table's commits start micro-batches too (rows may be waiting for them); the batch
             # reads the table itself, so these rows carry no payload.
-            stream = delta_io.stream_changes(self.spark, source.spec.location, self.max_files)
+            stream = delta_io.stream_changes(self.spark, source.spec.location, self.max_files,
+                                             self.starting_versions.get(source.name, 0))
             streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
         union = reduce(DataFrame.unionByName, streams)
         writer = (
@@ -123,6 +128,33 @@ class LiveRunner:
             raise query.exception()
         return self.runs[already:]
 
+    def started(self) -> bool:
+        """Whether this checkpoint has processed (or been seeded with) anything."""
+        return self._progress() is not None or Path(self.checkpoint, "spark").exists()
+
+    def seed(self, versions: dict[str, int]) -> None:
+        """Start this new checkpoint at `versions`: the state and progress the runner would have after
+        every commit up to them, writing no output (a replay of the same versions wrote it). The
+        streaming query then reads each source from the version after its seed."""
+        if self.started():
+            raise JobError(f"checkpoint {self.checkpoint!r} has already run; a hand-off starts a new checkpoint")
+        missing = sorted(s.name for s in self.plan.sources if s.name not in versions)
+        if missing:
+            raise JobError(f"a seed needs a version for every source; missing {', '.join(missing)}")
+        began, started_at = time.monotonic(), pendulum.now("UTC")
+        if self.plan.streams:
+            batch = reduce(DataFrame.unionByName, [
+                delta_io.read_inserts(self.spark, s.spec.location, versions[s.name])
+                .select(*self._payloads(s.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
+                for s in self.plan.streams
+            ])
+            self._process_streams(batch, SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
+        else:
+            self._process_tables(SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
+        self.starting_versions = {name: version + 1 for name, version in versions.items()}
+        marker = Path(self.checkpoint, "streamjoin.json")
+        marker.write_text(json.dumps({**json.loads(marker.read_text()), "starting_versions": self.starting_versions}))
+
     # ---------------------------------------------------------------- one micro-batch
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
@@ -130,9 +162,15 @@ class LiveRunner:
         if previous is not None and previous.batch >= batch_id:
             return  # this batch completed before a restart; Spark is only re-committing it
         began, started_at = time.monotonic(), pendulum.now("UTC")
-        if not self.plan.streams:
+        if self.plan.streams:
+            self._process_streams(batch, batch_id, previous, began, started_at)
+        else:
             self._process_tables(batch_id, previous, began, started_at)
-            return
+
+    def _process_streams(self, batch: DataFrame, batch_id: int, previous: Progress | None, began: float, started_at,
+                         outputs: bool = True, table_versions: dict[str, int] | None = None) -> None:
+        """One batch of a job with stream sources; `outputs=False` (a seed) decides and keeps the
+        state but writes no output, side table or metrics."""
         spark, plan = self.spark, self.plan
         batch = batch.persist()
         cached = [batch]
@@ -189,21 +227,23 @@ class LiveRunner:
             settled_commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
                 s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT)) for s in settled.values()
             ]))
-            tables = self._tables(previous, newest, counts, rejected_parts, cached)
+            tables = self._tables(previous, newest, counts, rejected_parts, cached, table_versions)
             result = kernel.step(
                 spark, plan, settled, settled_commits, previous.max_event if previous else None, "exact",
                 state=open_state if state is not None else None, keep_state=True, tables=tables,
             )
             out = self.spec.output
-            if any(c.rejected for c in counts.values()):
-                self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
-            if any(c.late for c in result.counts.values()):
-                self._write(result.late, out.side("late"), batch_id, "late")
-            output = result.output.persist()
-            cached.append(output)
-            rows_out = output.count()
-            if rows_out:
-                self._write(output, out.location, batch_id, "output", out.partition_by)
+            rows_out = 0
+            if outputs:
+                if any(c.rejected for c in counts.values()):
+                    self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
+                if any(c.late for c in result.counts.values()):
+                    self._write(result.late, out.side("late"), batch_id, "late")
+                output = result.output.persist()
+                cached.append(output)
+                rows_out = output.count()
+                if rows_out:
+                    self._write(output, out.location, batch_id, "output", out.partition_by)
 
             parts = []
             for source in plan.streams:
@@ -239,25 +279,35 @@ class LiveRunner:
                 watermark=None if result.watermark is None else from_micros(result.watermark),
                 sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
             )
-            self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
+            if outputs:
+                self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
             self._save_progress(Progress(
                 batch_id, result.max_event, newest, carried, partial,
                 {plan.source(name).index: t.version for name, t in tables.items()},
             ))
-            self.runs.append(metrics)
+            if outputs:
+                self.runs.append(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()
 
-    def _process_tables(self, batch_id: int, previous: Progress | None, began: float, started_at) -> None:
+    def _process_tables(self, batch_id: int, previous: Progress | None, began: float, started_at,
+                        outputs: bool = True, table_versions: dict[str, int] | None = None) -> None:
         """A table-table batch: the result changes settled since the previous batch's bound, appended
-        to <output>_changes and applied to the result table (MERGE by result key)."""
+        to <output>_changes and applied to the result table (MERGE by result key). A seed
+        (`outputs=False`) records only how far the result is known."""
         spark, plan, out = self.spark, self.plan, self.spec.output
         counts, rejected_parts, cached = {}, [], []
         try:
-            tables = self._tables(previous, {}, counts, rejected_parts, cached)
+            tables = self._tables(previous, {}, counts, rejected_parts, cached, table_versions)
             result = kernel.step(spark, plan, {}, [], None, "exact", tables=tables,
                                  after=previous.bound if previous else None)
+            bound = result.watermark if result.watermark is not None else (previous.bound if previous else None)
+            if not outputs:
+                self._save_progress(Progress(
+                    batch_id, None, {}, {}, {}, {plan.source(name).index: t.version for name, t in tables.items()}, bound,
+                ))
+                return
             if any(c.rejected for c in counts.values()):
                 self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
             changes = result.output.persist()
@@ -270,7 +320,6 @@ class LiveRunner:
                 self.after_write("output", batch_id)
             for name, decided in result.counts.items():
                 counts[name].applied = decided.applied
-            bound = result.watermark if result.watermark is not None else (previous.bound if previous else None)
             metrics = RunMetrics(
                 job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
                 batch=batch_id, versions={name: t.version for name, t in tables.items()},
@@ -288,13 +337,16 @@ class LiveRunner:
                 frame.unpersist()
 
     def _tables(self, previous: Progress | None, newest: dict[int, arrival.Position], counts: dict[str, SourceCounts],
-                rejected_parts: list[DataFrame], cached: list[DataFrame]) -> dict[str, TableInput]:
-        """Each table source as of its newest version now; this batch counts the changes committed
-        since the version the previous batch read (their rejected rows go to the side table)."""
+                rejected_parts: list[DataFrame], cached: list[DataFrame],
+                versions: dict[str, int] | None = None) -> dict[str, TableInput]:
+        """Each table source as of its newest version now (or the version given); this batch counts the
+        changes committed since the version the previous batch read (their rejected rows go to the side table)."""
         tables = {}
         stream_clock = max((p[0] for p in newest.values()), default=None)
         for source in self.plan.tables:
-            version = delta_io.latest_version(self.spark, source.spec.location)
+            version = (versions or {}).get(source.name)
+            if version is None:
+                version = delta_io.latest_version(self.spark, source.spec.location)
             changes = changelog.read(self.spark, source, version).persist()
             cached.append(changes)
             seen = previous.tables.get(source.index, -1) if previous else -1
@@ -374,18 +426,19 @@ class LiveRunner:
                    StructField(V, LongType()), StructField(MATCHED, BooleanType()), StructField(PENDING, BooleanType())]
         return StructType(fields)
 
-    def _app_id(self) -> str:
-        """A stable id per checkpoint: Delta's idempotent-write key for every table this query writes."""
+    def _marker(self) -> dict:
+        """The checkpoint's identity: its job, a stable id (Delta's idempotent-write key for every
+        table this query writes) and, after a hand-off, the versions its sources start from."""
         marker = Path(self.checkpoint, "streamjoin.json")
         if marker.exists():
             stored = json.loads(marker.read_text())
             if stored.get("job") != self.spec.name:
                 raise JobError(f"checkpoint {self.checkpoint!r} belongs to job {stored.get('job')!r}; give job {self.spec.name!r} its own checkpoint")
-            return stored["app_id"]
+            return stored
         marker.parent.mkdir(parents=True, exist_ok=True)
-        app_id = f"streamjoin-{self.spec.name}-{uuid.uuid4()}"
-        marker.write_text(json.dumps({"job": self.spec.name, "app_id": app_id}))
-        return app_id
+        stored = {"job": self.spec.name, "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}"}
+        marker.write_text(json.dumps(stored))
+        return stored
 
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:

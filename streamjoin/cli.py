@@ -1,4 +1,4 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, replay, backfill, handoff, explain, validate-job)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, replay, backfill, handoff, report, explain, validate-job)."""
 
 from __future__ import annotations
 
@@ -127,6 +127,16 @@ def cmd_handoff(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from streamjoin.report import build_report
+    from streamjoin.session import get_spark
+
+    spec = _job(args)
+    page = build_report(get_spark(master=args.master), spec, args.folder)
+    print(f"job {spec.name}: data-quality page {page}")
+    return 0
+
+
 def _console():
     """stdout for rich tables; wide enough when piped to a file or a log."""
     from rich.console import Console
@@ -211,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     handoff.add_argument("--trigger", default="available-now", help="available-now or processing-time:30s")
     handoff.add_argument("--timeout", type=float, help="stop after this many seconds (processing-time triggers)")
     handoff.set_defaults(func=cmd_handoff)
+
+    report = commands.add_parser("report", help="build the job's data-quality page from its run metrics and backfill record")
+    report.add_argument("job")
+    report.add_argument("--folder", help="where index.html goes (default <output>_quality/report)")
+    report.set_defaults(func=cmd_report)
 
     stream = commands.add_parser("stream", help="run the job live with Structured Streaming")
     stream.add_argument("job")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pendulum
 import pytest
@@ -173,3 +175,22 @@ def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys)
     for r in sorted(attempts(spark, spec).collect(), key=lambda r: r.finished_at):
         latest[r.slice_start] = r
     assert {r.status for r in latest.values()} == {SUCCEEDED} and len(latest) == 3
+
+
+def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
+    """A job that demands a match rate its data cannot give: the slice is written but `invalid`,
+    the command exits 1, the table names the failed expectation, and its Data Docs page exists."""
+    root = demo_data
+    file = write_job(root, "orders_payments", "strict")
+    text = open(file).read().replace("name: orders_payments", "name: strict_orders").replace("min_match_rate: 0.5", "min_match_rate: 0.99")
+    open(file, "w").write(text)
+    spec = load_job(file, root=root)
+    assert spec.name == "strict_orders" and spec.quality.min_match_rate == 0.99
+    args = ["--root", str(root), "backfill", file, "--start", "2024-05-01", "--end", "2024-05-01T12:00Z", "--every", "12h"]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "invalid" in out and "FAILED" in out and "payment_id" in out and "0 of 1 slice(s) succeeded" in out
+    (attempt,) = attempts(spark, spec).collect()
+    assert attempt.status == "invalid" and attempt.rows_out > 0
+    assert any("payment_id" in message for message in json.loads(attempt.validation_failed))
+    assert attempt.docs and Path(attempt.docs).exists() and "strict_orders" in Path(attempt.docs).read_text()

@@ -112,7 +112,7 @@ JOB = """\
         type: left
         on: l.k = r.k
         between: [0s, 1h]
-        grace: 1h
+        grace: 1d
     select: [l.id AS lid, r.id AS rid]
     output: {{path: out/{name}}}
     schedule: {{every: 1d, timezone: Europe/Berlin, start: "2023-12-01"{extra}}}
@@ -160,3 +160,111 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     assert [a.uri for a in live.get_task("run_live").outlets] == [output]
     assert [a.uri for a in bag.get_dag("streamjoin_berlin").get_task("replay_slice").outlets] == [output]
     assert bag.get_dag("streamjoin_berlin").start_date == pendulum.datetime(2023, 12, 1, tz=BERLIN)
+
+
+# ---------------------------------------------------------------- runs through dag.test
+
+# Three local (Berlin, UTC+1) days of 2024-01-01..03 and a later commit that closes every window.
+# (id, key, seconds after 2024-01-01T00:00Z, v); one commit per side per day, on time (grace 1d).
+LEFT = [
+    [("l1", "a", 2 * H, 1), ("l2", "b", 5 * H, 1), ("l3", "c", 22 * H + 2400, 1), ("l4", "d", 23 * H + 1800, 1)],
+    [("l5", "a", D + 3 * H, 1), ("l6", "e", D + 12 * H, 1), ("l7", "f", D + 22 * H + 3000, 1)],
+    [("l8", "a", 2 * D + H, 1), ("l9", "g", 2 * D + 8 * H, 1), ("l10", "h", 2 * D + 21 * H, 1)],
+    [("l11", "z", 5 * D, 1)],
+]
+RIGHT = [
+    [("r1", "a", 2 * H + 600, 1), ("r2", "c", 23 * H + 600, 1), ("r3", "d", 23 * H + 3000, 1)],
+    [("r4", "a", D + 3 * H + 1800, 1), ("r5", "f", D + 23 * H + 1200, 1), ("r6", "x", D + 5 * H, 1)],
+    [("r7", "a", 2 * D + H + 300, 1), ("r8", "h", 2 * D + 21 * H + 3540, 1)],
+    [("r9", "z", 5 * D, 1)],
+]
+DAYS = [pendulum.datetime(2024, 1, day, tz=BERLIN) for day in (1, 2, 3, 4)]
+
+
+@pytest.fixture(scope="module")
+def project(spark, airflow_home, tmp_path_factory):
+    """Source tables under data/, job files under jobs/ (a LEFT join passing its quality rules, and one
+    that demands every row be matched), and the real DagBag of dags/ with STREAMJOIN_* pointing there."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    root = tmp_path_factory.mktemp("dag_runs")
+    paths = create_tables(spark, str(root / "data"))
+    for left, right in zip(LEFT, RIGHT):
+        write_commit(spark, paths[0], left)
+        write_commit(spark, paths[1], right)
+    (root / "jobs").mkdir()
+    write_job(root / "jobs", "airflow_daily", JOB.format(name="airflow_daily", rate=0.5, extra=""))
+    write_job(root / "jobs", "airflow_strict", JOB.format(name="airflow_strict", rate=1.0, extra=""))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("STREAMJOIN_JOBS", str(root / "jobs"))
+        env.setenv("STREAMJOIN_ROOT", str(root / "data"))
+        bag = DagBag(dag_folder=str(DAG_FILE))
+        assert bag.import_errors == {} and not bag.captured_warnings
+        yield root, bag
+
+
+def output_rows(spark, location: str) -> Counter:
+    from streamjoin import delta_io
+
+    return Counter(tuple(r) for r in delta_io.read_snapshot(spark, location).collect())
+
+
+def run_day(dag, day_end: datetime, conf: dict | None = None):
+    """One DAG run whose data interval is the local day ending at `day_end` (dag.test infers the interval
+    a manual run at that instant has: the last whole day before it)."""
+    return dag.test(logical_date=day_end, run_conf=conf)
+
+
+def test_three_daily_runs_equal_one_replay_and_a_rerun_changes_nothing(spark, project):
+    from streamjoin.backfill import attempts
+    from streamjoin.runners.replay import replay
+
+    root, bag = project
+    dag = bag.get_dag("streamjoin_airflow_daily")
+    spec = load_job(root / "jobs" / "airflow_daily.yaml", root=root / "data")
+    for start, end in zip(DAYS, DAYS[1:]):
+        run = run_day(dag, end)
+        assert run.state == "success", [(t.task_id, t.state) for t in run.get_task_instances()]
+        assert (run.data_interval_start, run.data_interval_end) == (start, end)
+
+    whole = replace(spec, output=replace(spec.output, path=str(root / "data" / "out" / "whole")))
+    replay(spark, whole, DAYS[0], DAYS[-1], mode="exact")
+    expected = output_rows(spark, whole.output.location)
+    assert output_rows(spark, spec.output.location) == expected
+    assert sum(expected.values()) == 10  # every left row of the three days: 7 matched, 3 padded
+
+    again = run_day(dag, DAYS[2])  # the second day once more
+    assert again.state == "success"
+    assert output_rows(spark, spec.output.location) == expected
+
+    recorded = attempts(spark, spec).collect()
+    assert len(recorded) == 4 and {r.status for r in recorded} == {"succeeded"}
+    assert all(r.backfill_id.startswith("airflow:streamjoin_airflow_daily:") for r in recorded)
+    assert {r.mode for r in recorded} == {"exact"}
+
+
+def xcom(run, task_id: str, key: str):
+    """An XCom value the run's task pushed, read from the metadata database."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = XComModel.get_many(run_id=run.run_id, key=key, task_ids=task_id, dag_ids=run.dag_id)
+        return XComModel.deserialize_value(session.scalars(query).one())
+
+
+def test_a_slice_failing_its_quality_rules_fails_the_run_and_names_its_data_docs(spark, project, capfd):
+    root, bag = project
+    run = run_day(bag.get_dag("streamjoin_airflow_strict"), DAYS[1])  # 2024-01-01 has l2, never paid
+    assert run.state == "failed"
+    tasks = {t.task_id: t for t in run.get_task_instances()}
+    assert {k: t.state for k, t in tasks.items()} == {"replay_slice": "failed", "report": "upstream_failed"}
+    assert tasks["replay_slice"].try_number == 1  # invalid data is not retried
+
+    outcome = xcom(run, "replay_slice", "outcome")
+    assert outcome["status"] == "invalid" and outcome["rows_out"] == 2  # l1 with r1, l2 padded (l3's pair ends at 00:10)
+    assert any("rid" in line and "not_be_null" in line for line in outcome["validation_failed"])
+    assert Path(outcome["docs"]).is_file() and outcome["docs"].startswith(str(root / "data" / "out" / "airflow_strict_quality"))
+    logged = capfd.readouterr()
+    assert "job airflow_strict, slice [2023-12-31T23:00:00+00:00, 2024-01-01T23:00:00+00:00): output failed validation: " \
+        "expect_column_values_to_not_be_null(rid" in logged.out + logged.err

@@ -29,7 +29,7 @@ START, END = "2023-12-31", "2100-01-01"  # one slice holding every row
 PINNED = {"l": 3, "r": 3}  # l's fourth commit is left out by both runs
 
 # Delta rebuilds a table's state with 50 tasks by default (get_spark lowers it for local masters
-# only); on a one-core test worker that is most of the run.
+# only); on a small test worker that is much of the run.
 SMALL_DELTA_STATE = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--conf spark.databricks.delta.snapshotPartitions=2 pyspark-shell"}
 
 JOB = """\
@@ -94,6 +94,8 @@ def cluster(tmp_path_factory):
         stopped = cluster_script("stop", env)
         assert stopped.returncode == 0, stopped.stderr
         assert not list(state.glob("*.pid"))
+        again = cluster_script("stop", env)  # nothing left to stop: still fine
+        assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
 
 
 def master_view(cluster) -> dict:

@@ -27,7 +27,7 @@ from streamjoin.timeutil import from_spark
 
 COUNTS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected",
           "open", "unsettled", "applied", "upserts", "deletes")
-OPTIONAL = ("applied", "upserts", "deletes")  # table sources and table-table joins only: shown when not all zero
+OPTIONAL = ("open", "unsettled", "applied", "upserts", "deletes")  # table columns shown only when not all zero
 LABELS = {
     "rows_in": "rows in", "rows_out": "rows out", "joined": "joined", "unmatched_emitted": "unmatched emitted",
     "unmatched_dropped": "unmatched dropped", "late": "late", "rejected": "rejected", "open": "open",
@@ -317,7 +317,7 @@ table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 5px 8px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
 th { background: #eef0f4; position: sticky; top: 0; font-weight: 600; white-space: normal; vertical-align: bottom; }
 td.text, th.text { text-align: left; }
-td.wrap { white-space: normal; min-width: 160px; max-width: 420px; text-align: left; }
+td.wrap { white-space: normal; min-width: 120px; max-width: 420px; text-align: left; }
 tr.first td { border-top: 2px solid #cfd4dd; }
 .status { padding: 2px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
 .status.succeeded { background: #dff3e4; color: #1e6b34; }

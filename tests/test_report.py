@@ -6,6 +6,7 @@ import os
 import struct
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 from conftest import at
@@ -22,7 +23,7 @@ from streamjoin.timeutil import from_spark
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SLICES = [(at(0), at(100)), (at(100), at(200)), (at(200), at(300))]
-FIELDS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected", "open", "unsettled")
+FIELDS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected")
 
 # (side, rows): each entry is one commit; the last two before the tail arrive late (event times far behind).
 COMMITS = [
@@ -72,8 +73,8 @@ def replayed(spark, tmp_path_factory):
         for start, end in SLICES[:2]:
             replay(spark, spec, start, end, mode=mode)
     replay(spark, spec, *SLICES[2], mode="complete")
-    outcome = run_slice(spark, spec, *SLICES[2], mode="exact", validate=False)  # a replay, recorded as a backfill attempt
-    assert outcome.ok, outcome.error
+    outcome = run_slice(spark, spec, *SLICES[2], mode="exact")  # a replay, validated and recorded as a backfill attempt
+    assert outcome.ok, (outcome.error, outcome.validation)
     return spec
 
 
@@ -174,6 +175,11 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     # The backfill attempt shows its status; slices without one say so.
     assert shown(browser, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='status']") == "succeeded"
     assert shown(browser, f"tr[data-slice='{starts[0]}'][data-mode='exact'] td[data-field='status']") == "no backfill"
+    # Its Data Docs link opens the page Great Expectations wrote, relative to the report's folder.
+    link = browser.find_element(By.CSS_SELECTOR, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='docs'] a")
+    assert link.get_attribute("href").startswith("file://")
+    assert Path(unquote(urlparse(link.get_attribute("href")).path)).is_file()
+    assert not link.get_dom_attribute("href").startswith("/")
 
     # The live run: one row per checkpoint, its totals over the micro-batches.
     live = delta_io.read_snapshot(spark, spec.output.side("metrics")).where("runner = 'live'").collect()

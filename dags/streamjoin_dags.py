@@ -152,7 +152,7 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
         schedule=CronDataIntervalTimetable(cron_for(schedule.every), timezone=schedule.timezone),
         start_date=start_date(spec),
         catchup=True,
-        max_active_runs=4,
+        max_active_runs=1,  # each run starts a Spark driver; `backfill create --max-active-runs` raises it
         tags=["streamjoin", "backfill"],
         doc_md=f"Replays job file `{job_file}` one data interval (every {schedule.every}, "
         f"{schedule.timezone}) at a time and validates the slice; output `{spec.output.location}`. "

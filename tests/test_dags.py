@@ -6,7 +6,9 @@ migrates a SQLite metadata database before anything here imports airflow (import
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -18,8 +20,8 @@ from pathlib import Path
 
 import pendulum
 import pytest
-
 from harness import create_tables, write_commit
+
 from streamjoin.spec import load_job
 
 REPO = Path(__file__).resolve().parent.parent
@@ -95,6 +97,20 @@ def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_ho
         assert dag["outlets"]["replay_slice"] == [f"file://{job.output.location}"]
 
 
+def test_bad_conf_says_what_to_write(airflow_home):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    loader = importlib.util.spec_from_file_location("streamjoin_dags_under_test", DAG_FILE)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    assert module.slice_options({"mode": "complete", "versions": {"l": 3}}) == ("complete", {"l": 3})
+    assert module.slice_options({"mode": "exact", "versions": None}) == ("exact", None)
+    with pytest.raises(AirflowFailException, match="use 'exact' .* or 'complete'"):
+        module.slice_options({"mode": "fast", "versions": None})
+    with pytest.raises(AirflowFailException, match='must map source names to Delta versions, e.g. {"orders": 12'):
+        module.slice_options({"mode": "exact", "versions": {"l": "latest"}})
+
+
 def write_job(folder: Path, name: str, body: str) -> Path:
     file = folder / f"{name}.yaml"
     file.write_text(textwrap.dedent(body))
@@ -135,7 +151,8 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     monkeypatch.setenv("STREAMJOIN_JOBS", str(jobs))
     monkeypatch.setenv("STREAMJOIN_ROOT", str(tmp_path / "data"))
 
-    bag = DagBag(dag_folder=str(DAG_FILE))
+    with pytest.warns(UserWarning, match="skipped, no DAG made"):  # DagBag re-raises the file's warnings
+        bag = DagBag(dag_folder=str(DAG_FILE))
     assert bag.import_errors == {}
     assert set(bag.dag_ids) == {"streamjoin_berlin", "streamjoin_berlin_live", "streamjoin_hourly"}
     warned = "\n".join(w for ws in bag.captured_warnings.values() for w in ws)
@@ -187,6 +204,9 @@ def project(spark, airflow_home, tmp_path_factory):
     that demands every row be matched), and the real DagBag of dags/ with STREAMJOIN_* pointing there."""
     from airflow.dag_processing.dagbag import DagBag
 
+    # Airflow's logging config lowers the root level to INFO; py4j would then log its shutdown at exit
+    # into a stream pytest has already closed.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     root = tmp_path_factory.mktemp("dag_runs")
     paths = create_tables(spark, str(root / "data"))
     for left, right in zip(LEFT, RIGHT):
@@ -195,6 +215,7 @@ def project(spark, airflow_home, tmp_path_factory):
     (root / "jobs").mkdir()
     write_job(root / "jobs", "airflow_daily", JOB.format(name="airflow_daily", rate=0.5, extra=""))
     write_job(root / "jobs", "airflow_strict", JOB.format(name="airflow_strict", rate=1.0, extra=""))
+    write_job(root / "jobs", "airflow_stream", JOB.format(name="airflow_stream", rate=0.5, extra=", live_every: 1h"))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("STREAMJOIN_JOBS", str(root / "jobs"))
         env.setenv("STREAMJOIN_ROOT", str(root / "data"))
@@ -241,6 +262,18 @@ def test_three_daily_runs_equal_one_replay_and_a_rerun_changes_nothing(spark, pr
     assert len(recorded) == 4 and {r.status for r in recorded} == {"succeeded"}
     assert all(r.backfill_id.startswith("airflow:streamjoin_airflow_daily:") for r in recorded)
     assert {r.mode for r in recorded} == {"exact"}
+    assert asset_events(f"file://{spec.output.location}") == 4  # one per successful run: downstream DAGs see each
+
+
+def asset_events(uri: str) -> int:
+    """How many events the metadata database holds for the asset at `uri`."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import func, select
+
+    with create_session() as session:
+        return session.scalar(select(func.count()).select_from(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+                              .where(AssetModel.uri == uri))
 
 
 def xcom(run, task_id: str, key: str):
@@ -268,3 +301,25 @@ def test_a_slice_failing_its_quality_rules_fails_the_run_and_names_its_data_docs
     logged = capfd.readouterr()
     assert "job airflow_strict, slice [2023-12-31T23:00:00+00:00, 2024-01-01T23:00:00+00:00): output failed validation: " \
         "expect_column_values_to_not_be_null(rid" in logged.out + logged.err
+
+
+def test_live_dag_processes_what_is_committed_once(spark, project):
+    from harness import EVERYTHING
+
+    from streamjoin.runners.replay import replay
+
+    root, bag = project
+    dag = bag.get_dag("streamjoin_airflow_stream_live")
+    spec = load_job(root / "jobs" / "airflow_stream.yaml", root=root / "data")
+    first = dag.test()
+    assert first.state == "success"
+    assert xcom(first, "run_live", "return_value")["batches"] >= 1
+    whole = replace(spec, output=replace(spec.output, path=str(root / "data" / "out" / "live_whole")))
+    replay(spark, whole, *EVERYTHING, mode="exact")
+    expected = output_rows(spark, whole.output.location)
+    assert output_rows(spark, spec.output.location) == expected and sum(expected.values()) == 10  # l11 stays open: r9's commit is past the frontier
+
+    second = dag.test()  # nothing committed since: the checkpoint makes it a no-op
+    assert second.state == "success"
+    assert output_rows(spark, spec.output.location) == expected
+    assert asset_events(f"file://{spec.output.location}") == 2

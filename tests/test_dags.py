@@ -179,6 +179,27 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     assert bag.get_dag("streamjoin_berlin").start_date == pendulum.datetime(2023, 12, 1, tz=BERLIN)
 
 
+
+def test_airflow_backfill_create_makes_one_run_per_local_day(airflow_home, tmp_path):
+    """The command docs/airflow.md gives, as a dry run: logical dates are the local days' starts."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    write_job(jobs, "cli_berlin", JOB.format(name="cli_berlin", rate=0.5, extra=""))
+    env = {**os.environ, "STREAMJOIN_JOBS": str(jobs), "STREAMJOIN_ROOT": str(tmp_path / "data")}
+
+    def airflow(*args: str) -> str:
+        done = subprocess.run([str(VENV_BIN / "airflow"), *args], capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    airflow("dags", "reserialize")
+    backfill = ["backfill", "create", "--dag-id", "streamjoin_cli_berlin", "--dry-run"]
+    local = airflow(*backfill, "--from-date", "2024-03-30T00:00:00+01:00", "--to-date", "2024-04-01T00:00:00+02:00")
+    assert "2024-03-30 00:00:00+01:00" in local  # 30 March, then 31 March (23 hours), then 1 April
+    assert "2024-03-30 23:00:00+00:00" in local and "2024-03-31 22:00:00+00:00" in local
+    utc = airflow(*backfill, "--from-date", "2024-03-30", "--to-date", "2024-04-01")
+    assert "2024-03-30 23:00:00+00:00" in utc and "2024-03-30 00:00:00+01:00" not in utc  # misses 30 March
+
 # ---------------------------------------------------------------- runs through dag.test
 
 # Three local (Berlin, UTC+1) days of 2024-01-01..03 and a later commit that closes every window.

@@ -14,7 +14,7 @@ stamp=.venv/.streamjoin-installed
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[airflow,quality,dev]"
+  .venv/bin/python -m pip install --quiet -e ".[airflow,quality,dev,bench]"
   echo "$want" > "$stamp"
 fi
 

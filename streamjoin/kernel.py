@@ -8,7 +8,7 @@ this call and in the family module it dispatches to, never in a runner.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
@@ -54,6 +54,7 @@ class StepResult:
     max_event: int | None
     watermark: int | None = None
     result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
+    cached: list[DataFrame] = field(default_factory=list)  # persisted by the step; unpersist after writing
 
 
 def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -143,7 +144,7 @@ def step(
         next_state = {name: rows.drop(NEW) for name, rows in evaluation.state.items()}
     return StepResult(
         output=output, late=reduce(DataFrame.unionByName, late_parts), counts=counts,
-        state=next_state, max_event=max_event, watermark=closing,
+        state=next_state, max_event=max_event, watermark=closing, cached=evaluation.cached,
     )
 
 
@@ -183,7 +184,7 @@ def _enrich(
     if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
         next_state = {name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()}
     return StepResult(output=output, late=late_rows, counts=counts, state=next_state, max_event=None,
-                      watermark=join.horizon(known, largest))
+                      watermark=join.horizon(known, largest), cached=evaluation.cached)
 
 
 def _join_tables(

@@ -21,7 +21,7 @@ the live runner once per micro-batch over its state plus the newly settled rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -52,6 +52,7 @@ class Evaluation:
     emitted: list[DataFrame]
     counts: dict[str, SideCounts]
     state: dict[str, DataFrame] | None
+    cached: list[DataFrame] = field(default_factory=list)  # persisted here; the runner unpersists after writing
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,8 @@ class IntervalJoin:
 
         joined = left.join(right, self.condition(), "full_outer")
         out_t = F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt)
-        joined = joined.withColumn(OUT_T, out_t)
+        # Persisted: the counts below and the runner's write read the join once, not twice.
+        joined = joined.withColumn(OUT_T, out_t).persist()
         pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         only_l, only_r = has_l & ~has_r, has_r & ~has_l
         closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark)
@@ -164,7 +166,7 @@ class IntervalJoin:
                 open=unmatched - closed,
             )
         state = self._next_state(rows, watermark) if keep_state else None
-        return Evaluation(emitted, counts, state)
+        return Evaluation(emitted, counts, state, cached=[joined])
 
     def _eager_pads(self, left: DataFrame, right: DataFrame, inside) -> list[DataFrame]:
         """New outer rows with no partner at or before their own arrival position, padded now."""

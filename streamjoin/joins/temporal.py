@@ -144,7 +144,8 @@ class TemporalJoin:
         if self.inequality:
             joined = self._nearest(joined, ready.columns)
         matched = self._col(R, TS).isNotNull()
-        joined = joined.withColumn(OUT_T, self._col(S, T))
+        # Persisted: the counts below and the runner's write read the join once, not twice.
+        joined = joined.withColumn(OUT_T, self._col(S, T)).persist()
         emitted = joined if self.type == "left" else joined.where(matched)
         stats = marked.agg(
             F.count(F.when(F.col(DECIDED) & inside, 1)).alias("decided"),
@@ -160,7 +161,7 @@ class TemporalJoin:
             ),
         }
         state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
-        return Evaluation([emitted], counts, state)
+        return Evaluation([emitted], counts, state, cached=[joined])
 
     def _nearest(self, joined: DataFrame, stream_columns: list[str]) -> DataFrame:
         """Per stream row, keep only its nearest candidate (ties broken by the table row's content)."""

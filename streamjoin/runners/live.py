@@ -232,6 +232,7 @@ class LiveRunner:
                 spark, plan, settled, settled_commits, previous.max_event if previous else None, "exact",
                 state=open_state if state is not None else None, keep_state=True, tables=tables,
             )
+            cached += result.cached
             out = self.spec.output
             rows_out = 0
             if outputs:

@@ -57,8 +57,10 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
 
 
 def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], window: tuple[int, int] | None = None) -> Inputs:
-    """Check retention, then read and tag every source's arrivals (lazily) and their commit stats
-    (with the rows a slice `window` owns)."""
+    """Check retention, then read and tag every source's arrivals and their commit stats (with the
+    rows a slice `window` owns). The stream sources' rows are persisted, so that the change feed is
+    read once for the stats, the join and the side tables; so are the table sources' changes.
+    Unpersist both when done."""
     for source in plan.sources:
         delta_io.require_change_feed(spark, source.spec.location)
         delta_io.check_retained(spark, source.spec.location, versions[source.name])
@@ -66,12 +68,12 @@ def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], windo
         s.name: arrival.prepare(
             delta_io.read_inserts(spark, s.spec.location, versions[s.name]),
             s.index, s.raw_time(), s.event_time(), s.keys,
-        )
+        ).persist()
         for s in plan.streams
     }
     commits = arrival.commit_stats(reduce(DataFrame.unionByName, [_timing(r) for r in rows.values()]), window) if rows else []
     frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.streams))
-    changes = {s.name: changelog.read(spark, s, versions[s.name]) for s in plan.tables}
+    changes = {s.name: changelog.read(spark, s, versions[s.name]).persist() for s in plan.tables}
     table_commits = {name: arrival.commit_stats(c, window) for name, c in changes.items()}
     return Inputs(versions, rows, commits, frontier, changes, table_commits)
 
@@ -112,7 +114,7 @@ def replay(
     def within(time_col, a: int, b: int):
         return (time_col >= F.lit(a)) & (time_col < F.lit(b))
 
-    settled_rows, counts, rejected_parts, cached = {}, {}, [], []
+    settled_rows, counts, rejected_parts, cached = {}, {}, [], [*inputs.rows.values(), *inputs.changes.values()]
     for source in plan.streams:
         rows = inputs.rows[source.name]
         accepted, rejected = kernel.split_rejected(rows)
@@ -138,6 +140,7 @@ def replay(
         counts[source.name] = SourceCounts(rows_in=sum(c.window_rows for c in own), rejected=sum(c.window_rejected for c in own))
 
     result = kernel.step(spark, plan, settled_rows, settled_commits, None, mode, window=(lo, hi), tables=tables)
+    cached += result.cached
     out = spec.output
     output = result.output.persist()
     cached.append(output)

@@ -1,0 +1,104 @@
+"""The benchmark report: bench/results/report.md, tables of ratios against the targets."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+TARGETS = {"handwritten": 1.2, "floor": 1.5, "live": 20.0}
+
+
+def _cell(value: float, target: float | None = None, at_most: bool = True) -> str:
+    text = f"{value:.2f}"
+    if target is None:
+        return text
+    met = value <= target if at_most else value >= target
+    return text if met else f"**{text}** (missed)"
+
+
+def write_report(path: Path, results, machine: str, args, seconds: float) -> None:
+    """Write the markdown report for `results` (bench.run.QueryResult)."""
+    lines = [
+        "# streamjoin benchmark",
+        "",
+        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine}; "
+        f"scales {args.scales}, {args.rounds} timed rounds per query and scale, {seconds / 60:.0f} min in all.",
+        "Ratios are medians over rounds of times measured in the same round; seconds are medians too.",
+        "",
+        "## Correctness first",
+        "",
+        "| scale | query | rows in | rows out (exact) | complete replay = hand-written PySpark | = DuckDB | live = exact replay |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        live = "" if not r.live else ("yes" if r.live["same_as_replay"] else "**NO**")
+        duck = "" if r.same_as_duckdb is None else ("yes" if r.same_as_duckdb else "**NO**")
+        lines.append(f"| {r.scale:g}x | {r.query} | {r.rows_in:,} | {r.rows_out:,} | "
+                     f"{'yes' if r.same_as_handwritten else '**NO**'} | {duck} | {live} |")
+    lines += [
+        "",
+        "## Replay against the engine floor",
+        "",
+        "replay / hand-written: target at most 1.2; replay / scan-and-write floor: target at most 1.5.",
+        "",
+        "| scale | query | replay s | hand-written s | floor s | DuckDB s | replay / hand-written | replay / floor | Spark hand-written / DuckDB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        duck = "duckdb" in r.times
+        duck_s = f"{r.median('duckdb'):.2f}" if duck else "-"
+        lines.append(
+            f"| {r.scale:g}x | {r.query} | {r.median('replay'):.1f} | {r.median('handwritten'):.1f} | {r.median('floor'):.1f} | "
+            f"{duck_s} | {_cell(r.ratio('replay', 'handwritten'), TARGETS['handwritten'])} | "
+            f"{_cell(r.ratio('replay', 'floor'), TARGETS['floor'])} | "
+            f"{_cell(r.ratio('handwritten', 'duckdb')) if duck else '-'} |"
+        )
+    live = [r for r in results if r.live]
+    if live:
+        lines += [
+            "",
+            "## Replay against catching up live",
+            "",
+            "The live runner processes the same history from its first commit, one commit per source per "
+            "micro-batch (as it ran live). Target: the replay at least 20 times faster.",
+            "",
+            "| scale | query | live s | micro-batches | replay s | live / replay | peak state rows | peak driver heap MiB |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in live:
+            ratio = r.live["seconds"] / r.median("replay")
+            lines.append(
+                f"| {r.scale:g}x | {r.query} | {r.live['seconds']:.0f} | {r.live['batches']} | {r.median('replay'):.1f} | "
+                f"{_cell(ratio, TARGETS['live'], at_most=False)} | {r.live['peak_state_rows']:,} | {r.live['peak_heap_mib']:,} |"
+            )
+    by_query = defaultdict(dict)
+    for r in results:
+        by_query[r.query][r.scale] = r
+    scales = sorted({r.scale for r in results})
+    if len(scales) > 1:
+        base = scales[0]
+        lines += [
+            "",
+            "## Scaling",
+            "",
+            f"Time at each scale divided by the time at {base:g}x (linear growth: the scale ratio itself). "
+            "Chart: `scaling.svg`.",
+            "",
+            "![scaling](scaling.svg)",
+            "",
+            "| query | way | " + " | ".join(f"{s:g}x" for s in scales) + " |",
+            "|---|---|" + "---|" * len(scales),
+        ]
+        for query, at in by_query.items():
+            if base not in at:
+                continue
+            for way in ("replay", "handwritten", "floor", "duckdb"):
+                if way not in at[base].times:
+                    continue
+                cells = [f"{at[s].median(way) / at[base].median(way):.2f}" if s in at else "-" for s in scales]
+                lines.append(f"| {query} | {way} | " + " | ".join(cells) + " |")
+            if at[base].live:
+                cells = [f"{at[s].live['seconds'] / at[base].live['seconds']:.2f}" if s in at and at[s].live else "-" for s in scales]
+                lines.append(f"| {query} | live | " + " | ".join(cells) + " |")
+    path.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,219 @@
+"""Run the benchmark and write its report: `python -m bench.run` (see bench/README.md).
+
+For every scale it writes the Nexmark-like workload, checks that each query's replay in
+`complete` mode writes exactly the rows of the hand-written PySpark query (and of DuckDB), then
+times, in rounds, the streamjoin replay (`exact`), the hand-written query, the scan-and-write
+floor and DuckDB over the same snapshots. Ratios are taken within a round and their median is
+reported; absolute times are there to read the ratios by, not to compare machines. The live
+runner catches up the same history from its first commit, one commit per source per micro-batch
+as it would have run live, while a thread samples the driver's heap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from bench import handwritten, nexmark
+from bench.chart import scaling_svg
+
+BENCH = Path(__file__).resolve().parent
+JOBS = {name: BENCH / "jobs" / f"{name}.yaml" for name in handwritten.QUERIES}
+
+
+@dataclass
+class QueryResult:
+    """One query at one scale: rows, per-round times (seconds) and what was checked."""
+
+    query: str
+    scale: float
+    rows_in: int
+    rows_out: int
+    same_as_handwritten: bool
+    same_as_duckdb: bool | None
+    times: dict[str, list[float]] = field(default_factory=dict)
+    live: dict | None = None
+
+    def median(self, what: str) -> float:
+        return statistics.median(self.times[what])
+
+    def ratio(self, what: str, to: str) -> float:
+        """Median over rounds of the ratio of `what` to `to` measured in the same round."""
+        return statistics.median(a / b for a, b in zip(self.times[what], self.times[to]))
+
+
+def _timed(run) -> tuple[float, object]:
+    began = time.perf_counter()
+    value = run()
+    return time.perf_counter() - began, value
+
+
+class HeapSampler:
+    """Samples the driver JVM's used heap every `every` seconds in a thread; `peak` in MiB."""
+
+    def __init__(self, spark, every: float = 0.25) -> None:
+        self.runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+        self.every, self.peak, self._stop = every, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            used = (self.runtime.totalMemory() - self.runtime.freeMemory()) / 2**20
+            self.peak = max(self.peak, used)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> "HeapSampler":
+        self.runtime.gc()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _same_rows(spark, a: str, b_frame, before) -> bool:
+    """The Delta table at `a` and the frame hold the same rows with event times before `before`
+    (rows of the end-of-stream commit excluded: a stream's last rows are never all decided)."""
+    from pyspark.sql import functions as F
+
+    from streamjoin import delta_io
+
+    left = delta_io.read_snapshot(spark, a)
+    right = b_frame.select(*left.columns)
+    left, right = (frame.where(F.col("event_time") < F.lit(before)) for frame in (left, right))
+    return left.exceptAll(right).isEmpty() and right.exceptAll(left).isEmpty()
+
+
+def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str], live: list[str], duckdb: bool) -> list[QueryResult]:
+    """Write the workload at `scale`, check and time every query; returns one result per query."""
+    from dataclasses import replace
+
+    from streamjoin import delta_io
+    from streamjoin.runners.live import LiveRunner
+    from streamjoin.runners.replay import replay
+    from streamjoin.spec import load_job
+
+    workload = nexmark.Workload().at(scale)
+    data = root / "nexmark"
+    print(f"[scale {scale}] writing {workload.rows()} over {workload.hours} h of events", flush=True)
+    seconds, commits = _timed(lambda: nexmark.write(spark, str(data), workload))
+    print(f"[scale {scale}] {commits} commits in {seconds:.0f} s", flush=True)
+    versions = {table: delta_io.latest_version(spark, str(data / table)) for table in commits}
+    start = nexmark.START - timedelta(days=1)
+    end = nexmark.START + timedelta(hours=workload.hours, days=1)
+    cut = nexmark.end_of_events(workload) + timedelta(hours=12)
+    results = []
+    for query in queries:
+        job = load_job(JOBS[query], root=root)
+        inputs = handwritten.INPUTS[query]
+        out = root / "out"
+        complete = replace(job, output=replace(job.output, path=str(out / f"{query}_complete")))
+        replay(spark, complete, start, end, mode="complete", versions={t: versions[t] for t in inputs})
+        expected = handwritten.spark_query(query, lambda t: delta_io.read_snapshot(spark, str(data / t), versions[t]))
+        same = _same_rows(spark, str(out / f"{query}_complete"), expected, cut)
+        same_duck = None
+        if duckdb:
+            handwritten.run_duckdb(query, str(data), versions, str(out / f"{query}_duckdb.parquet"), threads=os.cpu_count() or 1)
+            duck = spark.read.parquet(str(out / f"{query}_duckdb.parquet"))
+            same_duck = _same_rows(spark, str(out / f"{query}_complete"), duck, cut)
+        result = QueryResult(query, scale, sum(workload.rows()[t] for t in inputs), 0, same, same_duck)
+        print(f"[scale {scale}] {query}: complete replay equals hand-written PySpark: {same}, DuckDB: {same_duck}", flush=True)
+        pinned = {t: versions[t] for t in inputs}
+        for round_ in range(rounds):
+            seconds, metrics = _timed(lambda: replay(spark, job, start, end, mode="exact", versions=pinned))
+            result.times.setdefault("replay", []).append(seconds)
+            result.rows_out = metrics.rows_out
+            seconds, rows = _timed(lambda: handwritten.run_spark(spark, query, str(data), versions, str(out / f"{query}_spark")))
+            result.times.setdefault("handwritten", []).append(seconds)
+            seconds, _ = _timed(lambda: handwritten.run_floor(spark, query, str(data), versions, rows, str(out / f"{query}_floor")))
+            result.times.setdefault("floor", []).append(seconds)
+            if duckdb:
+                seconds, _ = _timed(lambda: handwritten.run_duckdb(
+                    query, str(data), versions, str(out / f"{query}_duckdb.parquet"), threads=os.cpu_count() or 1))
+                result.times.setdefault("duckdb", []).append(seconds)
+            print(f"[scale {scale}] {query} round {round_ + 1}: " +
+                  ", ".join(f"{k} {v[-1]:.1f} s" for k, v in result.times.items()), flush=True)
+        if query in live:
+            checkpoint = out / f"{query}_live_checkpoint"
+            shutil.rmtree(checkpoint, ignore_errors=True)
+            live_job = replace(job, output=replace(job.output, path=str(out / f"{query}_live")))
+            shutil.rmtree(out / f"{query}_live", ignore_errors=True)
+            runner = LiveRunner(spark, live_job, str(checkpoint), max_files_per_trigger=1)
+            with HeapSampler(spark) as heap:
+                seconds, batches = _timed(runner.run)
+            state = [sum(c.open + c.unsettled for c in b.sources.values()) for b in batches]
+            result.live = {
+                "seconds": seconds, "batches": len(batches), "peak_state_rows": max(state, default=0),
+                "peak_heap_mib": round(heap.peak), "rows_out": sum(b.rows_out for b in batches),
+                "state_rows_by_batch": state,
+            }
+            replayed = delta_io.read_snapshot(spark, job.output.location)
+            result.live["same_as_replay"] = _same_rows(spark, str(out / f"{query}_live"), replayed, end)
+            print(f"[scale {scale}] {query} live catch-up: {result.live['seconds']:.0f} s in {len(batches)} micro-batches, "
+                  f"peak state {result.live['peak_state_rows']} rows, peak heap {result.live['peak_heap_mib']} MiB, "
+                  f"equals the replay: {result.live['same_as_replay']}", flush=True)
+        results.append(result)
+    return results
+
+
+def machine() -> str:
+    """One line describing this machine."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cpu = platform.processor() or platform.machine()
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        cpu = model
+    except (OSError, StopIteration):
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scales", default="1,4,16", help="workload sizes, multiples of 4 hours of events (default 1,4,16)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per query and scale; medians are reported")
+    parser.add_argument("--queries", default=",".join(handwritten.QUERIES))
+    parser.add_argument("--live-scales", default="1,4", help="scales at which the live runner catches up (slow)")
+    parser.add_argument("--live-queries", default="q8,q20",
+                        help="queries whose live catch-up is measured at every live scale (all are at the smallest)")
+    parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB (the bench extra)")
+    parser.add_argument("--work", default="build/bench", help="scratch folder for the Delta tables")
+    parser.add_argument("--out", default=str(BENCH / "results"), help="where report.md, scaling.svg and results.json go")
+    args = parser.parse_args(argv)
+
+    from streamjoin.session import get_spark
+
+    spark = get_spark(app_name="streamjoin-bench")
+    scales = [float(s) for s in args.scales.split(",")]
+    live_scales = {float(s) for s in args.live_scales.split(",") if s}
+    queries = args.queries.split(",")
+    results: list[QueryResult] = []
+    began = time.perf_counter()
+    for scale in scales:
+        root = Path(args.work).resolve() / f"scale_{scale:g}"
+        live = [] if scale not in live_scales else queries if scale == min(live_scales) else args.live_queries.split(",")
+        results += bench_scale(spark, scale, root, args.rounds, queries, live, not args.no_duckdb)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
+    (out / "scaling.svg").write_text(scaling_svg(results))
+    from bench.report import write_report
+
+    write_report(out / "report.md", results, machine(), args, time.perf_counter() - began)
+    print(f"report: {out / 'report.md'}")
+    return 0 if all(r.same_as_handwritten and r.same_as_duckdb is not False for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,5 @@
 # The two commands of the README. Each one sets up what it needs (idempotent) and then runs.
-.PHONY: setup demo test
+.PHONY: setup demo test bench
 
 setup:
 	bash infra/setup.sh
@@ -9,3 +9,7 @@ demo: setup
 
 test: setup
 	.venv/bin/python -m pytest -q tests
+
+# Not a test: the benchmarks (about an hour on 2 cores; bench/README.md). Writes bench/results/.
+bench: setup
+	.venv/bin/python -m bench.run

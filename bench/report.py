@@ -63,14 +63,15 @@ def write_report(path: Path, results, machine: str, args, seconds: float) -> Non
             "The live runner processes the same history from its first commit, one commit per source per "
             "micro-batch (as it ran live). Target: the replay at least 20 times faster.",
             "",
-            "| scale | query | live s | micro-batches | replay s | live / replay | peak state rows | peak driver heap MiB |",
-            "|---|---|---|---|---|---|---|---|",
+            "| scale | query | live s | micro-batches | replay s | live / replay | peak state rows | peak state KiB | driver heap after GC, max MiB | driver heap peak MiB |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in live:
             ratio = r.live["seconds"] / r.median("replay")
             lines.append(
                 f"| {r.scale:g}x | {r.query} | {r.live['seconds']:.0f} | {r.live['batches']} | {r.median('replay'):.1f} | "
-                f"{_cell(ratio, TARGETS['live'], at_most=False)} | {r.live['peak_state_rows']:,} | {r.live['peak_heap_mib']:,} |"
+                f"{_cell(ratio, TARGETS['live'], at_most=False)} | {r.live['peak_state_rows']:,} | {r.live['peak_state_kib']:,} | "
+                f"{r.live['peak_heap_after_gc_mib']:,} | {r.live['peak_heap_mib']:,} |"
             )
     by_query = defaultdict(dict)
     for r in results:

@@ -82,6 +82,25 @@ class HeapSampler:
         self._thread.join()
 
 
+class BatchProbe:
+    """Called after each live write: at the end of a micro-batch (its state written) forces a full
+    GC and records the heap the driver keeps (MiB) and the size of the batch's state on disk (KiB)."""
+
+    def __init__(self, spark, checkpoint: Path) -> None:
+        self.runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+        self.state = checkpoint / "streamjoin" / "state"
+        self.heap_after_gc: list[float] = []
+        self.state_kib: list[float] = []
+
+    def __call__(self, table: str, batch: int) -> None:
+        if table != "state":
+            return
+        self.runtime.gc()
+        self.heap_after_gc.append(round((self.runtime.totalMemory() - self.runtime.freeMemory()) / 2**20))
+        files = (self.state / str(batch)).rglob("*.parquet")
+        self.state_kib.append(round(sum(f.stat().st_size for f in files) / 1024))
+
+
 def _same_rows(spark, a: str, b_frame, before) -> bool:
     """The Delta table at `a` and the frame hold the same rows with event times before `before`
     (rows of the end-of-stream commit excluded: a stream's last rows are never all decided)."""
@@ -149,19 +168,23 @@ def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str]
             shutil.rmtree(checkpoint, ignore_errors=True)
             live_job = replace(job, output=replace(job.output, path=str(out / f"{query}_live")))
             shutil.rmtree(out / f"{query}_live", ignore_errors=True)
-            runner = LiveRunner(spark, live_job, str(checkpoint), max_files_per_trigger=1)
+            probe = BatchProbe(spark, checkpoint)
+            runner = LiveRunner(spark, live_job, str(checkpoint), max_files_per_trigger=1, after_write=probe)
             with HeapSampler(spark) as heap:
                 seconds, batches = _timed(runner.run)
             state = [sum(c.open + c.unsettled for c in b.sources.values()) for b in batches]
             result.live = {
                 "seconds": seconds, "batches": len(batches), "peak_state_rows": max(state, default=0),
                 "peak_heap_mib": round(heap.peak), "rows_out": sum(b.rows_out for b in batches),
-                "state_rows_by_batch": state,
+                "peak_heap_after_gc_mib": max(probe.heap_after_gc, default=0),
+                "peak_state_kib": max(probe.state_kib, default=0),
+                "state_rows_by_batch": state, "heap_after_gc_by_batch": probe.heap_after_gc,
             }
             replayed = delta_io.read_snapshot(spark, job.output.location)
             result.live["same_as_replay"] = _same_rows(spark, str(out / f"{query}_live"), replayed, end)
             print(f"[scale {scale}] {query} live catch-up: {result.live['seconds']:.0f} s in {len(batches)} micro-batches, "
-                  f"peak state {result.live['peak_state_rows']} rows, peak heap {result.live['peak_heap_mib']} MiB, "
+                  f"peak state {result.live['peak_state_rows']} rows ({result.live['peak_state_kib']} KiB), "
+                  f"heap after GC at most {result.live['peak_heap_after_gc_mib']} MiB (peak {result.live['peak_heap_mib']}), "
                   f"equals the replay: {result.live['same_as_replay']}", flush=True)
         results.append(result)
     return results

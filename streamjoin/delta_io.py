@@ -188,13 +188,24 @@ def write_slice(
     df: DataFrame, location: str, time_column: str, start: datetime, end: datetime,
     partition_by: tuple[str, ...] = (),
 ) -> None:
-    """Replace the rows whose `time_column` lies in [start, end) with `df`: re-running a slice is safe."""
+    """Replace the rows whose `time_column` lies in [start, end) with `df`: re-running a slice is safe.
+
+    When every row the table holds lies in the slice (a replay of the whole range, or a first
+    write), replacing the slice is replacing the table: a plain overwrite, which Delta does without
+    reading the old files (replaceWhere reads them to find the rows to delete, and with the change
+    data feed on writes them out again). A concurrent write to the table makes that overwrite fail
+    rather than lose rows (Delta's conflict check: an overwrite reads the whole table).
+    """
+    spark = df.sparkSession
     predicate = (
         f"`{time_column}` >= TIMESTAMP '{start.strftime('%Y-%m-%d %H:%M:%S.%f')}' AND "
         f"`{time_column}` < TIMESTAMP '{end.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
     )
-    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-    if partition_by and not exists(df.sparkSession, location):
+    writer = df.write.format("delta").mode("overwrite")
+    new = not exists(spark, location)
+    if not new and not read_snapshot(spark, location).where(f"NOT ({predicate}) OR `{time_column}` IS NULL").isEmpty():
+        writer = writer.option("replaceWhere", predicate)
+    if partition_by and new:
         writer = writer.partitionBy(*partition_by)
     _save(writer, location)
 

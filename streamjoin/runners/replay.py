@@ -120,9 +120,7 @@ def replay(
         accepted, rejected = kernel.split_rejected(rows)
         rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(within(F.coalesce(F.col(T), F.col(TS)), lo, hi))))
         before, after = join.margins(source.name)
-        margin = accepted.where(settled & within(F.col(T), lo - before, hi + after)).persist()
-        cached.append(margin)
-        settled_rows[source.name] = margin
+        settled_rows[source.name] = accepted.where(settled & within(F.col(T), lo - before, hi + after))
         own = [c for c in inputs.commits if c.position[1] == source.index]
         counts[source.name] = SourceCounts(
             rows_in=sum(c.window_rows for c in own),

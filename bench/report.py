@@ -102,4 +102,20 @@ def write_report(path: Path, results, machine: str, args, seconds: float) -> Non
             if at[base].live:
                 cells = [f"{at[s].live['seconds'] / at[base].live['seconds']:.2f}" if s in at and at[s].live else "-" for s in scales]
                 lines.append(f"| {query} | live | " + " | ".join(cells) + " |")
+        top = scales[-1]
+        lines += [
+            "",
+            f"Marginal cost: what the extra data of {top:g}x over {base:g}x cost the replay, divided by what it cost "
+            "the hand-written query and the floor (fixed costs per run cancel out).",
+            "",
+            "| query | replay extra s | hand-written extra s | floor extra s | replay / hand-written | replay / floor |",
+            "|---|---|---|---|---|---|",
+        ]
+        for query, at in by_query.items():
+            if base not in at or top not in at:
+                continue
+            extra = {way: at[top].median(way) - at[base].median(way) for way in ("replay", "handwritten", "floor")}
+            ratio = {way: f"{extra['replay'] / extra[way]:.2f}" if extra[way] > 0 else "-" for way in ("handwritten", "floor")}
+            lines.append(f"| {query} | {extra['replay']:.1f} | {extra['handwritten']:.1f} | {extra['floor']:.1f} | "
+                         f"{ratio['handwritten']} | {ratio['floor']} |")
     path.write_text("\n".join(lines) + "\n")

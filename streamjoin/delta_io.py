@@ -202,10 +202,10 @@ def write_slice(
         f"`{time_column}` < TIMESTAMP '{end.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
     )
     writer = df.write.format("delta").mode("overwrite")
-    new = not exists(spark, location)
-    if not new and not read_snapshot(spark, location).where(f"NOT ({predicate}) OR `{time_column}` IS NULL").isEmpty():
+    outside = f"NOT ({predicate}) OR `{time_column}` IS NULL"
+    if exists(spark, location) and not read_snapshot(spark, location).where(outside).isEmpty():
         writer = writer.option("replaceWhere", predicate)
-    if partition_by and new:
+    elif partition_by:
         writer = writer.partitionBy(*partition_by)
     _save(writer, location)
 

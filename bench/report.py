@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 TARGETS = {"handwritten": 1.2, "floor": 1.5, "live": 20.0}
@@ -17,13 +16,15 @@ def _cell(value: float, target: float | None = None, at_most: bool = True) -> st
     return text if met else f"**{text}** (missed)"
 
 
-def write_report(path: Path, results, machine: str, args, seconds: float) -> None:
-    """Write the markdown report for `results` (bench.run.QueryResult)."""
+def write_report(path: Path, results, run: dict) -> None:
+    """Write the markdown report for `results` (bench.run.QueryResult) of `run` (finished, minutes, machine)."""
+    scales = ", ".join(f"{s:g}x" for s in sorted({r.scale for r in results}))
+    rounds = max((len(r.times.get("replay", [])) for r in results), default=0)
     lines = [
         "# streamjoin benchmark",
         "",
-        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {machine}; "
-        f"scales {args.scales}, {args.rounds} timed rounds per query and scale, {seconds / 60:.0f} min in all.",
+        f"Run finished {run['finished']} ({run['minutes']} min) on {run['machine']}; "
+        f"scales {scales}, {rounds} timed rounds per query and scale.",
         "Ratios are medians over rounds of times measured in the same round; seconds are medians too.",
         "",
         "## Correctness first",

@@ -26,7 +26,7 @@ def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, 
         "--scales", "0.25", "--rounds", "1", "--queries", "q20,bid_tiers", "--live-scales", "0.25",
         "--work", str(tmp_path / "work"), "--out", str(out),
     ])
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text())["results"]
     assert code == 0
     assert [r["query"] for r in results] == ["q20", "bid_tiers"]
     for r in results:

@@ -193,8 +193,8 @@ def write_slice(
     When every row the table holds lies in the slice (a replay of the whole range, or a first
     write), replacing the slice is replacing the table: a plain overwrite, which Delta does without
     reading the old files (replaceWhere reads them to find the rows to delete, and with the change
-    data feed on writes them out again). A concurrent write to the table makes that overwrite fail
-    rather than lose rows (Delta's conflict check: an overwrite reads the whole table).
+    data feed on writes them out again). An overwrite removes exactly the files it read, so rows
+    another writer committed meanwhile stay (Delta may refuse one of the two commits instead).
     """
     spark = df.sparkSession
     predicate = (

@@ -6,7 +6,8 @@ times, in rounds, the streamjoin replay (`exact`), the hand-written query, the s
 floor and DuckDB over the same snapshots. Ratios are taken within a round and their median is
 reported; absolute times are there to read the ratios by, not to compare machines. The live
 runner catches up the same history from its first commit, one commit per source per micro-batch
-as it would have run live, while a thread samples the driver's heap.
+as it would have run live, while a thread samples the driver's heap and, after every micro-batch,
+the heap kept after a full GC and the state's size on disk are recorded.
 """
 
 from __future__ import annotations
@@ -20,12 +21,20 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from pyspark.sql import functions as F
+
 from bench import handwritten, nexmark
 from bench.chart import scaling_svg
+from bench.report import write_report
+from streamjoin import delta_io
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+from streamjoin.session import get_spark
+from streamjoin.spec import load_job
 
 BENCH = Path(__file__).resolve().parent
 JOBS = {name: BENCH / "jobs" / f"{name}.yaml" for name in handwritten.QUERIES}
@@ -104,10 +113,6 @@ class BatchProbe:
 def _same_rows(spark, a: str, b_frame, before) -> bool:
     """The Delta table at `a` and the frame hold the same rows with event times before `before`
     (rows of the end-of-stream commit excluded: a stream's last rows are never all decided)."""
-    from pyspark.sql import functions as F
-
-    from streamjoin import delta_io
-
     left = delta_io.read_snapshot(spark, a)
     right = b_frame.select(*left.columns)
     left, right = (frame.where(F.col("event_time") < F.lit(before)) for frame in (left, right))
@@ -116,13 +121,6 @@ def _same_rows(spark, a: str, b_frame, before) -> bool:
 
 def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str], live: list[str], duckdb: bool) -> list[QueryResult]:
     """Write the workload at `scale`, check and time every query; returns one result per query."""
-    from dataclasses import replace
-
-    from streamjoin import delta_io
-    from streamjoin.runners.live import LiveRunner
-    from streamjoin.runners.replay import replay
-    from streamjoin.spec import load_job
-
     workload = nexmark.Workload().at(scale)
     data = root / "nexmark"
     print(f"[scale {scale}] writing {workload.rows()} over {workload.hours} h of events", flush=True)
@@ -203,8 +201,6 @@ def machine() -> str:
 
 
 def _write(out: Path, results: list[QueryResult], run: dict) -> None:
-    from bench.report import write_report
-
     (out / "scaling.svg").write_text(scaling_svg(results))
     write_report(out / "report.md", results, run)
     print(f"report: {out / 'report.md'}")
@@ -228,8 +224,6 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads((out / "results.json").read_text())
         _write(out, [QueryResult(**r) for r in saved["results"]], saved["run"])
         return 0
-
-    from streamjoin.session import get_spark
 
     spark = get_spark(app_name="streamjoin-bench")
     scales = [float(s) for s in args.scales.split(",")]

@@ -10,6 +10,6 @@ demo: setup
 test: setup
 	.venv/bin/python -m pytest -q tests
 
-# Not a test: the benchmarks (about an hour on 2 cores; bench/README.md). Writes bench/results/.
+# Not a test: the benchmarks (about 30 minutes on 2 cores; bench/README.md). Writes bench/results/.
 bench: setup
 	.venv/bin/python -m bench.run

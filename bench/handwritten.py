@@ -65,25 +65,23 @@ def spark_query(name: str, read) -> DataFrame:
     raise ValueError(f"unknown query {name!r}; one of {', '.join(QUERIES)}")
 
 
-def run_spark(spark: SparkSession, name: str, root: str, versions: dict[str, int], out: str) -> int:
-    """Run the PySpark query over the snapshots at `versions` and write it to Delta at `out`; rows written."""
+def run_spark(spark: SparkSession, name: str, root: str, versions: dict[str, int], out: str) -> None:
+    """Run the PySpark query over the snapshots at `versions` and write it to Delta at `out`."""
     result = spark_query(name, lambda table: delta_io.read_snapshot(spark, f"{root}/{table}", versions[table]))
     result.write.format("delta").mode("overwrite").save(out)
-    return delta_io.read_snapshot(spark, out).count()
 
 
-def run_floor(spark: SparkSession, name: str, root: str, versions: dict[str, int], rows_out: int, out: str) -> int:
-    """Scan every input of `name` and write about `rows_out` rows of the largest one: the cost of
-    reading and writing with no join at all. Returns the rows written."""
+def run_floor(spark: SparkSession, name: str, root: str, versions: dict[str, int], sizes: dict[str, int],
+              rows_out: int, out: str) -> None:
+    """Scan every input of `name` (`sizes`: their row counts, known beforehand) and write about
+    `rows_out` rows of the largest one: the cost of reading and writing with no join at all."""
     frames = {t: delta_io.read_snapshot(spark, f"{root}/{t}", versions[t]) for t in INPUTS[name]}
-    sizes = {t: frame.count() for t, frame in frames.items()}
-    largest = max(sizes, key=sizes.get)
+    largest = max(INPUTS[name], key=sizes.get)
     for table, frame in frames.items():
         if table != largest:
             frame.write.format("noop").mode("overwrite").save()
     share = F.pmod(F.xxhash64(*frames[largest].columns), F.lit(sizes[largest])) < F.lit(rows_out)
     frames[largest].where(share).write.format("delta").mode("overwrite").save(out)
-    return delta_io.read_snapshot(spark, out).count()
 
 
 DUCKDB_SQL = {
@@ -109,9 +107,9 @@ DUCKDB_SQL = {
 }
 
 
-def run_duckdb(name: str, root: str, versions: dict[str, int], out: str, threads: int) -> int:
+def run_duckdb(name: str, root: str, versions: dict[str, int], out: str, threads: int) -> None:
     """Run the query in DuckDB over the Delta snapshots' Parquet files (listed by delta-rs) and
-    write the result as Parquet to `out`; rows written."""
+    write the result as Parquet to `out`."""
     import duckdb
     from deltalake import DeltaTable
 
@@ -126,6 +124,4 @@ def run_duckdb(name: str, root: str, versions: dict[str, int], out: str, threads
     if os.path.exists(out):
         os.remove(out)
     connection.execute(f"COPY ({DUCKDB_SQL[name]}) TO '{out}' (FORMAT parquet)")
-    rows = connection.execute(f"SELECT count(*) FROM read_parquet('{out}')").fetchone()[0]
     connection.close()
-    return rows

@@ -12,7 +12,7 @@ given (scale, seed) always writes the same rows.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -40,10 +40,7 @@ class Workload:
 
     def at(self, scale: float) -> "Workload":
         """The same rates over `scale` times as many hours."""
-        return Workload(
-            max(1, round(self.hours * scale)), self.persons_per_hour, self.auctions_per_hour, self.bids_per_hour,
-            self.tier_changes_per_hour, self.mean_delay_s, self.late_fraction, self.seed,
-        )
+        return replace(self, hours=max(1, round(self.hours * scale)))
 
     def rows(self) -> dict[str, int]:
         return {

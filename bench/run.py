@@ -135,8 +135,9 @@ def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str]
         job = load_job(JOBS[query], root=root)
         inputs = handwritten.INPUTS[query]
         out = root / "out"
+        pinned = {t: versions[t] for t in inputs}
         complete = replace(job, output=replace(job.output, path=str(out / f"{query}_complete")))
-        replay(spark, complete, start, end, mode="complete", versions={t: versions[t] for t in inputs})
+        replay(spark, complete, start, end, mode="complete", versions=pinned)
         expected = handwritten.spark_query(query, lambda t: delta_io.read_snapshot(spark, str(data / t), versions[t]))
         same = _same_rows(spark, str(out / f"{query}_complete"), expected, cut)
         same_duck = None
@@ -146,7 +147,6 @@ def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str]
             same_duck = _same_rows(spark, str(out / f"{query}_complete"), duck, cut)
         result = QueryResult(query, scale, sum(workload.rows()[t] for t in inputs), 0, same, same_duck)
         print(f"[scale {scale}] {query}: complete replay equals hand-written PySpark: {same}, DuckDB: {same_duck}", flush=True)
-        pinned = {t: versions[t] for t in inputs}
         # Counted once, outside the timed runs: the floor writes as many rows as the query does.
         sizes = {t: delta_io.read_snapshot(spark, str(data / t), versions[t]).count() for t in inputs}
         rows = expected.count()

@@ -137,6 +137,26 @@ def watermarks(commits: list[CommitStats], max_before: int | None, grace: int) -
     return marks, running
 
 
+@dataclass(frozen=True)
+class Timeline:
+    """What lateness needs of one step: the largest accepted event time strictly before each of its
+    commits (keyed by (source index, version)), and the largest after all settled commits. The
+    live runner builds it from its micro-batches (`timeline`), the replay from the arrival index."""
+
+    before: dict[tuple[int, int], int | None]
+    max_event: int | None
+
+    def watermarks(self, grace: int) -> dict[tuple[int, int], int | None]:
+        """The watermark at each commit: the largest event time before it, minus `grace`."""
+        return {k: None if b is None else b - grace for k, b in self.before.items()}
+
+
+def timeline(commits: list[CommitStats], max_before: int | None) -> Timeline:
+    """The timeline of `commits` (position order) after a settled past whose largest event time is `max_before`."""
+    before, after = watermarks(commits, max_before, 0)
+    return Timeline(before, after)
+
+
 _MARKS_SCHEMA = StructType([
     StructField("_sj_msrc", LongType()), StructField("_sj_mv", LongType()), StructField(WM, LongType()),
 ])

@@ -22,13 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
-from streamjoin import delta_io, kernel
+from streamjoin import delta_io, index, kernel
 from streamjoin.errors import JobError
 from streamjoin.joins.table_table import TableTableJoin
 from streamjoin.metrics import RunMetrics, spark_value
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
-from streamjoin.runners.replay import pin_versions, replay
+from streamjoin.runners.replay import check_inputs, pin_versions, replay
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_spark, parse_duration, to_micros
 
@@ -144,6 +144,14 @@ def plan_backfill(
     )
 
 
+def prepare(spark: SparkSession, backfill: Backfill) -> None:
+    """What every slice needs, done once: the pinned snapshots are checked, the arrival index is
+    brought up to them. The slices then skip both (the index step is cheap to repeat anyway)."""
+    plan = bind(spark, backfill.job)
+    check_inputs(spark, plan, backfill.versions)
+    index.update(spark, plan, backfill.versions)
+
+
 @dataclass(frozen=True)
 class SliceOutcome:
     """What became of one slice: status, the replay's metrics, the validation, the error if any."""
@@ -171,6 +179,7 @@ def run_slice(
     site: str | None = None,
     backfill_id: str | None = None,
     after_write: Callable[[str], None] | None = None,
+    checked: bool = False,
 ) -> SliceOutcome:
     """Replay one slice, validate its output and record the attempt; never raises for a slice's failure.
 
@@ -181,7 +190,8 @@ def run_slice(
     piece = Slice(pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC"))
     metrics = result = error = None
     try:
-        metrics = replay(spark, spec, piece.start, piece.end, mode=mode, versions=versions, after_write=after_write)
+        metrics = replay(spark, spec, piece.start, piece.end, mode=mode, versions=versions, after_write=after_write,
+                         checked=checked)
         if validate:
             from streamjoin.validation import validate_slice
 
@@ -205,12 +215,14 @@ def run_backfill(
     on_slice: Callable[[SliceOutcome], None] | None = None,
     after_write: Callable[[str], None] | None = None,
 ) -> list[SliceOutcome]:
-    """Run the backfill's slices (or the given subset) in order, each over the pinned versions."""
+    """Run the backfill's slices (or the given subset) in order, each over the pinned versions
+    (checked and indexed once, before the first slice)."""
+    prepare(spark, backfill)
     outcomes = []
     for piece in slices if slices is not None else backfill.slices:
         outcome = run_slice(
             spark, backfill.job, piece.start, piece.end, mode=backfill.mode, versions=backfill.versions,
-            validate=validate, site=site, backfill_id=backfill.id, after_write=after_write,
+            validate=validate, site=site, backfill_id=backfill.id, after_write=after_write, checked=True,
         )
         outcomes.append(outcome)
         if on_slice:

@@ -22,6 +22,7 @@ time): the versioned table that the temporal join family (`joins/temporal.py`) l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -62,10 +63,25 @@ def known_until(table_newest: int | None, clock: int | None, clock_skew: int) ->
     return max(bounds, default=None)
 
 
-def read(spark: SparkSession, source: BoundSource, upto_version: int, from_version: int = 0) -> DataFrame:
-    """The table's changes in commits [from_version, upto_version], tagged (see module docstring)."""
+def read(spark: SparkSession, source: BoundSource, upto_version: int, start: int = 0, start_time: datetime | None = None) -> DataFrame:
+    """The table's changes up to `upto_version` since its start, tagged (see module docstring).
+
+    From version 0, every change of the change feed. From a later start S (committed at
+    `start_time`), the rows the table held at S, as inserts of commit S (its history), then the
+    change feed of the commits after S: no version before S is read.
+    """
     spec = source.spec
-    raw = delta_io.read_changes(spark, spec.location, upto_version, from_version)
+    if start == 0:
+        raw = delta_io.read_changes(spark, spec.location, upto_version, 0)
+    else:
+        with delta_io.translated_errors(spec.location, f"its start version {start}"):
+            history = delta_io.read_snapshot(spark, spec.location, start)
+        raw = history.select(
+            "*", F.lit("insert").alias(CHANGE_TYPE), F.lit(start).cast("long").alias(COMMIT_VERSION),
+            F.lit(start_time).cast("timestamp").alias(COMMIT_TIMESTAMP),
+        )
+        if upto_version > start:
+            raw = raw.unionByName(delta_io.read_changes(spark, spec.location, upto_version, start + 1))
     commit_time = F.unix_micros(F.col(COMMIT_TIMESTAMP))
     deleted = F.col(CHANGE_TYPE) == "delete"
     if spec.changelog:

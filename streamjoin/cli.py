@@ -1,4 +1,4 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, replay, backfill, handoff, report, explain, validate-job)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, report, explain, validate-job)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,44 @@ def _versions(text: str | None) -> dict[str, int] | None:
             raise StreamJoinError(f"--versions takes source=version pairs, e.g. orders=12,payments=9; got {item!r}")
         pinned[name.strip()] = int(version)
     return pinned
+
+
+def _start_at(text: str | None) -> dict[str, object] | None:
+    """--from: `orders=120,rates=2024-05-01` (per source), or one version or time for every source."""
+    if not text:
+        return None
+    if "=" not in text:
+        return {"*": text.strip()}
+    starts = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if not name.strip() or not value.strip():
+            raise StreamJoinError(f"--from takes a version or time, or source=version pairs, e.g. orders=120,rates=7; got {item!r}")
+        starts[name.strip()] = value.strip()
+    return starts
+
+
+def _starts_for(spec, text: str | None) -> dict[str, object] | None:
+    starts = _start_at(text)
+    if starts and "*" in starts:
+        return {s.name: starts["*"] for s in spec.sources}
+    unknown = sorted(set(starts or {}) - {s.name for s in spec.sources})
+    if unknown:
+        raise StreamJoinError(f"--from names {', '.join(unknown)}, which job {spec.name} does not have; sources: "
+                              f"{', '.join(s.name for s in spec.sources)}")
+    return starts
+
+
+def cmd_index(args) -> int:
+    from streamjoin import index
+    from streamjoin.plan import bind
+    from streamjoin.session import get_spark
+
+    spec = _job(args)
+    spark = get_spark(master=args.master)
+    positions = index.update(spark, bind(spark, spec), start_at=_starts_for(spec, args.from_))
+    print(index.describe(positions))
+    return 0
 
 
 def cmd_validate(args) -> int:
@@ -151,7 +189,7 @@ def cmd_stream(args) -> int:
     spec = _job(args)
     spark = get_spark(master=args.master)
     checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
-    runner = LiveRunner(spark, spec, checkpoint, trigger=args.trigger)
+    runner = LiveRunner(spark, spec, checkpoint, trigger=args.trigger, start_at=_starts_for(spec, args.from_))
     print(f"job {spec.name}: live, trigger {args.trigger}, checkpoint {checkpoint}")
     runs = runner.run(timeout=args.timeout)
     if runs:
@@ -169,6 +207,10 @@ def cmd_demo(args) -> int:
 
     run_demo(os.path.join(_root(args), "demo"), master=args.master)
     return 0
+
+
+_FROM_HELP = ("where a new job begins: a version or an ISO time for every source, or source=version pairs "
+              "(default: the job's start_at, else version 0); an existing index keeps its start")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,7 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--trigger", default="available-now", help="available-now (process what is there, stop) or processing-time:30s")
     stream.add_argument("--checkpoint", help="checkpoint folder (default <output>_checkpoint)")
     stream.add_argument("--timeout", type=float, help="stop after this many seconds (processing-time triggers)")
+    stream.add_argument("--from", dest="from_", help=_FROM_HELP)
     stream.set_defaults(func=cmd_stream)
+
+    index = commands.add_parser("index", help="bring the job's arrival index up to the sources' latest versions (run it daily)")
+    index.add_argument("job")
+    index.add_argument("--from", dest="from_", help=_FROM_HELP)
+    index.set_defaults(func=cmd_index)
     return parser
 
 

@@ -7,9 +7,11 @@ change data feed gives each stream row its arrival (`_commit_version`, `_commit_
 from __future__ import annotations
 
 import os
+import re
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
-from urllib.parse import unquote, urlparse
+from datetime import datetime, timedelta, timezone
+from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -57,12 +59,40 @@ class Commit:
     version: int
     timestamp: datetime
     operation: str
+    mode: str | None = None  # a write's mode (Append, Overwrite), when the log records one
+    enables_row_tracking: bool = False  # the commit turned on (or backfilled) row tracking
+
+    @property
+    def rewrites_rows(self) -> bool:
+        """The commit may update or delete rows: refused on an append-only stream source."""
+        operation = self.operation.upper()
+        if operation in ("DELETE", "UPDATE", "MERGE", "TRUNCATE", "RESTORE") or operation.startswith("REPLACE"):
+            return True
+        return operation in ("WRITE", "STREAMING UPDATE", "CREATE OR REPLACE TABLE AS SELECT") and \
+            (self.mode or "").lower() in ("overwrite", "complete")
 
 
-def history(spark: SparkSession, location: str) -> list[Commit]:
-    """The retained commits of a table, oldest first."""
-    rows = _table(spark, location).history().select("version", "timestamp", "operation").collect()
-    return sorted((Commit(r.version, r.timestamp, r.operation) for r in rows), key=lambda c: c.version)
+def history(spark: SparkSession, location: str, since: int | None = None) -> list[Commit]:
+    """The retained commits of a table, oldest first; with `since`, only those from that version on
+    (which reads only the newest entries of the log, not all of it)."""
+    table = _table(spark, location)
+    if since is None:
+        entries = table.history()
+    else:
+        entries = table.history(max(latest_version(spark, location) - since + 1, 1))
+    rows = entries.select("version", "timestamp", "operation", "operationParameters").collect()
+    commits = (
+        Commit(r.version, r.timestamp, r.operation, (r.operationParameters or {}).get("mode"), _enables_row_tracking(r))
+        for r in rows if since is None or r.version >= since
+    )
+    return sorted(commits, key=lambda c: c.version)
+
+
+def _enables_row_tracking(entry) -> bool:
+    parameters = entry.operationParameters or {}
+    return "ROW TRACKING" in entry.operation.upper() or (
+        entry.operation.upper() in ("SET TBLPROPERTIES", "ALTER TABLE") and "enableRowTracking" in str(parameters)
+    )
 
 
 def latest_version(spark: SparkSession, location: str) -> int:
@@ -76,6 +106,11 @@ def version_at(spark: SparkSession, location: str, when: datetime) -> int:
     if not candidates:
         raise HistoryNotRetainedError(f"{location!r} has no retained version at or before {when.isoformat()}")
     return candidates[-1]
+
+
+def oldest_retained(spark: SparkSession, location: str) -> Commit:
+    """The oldest commit whose log entry Delta still keeps (older ones were cleaned up)."""
+    return history(spark, location)[0]
 
 
 def read_snapshot(spark: SparkSession, location: str, version: int | None = None) -> DataFrame:
@@ -108,7 +143,8 @@ def read_changes(spark: SparkSession, location: str, upto_version: int, from_ver
         spark.read.format("delta").option("readChangeFeed", "true")
         .option("startingVersion", from_version).option("endingVersion", upto_version)
     )
-    return _load(reader, location).where(F.col(CHANGE_TYPE) != "update_preimage")
+    with translated_errors(location, f"the change data feed of versions {from_version} to {upto_version}"):
+        return _load(reader, location).where(F.col(CHANGE_TYPE) != "update_preimage")
 
 
 def read_inserts(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
@@ -139,40 +175,98 @@ def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: in
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
-def check_retained(spark: SparkSession, location: str, upto_version: int) -> None:
-    """Fail before any data moves when the log or the files a replay needs are gone."""
-    retained = history(spark, location)
-    if not retained or retained[0].version > 0:
-        first = retained[0].version if retained else "none"
+def check_retained(spark: SparkSession, location: str, version: int) -> None:
+    """Fail before any data moves when the log entry or the data files of `version` are gone.
+
+    Only the snapshot a run reads is checked (its log entry and its files), never the table's
+    whole history: a run reads a pinned snapshot, not the commits before it.
+    """
+    oldest = oldest_retained(spark, location)
+    if version < oldest.version:
         raise HistoryNotRetainedError(
-            f"{location!r} no longer retains its log from version 0 (oldest retained: {first}); a replay "
-            "needs every commit since the first to know each row's arrival. Raise "
-            "delta.logRetentionDuration on the source, or replay from a copy that kept its history"
+            f"{location!r} no longer retains version {version} in its log (oldest retained: {oldest.version}, "
+            f"committed {oldest.timestamp}); pin version {oldest.version} or newer, or keep the log longer "
+            "with delta.logRetentionDuration"
         )
-    files = _data_files(spark, location, upto_version)
+    with translated_errors(location, f"version {version}"):
+        files = read_snapshot(spark, location, version).inputFiles()
     missing = [f for f in files if not _file_exists(spark, f)]
     if missing:
-        vacuums = [c for c in retained if c.operation.upper().startswith("VACUUM")]
+        vacuums = [c for c in history(spark, location, since=version) if c.operation.upper().startswith("VACUUM")]
         when = f" (VACUUM ran at {vacuums[-1].timestamp})" if vacuums else ""
         raise HistoryNotRetainedError(
-            f"{location!r} no longer retains {len(missing)} data file(s) that a replay up to version "
-            f"{upto_version} needs{when}, e.g. {missing[0]}. Replay only a range whose files are retained, "
-            "or keep files longer with delta.deletedFileRetentionDuration and VACUUM ... RETAIN"
+            f"{location!r} no longer retains {len(missing)} data file(s) of version {version}{when}, e.g. "
+            f"{missing[0]}. Pin a newer version (a backfill pins the latest when it starts), or keep files "
+            "longer with delta.deletedFileRetentionDuration and VACUUM ... RETAIN"
         )
 
 
-def _data_files(spark: SparkSession, location: str, upto_version: int) -> list[str]:
-    """The data and change files that commits 0..upto_version added (read from the log's JSON)."""
-    root = location if _is_path(location) else spark.sql(f"DESCRIBE DETAIL {location}").first().location
-    root = root.rstrip("/")
-    log = spark.read.schema(
-        "add struct<path:string, dataChange:boolean>, cdc struct<path:string>"
-    ).json(f"{root}/_delta_log/*.json").withColumn("file", F.input_file_name())
-    version = F.regexp_extract(F.col("file"), r"(\d+)\.json$", 1).cast("long")
-    needed = log.where(version <= upto_version).select(
-        F.coalesce(F.when(F.col("add.dataChange"), F.col("add.path")), F.col("cdc.path")).alias("path")
-    ).where(F.col("path").isNotNull())
-    return [p if "://" in p else f"{root}/{unquote(p)}" for p in (r.path for r in needed.collect())]
+_NOT_RETAINED = (
+    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION", "DELTA_VERSION_NOT_FOUND",
+    "DELTA_CHANGE_DATA_FILE_NOT_FOUND", "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND", "DELTA_LOG_FILE_NOT_FOUND",
+    "DELTA_CANNOT_TIME_TRAVEL_VIEWS", "VersionNotFoundException",
+)
+
+
+@contextmanager
+def translated_errors(location: str, what: str):
+    """Turn Delta's refusals to read history it no longer keeps into a HistoryNotRetainedError that
+    says what to change (Spark's own message is a page of Java frames)."""
+    try:
+        yield
+    except HistoryNotRetainedError:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        reason = next((r for r in _NOT_RETAINED if r in text), None)
+        if reason is None:
+            raise
+        raise HistoryNotRetainedError(
+            f"{location!r} no longer retains {what} ({reason}). Delta removes data files older than "
+            "delta.deletedFileRetentionDuration (7 days by default) and log entries older than "
+            "delta.logRetentionDuration (30 days). Read newer versions, start the job later (start_at), or "
+            "enable row tracking on the source (ALTER TABLE ... SET TBLPROPERTIES (delta.enableRowTracking = true)) "
+            "so that streamjoin reads rows from the latest snapshot instead of old change files"
+        ) from None
+
+
+def file_retention(spark: SparkSession, location: str) -> timedelta:
+    """How long VACUUM keeps files a table no longer references (delta.deletedFileRetentionDuration)."""
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
+    text = properties.get("delta.deletedFileRetentionDuration", "interval 7 days")
+    match = re.match(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", text, re.IGNORECASE)
+    units = {"week": 604_800, "day": 86_400, "hour": 3_600, "minute": 60, "second": 1}
+    if not match or match.group(2).lower() not in units:
+        return timedelta(days=7)
+    return timedelta(seconds=int(match.group(1)) * units[match.group(2).lower()])
+
+
+def change_files_kept(spark: SparkSession, location: str, since: int) -> bool:
+    """Whether every file that the commits from version `since` on added can still be read: the log
+    holds them, no OPTIMIZE or VACUUM ran since, and the oldest is younger than the file retention."""
+    commits = history(spark, location, since=since)
+    if not commits or commits[0].version != since:
+        return False
+    if any(c.operation.upper().startswith(("OPTIMIZE", "VACUUM", "REORG")) for c in commits):
+        return False
+    oldest = commits[0].timestamp
+    oldest = oldest.astimezone(timezone.utc) if oldest.tzinfo is None else oldest
+    return oldest >= datetime.now(timezone.utc) - file_retention(spark, location)
+
+
+def row_tracking(spark: SparkSession, location: str, version: int | None = None) -> bool:
+    """Whether the table (as of `version`) gives each row the version that inserted it
+    (`_metadata.row_commit_version`, Delta row tracking). Reads no data."""
+    fields = read_snapshot(spark, location, version).select("_metadata").schema["_metadata"].dataType.fieldNames()
+    return "row_commit_version" in fields
+
+
+def read_rows(spark: SparkSession, location: str, version: int) -> DataFrame:
+    """The snapshot at `version`, each row with the version that inserted it as `_commit_version`
+    (row tracking; OPTIMIZE keeps it). Filters on the rows' columns skip files by their statistics."""
+    with translated_errors(location, f"the files of version {version}"):
+        snapshot = read_snapshot(spark, location, version)
+    return snapshot.select("*", F.col("_metadata.row_commit_version").cast("long").alias(COMMIT_VERSION))
 
 
 def _file_exists(spark: SparkSession, uri: str) -> bool:
@@ -195,6 +289,7 @@ def write_slice(
     reading the old files (replaceWhere reads them to find the rows to delete, and with the change
     data feed on writes them out again). An overwrite removes exactly the files it read, so rows
     another writer committed meanwhile stay (Delta may refuse one of the two commits instead).
+    Which case applies is read from the files' min/max statistics in the log, not from the rows.
     """
     spark = df.sparkSession
     predicate = (
@@ -202,12 +297,29 @@ def write_slice(
         f"`{time_column}` < TIMESTAMP '{end.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
     )
     writer = df.write.format("delta").mode("overwrite")
-    outside = f"NOT ({predicate}) OR `{time_column}` IS NULL"
-    if exists(spark, location) and not read_snapshot(spark, location).where(outside).isEmpty():
+    if exists(spark, location) and not _inside(spark, location, time_column, start, end):
         writer = writer.option("replaceWhere", predicate)
     elif partition_by:
         writer = writer.partitionBy(*partition_by)
     _save(writer, location)
+
+
+def _inside(spark: SparkSession, location: str, time_column: str, start: datetime, end: datetime) -> bool:
+    """Every row of the table has its `time_column` in [start, end) (or the table is empty).
+
+    MIN and MAX without a filter are answered from the log's file statistics (Delta's metadata-only
+    aggregates), so this costs no scan of the table. The column is never NULL in streamjoin's outputs.
+    """
+    column = F.col(f"`{time_column}`")
+    low, high = read_snapshot(spark, location).agg(F.min(column), F.max(column)).first()
+    if low is None:
+        return True
+    return _naive_utc(start) <= low and high < _naive_utc(end)
+
+
+def _naive_utc(when: datetime) -> datetime:
+    """`when` as Spark returns TIMESTAMP values in a UTC session: naive, in UTC."""
+    return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
 
 
 def write_once(df: DataFrame, location: str, app_id: str, batch: int, overwrite: bool = False,

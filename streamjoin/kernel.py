@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog
-from streamjoin.arrival import REJECT, T, CommitStats
+from streamjoin.arrival import REJECT, T, Timeline
 from streamjoin.changelog import TableInput
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins.interval import MATCHED, NEW, OUT_T, IntervalJoin
@@ -71,8 +71,7 @@ def step(
     spark: SparkSession,
     plan: Plan,
     settled: dict[str, DataFrame],
-    commits: list[CommitStats],
-    max_before: int | None,
+    timeline: Timeline,
     mode: str,
     state: dict[str, DataFrame] | None = None,
     window: tuple[int, int] | None = None,
@@ -82,9 +81,9 @@ def step(
 ) -> StepResult:
     """Run accepted, settled rows (by source name) through lateness and the join.
 
-    `commits` are the settled commits in position order (in a replay, all of them up to the
-    frontier, even those whose rows lie outside the slice); `max_before` is the largest event time
-    settled before them; `state` holds the rows an earlier step left open (live runner only);
+    `timeline` gives, for the commits of the settled rows, the largest accepted event time before
+    each and after all settled commits (from the live runner's batches, or the arrival index in a
+    replay); `state` holds the rows an earlier step left open (live runner only);
     `tables` holds what is known of each table source (enrichment and table-table joins);
     `after` is the bound up to which an earlier step already emitted table-table result changes.
     """
@@ -93,7 +92,7 @@ def step(
         return _join_tables(plan, join, tables, window, after)
     if isinstance(join, TemporalJoin):
         return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state)
-    marks, max_event = arrival.watermarks(commits, max_before, join.grace)
+    marks, max_event = timeline.watermarks(join.grace), timeline.max_event
     if mode == "complete":
         marks = {}
     closing = None if max_event is None else max_event - join.grace

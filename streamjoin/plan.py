@@ -41,6 +41,10 @@ class BoundSource:
     def raw_time(self) -> Column:
         return F.col(f"`{self.spec.time}`")
 
+    def time_is_timestamp(self) -> bool:
+        """The time column is a TIMESTAMP: a filter on it can skip files by their statistics."""
+        return isinstance(self.schema[self.spec.time].dataType, TimestampType)
+
     def event_time(self) -> Column:
         """Event time as UTC microseconds; NULL when missing or unparseable."""
         raw = self.raw_time()

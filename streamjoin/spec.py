@@ -18,7 +18,7 @@ import pendulum
 import yaml
 
 from streamjoin.errors import JobError
-from streamjoin.timeutil import format_duration, parse_duration
+from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
 SourceKind = Literal["stream", "table"]
 JoinType = Literal["inner", "left", "right", "full"]
@@ -68,9 +68,11 @@ class Source:
     changelog: bool = False
     deleted: str | None = None
     clock_skew: timedelta = DEFAULT_CLOCK_SKEW
+    start_at: int | str | None = None  # the version (or the time) the job begins at (docs/semantics.md)
 
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
+        _check_start_at(self.start_at, f"{where}: start_at")
         if not _NAME.match(self.name or ""):
             raise JobError(f"{where}: a source name must be an identifier (letters, digits, _), e.g. 'orders'")
         if self.kind not in ("stream", "table"):
@@ -233,8 +235,10 @@ class JoinSpec:
     description: str = ""
     schedule: Schedule = Schedule()
     quality: Quality = Quality()
+    start_at: str | None = None  # the time every source begins at, unless the source says otherwise
 
     def __post_init__(self) -> None:
+        _check_start_at(self.start_at, f"job {self.name!r}: start_at", versions=False)
         object.__setattr__(self, "sources", tuple(self.sources))
         object.__setattr__(self, "joins", tuple(self.joins))
         object.__setattr__(self, "select", tuple(self.select))
@@ -262,6 +266,21 @@ class JoinSpec:
             sources=tuple(replace(s, path=absolute(s.path)) for s in self.sources),
             output=replace(self.output, path=absolute(self.output.path)),
         )
+
+
+def _check_start_at(value: Any, where: str, versions: bool = True) -> None:
+    """A start is a version (of one source) or an ISO time; checked before any table is read."""
+    if value is None:
+        return
+    if isinstance(value, bool):
+        raise JobError(f"{where}: {value!r} is neither a version nor a time; write e.g. 42 or 2024-05-01T00:00:00Z")
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        if not versions:
+            raise JobError(f"{where}: a job-wide start is a time (e.g. 2024-05-01T00:00:00Z); give versions per source")
+        if int(value) < 0:
+            raise JobError(f"{where}: version {value} is negative")
+        return
+    parse_instant(str(value), where)
 
 
 def _validate(spec: JoinSpec) -> None:
@@ -335,7 +354,8 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     """Build a JoinSpec from the job-file mapping (docs/job-spec.md)."""
-    _only(document, {"name", "description", "sources", "from", "joins", "select", "where", "output", "schedule", "quality"}, origin)
+    _only(document, {"name", "description", "sources", "from", "joins", "select", "where", "output", "schedule", "quality",
+                     "start_at"}, origin)
     for required in ("sources", "from", "joins", "output"):
         if required not in document:
             raise JobError(f"{origin}: missing '{required}'; see docs/job-spec.md")
@@ -346,12 +366,13 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     for name, body in sources_doc.items():
         body = body or {}
         where = f"{origin}: source {name!r}"
-        _only(body, {"path", "table", "kind", "time", "time_format", "key", "changelog", "deleted", "clock_skew"}, where)
+        _only(body, {"path", "table", "kind", "time", "time_format", "key", "changelog", "deleted", "clock_skew", "start_at"}, where)
         skew = parse_duration(body["clock_skew"], f"{where}: clock_skew") if "clock_skew" in body else DEFAULT_CLOCK_SKEW
         sources.append(Source(
             name=str(name), kind=body.get("kind", "stream"), path=body.get("path"), table=body.get("table"),
             time=body.get("time"), time_format=body.get("time_format"), key=_names(body.get("key")),
             changelog=bool(body.get("changelog", False)), deleted=body.get("deleted"), clock_skew=skew,
+            start_at=_start_value(body.get("start_at")),
         ))
     joins_doc = document["joins"]
     if not isinstance(joins_doc, list):
@@ -384,8 +405,16 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         name=str(document.get("name")), description=str(document.get("description") or ""),
         sources=tuple(sources), start=str(document["from"]), joins=tuple(joins),
         select=tuple(str(s) for s in select), where=document.get("where"), output=output,
-        schedule=schedule, quality=quality,
+        schedule=schedule, quality=quality, start_at=_start_value(document.get("start_at")),
     )
+
+
+def _start_value(value: Any) -> int | str | None:
+    """YAML reads `start_at: 2024-05-01` as a date and `start_at: 12` as a number: keep versions as
+    ints and everything else as text."""
+    if value is None or isinstance(value, (int, str)):
+        return value
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def _join_from_dict(item: Any, origin: str) -> Join:

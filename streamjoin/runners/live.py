@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, changelog, delta_io, kernel
+from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
@@ -43,8 +43,8 @@ from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, parse_duration
 
-PENDING = "_sj_pending"
-SEED_BATCH = -1  # the progress record a hand-off leaves before the first micro-batch  # arrived after the frontier: lateness not decided yet
+PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
+SEED_BATCH = -1  # the step before the first micro-batch: a new checkpoint's catch-up, or a hand-off's seed
 _IDX = "_sj_source"
 
 
@@ -72,6 +72,7 @@ class LiveRunner:
         trigger: str = "available-now",
         max_files_per_trigger: int | None = None,
         after_write: Callable[[str, int], None] | None = None,
+        start_at: dict[str, index.StartAt] | None = None,
     ) -> None:
         self.spark = spark
         self.spec = spec
@@ -79,6 +80,8 @@ class LiveRunner:
         self.join = kernel.family(self.plan)
         for source in self.plan.sources:
             delta_io.require_change_feed(spark, source.spec.location)
+        # Where each source starts (created here for a new job), and its commits so far.
+        self.positions = index.update(spark, self.plan, start_at=start_at)
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.after_write = after_write or (lambda table, batch: None)
@@ -95,7 +98,14 @@ class LiveRunner:
     # ---------------------------------------------------------------- query
 
     def start(self) -> StreamingQuery:
-        """Start the streaming query; it runs until stopped (or, available-now, until caught up)."""
+        """Start the streaming query; it runs until stopped (or, available-now, until caught up).
+
+        A new checkpoint whose stream sources start at version 0 and still hold every change file
+        since streams from version 0. Otherwise it first catches up (`_catch_up`) and streams the
+        commits after. Either way the output is the same: it does not depend on how commits are
+        divided into batches (docs/architecture.md)."""
+        if not self.started():
+            self._catch_up()
         streams = []
         for source in self.plan.streams:
             stream = delta_io.stream_inserts(self.spark, source.spec.location, self.max_files,
@@ -142,18 +152,42 @@ class LiveRunner:
         if missing:
             raise JobError(f"a seed needs a version for every source; missing {', '.join(missing)}")
         began, started_at = time.monotonic(), pendulum.now("UTC")
+        self.positions = index.update(self.spark, self.plan, versions)
+        self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
         if self.plan.streams:
-            batch = reduce(DataFrame.unionByName, [
-                delta_io.read_inserts(self.spark, s.spec.location, versions[s.name])
-                .select(*self._payloads(s.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
-                for s in self.plan.streams
-            ])
+            batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
             self._process_streams(batch, SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
         else:
             self._process_tables(SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
-        self.starting_versions = {name: version + 1 for name, version in versions.items()}
-        marker = Path(self.checkpoint, "streamjoin.json")
-        marker.write_text(json.dumps({**json.loads(marker.read_text()), "starting_versions": self.starting_versions}))
+
+    def _catch_up(self) -> None:
+        """A new checkpoint's first step, unless every source starts at version 0 and still holds
+        every change file since: the sources up to their current versions, read without their
+        change files (through the arrival index: the history at the start, each later commit at
+        its own position), processed as one batch with outputs. The stream continues after them."""
+        starts = {name: e.version for name, e in self.positions.starts.items()}
+        if all(v == 0 and delta_io.change_files_kept(self.spark, self.plan.source(n).spec.location, 0)
+               for n, v in starts.items()):
+            self._save_marker(starting_versions={name: 0 for name in starts})
+            return
+        versions = dict(self.positions.versions)
+        self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
+        began, started_at = time.monotonic(), pendulum.now("UTC")
+        if not self.plan.streams:
+            self._process_tables(SEED_BATCH, None, began, started_at, table_versions=versions)
+            return
+        batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
+        if not batch.isEmpty():
+            self._process_streams(batch, SEED_BATCH, None, began, started_at, table_versions=versions)
+
+    def _arrivals(self, versions: dict[str, int]) -> DataFrame:
+        """Every row of the stream sources up to `versions`, in the micro-batches' shape."""
+        return reduce(DataFrame.unionByName, [
+            self.positions.read_all(s, versions[s.name]).select(
+                *self._payloads(s.index), F.col(V).alias(COMMIT_VERSION), F.timestamp_micros(F.col(TS)).alias(COMMIT_TIMESTAMP),
+            )
+            for s in self.plan.streams
+        ])
 
     # ---------------------------------------------------------------- one micro-batch
 
@@ -188,6 +222,8 @@ class LiveRunner:
             # in this batch moves the frontier only once all its rows have come (its rows wait till then).
             partial = dict(previous.partial) if previous else {}
             complete = []
+            self._index_upto({s.name: max((c.position[2] for c in commits if c.position[1] == s.index), default=-1)
+                              for s in plan.streams})
             for source in plan.streams:
                 mine = [c for c in commits if c.position[1] == source.index]
                 if not mine:
@@ -196,7 +232,7 @@ class LiveRunner:
                 seen, so_far = partial.pop(source.index, (None, 0))
                 got = last.rows + (so_far if seen == last.position else 0)
                 version = last.position[2]
-                if got < delta_io.read_inserts(spark, source.spec.location, version, version).count():
+                if got < self.positions.rows(source.name, version):
                     partial[source.index] = (last.position, got)
                     mine = mine[:-1]
                 complete += mine
@@ -228,8 +264,9 @@ class LiveRunner:
                 s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT)) for s in settled.values()
             ]))
             tables = self._tables(previous, newest, counts, rejected_parts, cached, table_versions)
+            timeline = arrival.timeline(settled_commits, previous.max_event if previous else None)
             result = kernel.step(
-                spark, plan, settled, settled_commits, previous.max_event if previous else None, "exact",
+                spark, plan, settled, timeline, "exact",
                 state=open_state if state is not None else None, keep_state=True, tables=tables,
             )
             cached += result.cached
@@ -301,7 +338,7 @@ class LiveRunner:
         counts, rejected_parts, cached = {}, [], []
         try:
             tables = self._tables(previous, {}, counts, rejected_parts, cached, table_versions)
-            result = kernel.step(spark, plan, {}, [], None, "exact", tables=tables,
+            result = kernel.step(spark, plan, {}, arrival.Timeline({}, None), "exact", tables=tables,
                                  after=previous.bound if previous else None)
             bound = result.watermark if result.watermark is not None else (previous.bound if previous else None)
             if not outputs:
@@ -348,7 +385,8 @@ class LiveRunner:
             version = (versions or {}).get(source.name)
             if version is None:
                 version = delta_io.latest_version(self.spark, source.spec.location)
-            changes = changelog.read(self.spark, source, version).persist()
+            first = self.positions.starts[source.name]
+            changes = changelog.read(self.spark, source, version, first.version, from_micros(first.commit_ts)).persist()
             cached.append(changes)
             seen = previous.tables.get(source.index, -1) if previous else -1
             commits = arrival.commit_stats(changes)
@@ -363,8 +401,17 @@ class LiveRunner:
 
     def _write(self, df: DataFrame, location: str, batch_id: int, table: str,
                partition_by: tuple[str, ...] = ()) -> None:
-        delta_io.write_once(df, location, self.app_id, batch_id, partition_by=partition_by)
+        # Delta skips a transaction whose version is not above the last one of its app id (-1 before
+        # any), so the history step (batch -1) writes under an app id of its own, as version 0.
+        app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
+        delta_io.write_once(df, location, app, version, partition_by=partition_by)
         self.after_write(table, batch_id)
+
+    def _index_upto(self, versions: dict[str, int]) -> None:
+        """Extend the arrival index to the newest commits this batch holds (if it is behind)."""
+        if any(v > self.positions.versions.get(name, -1) for name, v in versions.items()):
+            self.positions = index.update(self.spark, self.plan, {**self.positions.versions, **{
+                name: max(v, self.positions.versions.get(name, -1)) for name, v in versions.items()}})
 
     def _payloads(self, index: int) -> list:
         """The source index and a struct column per source, filled only for `index`: one schema
@@ -426,6 +473,12 @@ class LiveRunner:
         fields += [StructField(arrival.T, LongType()), StructField(TS, LongType()), StructField(SRC, IntegerType()),
                    StructField(V, LongType()), StructField(MATCHED, BooleanType()), StructField(PENDING, BooleanType())]
         return StructType(fields)
+
+    def _save_marker(self, **fields) -> None:
+        """Add `fields` to the checkpoint's marker (the starting versions of its streaming query)."""
+        marker = Path(self.checkpoint, "streamjoin.json")
+        marker.write_text(json.dumps({**json.loads(marker.read_text()), **fields}))
+        self.starting_versions = fields.get("starting_versions", self.starting_versions)
 
     def _marker(self) -> dict:
         """The checkpoint's identity: its job, a stable id (Delta's idempotent-write key for every

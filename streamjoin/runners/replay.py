@@ -1,16 +1,16 @@
 """The replay runner: a deterministic batch over Delta snapshots pinned at versions, one slice at a time.
 
-Control flow: pin input versions, check their history is retained, read each source's arrivals
-up to its pinned version, settle them at the frontier, hand the settled rows inside the slice's
-margins to the kernel in one step, and replace the slice's rows in the output and side tables.
-Re-running a slice replaces it; slices [a, b) and [b, c) together equal [a, c).
+Control flow: pin input versions, check those snapshots are retained, bring the arrival index up
+to them, read each stream source's rows in the slice's margins, settle them at the frontier, take
+their watermarks from the index, hand them to the kernel in one step, and replace the slice's rows
+in the output and side tables. Re-running a slice replaces it; slices [a, b) and [b, c) together
+equal [a, c); the cost of a slice follows what it holds, not the length of the history.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 from typing import Callable
@@ -19,7 +19,7 @@ import pendulum
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival, changelog, delta_io, kernel
+from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import T, TS
 from streamjoin.changelog import TableInput
 from streamjoin.errors import JobError
@@ -30,24 +30,6 @@ from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, to_micros
 
 
-@dataclass(frozen=True)
-class Inputs:
-    """Each stream source's arrivals up to its pinned version, and the commits they came in; each
-    table source's changes up to its pinned version, and its commits."""
-
-    versions: dict[str, int]
-    rows: dict[str, DataFrame]
-    commits: list[arrival.CommitStats]
-    frontier: arrival.Position | None
-    changes: dict[str, DataFrame]
-    table_commits: dict[str, list[arrival.CommitStats]]
-
-    @property
-    def stream_clock(self) -> int | None:
-        """The newest commit timestamp among the stream sources."""
-        return max((c.position[0] for c in self.commits), default=None)
-
-
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
     """The versions a replay reads: those given, else each source's latest."""
     pinned = dict(versions or {})
@@ -56,30 +38,12 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
     return pinned
 
 
-def read_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int], window: tuple[int, int] | None = None) -> Inputs:
-    """Check retention, then read and tag every source's arrivals and their commit stats (with the
-    rows a slice `window` owns). The stream sources' rows are persisted, so that the change feed is
-    read once for the stats, the join and the side tables; so are the table sources' changes.
-    Unpersist both when done."""
+def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> None:
+    """Before any data moves: every source records its change feed and still holds the pinned
+    snapshot (its log entry and files). Nothing older is checked: a replay reads nothing older."""
     for source in plan.sources:
         delta_io.require_change_feed(spark, source.spec.location)
         delta_io.check_retained(spark, source.spec.location, versions[source.name])
-    rows = {
-        s.name: arrival.prepare(
-            delta_io.read_inserts(spark, s.spec.location, versions[s.name]),
-            s.index, s.raw_time(), s.event_time(), s.keys,
-        ).persist()
-        for s in plan.streams
-    }
-    commits = arrival.commit_stats(reduce(DataFrame.unionByName, [_timing(r) for r in rows.values()]), window) if rows else []
-    frontier = arrival.frontier(arrival.newest_positions(commits), len(plan.streams))
-    changes = {s.name: changelog.read(spark, s, versions[s.name]).persist() for s in plan.tables}
-    table_commits = {name: arrival.commit_stats(c, window) for name, c in changes.items()}
-    return Inputs(versions, rows, commits, frontier, changes, table_commits)
-
-
-def _timing(rows: DataFrame) -> DataFrame:
-    return rows.select(T, TS, arrival.SRC, arrival.V, arrival.REJECT)
 
 
 def replay(
@@ -90,10 +54,15 @@ def replay(
     mode: str = "exact",
     versions: dict[str, int] | None = None,
     after_write: Callable[[str], None] | None = None,
+    checked: bool = False,
 ) -> RunMetrics:
     """Replay [start, end) of `spec` over pinned versions and replace that slice of its outputs.
 
-    `after_write(location)` is called after each table is written (tests inject faults there).
+    Reads only what the slice needs: each stream source's rows in the slice's margins (and the
+    rows without event time it owns) from the pinned snapshot, lateness from the arrival index
+    (extended first to the pinned versions), each table source from its start. `checked`: the
+    caller (a backfill) has already run `check_inputs` on these versions. `after_write(location)`
+    is called after each table is written (tests inject faults there).
     """
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
@@ -106,38 +75,52 @@ def replay(
     plan = bind(spark, spec)
     join = kernel.family(plan)
     pinned = pin_versions(spark, plan, versions)
+    if not checked:
+        check_inputs(spark, plan, pinned)
+    positions = index.update(spark, plan, pinned)
     lo, hi = to_micros(start), to_micros(end)
-    inputs = read_inputs(spark, plan, pinned, (lo, hi))
-    settled_commits = [c for c in inputs.commits if inputs.frontier and c.position <= inputs.frontier]
-    settled = arrival.at_or_before(inputs.frontier) if inputs.frontier else F.lit(False)
+    frontier = positions.frontier()
+    newest = positions.newest()
+    stream_clock = max((p[0] for p in newest.values()), default=None)
+    settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
 
     def within(time_col, a: int, b: int):
         return (time_col >= F.lit(a)) & (time_col < F.lit(b))
 
-    settled_rows, counts, rejected_parts, cached = {}, {}, [], [*inputs.rows.values(), *inputs.changes.values()]
+    owned = within(F.coalesce(F.col(T), F.col(TS)), lo, hi)
+    settled_rows, counts, rejected_parts, cached = {}, {}, [], []
     for source in plan.streams:
-        rows = inputs.rows[source.name]
-        accepted, rejected = kernel.split_rejected(rows)
-        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(within(F.coalesce(F.col(T), F.col(TS)), lo, hi))))
         before, after = join.margins(source.name)
-        settled_rows[source.name] = accepted.where(settled & within(F.col(T), lo - before, hi + after))
-        own = [c for c in inputs.commits if c.position[1] == source.index]
-        counts[source.name] = SourceCounts(
-            rows_in=sum(c.window_rows for c in own),
-            rejected=sum(c.window_rejected for c in own),
-            unsettled=sum(c.window_rows - c.window_rejected for c in own if c.position > (inputs.frontier or (-1, -1, -1))),
-        )
+        rows = positions.read_rows(source, (lo - before, hi + after), (lo, hi)).persist()
+        cached.append(rows)
+        accepted, rejected = kernel.split_rejected(rows)
+        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
+        settled_rows[source.name] = accepted.where(settled)
+        tally = rows.agg(
+            F.count(F.when(owned, 1)).alias("rows_in"),
+            F.count(F.when(owned & F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
+            F.count(F.when(owned & F.col(arrival.REJECT).isNull() & ~settled, 1)).alias("unsettled"),
+        ).first()
+        counts[source.name] = SourceCounts(rows_in=tally["rows_in"], rejected=tally["rejected"], unsettled=tally["unsettled"])
+    commits = set()
+    if settled_rows:
+        on = reduce(DataFrame.unionByName, [r.select(TS, arrival.SRC, arrival.V) for r in settled_rows.values()])
+        commits = {(r[TS], r[arrival.SRC], r[arrival.V]) for r in on.distinct().collect()}
+    timeline = positions.timeline(commits, frontier)
 
     tables = {}
     for source in plan.tables:
-        changes = inputs.changes[source.name]
-        owned = within(F.coalesce(F.col(T), F.col(TS)), lo, hi)
+        first = positions.starts[source.name]
+        changes = changelog.read(spark, source, pinned[source.name], first.version, from_micros(first.commit_ts)).persist()
+        cached.append(changes)
+        commits_of_table = arrival.commit_stats(changes, (lo, hi))
         rejected_parts.append(kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull())))
-        tables[source.name] = TableInput(changes, inputs.table_commits[source.name], pinned[source.name], owned, inputs.stream_clock)
-        own = inputs.table_commits[source.name]
-        counts[source.name] = SourceCounts(rows_in=sum(c.window_rows for c in own), rejected=sum(c.window_rejected for c in own))
+        tables[source.name] = TableInput(changes, commits_of_table, pinned[source.name], owned, stream_clock)
+        counts[source.name] = SourceCounts(
+            rows_in=sum(c.window_rows for c in commits_of_table), rejected=sum(c.window_rejected for c in commits_of_table),
+        )
 
-    result = kernel.step(spark, plan, settled_rows, settled_commits, None, mode, window=(lo, hi), tables=tables)
+    result = kernel.step(spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables)
     cached += result.cached
     out = spec.output
     output = result.output.persist()
@@ -171,7 +154,7 @@ def replay(
     metrics = RunMetrics(
         job=spec.name, runner="replay", mode=mode, run_id=str(uuid.uuid4()), started_at=started_at,
         slice_start=start, slice_end=end, versions=pinned,
-        frontier=_describe_position(inputs.frontier),
+        frontier=_describe_position(frontier),
         watermark=None if result.watermark is None else from_micros(result.watermark),
         sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
         upserts=upserts, deletes=deletes,

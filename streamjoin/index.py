@@ -1,0 +1,461 @@
+"""The arrival index: what lateness needs of every source commit, kept by streamjoin so it outlives Delta.
+
+Delta forgets. It refuses to read change files older than `delta.deletedFileRetentionDuration`
+(7 days by default) and drops log entries older than `delta.logRetentionDuration` (30 days). What
+a run needs of old commits is small: each commit's position (version, commit time) and the
+largest accepted event time so far, from which every watermark follows. streamjoin records it as
+it goes, one row per stream-source commit, in the Delta table `<output>_index`:
+
+    source, version, commit_ts     the commit's arrival position (commit time in UTC micros)
+    rows, rejected                 rows it inserted; of them, rows rejected as bad input
+    max_event, max_so_far          largest accepted event time in the commit; in the source so far
+    min_time, max_time, untimed    range of parseable event times (accepted or not); rows without one
+    start, row_tracking            the source's start entry; whether its rows carry their version
+
+**The start.** Every source begins at a start version S (`start_at` in the job, `--from`, default
+version 0 while the log holds it). The rows a stream source holds at S are its *history*: they
+count as one commit at S, take S's arrival position, and none of them is late. A table source's
+start is the version its history (its rows at S) is read from; its later changes come from its
+change feed. Once written, the start is fixed: both runners read it from here.
+
+**Appending.** `update` extends the index up to given versions. New commits are read from the change
+feed of those versions only; if Delta no longer keeps their change files, from the latest snapshot
+with row tracking (`_metadata.row_commit_version`). The live runner calls it after each
+micro-batch, the replay before it reads, `streamjoin index JOB` on demand. Appends are plain and
+may repeat a row (a retried batch, two writers): readers drop duplicates, and a row is a function
+of the source's log alone, so duplicates are identical.
+
+**Reading a slice.** `read_rows` gives a stream source's rows whose event time falls in a range
+(plus the rows without one that a slice owns by commit time), each with its commit version and
+time: from the pinned snapshot filtered on the time column (Delta skips files by their
+statistics) when the source has row tracking, else from the change feed of only the versions
+whose [min_time, max_time] meets the range. A slice thus costs what it holds, not what the table
+ever held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import reduce
+
+import pendulum
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+from streamjoin import arrival, delta_io
+from streamjoin.arrival import REJECT, TS, T, V, Position, Timeline
+from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.plan import BoundSource, Plan
+from streamjoin.timeutil import from_micros, from_spark, parse_instant, to_micros
+
+SCHEMA = StructType([
+    StructField("source", StringType(), False), StructField("version", LongType(), False),
+    StructField("commit_ts", LongType(), False), StructField("rows", LongType()), StructField("rejected", LongType()),
+    StructField("max_event", LongType()), StructField("max_so_far", LongType()),
+    StructField("min_time", LongType()), StructField("max_time", LongType()), StructField("untimed", LongType()),
+    StructField("start", BooleanType()), StructField("row_tracking", BooleanType()),
+])
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One source commit in the index (a table source has only its start entry)."""
+
+    source: str
+    version: int
+    commit_ts: int
+    rows: int = 0
+    rejected: int = 0
+    max_event: int | None = None
+    max_so_far: int | None = None
+    min_time: int | None = None
+    max_time: int | None = None
+    untimed: int = 0
+    start: bool = False
+    row_tracking: bool | None = None
+
+    def position(self, src: int) -> Position:
+        return (self.commit_ts, src, self.version)
+
+
+def location(plan: Plan) -> str:
+    """Where a job's index lives: beside its output."""
+    return plan.spec.output.side("index")
+
+
+StartAt = int | datetime | str | None
+
+
+# ---------------------------------------------------------------------------- keeping it up to date
+
+def update(spark: SparkSession, plan: Plan, upto: dict[str, int] | None = None,
+           start_at: dict[str, StartAt] | None = None) -> "Index":
+    """Extend the index of `plan`'s job to `upto` (default: each source's latest version), creating
+    it at each source's start if it does not exist yet; return it as of those versions.
+
+    `start_at` (by source name: a version, a timestamp, or None) overrides the job's `start_at`
+    for a new index; an existing index keeps its start, and a different one given is refused.
+    """
+    stored = _read(spark, plan)
+    starts = {e.source: e for e in stored.where(F.col("start")).collect_entries()} if stored else {}
+    lasts = stored.last_versions() if stored else {}
+    targets = {
+        s.name: (upto or {}).get(s.name, None) if (upto or {}).get(s.name) is not None
+        else delta_io.latest_version(spark, s.spec.location)
+        for s in plan.sources
+    }
+    new: list[Entry] = []
+    for source in plan.sources:
+        wanted = (start_at or {}).get(source.name)
+        if wanted is None:
+            wanted = source.spec.start_at if source.spec.start_at is not None else plan.spec.start_at
+        if source.name in starts:
+            _check_same_start(spark, plan, source, starts[source.name], (start_at or {}).get(source.name))
+            if source.spec.kind == "stream" and targets[source.name] > lasts[source.name]:
+                new += _stream_entries(spark, source, starts[source.name], lasts[source.name], targets[source.name],
+                                       stored.last_so_far(source.name))
+            continue
+        start = _start_entry(spark, source, resolve_start(spark, source, wanted))
+        starts[source.name] = start
+        if source.spec.kind == "table":
+            new.append(start)
+        else:  # the history and every commit after it, up to the target
+            new += _stream_entries(spark, source, start, start.version - 1, max(targets[source.name], start.version))
+    if new:
+        delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA), location(plan))
+    return Index(spark, plan, starts, targets)
+
+
+def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> int:
+    """The start version of a source: a version given, the version current at a time given, or
+    version 0 while the log still holds it."""
+    where = f"source {source.name!r} ({source.spec.location})"
+    oldest = delta_io.oldest_retained(spark, source.spec.location)
+    latest = delta_io.latest_version(spark, source.spec.location)
+    if wanted is None:
+        if oldest.version > 0:
+            raise JobError(
+                f"{where}: its log no longer holds version 0 (oldest retained: version {oldest.version}, committed "
+                f"{oldest.timestamp}), so the job cannot begin at the table's first commit. Give the job a start: "
+                f"start_at: <version {oldest.version} to {latest}, or a time> on the source or the job, or --from"
+            )
+        return 0
+    if isinstance(wanted, str) and not wanted.strip().isdigit():
+        wanted = parse_instant(wanted, f"{where}: start_at")
+    if isinstance(wanted, datetime):
+        when = pendulum.instance(wanted).in_timezone("UTC")
+        commits = [c for c in delta_io.history(spark, source.spec.location) if from_spark(c.timestamp) <= when]
+        if not commits:
+            raise JobError(
+                f"{where}: no retained version was committed at or before start_at {when.isoformat()} (oldest retained: "
+                f"version {oldest.version} at {oldest.timestamp}); start at that time or later"
+            )
+        return commits[-1].version
+    version = int(wanted)
+    if not oldest.version <= version <= latest:
+        raise JobError(
+            f"{where}: start_at version {version} is outside the versions its log holds ({oldest.version} to {latest}); "
+            "choose one of those"
+        )
+    return version
+
+
+def _check_same_start(spark: SparkSession, plan: Plan, source: BoundSource, stored: Entry, wanted: StartAt) -> None:
+    if wanted is None:
+        return
+    try:
+        version = resolve_start(spark, source, wanted)
+    except JobError:
+        version = None
+    if version != stored.version:
+        raise JobError(
+            f"job {plan.spec.name!r}: source {source.name!r} already starts at version {stored.version} in "
+            f"{location(plan)}, but start_at asks for {wanted!r}; every output of the job was computed from that "
+            "start. Remove start_at, or start the job afresh (new output, or delete its outputs and its index)"
+        )
+
+
+def _start_entry(spark: SparkSession, source: BoundSource, version: int) -> Entry:
+    commits = delta_io.history(spark, source.spec.location, since=version)
+    first = commits[0]
+    enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
+    tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start
+    return Entry(source.name, version, to_micros(from_spark(first.timestamp)), start=True, row_tracking=tracked)
+
+
+def _stream_entries(spark: SparkSession, source: BoundSource, start: Entry, after: int, upto: int,
+                    so_far: int | None = None) -> list[Entry]:
+    """Entries for the versions (after, upto] of a stream source (its history too when `after` is
+    before the start); refuses commits that update or delete rows of an append-only source.
+    `so_far` is the source's largest accepted event time up to `after`."""
+    commits = {c.version: c for c in delta_io.history(spark, source.spec.location, since=max(after, start.version))}
+    rewrites = [c for c in commits.values() if c.version > max(after, start.version) and c.rewrites_rows]
+    if rewrites:
+        _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
+    rows = None
+    if after >= start.version:  # new commits: their change feed, while Delta keeps it
+        try:
+            rows = _tagged(delta_io.read_changes(spark, source.spec.location, upto, after + 1), source)
+        except HistoryNotRetainedError:
+            if not start.row_tracking:
+                raise
+    if rows is None:
+        rows = _all_rows(spark, source, start, upto).where(F.col(V) > F.lit(after))
+    insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
+    accepted = insert & F.col(REJECT).isNull()
+    stats = rows.groupBy(V).agg(
+        F.count(F.when(insert, 1)).alias("rows"),
+        F.count(F.when(insert & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
+        F.max(F.when(accepted, F.col(T))).alias("max_event"),
+        F.min(F.when(insert, F.col(T))).alias("min_time"), F.max(F.when(insert, F.col(T))).alias("max_time"),
+        F.count(F.when(insert & F.col(T).isNull(), 1)).alias("untimed"),
+        F.count(F.when(~insert, 1)).alias("rewritten"),
+    ).collect()
+    by_version = {r[V]: r for r in stats}
+    if any(r["rewritten"] for r in stats):
+        _refuse_rewrites(source, f"its change feed after version {after} holds updated or deleted rows")
+    entries = []
+    for version in sorted(v for v in commits if after < v <= upto):
+        r = by_version.get(version)
+        if r is None and version != start.version:
+            continue  # no rows (OPTIMIZE, a schema change): not a position
+        max_event = r["max_event"] if r else None
+        if max_event is not None and (so_far is None or max_event > so_far):
+            so_far = max_event
+        ts = start.commit_ts if version == start.version else to_micros(from_spark(commits[version].timestamp))
+        entries.append(Entry(
+            source.name, version, ts, r["rows"] if r else 0, r["rejected"] if r else 0, max_event, so_far,
+            r["min_time"] if r else None, r["max_time"] if r else None, r["untimed"] if r else 0,
+            start=version == start.version, row_tracking=start.row_tracking if version == start.version else None,
+        ))
+    return entries
+
+
+def _refuse_rewrites(source: BoundSource, what: str) -> None:
+    raise JobError(
+        f"stream source {source.name!r} ({source.spec.location}) is append-only, but {what}: rows already "
+        "decided would change. Declare it kind: table (a keyed table updated in place), or write corrections "
+        "as new rows"
+    )
+
+
+# ---------------------------------------------------------------------------- reading rows
+
+def _tagged(raw: DataFrame, source: BoundSource) -> DataFrame:
+    """Rows of a source with event time, version and rejection reason; their commit time comes from
+    the index (`Index._with_commit_times`). A `_change_type` column, if any, is kept."""
+    return arrival.prepare(raw.withColumn(COMMIT_TIMESTAMP, F.lit(None).cast("timestamp")), source.index,
+                           source.raw_time(), source.event_time(), source.keys)
+
+
+def _all_rows(spark: SparkSession, source: BoundSource, start: Entry, version: int) -> DataFrame:
+    """Every row of the source up to `version`, tagged, with rows of the history at the start version."""
+    location_ = source.spec.location
+    if start.row_tracking:
+        rows = _tagged(delta_io.read_rows(spark, location_, version), source)
+        return rows.withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
+    history = _history_rows(spark, source, start)
+    if version <= start.version:
+        return history
+    return history.unionByName(_tagged(delta_io.read_inserts(spark, location_, version, start.version + 1), source))
+
+
+def _history_rows(spark: SparkSession, source: BoundSource, start: Entry) -> DataFrame:
+    """The rows a source held at its start version, all at that version (no row tracking)."""
+    location_ = source.spec.location
+    if start.version == 0:  # version 0's rows are exactly its change feed's inserts
+        return _tagged(delta_io.read_inserts(spark, location_, 0, 0), source)
+    with delta_io.translated_errors(location_, f"its start version {start.version}"):
+        snapshot = delta_io.read_snapshot(spark, location_, start.version)
+    return _tagged(snapshot.withColumn(COMMIT_VERSION, F.lit(start.version).cast("long")), source)
+
+
+@dataclass
+class Index:
+    """A job's index as of pinned versions: starts, positions, the frontier, watermarks, slice reads."""
+
+    spark: SparkSession
+    plan: Plan
+    starts: dict[str, Entry]
+    versions: dict[str, int]
+
+    def _frame(self) -> DataFrame:
+        pinned = reduce(Column.__or__, [
+            (F.col("source") == s.name) & (F.col("version") <= F.lit(self.versions[s.name])) for s in self.plan.sources
+        ])
+        return _read(self.spark, self.plan).frame.where(pinned)
+
+    def start(self, source: str) -> int:
+        """The version a source starts at."""
+        return self.starts[source].version
+
+    def rows(self, source: str, version: int) -> int:
+        """How many rows a commit of a stream source inserted (its history, for the start version)."""
+        row = self._frame().where((F.col("source") == source) & (F.col("version") == F.lit(version))).select("rows").first()
+        return row["rows"] if row else 0
+
+    # -- time
+
+    def newest(self) -> dict[int, Position]:
+        """Each stream source's newest position with rows, up to the pinned versions."""
+        newest = {}
+        rows = self._frame().where(F.col("rows") > 0).groupBy("source").agg(
+            F.max_by(F.struct("commit_ts", "version"), "version").alias("p")).collect()
+        for r in rows:
+            src = self.plan.source(r["source"]).index
+            newest[src] = (r["p"]["commit_ts"], src, r["p"]["version"])
+        return newest
+
+    def frontier(self) -> Position | None:
+        return arrival.frontier(self.newest(), len(self.plan.streams))
+
+    def timeline(self, commits: set[Position], frontier: Position | None) -> Timeline:
+        """The largest accepted event time strictly before each of `commits` (positions), and at the
+        frontier: what `kernel.step` turns into watermarks. Reads only the index rows between the
+        earliest of the commits and the frontier, plus each source's last row before them."""
+        if frontier is None:
+            return Timeline({}, None)
+        frame = self._frame().where(F.col("rows") > 0)
+        earliest = min((p[0] for p in commits), default=frontier[0])
+        span = frame.where((F.col("commit_ts") >= F.lit(earliest)) & (F.col("commit_ts") <= F.lit(frontier[0])))
+        before = frame.where(F.col("commit_ts") < F.lit(earliest)).groupBy("source").agg(
+            F.max_by(F.struct(*SCHEMA.fieldNames()), "version").alias("e")).select("e.*")
+        entries = sorted(((e.position(self.plan.source(e.source).index), e) for e in _entries(span.unionByName(before))),
+                         key=lambda pair: pair[0])
+        seen: dict[str, int | None] = {}
+        marks: dict[tuple[int, int], int | None] = {}
+        i = 0
+        for target in sorted(commits):
+            while i < len(entries) and entries[i][0] < target:
+                seen[entries[i][1].source] = entries[i][1].max_so_far
+                i += 1
+            marks[(target[1], target[2])] = _max(seen.values())
+        while i < len(entries) and entries[i][0] <= frontier:
+            seen[entries[i][1].source] = entries[i][1].max_so_far
+            i += 1
+        return Timeline(marks, _max(seen.values()))
+
+    # -- rows
+
+    def read_rows(self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]) -> DataFrame:
+        """The source's rows up to its pinned version whose event time lies in `time_range`, and
+        the rows without a usable event time whose commit time lies in `owned` (the slice owns them),
+        tagged and positioned (`arrival.prepare`'s columns)."""
+        start, version = self.starts[source.name], self.versions[source.name]
+        low, high = time_range
+        raw_low, raw_high = from_micros(low), from_micros(high)
+        if start.row_tracking:
+            snapshot = delta_io.read_rows(self.spark, source.spec.location, version)
+            raw = source.raw_time()
+            if source.time_is_timestamp():  # lets Delta skip files by the time column's statistics
+                snapshot = snapshot.where(raw.isNull() | ((raw >= F.lit(raw_low)) & (raw < F.lit(raw_high))))
+            rows = _tagged(snapshot, source).withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
+        else:
+            rows = self._rows_from_change_feed(source, time_range, owned)
+        rows = self._with_commit_times(source, rows)
+        in_range = (F.col(T) >= F.lit(low)) & (F.col(T) < F.lit(high))
+        untimed_owned = F.col(T).isNull() & (F.col(TS) >= F.lit(owned[0])) & (F.col(TS) < F.lit(owned[1]))
+        return rows.where(in_range | untimed_owned)
+
+    def read_all(self, source: BoundSource, version: int | None = None) -> DataFrame:
+        """Every row of the source up to `version` (default: pinned), tagged and positioned."""
+        version = self.versions[source.name] if version is None else version
+        return self._with_commit_times(source, _all_rows(self.spark, source, self.starts[source.name], version))
+
+    def _rows_from_change_feed(self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]) -> DataFrame:
+        """Without row tracking: the change feed of only the versions whose rows can matter."""
+        start = self.starts[source.name]
+        low, high = time_range
+        meets = (F.col("max_time") >= F.lit(low)) & (F.col("min_time") < F.lit(high))
+        untimed = (F.col("untimed") > 0) & (F.col("commit_ts") >= F.lit(owned[0])) & (F.col("commit_ts") < F.lit(owned[1]))
+        needed = sorted(r["version"] for r in self._frame().where(
+            (F.col("source") == source.name) & (F.col("rows") > 0) & (meets | untimed)).select("version").collect())
+        parts = []
+        if needed and needed[0] == start.version:
+            parts.append(_history_rows(self.spark, source, start))
+            needed = needed[1:]
+        for first, last in _runs(needed):
+            raw = delta_io.read_inserts(self.spark, source.spec.location, last, first)
+            parts.append(_tagged(raw, source))
+        if not parts:
+            return _tagged(delta_io.read_inserts(self.spark, source.spec.location, start.version, start.version), source).limit(0) \
+                if start.version == 0 else _history_rows(self.spark, source, start).limit(0)
+        return reduce(DataFrame.unionByName, parts)
+
+    def _with_commit_times(self, source: BoundSource, rows: DataFrame) -> DataFrame:
+        """Each row's commit time, from the index (the same value live reads from the change feed)."""
+        times = self._frame().where(F.col("source") == source.name).select(
+            F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
+        joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
+        return joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
+
+
+def _max(values) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _runs(versions: list[int], gap: int = 8) -> list[tuple[int, int]]:
+    """Sorted versions as ranges to read, merging ranges less than `gap` versions apart."""
+    runs: list[list[int]] = []
+    for v in versions:
+        if runs and v - runs[-1][1] <= gap:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return [(a, b) for a, b in runs]
+
+
+# ---------------------------------------------------------------------------- the stored table
+
+@dataclass
+class _Stored:
+    frame: DataFrame
+
+    def where(self, condition: Column) -> "_Stored":
+        return _Stored(self.frame.where(condition))
+
+    def collect_entries(self) -> list[Entry]:
+        return _entries(self.frame)
+
+    def last_versions(self) -> dict[str, int]:
+        return {r["source"]: r["v"] for r in self.frame.groupBy("source").agg(F.max("version").alias("v")).collect()}
+
+    def last_so_far(self, source: str) -> int | None:
+        row = self.frame.where(F.col("source") == source).agg(F.max_by("max_so_far", "version").alias("m")).first()
+        return row["m"] if row else None
+
+
+def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
+    where = location(plan)
+    if not delta_io.exists(spark, where):
+        return None
+    return _Stored(delta_io.read_snapshot(spark, where).dropDuplicates(["source", "version"]))
+
+
+def _entries(frame: DataFrame) -> list[Entry]:
+    return [Entry(**{k: r[k] for k in SCHEMA.fieldNames() if k != "commit_ts"}, commit_ts=r["commit_ts"]) for r in frame.collect()]
+
+
+def _row(e: Entry) -> tuple:
+    return (e.source, e.version, e.commit_ts, e.rows, e.rejected, e.max_event, e.max_so_far, e.min_time, e.max_time,
+            e.untimed, e.start, e.row_tracking)
+
+
+def describe(index: Index) -> str:
+    """What `streamjoin index` prints: each source's start and newest indexed commit."""
+    lines = [f"arrival index {location(index.plan)}"]
+    newest = index.newest()
+    for source in index.plan.sources:
+        start = index.starts[source.name]
+        text = f"  {source.name}: starts at version {start.version} ({from_micros(start.commit_ts).isoformat()})"
+        if source.spec.kind == "stream":
+            text += ", rows carry their version (row tracking)" if start.row_tracking else ", read through the change feed"
+            if source.index in newest:
+                ts, _, version = newest[source.index]
+                text += f"; indexed up to version {index.versions[source.name]}, newest rows at version {version} ({from_micros(ts).isoformat()})"
+        lines.append(text)
+    return "\n".join(lines)

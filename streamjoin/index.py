@@ -323,20 +323,8 @@ class Index:
         span = frame.where((F.col("commit_ts") >= F.lit(earliest)) & (F.col("commit_ts") <= F.lit(frontier[0])))
         before = frame.where(F.col("commit_ts") < F.lit(earliest)).groupBy("source").agg(
             F.max_by(F.struct(*SCHEMA.fieldNames()), "version").alias("e")).select("e.*")
-        entries = sorted(((e.position(self.plan.source(e.source).index), e) for e in _entries(span.unionByName(before))),
-                         key=lambda pair: pair[0])
-        seen: dict[str, int | None] = {}
-        marks: dict[tuple[int, int], int | None] = {}
-        i = 0
-        for target in sorted(commits):
-            while i < len(entries) and entries[i][0] < target:
-                seen[entries[i][1].source] = entries[i][1].max_so_far
-                i += 1
-            marks[(target[1], target[2])] = _max(seen.values())
-        while i < len(entries) and entries[i][0] <= frontier:
-            seen[entries[i][1].source] = entries[i][1].max_so_far
-            i += 1
-        return Timeline(marks, _max(seen.values()))
+        entries = [(e.position(self.plan.source(e.source).index), e.max_so_far) for e in _entries(span.unionByName(before))]
+        return sweep(entries, commits, frontier)
 
     # -- rows
 
@@ -391,6 +379,27 @@ class Index:
             F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
         joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
         return joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
+
+
+def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], frontier: Position) -> Timeline:
+    """The timeline of `commits` from index entries (position, the source's largest accepted event
+    time up to and including that commit): before each commit, the largest over the sources of
+    their latest entry strictly before it; at the end, of their latest entry at or before the
+    frontier. `entries` must hold, per source, every entry from its last one before the earliest
+    commit up to the frontier."""
+    entries = sorted(entries, key=lambda entry: entry[0])
+    latest: dict[int, int | None] = {}  # source index -> max so far
+    marks: dict[tuple[int, int], int | None] = {}
+    i = 0
+    for target in sorted(commits):
+        while i < len(entries) and entries[i][0] < target:
+            latest[entries[i][0][1]] = entries[i][1]
+            i += 1
+        marks[(target[1], target[2])] = _max(latest.values())
+    while i < len(entries) and entries[i][0] <= frontier:
+        latest[entries[i][0][1]] = entries[i][1]
+        i += 1
+    return Timeline(marks, _max(latest.values()))
 
 
 def _max(values) -> int | None:

@@ -100,9 +100,11 @@ def get_spark(
         .config("spark.ui.retainedTasks", "2000")
         .config("spark.sql.streaming.ui.retainedQueries", "10")
         .config("spark.sql.streaming.numRecentProgressUpdates", "20")
-        # Tables this project creates carry their change data feed and monotonic commit times.
+        # Tables this project creates carry their change data feed, monotonic commit times, and
+        # each row's commit version (row tracking: what lets a replay read a slice from a snapshot).
         .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
         .config("spark.databricks.delta.properties.defaults.enableInCommitTimestamps", "true")
+        .config("spark.databricks.delta.properties.defaults.enableRowTracking", "true")
     )
     if local:
         builder = (

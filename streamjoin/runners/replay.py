@@ -64,6 +64,12 @@ def replay(
     caller (a backfill) has already run `check_inputs` on these versions. `after_write(location)`
     is called after each table is written (tests inject faults there).
     """
+    with delta_io.translated_errors(", ".join(s.location for s in spec.sources), "the files this replay reads"):
+        return _replay(spark, spec, start, end, mode, versions, after_write, checked)
+
+
+def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime, mode: str,
+            versions: dict[str, int] | None, after_write: Callable[[str], None] | None, checked: bool) -> RunMetrics:
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
         raise JobError(f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")

@@ -1,0 +1,254 @@
+"""Test helpers that make Delta tables look like production tables that are weeks or months old.
+
+`write_commits` writes real Spark commits and then backdates them: Delta 4.4 takes a commit's time
+from its in-commit timestamp (`commitInfo.inCommitTimestamp`, also cached as
+`inCommitTimestampOpt` in the `<version>.crc` checksum) for DESCRIBE HISTORY, the change feed's
+`_commit_timestamp`, time travel by timestamp and the time-travel retention check, and from file
+modification times when it decides which log files have expired. Both are rewritten.
+
+`age_table` then does what months of production do to such a table: OPTIMIZE, VACUUM, a short
+`delta.logRetentionDuration`, a checkpoint and the log clean-up that drops the early versions.
+
+Local paths only (the log is rewritten with ordinary file I/O).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import unquote
+
+from pyspark.sql import SparkSession
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
+# Session flag: when true (the default), time travel and change-feed reads of versions older than
+# delta.deletedFileRetentionDuration fail with DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION.
+ENFORCE_TIME_TRAVEL_RETENTION = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
+
+
+def to_millis(when: datetime) -> int:
+    """Epoch milliseconds of `when`; a naive datetime is taken as UTC."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return (when - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _local_dir(path: str | os.PathLike[str]) -> Path:
+    """The folder of a local path or file: URI."""
+    text = str(path)
+    if text.startswith("file:"):
+        return Path(unquote(text.removeprefix("file://").removeprefix("file:")))
+    return Path(text)
+
+
+def _latest_version(log_dir: Path) -> int | None:
+    """The newest commit in `log_dir`, None when there is no table there."""
+    if not log_dir.is_dir():
+        return None
+    return max(_versions(log_dir), default=None)
+
+
+def _commit_path(log_dir: Path, version: int, suffix: str = "json") -> Path:
+    return log_dir / f"{version:020d}.{suffix}"
+
+
+def commit_millis(path: str | os.PathLike[str], version: int) -> int:
+    """The time of a commit as Delta sees it: its in-commit timestamp, else its file's mtime."""
+    commit = _commit_path(_local_dir(path) / "_delta_log", version)
+    for line in commit.read_text().splitlines():
+        info = json.loads(line).get("commitInfo") if line.strip() else None
+        if info is not None and "inCommitTimestamp" in info:
+            return int(info["inCommitTimestamp"])
+    return int(commit.stat().st_mtime_ns // 1_000_000)
+
+
+def _rewrite(path: Path, text: str, millis: int) -> None:
+    """Replace a file's content and mtime; drops Hadoop's `.<name>.crc` sidecar, now stale."""
+    path.write_text(text)
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+    _set_mtime(path, millis)
+
+
+def _set_mtime(path: Path, millis: int) -> None:
+    os.utime(path, ns=(millis * 1_000_000, millis * 1_000_000))
+
+
+def _backdate(table_dir: Path, version: int, millis: int) -> None:
+    """Make commit `version` look as if it had been written at `millis`."""
+    log_dir = table_dir / "_delta_log"
+    commit = _commit_path(log_dir, version)
+    actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+    written: list[str] = []
+    for action in actions:
+        if "commitInfo" in action:
+            info = action["commitInfo"]
+            info["timestamp"] = millis
+            if "inCommitTimestamp" in info:
+                info["inCommitTimestamp"] = millis
+        for kind in ("add", "cdc"):
+            if kind in action:
+                written.append(action[kind]["path"])
+    _rewrite(commit, "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions), millis)
+
+    checksum = _commit_path(log_dir, version, "crc")
+    if checksum.exists():
+        state = json.loads(checksum.read_text())
+        if state.get("inCommitTimestampOpt") is not None:
+            state["inCommitTimestampOpt"] = millis
+        _rewrite(checksum, json.dumps(state, separators=(",", ":")), millis)
+
+    for relative in written:
+        data_file = table_dir / unquote(relative)
+        if "://" not in relative and data_file.exists():
+            _set_mtime(data_file, millis)
+
+
+def clear_delta_cache(spark: SparkSession) -> None:
+    """Forget the table snapshots Delta caches per path in the JVM, so reads see the log on disk."""
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def write_commits(
+    spark: SparkSession,
+    path: str,
+    commits: list[tuple[datetime, list[tuple]]],
+    schema: str,
+    properties: dict[str, str] | None = None,
+) -> list[int]:
+    """Write each `(when, rows)` as one Delta commit dated `when` (naive = UTC); return the versions.
+
+    Each element is a real Spark append of `rows` (tuples matching the DDL `schema`); the first
+    one creates the table when there is none, with `properties` as its TBLPROPERTIES. The commits
+    are then backdated: in-commit timestamp (and `timestamp`) in the commit file and in its
+    `.crc`, and the modification times of the commit file, its `.crc` and the data and change
+    files it added. The times must be strictly increasing, in the past, and after the table's
+    latest commit when the table already exists (else ValueError, before anything is written).
+    Later ordinary writes get ordinary commit times: Delta takes max(now, previous + 1 ms).
+    """
+    if not commits:
+        return []
+    table_dir = _local_dir(path)
+    log_dir = table_dir / "_delta_log"
+    times = [to_millis(when) for when, _ in commits]
+    for (earlier, later), (when, _) in zip(zip(times, times[1:]), commits[1:]):
+        if later <= earlier:
+            raise ValueError(f"commit times must be strictly increasing; {when.isoformat()} is not after its predecessor")
+    now = to_millis(datetime.now(timezone.utc))
+    if times[-1] >= now:
+        raise ValueError(f"commit times must be in the past; {commits[-1][0].isoformat()} is not")
+    latest = _latest_version(log_dir)
+    if latest is not None:
+        if properties:
+            raise ValueError(f"{path} already holds a Delta table; properties are only applied when creating one")
+        existing = commit_millis(table_dir, latest)
+        if times[0] <= existing:
+            last = datetime.fromtimestamp(existing / 1000, timezone.utc).isoformat()
+            raise ValueError(
+                f"{path} already has version {latest} committed at {last}; the commits to write "
+                f"must come after it, and {commits[0][0].isoformat()} does not"
+            )
+
+    versions: list[int] = []
+    for index, (_, rows) in enumerate(commits):
+        frame = spark.createDataFrame(list(rows), schema)
+        if latest is None and index == 0:
+            writer = frame.writeTo(f"delta.`{table_dir}`").using("delta")
+            for key, value in (properties or {}).items():
+                writer = writer.tableProperty(key, value)
+            writer.create()
+        else:
+            frame.write.format("delta").mode("append").save(str(table_dir))
+        versions.append(_latest_version(log_dir))  # nobody else writes to a test table
+
+    for version, millis in zip(versions, times):
+        _backdate(table_dir, version, millis)
+    clear_delta_cache(spark)
+    return versions
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Set session configurations for the duration of a block, then restore what they were."""
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 days") -> None:
+    """Do to a table what months of production do: compaction, vacuum and log clean-up.
+
+    OPTIMIZE (row tracking keeps each row's id and commit version), VACUUM RETAIN 0 HOURS (the
+    retention check is disabled for that call only), `delta.logRetentionDuration` set to
+    `log_retention` (and `delta.deletedFileRetentionDuration` lowered to it when longer: Delta
+    4.4 refuses a log retention shorter than the deleted-file retention), then Delta's own
+    expired-log clean-up, made deterministic:
+
+    Delta deletes log files only in whole runs that end right before a checkpoint, when the last
+    file of the run has a modification time at or before midnight UTC of (now - log retention),
+    and only below the latest checkpoint. So this writes a checkpoint at the first version that
+    is not expired (the boundary), then a checkpoint of the latest version followed by the
+    clean-up (`DeltaLog.checkpointAndCleanUpDeltaLog`, what Delta runs after a commit whose
+    version is a multiple of `delta.checkpointInterval`). The versions before the boundary
+    disappear from DESCRIBE HISTORY and cannot be read any more.
+    """
+    table_dir = _local_dir(path)
+    table = f"delta.`{table_dir}`"
+    spark.sql(f"OPTIMIZE {table}")
+    vacuum_settings = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        # VACUUM lists files with this many tasks (10000 by default: a minute on a small machine).
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get("spark.sql.shuffle.partitions"),
+    }
+    with session_conf(spark, vacuum_settings):
+        spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
+
+    configs = spark._jvm.org.apache.spark.sql.delta.DeltaConfigs
+    clear_delta_cache(spark)
+    metadata = _delta_log(spark, table_dir).unsafeVolatileSnapshot().metadata()
+    retention = {"delta.logRetentionDuration": log_retention}
+    log_millis = configs.getMilliSeconds(configs.parseCalendarInterval(log_retention))
+    if log_millis < configs.getMilliSeconds(configs.TOMBSTONE_RETENTION().fromMetaData(metadata)):
+        retention["delta.deletedFileRetentionDuration"] = log_retention
+    settings = ", ".join(f"'{key}' = '{value}'" for key, value in retention.items())
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({settings})")
+
+    clear_delta_cache(spark)
+    delta_log = _delta_log(spark, table_dir)
+    snapshot = delta_log.unsafeVolatileSnapshot()
+    now = delta_log.clock().getTimeMillis()
+    cutoff = delta_log.truncateDay(now - delta_log.deltaRetentionMillis(snapshot.metadata())).getTimeInMillis()
+    log_dir = table_dir / "_delta_log"
+    versions = _versions(log_dir)
+    boundary = next(  # the latest commit (the ALTER above) is never expired
+        v for v in versions if _commit_path(log_dir, v).stat().st_mtime_ns // 1_000_000 > cutoff
+    )
+    if versions[0] < boundary < snapshot.version():
+        # Reading an old version is refused beyond the deleted-file retention; this is no read.
+        with session_conf(spark, {ENFORCE_TIME_TRAVEL_RETENTION: "false"}):
+            delta_log.createCheckpointAtVersion(boundary)
+    delta_log.checkpointAndCleanUpDeltaLog(snapshot, spark._jvm.scala.Option.empty())
+    clear_delta_cache(spark)
+
+
+def _versions(log_dir: Path) -> list[int]:
+    """The versions whose commit files are in `log_dir`, oldest first."""
+    return sorted(int(m.group(1)) for m in map(_COMMIT_FILE.match, os.listdir(log_dir)) if m)
+
+
+def _delta_log(spark: SparkSession, table_dir: Path):
+    """Delta's JVM handle on a table (org.apache.spark.sql.delta.DeltaLog), loaded from disk."""
+    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table_dir))

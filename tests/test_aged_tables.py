@@ -1,0 +1,282 @@
+"""Tables of any age: jobs that begin at a start version of sources weeks old, before and after
+OPTIMIZE, VACUUM and log clean-up, run live, replayed and backfilled from the CLI.
+
+The sources are real Delta tables whose commits are dated 40 days back to today (tests/aging.py),
+so Delta itself refuses to read their early change feed, as it would on a production table.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from aging import age_table, write_commits
+from conftest import at
+from harness import EVERYTHING, SIDES, create_tables, events, job, read_output, read_side, with_output, write_commit
+from reference import Event, reference
+from streamjoin import delta_io
+from streamjoin.cli import main
+from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.index import update
+from streamjoin.plan import bind
+from streamjoin.spec import load_job
+from streamjoin.timeutil import from_spark, to_micros
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+
+SCHEMA = "id string, k string, t timestamp, v int"
+ROW_TRACKING = {"delta.enableRowTracking": "true"}
+NOW = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+DAY = timedelta(days=1)
+
+
+def day(n: float) -> datetime:
+    """`n` days from this hour (negative: in the past), naive UTC, whole seconds."""
+    return NOW + timedelta(days=n)
+
+
+def commit_plan(seed: int) -> dict[str, list[tuple[datetime, list[tuple]]]]:
+    """Per side, commits from 40 days back to a few hours ago: rows near their commit time, some
+    hours late (grace is 1h), some with a NULL key."""
+    rng = random.Random(seed)
+    times = [day(-40), day(-39), *[day(-30 + 5 * i) for i in range(5)], *[day(-4 + 0.5 * i) for i in range(8)]]
+    plan, n = {}, 0
+    for side, name in enumerate(SIDES):
+        commits = []
+        for when in times:
+            when = when - timedelta(minutes=7 * side)  # interleave the two tables
+            rows = []
+            for _ in range(rng.randint(1, 3)):
+                n += 1
+                lateness = rng.choice([0, 0, 0, 10, 30, 200]) * 60
+                key = rng.choice(["a", "b", "c", None] if rng.random() < 0.1 else ["a", "b", "c"])
+                rows.append((f"{name}{n}", key, when - timedelta(seconds=lateness), rng.randint(0, 2)))
+            commits.append((when, rows))
+        plan[name] = commits
+    return plan
+
+
+def job_file(tmp_path, name: str, paths: dict[str, str], output: str, start_at: str | None) -> str:
+    document = {
+        "name": name, "from": "l", "start_at": start_at,
+        "sources": {side: {"path": paths[side], "time": "t"} for side in SIDES},
+        "joins": [{"join": "r", "type": "left", "on": "l.k = r.k", "within": "1h", "grace": "1h"}],
+        "select": ["l.id AS lid", "r.id AS rid"],
+        "output": {"path": output},
+        "schedule": {"every": "1d"},
+    }
+    if start_at is None:
+        del document["start_at"]
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return str(path)
+
+
+def cli(*args: str) -> int:
+    return main(list(args))
+
+
+def outputs(spark, root: str, names: tuple[str, ...]) -> dict[str, Counter]:
+    return {n: read_output(spark, f"{root}/{n}") for n in names}
+
+
+def since(rows: Counter, start: datetime) -> Counter:
+    """The output rows whose output time lies at or after `start` (read_output gives seconds after BASE)."""
+    cut = int((start - at(0)).total_seconds())
+    return Counter({row: n for row, n in rows.items() if row[2] >= cut})
+
+
+@pytest.fixture(scope="module")
+def aged_sources(spark, tmp_path_factory):
+    """Two row-tracked stream tables, first commit 40 days ago, default retention properties."""
+    root = tmp_path_factory.mktemp("aged")
+    paths = {}
+    for name, commits in commit_plan(7).items():
+        paths[name] = str(root / name)
+        write_commits(spark, paths[name], commits, SCHEMA, {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"})
+    return root, paths
+
+
+def run_everything(spark, tmp_path, root, paths, tag: str) -> dict[str, Counter]:
+    """From the CLI: live from day -4, a replay of the last day, a backfill of the last 3 days, a
+    replay of everything since the start; their outputs (rows per output table)."""
+    start = day(-4).isoformat() + "Z"
+    jobs = {n: job_file(tmp_path, f"{tag}_{n}", paths, f"{root}/{tag}_{n}", start) for n in ("live", "day", "days", "all")}
+    assert cli("stream", jobs["live"], "--checkpoint", f"{root}/{tag}_checkpoint") == 0
+    assert cli("replay", jobs["day"], "--start", day(-1).isoformat(), "--end", day(1).isoformat()) == 0
+    assert cli("backfill", jobs["days"], "--start", day(-3).date().isoformat(), "--end", (day(1)).date().isoformat(),
+               "--no-validate") == 0
+    assert cli("replay", jobs["all"], "--start", day(-60).isoformat(), "--end", day(2).isoformat()) == 0
+    return outputs(spark, str(root), tuple(f"{tag}_{n}" for n in ("live", "day", "days", "all")))
+
+
+def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_path, aged_sources):
+    root, paths = aged_sources
+    with pytest.raises(Exception, match="DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION"):
+        delta_io.read_changes(spark, paths["l"], 3, 0).collect()  # what every run did before the index
+
+    first = run_everything(spark, tmp_path, root, paths, "young")
+    live, last_day, backfill, everything = (first[f"young_{n}"] for n in ("live", "day", "days", "all"))
+    assert sum(live.values()) > 20 and any(r[1] is None for r in live) and any(r[1] for r in live)
+    assert live == everything, "the live run differs from the exact replay of everything since the start"
+    assert since(live, day(-1)) == last_day, "the last day's replay differs from the live output"
+    cut = datetime.combine(day(-3).date(), datetime.min.time())
+    assert since(live, cut) == backfill, "the 3-day backfill differs from the live output"
+    late = read_side(spark, f"{root}/young_live_late")
+    assert late and late == read_side(spark, f"{root}/young_all_late")
+
+    # Months of production: OPTIMIZE, VACUUM, and a log that keeps only the last 5 days.
+    for name in SIDES:
+        age_table(spark, paths[name], log_retention="interval 5 days")
+        assert delta_io.oldest_retained(spark, paths[name]).version > 2, "the early log was not cleaned up"
+    # The jobs indexed before keep working from their index (it outlived Delta's log) ...
+    assert cli("replay", f"{tmp_path}/young_all.yaml", "--start", day(-60).isoformat(), "--end", day(2).isoformat()) == 0
+    assert read_output(spark, f"{root}/young_all") == everything
+    # ... and new jobs starting at the same time give the same rows.
+    again = run_everything(spark, tmp_path, root, paths, "aged")
+    assert {n.removeprefix("aged_"): rows for n, rows in again.items()} == \
+        {n.removeprefix("young_"): rows for n, rows in first.items()}
+    # A new job without a start cannot begin at version 0 any more, and says what to do.
+    no_start = job_file(tmp_path, "nostart", paths, f"{root}/nostart", None)
+    with pytest.raises(JobError, match="no longer holds version 0.*start_at"):
+        update(spark, bind(spark, load_job(no_start)))
+    assert cli("index", no_start, "--from", "l=0,r=0") == 2
+    assert cli("index", no_start, "--from", day(-2).isoformat()) == 0
+
+
+def test_a_stream_source_that_rewrites_rows_is_refused(spark, tmp_path):
+    paths = create_tables(spark, tmp_path)
+    write_commit(spark, paths[0], [("l1", "a", 1, 0), ("l2", "b", 2, 0)])
+    write_commit(spark, paths[1], [("r1", "a", 1, 0)])
+    spec = job(tmp_path, paths, "left", -5, 5, 0)
+    replay(spark, spec, *EVERYTHING)
+    spark.sql(f"DELETE FROM delta.`{paths[0]}` WHERE id = 'l2'")
+    with pytest.raises(JobError, match="append-only, but version 2 is a DELETE"):
+        replay(spark, spec, *EVERYTHING)
+
+
+def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark, tmp_path):
+    """The change-feed path: a slice reads the versions the index says can hold its rows, so the
+    files OPTIMIZE and VACUUM removed since do not matter to it; a replay that needs them says what
+    to change."""
+    paths = {}
+    for side, name in enumerate(SIDES):
+        paths[side] = str(tmp_path / name)
+        spark.createDataFrame([], SCHEMA).write.format("delta").option("delta.enableRowTracking", "false").save(paths[side])
+    write_commit(spark, paths[0], [("l1", "a", 10, 0)])
+    write_commit(spark, paths[1], [("r1", "a", 12, 0)])
+    spec = job(tmp_path, paths, "left", -5, 5, 0)
+    replay(spark, with_output(spec, f"{tmp_path}/first"), *EVERYTHING)  # indexes versions 0 and 1
+    for side in (0, 1):
+        spark.sql(f"OPTIMIZE delta.`{paths[side]}`")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        for side in (0, 1):
+            spark.sql(f"VACUUM delta.`{paths[side]}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+    write_commit(spark, paths[0], [("l2", "b", 500, 0)])
+    write_commit(spark, paths[1], [("r2", "b", 501, 0)])
+    assert not delta_io.row_tracking(spark, paths[0])
+
+    replay(spark, with_output(spec, f"{tmp_path}/slice"), at(400), at(600))
+    assert read_output(spark, f"{tmp_path}/slice") == Counter({("l2", "r2", 501): 1})
+    with pytest.raises(HistoryNotRetainedError, match="enableRowTracking"):
+        replay(spark, with_output(spec, f"{tmp_path}/whole"), *EVERYTHING)
+
+
+# ------------------------------------------------------------------------ property tests from a start
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2"))
+
+
+@st.composite
+def with_history(draw):
+    """Commits before the start (history) and after it, as in tests/test_equivalence.py."""
+    def commit(c: int, n0: int, side: int | None = None):
+        side = draw(st.sampled_from((0, 1))) if side is None else side
+        rows = []
+        for i in range(draw(st.integers(1, 3))):
+            key = draw(st.sampled_from(("a", "b", "a", "c", None)))
+            t = None if draw(st.integers(0, 14)) == 0 else 3 * c + draw(st.integers(-8, 6))
+            rows.append((f"{SIDES[side]}{n0 + i}", key, t, draw(st.integers(0, 2))))
+        return side, rows
+    before = [commit(0, 0, 0), commit(0, 10, 1)] + [commit(c, 100 * c) for c in range(1, draw(st.integers(1, 3)))]
+    after = [commit(c, 100 * c) for c in range(10, 10 + draw(st.integers(2, 5)))]
+    lo = draw(st.integers(-8, 2))
+    hi = draw(st.integers(lo, lo + 8))
+    return before, after, lo, hi, draw(st.sampled_from((0, 2, 5)))
+
+
+def history_events(spark, paths, written, starts) -> list[Event]:
+    """The reference's events: rows committed at or before a side's start take the start's position."""
+    start_positions = {}
+    for side in (0, 1):
+        commit = next(c for c in delta_io.history(spark, paths[side]) if c.version == starts[side])
+        start_positions[side] = (to_micros(from_spark(commit.timestamp)), side, starts[side])
+    return [replace(e, pos=start_positions[e.side]) if e.pos[2] <= starts[e.side] else e
+            for e in events(spark, paths, written)]
+
+
+@pytest.mark.parametrize("how", ["left", "full"])
+@settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_live_equals_replay_and_slices_add_up_from_a_start_version(spark, tmp_path_factory, how, data):
+    before, after, lo, hi, grace = data.draw(with_history(), label="history, commits, lo, hi, grace")
+    cut = data.draw(st.integers(-4, 40), label="slice boundary (seconds)")
+    trigger = data.draw(st.integers(0, len(after) - 1), label="live run after commit")
+    root = tmp_path_factory.mktemp("start")
+    paths = create_tables(spark, root)
+    versions, written = {0: 0, 1: 0}, []
+    for side, rows in before:
+        write_commit(spark, paths[side], rows)
+        versions[side] += 1
+        written.append((side, versions[side], rows))
+    starts = dict(versions)
+    spec = job(root, paths, how, lo, hi, grace)
+    spec = replace(spec, sources=tuple(replace(s, start_at=starts[i]) for i, s in enumerate(spec.sources)))
+    for i, (side, rows) in enumerate(after):
+        write_commit(spark, paths[side], rows)
+        versions[side] += 1
+        written.append((side, versions[side], rows))
+        if i == trigger:
+            LiveRunner(spark, spec, f"{root}/checkpoint").run()
+    LiveRunner(spark, spec, f"{root}/checkpoint").run()
+
+    whole, sliced = with_output(spec, f"{root}/whole"), with_output(spec, f"{root}/sliced")
+    replay(spark, whole, *EVERYTHING)
+    replay(spark, sliced, EVERYTHING[0], at(cut))
+    replay(spark, sliced, at(cut), EVERYTHING[1])
+    expected, _ = reference(history_events(spark, paths, written, starts), lo, hi, grace, how)
+    assert read_output(spark, f"{root}/whole") == expected, "the exact replay differs from the reference"
+    assert read_output(spark, spec.output.path) == expected, "the live output differs from the exact replay"
+    assert read_output(spark, f"{root}/sliced") == expected, "two slices differ from one replay"
+    for side in ("late", "rejected"):
+        assert read_side(spark, spec.output.side(side)) == read_side(spark, f"{root}/whole_{side}"), side
+
+
+def test_a_vacuumed_source_is_reported_before_reading(spark, tmp_path):
+    paths = create_tables(spark, tmp_path)
+    write_commit(spark, paths[0], [("l1", "a", 1, 0)])
+    write_commit(spark, paths[1], [("r1", "a", 1, 0)])
+    write_commit(spark, paths[0], [("l2", "a", 2, 0)])
+    spec = job(tmp_path, paths, "left", -5, 5, 0)
+    spark.sql(f"OPTIMIZE delta.`{paths[0]}`")
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{paths[0]}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+    with pytest.raises(HistoryNotRetainedError, match="data file"):
+        replay(spark, spec, *EVERYTHING, versions={"l": 2, "r": 1})
+    replay(spark, spec, *EVERYTHING)  # the latest versions are whole
+    assert read_output(spark, spec.output.path) == Counter({("l1", "r1", 1): 1, ("l2", "r1", 2): 1})

@@ -164,6 +164,22 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     ) as made:
 
+        @task
+        def index_sources(params=None) -> str:
+            """Bring the job's arrival index up to the versions the slices read (cheap when it is current)."""
+            from streamjoin import index
+            from streamjoin.plan import bind
+
+            _, versions = slice_options(params)
+            spark = spark_session()
+            try:
+                positions = index.update(spark, bind(spark, spec), versions)
+            except JobError as exc:  # no start the job can begin at, or a source that rewrites rows
+                raise AirflowFailException(f"job {spec.name}: {exc}") from None
+            text = index.describe(positions)
+            log.info(text)
+            return text
+
         @task(outlets=[asset])
         def replay_slice(data_interval_start=None, data_interval_end=None, params=None, dag_run=None, ti=None) -> dict:
             """Replay and validate [data_interval_start, data_interval_end); fail unless the slice succeeded."""
@@ -196,7 +212,9 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
             log.info(line)
             return line
 
-        report(replay_slice())
+        replayed = replay_slice()
+        index_sources() >> replayed
+        report(replayed)
     return made
 
 

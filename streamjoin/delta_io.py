@@ -108,9 +108,31 @@ def version_at(spark: SparkSession, location: str, when: datetime) -> int:
     return candidates[-1]
 
 
+def oldest_version(spark: SparkSession, location: str) -> int:
+    """The oldest version whose log entry Delta still keeps (older ones were cleaned up), from a
+    listing of the log folder: no log entry is read."""
+    root = location if _is_path(location) else spark.sql(f"DESCRIBE DETAIL {location}").first().location
+    log = f"{root.rstrip('/')}/_delta_log"
+    parsed = urlparse(log)
+    if parsed.scheme in ("", "file"):
+        names = os.listdir(parsed.path)
+    else:
+        jvm = spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(log)
+        names = [status.getPath().getName()
+                 for status in path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).listStatus(path)]
+    versions = [int(m.group(1)) for m in map(_COMMIT_FILE.match, names) if m]
+    if not versions:
+        raise JobError(f"{location!r} is not a Delta table (no commits in its _delta_log); create it or fix the path")
+    return min(versions)
+
+
 def oldest_retained(spark: SparkSession, location: str) -> Commit:
-    """The oldest commit whose log entry Delta still keeps (older ones were cleaned up)."""
-    return history(spark, location)[0]
+    """The oldest commit whose log entry Delta still keeps, with its time and operation."""
+    return history(spark, location, since=oldest_version(spark, location))[0]
+
+
+_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 
 
 def read_snapshot(spark: SparkSession, location: str, version: int | None = None) -> DataFrame:
@@ -181,8 +203,8 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
     Only the snapshot a run reads is checked (its log entry and its files), never the table's
     whole history: a run reads a pinned snapshot, not the commits before it.
     """
-    oldest = oldest_retained(spark, location)
-    if version < oldest.version:
+    if version < oldest_version(spark, location):
+        oldest = oldest_retained(spark, location)
         raise HistoryNotRetainedError(
             f"{location!r} no longer retains version {version} in its log (oldest retained: {oldest.version}, "
             f"committed {oldest.timestamp}); pin version {oldest.version} or newer, or keep the log longer "

@@ -102,11 +102,10 @@ def update(spark: SparkSession, plan: Plan, upto: dict[str, int] | None = None,
     stored = _read(spark, plan)
     starts = {e.source: e for e in stored.where(F.col("start")).collect_entries()} if stored else {}
     lasts = stored.last_versions() if stored else {}
-    targets = {
-        s.name: (upto or {}).get(s.name, None) if (upto or {}).get(s.name) is not None
-        else delta_io.latest_version(spark, s.spec.location)
-        for s in plan.sources
-    }
+    targets = {}
+    for source in plan.sources:
+        given = (upto or {}).get(source.name)
+        targets[source.name] = delta_io.latest_version(spark, source.spec.location) if given is None else given
     new: list[Entry] = []
     for source in plan.sources:
         wanted = (start_at or {}).get(source.name)
@@ -133,14 +132,15 @@ def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> 
     """The start version of a source: a version given, the version current at a time given, or
     version 0 while the log still holds it."""
     where = f"source {source.name!r} ({source.spec.location})"
-    oldest = delta_io.oldest_retained(spark, source.spec.location)
+    oldest = delta_io.oldest_version(spark, source.spec.location)
     latest = delta_io.latest_version(spark, source.spec.location)
     if wanted is None:
-        if oldest.version > 0:
+        if oldest > 0:
+            first = delta_io.oldest_retained(spark, source.spec.location)
             raise JobError(
-                f"{where}: its log no longer holds version 0 (oldest retained: version {oldest.version}, committed "
-                f"{oldest.timestamp}), so the job cannot begin at the table's first commit. Give the job a start: "
-                f"start_at: <version {oldest.version} to {latest}, or a time> on the source or the job, or --from"
+                f"{where}: its log no longer holds version 0 (oldest retained: version {oldest}, committed "
+                f"{first.timestamp}), so the job cannot begin at the table's first commit. Give the job a start: "
+                f"start_at: <version {oldest} to {latest}, or a time> on the source or the job, or --from"
             )
         return 0
     if isinstance(wanted, str) and not wanted.strip().isdigit():
@@ -149,15 +149,16 @@ def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> 
         when = pendulum.instance(wanted).in_timezone("UTC")
         commits = [c for c in delta_io.history(spark, source.spec.location) if from_spark(c.timestamp) <= when]
         if not commits:
+            first = delta_io.oldest_retained(spark, source.spec.location)
             raise JobError(
                 f"{where}: no retained version was committed at or before start_at {when.isoformat()} (oldest retained: "
-                f"version {oldest.version} at {oldest.timestamp}); start at that time or later"
+                f"version {first.version} at {first.timestamp}); start at that time or later"
             )
         return commits[-1].version
     version = int(wanted)
-    if not oldest.version <= version <= latest:
+    if not oldest <= version <= latest:
         raise JobError(
-            f"{where}: start_at version {version} is outside the versions its log holds ({oldest.version} to {latest}); "
+            f"{where}: start_at version {version} is outside the versions its log holds ({oldest} to {latest}); "
             "choose one of those"
         )
     return version
@@ -220,8 +221,8 @@ def _stream_entries(spark: SparkSession, source: BoundSource, start: Entry, afte
     entries = []
     for version in sorted(v for v in commits if after < v <= upto):
         r = by_version.get(version)
-        if r is None and version != start.version:
-            continue  # no rows (OPTIMIZE, a schema change): not a position
+        if r is None and version not in (start.version, upto):
+            continue  # no rows (OPTIMIZE, a schema change): not a position; the last one marks how far we looked
         max_event = r["max_event"] if r else None
         if max_event is not None and (so_far is None or max_event > so_far):
             so_far = max_event

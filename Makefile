@@ -8,7 +8,7 @@ demo: setup
 	.venv/bin/streamjoin demo
 
 test: setup
-	.venv/bin/python -m pytest -q tests
+	.venv/bin/python -m pytest -q --durations=25 tests
 
 # Not a test: the benchmarks (about 30 minutes on 2 cores; bench/README.md). Writes bench/results/.
 bench: setup

@@ -393,6 +393,13 @@ def append(df: DataFrame, location: str) -> None:
     _save(df.write.format("delta").mode("append"), location)
 
 
+def compact(spark: SparkSession, location: str, max_files: int = 32) -> None:
+    """OPTIMIZE a small table that many small appends left in more than `max_files` files (the
+    arrival index gets one per update), so that reading it stays as cheap as its size."""
+    if spark.sql(f"DESCRIBE DETAIL {_sql_name(location)}").first().numFiles > max_files:
+        spark.sql(f"OPTIMIZE {_sql_name(location)}")
+
+
 def _save(writer, location: str) -> None:
     if _is_path(location):
         writer.save(location)

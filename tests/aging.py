@@ -19,13 +19,14 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 # Session flag: when true (the default), time travel and change-feed reads of versions older than
 # delta.deletedFileRetentionDuration fail with DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION.
@@ -35,7 +36,7 @@ ENFORCE_TIME_TRAVEL_RETENTION = "spark.databricks.delta.vacuum.enforceTimeTravel
 def to_millis(when: datetime) -> int:
     """Epoch milliseconds of `when`; a naive datetime is taken as UTC."""
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return (when - _EPOCH) // timedelta(milliseconds=1)
 
 
@@ -109,9 +110,12 @@ def _backdate(table_dir: Path, version: int, millis: int) -> None:
             _set_mtime(data_file, millis)
 
 
-def clear_delta_cache(spark: SparkSession) -> None:
-    """Forget the table snapshots Delta caches per path in the JVM, so reads see the log on disk."""
-    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+def forget_snapshots(spark: SparkSession, path: str | os.PathLike[str]) -> None:
+    """Drop the table state Delta caches per path in the JVM, so that readers see the log on disk."""
+    jvm = spark._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
+        spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(str(_local_dir(path)))
+    )
 
 
 def write_commits(
@@ -130,16 +134,20 @@ def write_commits(
     files it added. The times must be strictly increasing, in the past, and after the table's
     latest commit when the table already exists (else ValueError, before anything is written).
     Later ordinary writes get ordinary commit times: Delta takes max(now, previous + 1 ms).
+
+    The log entries' own fields are left as written (`add.modificationTime`, which Spark shows as
+    `_metadata.file_modification_time`, and `metaData.createdTime`), as is any checkpoint Delta
+    wrote meanwhile (every `delta.checkpointInterval` commits; checkpoints hold no commit times).
     """
     if not commits:
         return []
     table_dir = _local_dir(path)
     log_dir = table_dir / "_delta_log"
     times = [to_millis(when) for when, _ in commits]
-    for (earlier, later), (when, _) in zip(zip(times, times[1:]), commits[1:]):
+    for (earlier, later), (when, _) in zip(pairwise(times), commits[1:]):
         if later <= earlier:
             raise ValueError(f"commit times must be strictly increasing; {when.isoformat()} is not after its predecessor")
-    now = to_millis(datetime.now(timezone.utc))
+    now = to_millis(datetime.now(UTC))
     if times[-1] >= now:
         raise ValueError(f"commit times must be in the past; {commits[-1][0].isoformat()} is not")
     latest = _latest_version(log_dir)
@@ -148,7 +156,7 @@ def write_commits(
             raise ValueError(f"{path} already holds a Delta table; properties are only applied when creating one")
         existing = commit_millis(table_dir, latest)
         if times[0] <= existing:
-            last = datetime.fromtimestamp(existing / 1000, timezone.utc).isoformat()
+            last = datetime.fromtimestamp(existing / 1000, UTC).isoformat()
             raise ValueError(
                 f"{path} already has version {latest} committed at {last}; the commits to write "
                 f"must come after it, and {commits[0][0].isoformat()} does not"
@@ -168,7 +176,7 @@ def write_commits(
 
     for version, millis in zip(versions, times):
         _backdate(table_dir, version, millis)
-    clear_delta_cache(spark)
+    forget_snapshots(spark, table_dir)
     return versions
 
 
@@ -216,18 +224,18 @@ def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 d
     with session_conf(spark, vacuum_settings):
         spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
 
+    # Delta's own commits above kept its cached state of the table current.
+    delta_log = _delta_log(spark, table_dir)
     configs = spark._jvm.org.apache.spark.sql.delta.DeltaConfigs
-    clear_delta_cache(spark)
-    metadata = _delta_log(spark, table_dir).unsafeVolatileSnapshot().metadata()
     retention = {"delta.logRetentionDuration": log_retention}
     log_millis = configs.getMilliSeconds(configs.parseCalendarInterval(log_retention))
+    metadata = delta_log.unsafeVolatileSnapshot().metadata()
     if log_millis < configs.getMilliSeconds(configs.TOMBSTONE_RETENTION().fromMetaData(metadata)):
         retention["delta.deletedFileRetentionDuration"] = log_retention
     settings = ", ".join(f"'{key}' = '{value}'" for key, value in retention.items())
     spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({settings})")
 
-    clear_delta_cache(spark)
-    delta_log = _delta_log(spark, table_dir)
+    # The boundary, with Delta's own cut-off: commit files older than it are expired.
     snapshot = delta_log.unsafeVolatileSnapshot()
     now = delta_log.clock().getTimeMillis()
     cutoff = delta_log.truncateDay(now - delta_log.deltaRetentionMillis(snapshot.metadata())).getTimeInMillis()
@@ -237,11 +245,11 @@ def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 d
         v for v in versions if _commit_path(log_dir, v).stat().st_mtime_ns // 1_000_000 > cutoff
     )
     if versions[0] < boundary < snapshot.version():
-        # Reading an old version is refused beyond the deleted-file retention; this is no read.
+        # Delta refuses to load versions older than the deleted-file retention; this is no read.
         with session_conf(spark, {ENFORCE_TIME_TRAVEL_RETENTION: "false"}):
             delta_log.createCheckpointAtVersion(boundary)
     delta_log.checkpointAndCleanUpDeltaLog(snapshot, spark._jvm.scala.Option.empty())
-    clear_delta_cache(spark)
+    forget_snapshots(spark, table_dir)  # its cached log segment names deleted files
 
 
 def _versions(log_dir: Path) -> list[int]:

@@ -125,7 +125,7 @@ def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_pa
 
     first = run_everything(spark, tmp_path, root, paths, "young")
     live, last_day, backfill, everything = (first[f"young_{n}"] for n in ("live", "day", "days", "all"))
-    assert sum(live.values()) > 20 and any(r[1] is None for r in live) and any(r[1] for r in live)
+    assert sum(live.values()) >= 10 and any(r[1] is None for r in live) and any(r[1] for r in live)
     assert live == everything, "the live run differs from the exact replay of everything since the start"
     assert since(live, day(-1)) == last_day, "the last day's replay differs from the live output"
     cut = datetime.combine(day(-3).date(), datetime.min.time())
@@ -171,10 +171,10 @@ def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark
     for side, name in enumerate(SIDES):
         paths[side] = str(tmp_path / name)
         spark.createDataFrame([], SCHEMA).write.format("delta").option("delta.enableRowTracking", "false").save(paths[side])
-    write_commit(spark, paths[0], [("l1", "a", 10, 0)])
-    write_commit(spark, paths[1], [("r1", "a", 12, 0)])
+    write_commit(spark, paths[0], [("l1", "a", 10, 0), ("l1b", "a", 11, 0)], files=2)  # two files: OPTIMIZE merges them
+    write_commit(spark, paths[1], [("r1", "a", 12, 0), ("r1b", "a", 13, 0)], files=2)
     spec = job(tmp_path, paths, "left", -5, 5, 0)
-    replay(spark, with_output(spec, f"{tmp_path}/first"), *EVERYTHING)  # indexes versions 0 and 1
+    replay(spark, spec, *EVERYTHING)  # the job's index now holds versions 0 and 1
     for side in (0, 1):
         spark.sql(f"OPTIMIZE delta.`{paths[side]}`")
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -185,12 +185,14 @@ def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
     write_commit(spark, paths[0], [("l2", "b", 500, 0)])
     write_commit(spark, paths[1], [("r2", "b", 501, 0)])
+    write_commit(spark, paths[0], [("l3", "c", 2000, 0)])  # moves the frontier past r2
     assert not delta_io.row_tracking(spark, paths[0])
 
-    replay(spark, with_output(spec, f"{tmp_path}/slice"), at(400), at(600))
-    assert read_output(spark, f"{tmp_path}/slice") == Counter({("l2", "r2", 501): 1})
+    replay(spark, spec, at(400), at(600))
+    # (the first replay wrote nothing: r's rows were not settled then, and l's windows were open)
+    assert read_output(spark, spec.output.path) == Counter({("l2", "r2", 501): 1})
     with pytest.raises(HistoryNotRetainedError, match="enableRowTracking"):
-        replay(spark, with_output(spec, f"{tmp_path}/whole"), *EVERYTHING)
+        replay(spark, spec, *EVERYTHING)
 
 
 # ------------------------------------------------------------------------ property tests from a start
@@ -269,6 +271,7 @@ def test_a_vacuumed_source_is_reported_before_reading(spark, tmp_path):
     write_commit(spark, paths[0], [("l1", "a", 1, 0)])
     write_commit(spark, paths[1], [("r1", "a", 1, 0)])
     write_commit(spark, paths[0], [("l2", "a", 2, 0)])
+    write_commit(spark, paths[1], [("r2", "b", 100, 0)])  # moves the frontier past l2
     spec = job(tmp_path, paths, "left", -5, 5, 0)
     spark.sql(f"OPTIMIZE delta.`{paths[0]}`")
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,12 +21,12 @@ RETENTION_ERROR = "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_D
 
 def days_ago(*days: int) -> list[datetime]:
     """Naive UTC datetimes, whole seconds, `days` before now."""
-    now = datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None)
+    now = datetime.now(UTC).replace(microsecond=0, tzinfo=None)
     return [now - timedelta(days=d) for d in days]
 
 
 def now_millis() -> int:
-    return to_millis(datetime.now(timezone.utc))
+    return to_millis(datetime.now(UTC))
 
 
 def history(spark, path: str) -> list[tuple[int, int, str]]:
@@ -155,7 +155,9 @@ def test_age_table_drops_early_versions_and_keeps_every_row(spark, tmp_path, wee
         (6, "VACUUM END"),
         (7, "SET TBLPROPERTIES"),
     ]
-    assert sorted(p.name for p in (table_dir / "_delta_log").glob("*.json")) == [f"{v:020d}.json" for v in range(3, 8)]
+    log = table_dir / "_delta_log"
+    assert sorted(p.name for p in log.glob("*.json")) == [f"{v:020d}.json" for v in range(3, 8)]
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == [f"{v:020d}.checkpoint.parquet" for v in (3, 7)]
     with pytest.raises(AnalysisException) as travel:
         spark.read.format("delta").option("versionAsOf", 0).load(path).collect()
     assert travel.value.getCondition() == "DELTA_VERSION_NOT_FOUND"

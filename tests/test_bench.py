@@ -39,3 +39,27 @@ def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, 
     assert "| 0.25x | q20 |" in report and "replay / hand-written" in report
     assert "live / replay" in report
     assert (out / "scaling.svg").read_text().startswith("<svg")
+
+
+def test_tiny_history_benchmark_backfill_equals_one_replay_and_writes_its_report(spark, tmp_path):
+    """bench/history.py at a tiny size: two history lengths, one round; its correctness check (the
+    backfill's daily slices write exactly the rows of one replay of the same days) holds."""
+    from bench import history
+
+    out = tmp_path / "results"
+    code = history.main([
+        "--days", "1,2", "--rounds", "1", "--rate", "40", "--every", "12", "--steps", "1",
+        "--work", str(tmp_path / "work"), "--out", str(out),
+    ])
+    saved = json.loads((out / "history.json").read_text())
+    assert code == 0
+    (measured,) = saved["rounds"]
+    backfill = measured["backfill"]
+    assert backfill["same_output"] is True
+    assert backfill["slices"] == 2 and backfill["statuses"] == ["succeeded"] * 2
+    assert backfill["rows_out"] == backfill["one_replay_rows_out"] > 0
+    assert set(measured["day"]) == {"1", "2"} and all(d["rows_in"] > 0 and d["rows_out"] > 0 for d in measured["day"].values())
+    assert set(measured["index_step"]) == {"1", "2"} and all(set(s) == {"1"} for s in measured["index_step"].values())
+    assert saved["summary"]["backfill"]["same_output"] is True
+    report = (out / "history.md").read_text()
+    assert "t(H) / t(1 d)" in report and "backfill / one replay" in report and "| 2 d |" in report

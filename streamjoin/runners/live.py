@@ -402,7 +402,7 @@ class LiveRunner:
     def _write(self, df: DataFrame, location: str, batch_id: int, table: str,
                partition_by: tuple[str, ...] = ()) -> None:
         # Delta skips a transaction whose version is not above the last one of its app id (-1 before
-        # any), so the history step (batch -1) writes under an app id of its own, as version 0.
+        # any), so the catch-up step (batch -1) writes under an app id of its own, as version 0.
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
         delta_io.write_once(df, location, app, version, partition_by=partition_by)
         self.after_write(table, batch_id)

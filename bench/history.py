@@ -116,7 +116,7 @@ class Phases:
         wrapped.__wrapped__ = function
         return wrapped
 
-    def install(self) -> "Phases":
+    def install(self) -> Phases:
         targets = [
             (delta_io, "require_change_feed", "check inputs: change feed on"),
             (delta_io, "check_retained", "check inputs: snapshot's files retained"),
@@ -222,7 +222,7 @@ def _append_periods(spark: SparkSession, pool: ThreadPoolExecutor, folder: Path,
     are written at once (Delta's commit protocol, not the data, is most of a small append's time),
     so which of the two comes first varies."""
     for period in periods:
-        _both(pool, lambda side: _append_period(spark, folder / side, side, period, w))
+        _both(pool, lambda side, period=period: _append_period(spark, folder / side, side, period, w))
 
 
 @contextmanager
@@ -263,7 +263,7 @@ def write_histories(spark: SparkSession, w: Workload, days: list[int], root: Pat
         tables = {}
         for h in days:
             folder = root / f"h{h}"
-            _both(pool, lambda side: _append_end(spark, folder / side, side, h))
+            _both(pool, lambda side, folder=folder, h=h: _append_end(spark, folder / side, side, h))
             index.update(spark, bind(spark, job(folder, folder / "idx")))
             versions = {side: delta_io.latest_version(spark, str(folder / side)) for side in SIDES}
             tables[str(h)] = {
@@ -306,11 +306,12 @@ def measure_round(spark: SparkSession, phases: Phases, w: Workload, days: list[i
         _with_index(root, h, here / f"h{h}" / "day")
         phase: dict = {}
         with phases.recording(phase):
-            seconds, metrics = _timed(lambda: replay(spark, spec, _day(h - 1), _day(h), mode="exact", versions=pinned))
+            seconds, metrics = _timed(lambda spec=spec, h=h, pinned=pinned: replay(
+                spark, spec, _day(h - 1), _day(h), mode="exact", versions=pinned))
         record["day"][str(h)] = {"s": round(seconds, 3), "rows_in": metrics.total("rows_in"),
                                  "rows_out": metrics.rows_out, "late": metrics.total("late"), "phases": phase}
         print(f"[round {number}] H={h}: day replay {seconds:.1f} s ({metrics.summary().split('|')[0].strip()}, "
-              f"out {metrics.rows_out})", flush=True)
+              f"late {metrics.total('late')})", flush=True)
 
     h = max(days)
     n = min(backfill_days, h)
@@ -353,7 +354,7 @@ def measure_round(spark: SparkSession, phases: Phases, w: Workload, days: list[i
                 plan = bind(spark, spec)
                 phase = {}
                 with phases.recording(phase):
-                    seconds, _ = _timed(lambda: index.update(spark, plan))
+                    seconds, _ = _timed(lambda plan=plan: index.update(spark, plan))
                 record["index_step"][str(h)][str(k)] = {"s": round(seconds, 3), "phases": phase}
                 print(f"[round {number}] H={h}: index step for {k} new commit(s) per table {seconds:.1f} s", flush=True)
     return record
@@ -424,8 +425,11 @@ def write_report(path: Path, saved: dict) -> None:
     lines = [
         "# History length (tables of any age)",
         "",
-        f"Run finished {run['finished']} ({run['minutes']} min: tables {run['write_minutes']} min"
-        f"{' (reused)' if run['reused'] else ''}, measurements {run['measure_minutes']} min) on {run['machine']}; "
+        f"Run finished {run['finished']} ({run['minutes']} min: "
+        + (f"tables reused from an earlier run that wrote them in {saved['written']['write_s'] / 60:.1f} min"
+           if run["reused"] else f"tables {run['write_minutes']} min")
+        + f", measurements {run['measure_minutes']} min"
+        + (" after an untimed warm-up replay" if run.get("warmup") else "") + f") on {run['machine']}; "
         f"{len(rounds)} rounds. Load average {run['load_before']} before, {run['load_after']} after: "
         "the machine was shared with another engineer's Spark tests, so read the ratios (both sides of each "
         "ratio ran in the same round), not the seconds.",
@@ -513,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default="build/bench/history", help="scratch folder for the Delta tables")
     parser.add_argument("--out", default=str(BENCH / "results"), help="where history.json and history.md go")
     parser.add_argument("--fresh", action="store_true", help="rewrite the tables even if --work holds them")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up replay (smoke tests)")
     parser.add_argument("--report-only", action="store_true", help="rewrite history.md from <out>/history.json")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -542,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = work / "runs"
     shutil.rmtree(runs, ignore_errors=True)
+    if not args.no_warmup:  # untimed: the first replay of a process pays for warming the JVM up (code loading, JIT)
+        h = min(days)
+        _with_index(work / "tables", h, runs / "warmup")
+        replay(spark, job(work / "tables" / f"h{h}", runs / "warmup"), _day(h - 1), _day(h), mode="exact",
+               versions=written["tables"][str(h)]["versions"])
     phases = Phases().install()
     measured = time.perf_counter()
     try:
@@ -552,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     run = {
         "finished": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         "minutes": round((time.perf_counter() - began) / 60, 1), "write_minutes": write_minutes,
-        "measure_minutes": round((time.perf_counter() - measured) / 60, 1), "reused": reused,
+        "measure_minutes": round((time.perf_counter() - measured) / 60, 1), "reused": reused, "warmup": not args.no_warmup,
         "machine": machine(), "load_before": load_before, "load_after": [round(x, 1) for x in os.getloadavg()],
         "days": days, "steps": steps, "workload": asdict(w),
         "command": "python -m bench.history " + " ".join(argv if argv is not None else sys.argv[1:]),

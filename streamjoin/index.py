@@ -124,7 +124,7 @@ def update(spark: SparkSession, plan: Plan, upto: dict[str, int] | None = None,
         else:  # the history and every commit after it, up to the target
             new += _stream_entries(spark, source, start, start.version - 1, max(targets[source.name], start.version))
     if new:
-        delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA), location(plan))
+        delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan))
         delta_io.compact(spark, location(plan))
     return Index(spark, plan, starts, targets)
 

@@ -48,7 +48,7 @@ def test_tiny_history_benchmark_backfill_equals_one_replay_and_writes_its_report
 
     out = tmp_path / "results"
     code = history.main([
-        "--days", "1,2", "--rounds", "1", "--rate", "40", "--every", "12", "--steps", "1",
+        "--days", "1,2", "--rounds", "1", "--rate", "40", "--every", "24", "--steps", "1", "--no-warmup",
         "--work", str(tmp_path / "work"), "--out", str(out),
     ])
     saved = json.loads((out / "history.json").read_text())

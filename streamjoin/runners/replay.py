@@ -85,8 +85,8 @@ def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime,
         check_inputs(spark, plan, pinned)
     positions = index.update(spark, plan, pinned)
     lo, hi = to_micros(start), to_micros(end)
-    frontier = positions.frontier()
     newest = positions.newest()
+    frontier = arrival.frontier(newest, len(plan.streams))
     stream_clock = max((p[0] for p in newest.values()), default=None)
     settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
 

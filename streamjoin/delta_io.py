@@ -276,6 +276,17 @@ def change_files_kept(spark: SparkSession, location: str, since: int) -> bool:
     return oldest >= datetime.now(timezone.utc) - file_retention(spark, location)
 
 
+def vacuum_note(spark: SparkSession, locations: list[str]) -> str:
+    """Where and when VACUUM last ran among `locations`, for an error about missing files ("" if never)."""
+    notes = []
+    for location in locations:
+        vacuums = [c for c in history(spark, location, since=oldest_version(spark, location))
+                   if c.operation.upper().startswith("VACUUM")]
+        if vacuums:
+            notes.append(f"VACUUM ran at {vacuums[-1].timestamp} on {location!r}")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def row_tracking(spark: SparkSession, location: str, version: int | None = None) -> bool:
     """Whether the table (as of `version`) gives each row the version that inserted it
     (`_metadata.row_commit_version`, Delta row tracking). Reads no data."""

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import T, TS
 from streamjoin.changelog import TableInput
-from streamjoin.errors import JobError
+from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.table_table import count_ops
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
@@ -64,8 +64,14 @@ def replay(
     caller (a backfill) has already run `check_inputs` on these versions. `after_write(location)`
     is called after each table is written (tests inject faults there).
     """
-    with delta_io.translated_errors(", ".join(s.location for s in spec.sources), "the files this replay reads"):
-        return _replay(spark, spec, start, end, mode, versions, after_write, checked)
+    locations = [s.location for s in spec.sources]
+    try:
+        with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
+            return _replay(spark, spec, start, end, mode, versions, after_write, checked)
+    except HistoryNotRetainedError as error:
+        if "VACUUM ran at" in str(error):
+            raise
+        raise HistoryNotRetainedError(f"{error}{delta_io.vacuum_note(spark, locations)}") from None
 
 
 def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime, mode: str,

@@ -311,9 +311,6 @@ class Index:
             newest[src] = (r["p"]["commit_ts"], src, r["p"]["version"])
         return newest
 
-    def frontier(self) -> Position | None:
-        return arrival.frontier(self.newest(), len(self.plan.streams))
-
     def timeline(self, commits: set[Position], frontier: Position | None) -> Timeline:
         """The largest accepted event time strictly before each of `commits` (positions), and at the
         frontier: what `kernel.step` turns into watermarks. Reads only the index rows between the
@@ -370,9 +367,9 @@ class Index:
         for first, last in _runs(needed):
             raw = delta_io.read_inserts(self.spark, source.spec.location, last, first)
             parts.append(_tagged(raw, source))
-        if not parts:
-            return _tagged(delta_io.read_inserts(self.spark, source.spec.location, start.version, start.version), source).limit(0) \
-                if start.version == 0 else _history_rows(self.spark, source, start).limit(0)
+        if not parts:  # no version can hold rows of the slice: no rows, in the shape of the pinned snapshot's
+            pinned = delta_io.read_snapshot(self.spark, source.spec.location, self.versions[source.name])
+            return _tagged(pinned.withColumn(COMMIT_VERSION, F.lit(0).cast("long")), source).limit(0)
         return reduce(DataFrame.unionByName, parts)
 
     def _with_commit_times(self, source: BoundSource, rows: DataFrame) -> DataFrame:

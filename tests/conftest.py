@@ -8,6 +8,22 @@ from datetime import datetime, timedelta
 import pytest
 
 os.environ.setdefault("STREAMJOIN_SHUFFLE_PARTITIONS", "2")
+# One driver runs the whole suite, which touches hundreds of Delta tables: 4 GB filled its old
+# generation (hundreds of full GCs) by the middle of the run.
+os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "8g")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forget_between_modules():
+    """After each test file: drop cached DataFrames and the table snapshots Delta keeps per path,
+    so that what one file touched does not stay in the driver's heap for the rest of the run."""
+    yield
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.catalog.clearCache()
+        session.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
 @pytest.fixture(scope="session")

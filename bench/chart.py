@@ -10,8 +10,14 @@ import math
 from collections import defaultdict
 
 WIDTH, HEIGHT, PAD, LEGEND = 760, 420, 60, 120
-COLORS = {"linear": "#999999", "replay": "#1f77b4", "handwritten": "#2ca02c", "floor": "#8c564b",
-          "duckdb": "#ff7f0e", "live": "#d62728"}
+COLORS = {
+    "linear": "#999999",
+    "replay": "#1f77b4",
+    "handwritten": "#2ca02c",
+    "floor": "#8c564b",
+    "duckdb": "#ff7f0e",
+    "live": "#d62728",
+}
 
 
 def series(results) -> dict[str, dict[float, float]]:
@@ -53,17 +59,21 @@ def scaling_svg(results) -> str:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-family="sans-serif" font-size="12">',
         '<rect width="100%" height="100%" fill="white"/>',
         f'<text x="{WIDTH / 2}" y="20" text-anchor="middle" font-size="14">Time relative to the smallest scale '
-        '(sum over queries, log-log)</text>',
+        "(sum over queries, log-log)</text>",
         f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{right}" y2="{HEIGHT - PAD}" stroke="black"/>',
         f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{HEIGHT - PAD}" stroke="black"/>',
         f'<text x="{(PAD + right) / 2}" y="{HEIGHT - 20}" text-anchor="middle">data scale (x hours of events at a fixed rate)</text>',
     ]
     for scale in scales:
-        parts.append(f'<text x="{x(scale):.1f}" y="{HEIGHT - PAD + 16}" text-anchor="middle">{scale:g}x</text>')
+        parts.append(
+            f'<text x="{x(scale):.1f}" y="{HEIGHT - PAD + 16}" text-anchor="middle">{scale:g}x</text>'
+        )
     tick = bottom
     while tick <= top * 1.01:
         parts.append(f'<text x="{PAD - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}x</text>')
-        parts.append(f'<line x1="{PAD}" y1="{y(tick):.1f}" x2="{right}" y2="{y(tick):.1f}" stroke="#eeeeee"/>')
+        parts.append(
+            f'<line x1="{PAD}" y1="{y(tick):.1f}" x2="{right}" y2="{y(tick):.1f}" stroke="#eeeeee"/>'
+        )
         tick *= 2
     linear = {s: s / lo for s in scales}
     for index, (name, points) in enumerate([("linear", linear), *sorted(lines.items())]):

@@ -33,46 +33,100 @@ def spark_query(name: str, read) -> DataFrame:
     """Query `name` as a PySpark batch query; `read(table)` gives a table's snapshot."""
     if name == "q3":
         a, p = read("auctions").alias("a"), read("persons").alias("p")
-        return a.join(p, (F.col("a.seller") == F.col("p.id")) & (F.col("p.date_time") <= F.col("a.date_time"))).where(
-            (F.col("a.category") == 10) & F.col("p.state").isin("OR", "ID", "CA")
-        ).select("p.name", "p.city", "p.state", F.col("a.id").alias("auction_id"), "a.date_time",
-                 F.col("a.date_time").alias("event_time"))
+        return (
+            a.join(p, (F.col("a.seller") == F.col("p.id")) & (F.col("p.date_time") <= F.col("a.date_time")))
+            .where((F.col("a.category") == 10) & F.col("p.state").isin("OR", "ID", "CA"))
+            .select(
+                "p.name",
+                "p.city",
+                "p.state",
+                F.col("a.id").alias("auction_id"),
+                "a.date_time",
+                F.col("a.date_time").alias("event_time"),
+            )
+        )
     if name == "q8":
         p, a = read("persons").alias("p"), read("auctions").alias("a")
-        return p.join(a, (F.col("p.id") == F.col("a.seller"))
-                      & (F.expr(_window_start("p.date_time")) == F.expr(_window_start("a.date_time")))).select(
-            "p.id", "p.name", F.col("a.id").alias("auction_id"),
+        return p.join(
+            a,
+            (F.col("p.id") == F.col("a.seller"))
+            & (F.expr(_window_start("p.date_time")) == F.expr(_window_start("a.date_time"))),
+        ).select(
+            "p.id",
+            "p.name",
+            F.col("a.id").alias("auction_id"),
             F.expr(f"timestamp_seconds({_window_start('p.date_time')} * 600)").alias("window_start"),
             F.greatest("p.date_time", "a.date_time").alias("event_time"),
         )
     if name == "q20":
         b, a = read("bids").alias("b"), read("auctions").alias("a")
-        return b.join(a, (F.col("b.auction") == F.col("a.id"))
-                      & F.col("a.date_time").between(F.col("b.date_time") - F.expr("INTERVAL 2 HOURS"), F.col("b.date_time"))).where(
-            F.col("a.category") == 10
-        ).select(
-            "b.auction", "b.bidder", "b.price", "b.channel", "b.url", F.col("b.date_time").alias("bid_time"),
-            "a.item_name", "a.description", "a.initial_bid", "a.reserve", F.col("a.date_time").alias("auction_time"),
-            "a.expires", "a.seller", "a.category", F.greatest("b.date_time", "a.date_time").alias("event_time"),
+        return (
+            b.join(
+                a,
+                (F.col("b.auction") == F.col("a.id"))
+                & F.col("a.date_time").between(
+                    F.col("b.date_time") - F.expr("INTERVAL 2 HOURS"), F.col("b.date_time")
+                ),
+            )
+            .where(F.col("a.category") == 10)
+            .select(
+                "b.auction",
+                "b.bidder",
+                "b.price",
+                "b.channel",
+                "b.url",
+                F.col("b.date_time").alias("bid_time"),
+                "a.item_name",
+                "a.description",
+                "a.initial_bid",
+                "a.reserve",
+                F.col("a.date_time").alias("auction_time"),
+                "a.expires",
+                "a.seller",
+                "a.category",
+                F.greatest("b.date_time", "a.date_time").alias("event_time"),
+            )
         )
     if name == "bid_tiers":
         b, t = read("bids").alias("b"), read("bidder_tiers").alias("t")
-        candidates = b.join(t, (F.col("b.bidder") == F.col("t.person_id")) & (F.col("t.valid_from") <= F.col("b.date_time")), "left")
+        candidates = b.join(
+            t,
+            (F.col("b.bidder") == F.col("t.person_id")) & (F.col("t.valid_from") <= F.col("b.date_time")),
+            "left",
+        )
         newest = Window.partitionBy("b.bid_id").orderBy(F.col("t.valid_from").desc())
-        return candidates.withColumn("_n", F.row_number().over(newest)).where(F.col("_n") == 1).select(
-            "b.bid_id", "b.bidder", "b.price", "t.tier", "b.date_time", F.col("b.date_time").alias("event_time"),
+        return (
+            candidates.withColumn("_n", F.row_number().over(newest))
+            .where(F.col("_n") == 1)
+            .select(
+                "b.bid_id",
+                "b.bidder",
+                "b.price",
+                "t.tier",
+                "b.date_time",
+                F.col("b.date_time").alias("event_time"),
+            )
         )
     raise ValueError(f"unknown query {name!r}; one of {', '.join(QUERIES)}")
 
 
 def run_spark(spark: SparkSession, name: str, root: str, versions: dict[str, int], out: str) -> None:
     """Run the PySpark query over the snapshots at `versions` and write it to Delta at `out`."""
-    result = spark_query(name, lambda table: delta_io.read_snapshot(spark, f"{root}/{table}", versions[table]))
+    result = spark_query(
+        name, lambda table: delta_io.read_snapshot(spark, f"{root}/{table}", versions[table])
+    )
     result.write.format("delta").mode("overwrite").save(out)
 
 
-def run_floor(spark: SparkSession, name: str, root: str, versions: dict[str, int], sizes: dict[str, int],
-              rows_out: int, out: str) -> None:
+def run_floor(
+    spark: SparkSession,
+    name: str,
+    root: str,
+    versions: dict[str, int],
+    sizes: dict[str, int],
+    rows_out: int,
+    out: str,
+) -> None:
     """Scan every input of `name` (`sizes`: their row counts, known beforehand) and write about
     `rows_out` rows of the largest one: the cost of reading and writing with no join at all."""
     frames = {t: delta_io.read_snapshot(spark, f"{root}/{t}", versions[t]) for t in INPUTS[name]}

@@ -39,7 +39,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -55,7 +55,7 @@ from streamjoin.session import get_spark
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
 
 BENCH = Path(__file__).resolve().parent
-BASE = datetime(2024, 3, 1, tzinfo=timezone.utc)  # the first event time of every history
+BASE = datetime(2024, 3, 1, tzinfo=UTC)  # the first event time of every history
 BASE_S = int(BASE.timestamp())
 SIDES = ("l", "r")
 COLUMNS = "id STRING, k STRING, t TIMESTAMP, v INT"
@@ -88,6 +88,7 @@ def _timed(run) -> tuple[float, object]:
 
 # ---------------------------------------------------------------------------- where the time goes
 
+
 class Phases:
     """Time spent in chosen library functions while a measured call runs, each function's own
     time (what it spent minus what the chosen functions it called spent). Spark is lazy: a scan
@@ -113,6 +114,7 @@ class Phases:
                 self.totals[label] += spent - inner
                 if self._stack:
                     self._stack[-1] += spent
+
         wrapped.__wrapped__ = function
         return wrapped
 
@@ -164,6 +166,7 @@ class Phases:
 
 # ---------------------------------------------------------------------------- the tables
 
+
 def _create(spark: SparkSession, path: Path) -> None:
     spark.sql(
         f"CREATE TABLE delta.`{path}` ({COLUMNS}) USING delta "
@@ -191,8 +194,10 @@ def _append_period(spark: SparkSession, path: Path, side: str, period: int, w: W
 def _append_end(spark: SparkSession, path: Path, side: str, days: int) -> None:
     """The end-of-stream commit: one row three hours after the last day, matching nothing."""
     spark.range(0, 1, 1, 1).selectExpr(
-        f"'{side}-end-{days}' AS id", f"'end-{side}' AS k",
-        f"timestamp_seconds({BASE_S + days * 86_400 + 3 * 3600}) AS t", "CAST(0 AS INT) AS v",
+        f"'{side}-end-{days}' AS id",
+        f"'end-{side}' AS k",
+        f"timestamp_seconds({BASE_S + days * 86_400 + 3 * 3600}) AS t",
+        "CAST(0 AS INT) AS v",
     ).write.format("delta").mode("append").save(str(path))
 
 
@@ -207,17 +212,28 @@ def job(tables: Path, output: Path, name: str = "history") -> JoinSpec:
     """l LEFT JOIN r ON l.k = r.k, r.t within 10 minutes of l.t, grace 1 hour, ids out."""
     return JoinSpec(
         name=name,
-        sources=(Source("l", "stream", path=str(tables / "l"), time="t"),
-                 Source("r", "stream", path=str(tables / "r"), time="t")),
+        sources=(
+            Source("l", "stream", path=str(tables / "l"), time="t"),
+            Source("r", "stream", path=str(tables / "r"), time="t"),
+        ),
         start="l",
-        joins=(Join("r", type="left", on="l.k = r.k",
-                    bounds=TimeBounds(timedelta(minutes=-10), timedelta(minutes=10)), grace=timedelta(hours=1)),),
+        joins=(
+            Join(
+                "r",
+                type="left",
+                on="l.k = r.k",
+                bounds=TimeBounds(timedelta(minutes=-10), timedelta(minutes=10)),
+                grace=timedelta(hours=1),
+            ),
+        ),
         output=Output(path=str(output)),
         select=("l.id AS lid", "r.id AS rid"),
     )
 
 
-def _append_periods(spark: SparkSession, pool: ThreadPoolExecutor, folder: Path, periods: range, w: Workload) -> None:
+def _append_periods(
+    spark: SparkSession, pool: ThreadPoolExecutor, folder: Path, periods: range, w: Workload
+) -> None:
     """One commit per table per period, period after period; the two tables' commits of a period
     are written at once (Delta's commit protocol, not the data, is most of a small append's time),
     so which of the two comes first varies."""
@@ -252,14 +268,19 @@ def write_histories(spark: SparkSession, w: Workload, days: list[int], root: Pat
     began = time.perf_counter()
     with ThreadPoolExecutor(2) as pool, _writing(spark):
         for day in range(longest):
-            _append_periods(spark, pool, top, range(day * w.commits_per_day, (day + 1) * w.commits_per_day), w)
+            _append_periods(
+                spark, pool, top, range(day * w.commits_per_day, (day + 1) * w.commits_per_day), w
+            )
             seconds, _ = _timed(lambda: index.update(spark, bind(spark, index_job)))
             daily_index.append(round(seconds, 3))
             if day + 1 in days and day + 1 != longest:
                 for name in (*SIDES, "idx_index"):
                     shutil.copytree(top / name, root / f"h{day + 1}" / name)
-            print(f"[write] day {day + 1}/{longest}: {2 * w.commits_per_day} commits, index step {seconds:.1f} s, "
-                  f"{time.perf_counter() - began:.0f} s so far", flush=True)
+            print(
+                f"[write] day {day + 1}/{longest}: {2 * w.commits_per_day} commits, index step {seconds:.1f} s, "
+                f"{time.perf_counter() - began:.0f} s so far",
+                flush=True,
+            )
         tables = {}
         for h in days:
             folder = root / f"h{h}"
@@ -284,6 +305,7 @@ def _with_index(root: Path, h: int, output: Path) -> None:
 
 # ---------------------------------------------------------------------------- the measurements
 
+
 def _same_rows(spark: SparkSession, a: str, b: str) -> bool:
     left = delta_io.read_snapshot(spark, a)
     right = delta_io.read_snapshot(spark, b).select(*left.columns)
@@ -294,8 +316,18 @@ def _day(h: int) -> datetime:
     return BASE + timedelta(days=h)
 
 
-def measure_round(spark: SparkSession, phases: Phases, w: Workload, days: list[int], root: Path, runs: Path,
-                  tables: dict, number: int, steps: list[int], backfill_days: int) -> dict:
+def measure_round(
+    spark: SparkSession,
+    phases: Phases,
+    w: Workload,
+    days: list[int],
+    root: Path,
+    runs: Path,
+    tables: dict,
+    number: int,
+    steps: list[int],
+    backfill_days: int,
+) -> dict:
     """One round of the three measurements; returns seconds, counts and phases of each timed call."""
     record: dict = {"round": number, "day": {}, "backfill": None, "index_step": {}}
     here = runs / f"r{number}"
@@ -306,12 +338,23 @@ def measure_round(spark: SparkSession, phases: Phases, w: Workload, days: list[i
         _with_index(root, h, here / f"h{h}" / "day")
         phase: dict = {}
         with phases.recording(phase):
-            seconds, metrics = _timed(lambda spec=spec, h=h, pinned=pinned: replay(
-                spark, spec, _day(h - 1), _day(h), mode="exact", versions=pinned))
-        record["day"][str(h)] = {"s": round(seconds, 3), "rows_in": metrics.total("rows_in"),
-                                 "rows_out": metrics.rows_out, "late": metrics.total("late"), "phases": phase}
-        print(f"[round {number}] H={h}: day replay {seconds:.1f} s ({metrics.summary().split('|')[0].strip()}, "
-              f"late {metrics.total('late')})", flush=True)
+            seconds, metrics = _timed(
+                lambda spec=spec, h=h, pinned=pinned: replay(
+                    spark, spec, _day(h - 1), _day(h), mode="exact", versions=pinned
+                )
+            )
+        record["day"][str(h)] = {
+            "s": round(seconds, 3),
+            "rows_in": metrics.total("rows_in"),
+            "rows_out": metrics.rows_out,
+            "late": metrics.total("late"),
+            "phases": phase,
+        }
+        print(
+            f"[round {number}] H={h}: day replay {seconds:.1f} s ({metrics.summary().split('|')[0].strip()}, "
+            f"late {metrics.total('late')})",
+            flush=True,
+        )
 
     h = max(days)
     n = min(backfill_days, h)
@@ -323,21 +366,37 @@ def measure_round(spark: SparkSession, phases: Phases, w: Workload, days: list[i
         _with_index(root, h, Path(spec.output.location))
     backfill_phases: dict = {}
     with phases.recording(backfill_phases):
-        backfill_s, outcomes = _timed(lambda: backfill_mod.run_backfill(
-            spark, plan_backfill(spark, backfill_spec, start, end, every="1d", timezone="UTC", versions=pinned),
-            validate=False))
+        backfill_s, outcomes = _timed(
+            lambda: backfill_mod.run_backfill(
+                spark,
+                plan_backfill(spark, backfill_spec, start, end, every="1d", timezone="UTC", versions=pinned),
+                validate=False,
+            )
+        )
     span_phases: dict = {}
     with phases.recording(span_phases):
         span_s, span = _timed(lambda: replay(spark, span_spec, start, end, mode="exact", versions=pinned))
-    same = all(o.ok for o in outcomes) and _same_rows(spark, backfill_spec.output.location, span_spec.output.location)
+    same = all(o.ok for o in outcomes) and _same_rows(
+        spark, backfill_spec.output.location, span_spec.output.location
+    )
     record["backfill"] = {
-        "days": h, "slices": len(outcomes), "s": round(backfill_s, 3), "one_replay_s": round(span_s, 3),
-        "slice_s": [o.duration_s for o in outcomes], "statuses": [o.status for o in outcomes],
-        "rows_out": sum(o.metrics.rows_out for o in outcomes if o.metrics), "one_replay_rows_out": span.rows_out,
-        "same_output": same, "phases": backfill_phases, "one_replay_phases": span_phases,
+        "days": h,
+        "slices": len(outcomes),
+        "s": round(backfill_s, 3),
+        "one_replay_s": round(span_s, 3),
+        "slice_s": [o.duration_s for o in outcomes],
+        "statuses": [o.status for o in outcomes],
+        "rows_out": sum(o.metrics.rows_out for o in outcomes if o.metrics),
+        "one_replay_rows_out": span.rows_out,
+        "same_output": same,
+        "phases": backfill_phases,
+        "one_replay_phases": span_phases,
     }
-    print(f"[round {number}] H={h}: backfill of {len(outcomes)} daily slices {backfill_s:.1f} s, one replay {span_s:.1f} s, "
-          f"same output: {same}", flush=True)
+    print(
+        f"[round {number}] H={h}: backfill of {len(outcomes)} daily slices {backfill_s:.1f} s, one replay {span_s:.1f} s, "
+        f"same output: {same}",
+        flush=True,
+    )
 
     with ThreadPoolExecutor(2) as pool:
         for h in sorted({min(days), max(days)}):
@@ -356,11 +415,15 @@ def measure_round(spark: SparkSession, phases: Phases, w: Workload, days: list[i
                 with phases.recording(phase):
                     seconds, _ = _timed(lambda plan=plan: index.update(spark, plan))
                 record["index_step"][str(h)][str(k)] = {"s": round(seconds, 3), "phases": phase}
-                print(f"[round {number}] H={h}: index step for {k} new commit(s) per table {seconds:.1f} s", flush=True)
+                print(
+                    f"[round {number}] H={h}: index step for {k} new commit(s) per table {seconds:.1f} s",
+                    flush=True,
+                )
     return record
 
 
 # ---------------------------------------------------------------------------- the summary and report
+
 
 def _median(values) -> float:
     values = list(values)
@@ -376,20 +439,27 @@ def summarize(saved: dict) -> dict:
         summary["day"][h] = {
             "s": _median(r["day"][h]["s"] for r in rounds),
             "ratio": _median(r["day"][h]["s"] / r["day"][smallest]["s"] for r in rounds),
-            "rows_in": rounds[-1]["day"][h]["rows_in"], "rows_out": rounds[-1]["day"][h]["rows_out"],
+            "rows_in": rounds[-1]["day"][h]["rows_in"],
+            "rows_out": rounds[-1]["day"][h]["rows_out"],
         }
     b = [r["backfill"] for r in rounds]
     summary["backfill"] = {
-        "days": b[0]["days"], "slices": b[0]["slices"], "s": _median(x["s"] for x in b),
-        "one_replay_s": _median(x["one_replay_s"] for x in b), "ratio": _median(x["s"] / x["one_replay_s"] for x in b),
-        "slice_s": _median(_median(x["slice_s"]) for x in b), "same_output": all(x["same_output"] for x in b),
+        "days": b[0]["days"],
+        "slices": b[0]["slices"],
+        "s": _median(x["s"] for x in b),
+        "one_replay_s": _median(x["one_replay_s"] for x in b),
+        "ratio": _median(x["s"] / x["one_replay_s"] for x in b),
+        "slice_s": _median(_median(x["slice_s"]) for x in b),
+        "same_output": all(x["same_output"] for x in b),
         "rows_out": b[-1]["rows_out"],
     }
     for k in map(str, saved["run"]["steps"]):
         per = {h: _median(r["index_step"][h][k]["s"] / int(k) for r in rounds) for h in (smallest, largest)}
         summary["index_step"][k] = {
             "per_commit_s": per,
-            "ratio": _median((r["index_step"][largest][k]["s"] / r["index_step"][smallest][k]["s"]) for r in rounds),
+            "ratio": _median(
+                (r["index_step"][largest][k]["s"] / r["index_step"][smallest][k]["s"]) for r in rounds
+            ),
         }
     return summary
 
@@ -426,10 +496,14 @@ def write_report(path: Path, saved: dict) -> None:
         "# History length (tables of any age)",
         "",
         f"Run finished {run['finished']} ({run['minutes']} min: "
-        + (f"tables reused from an earlier run that wrote them in {saved['written']['write_s'] / 60:.1f} min"
-           if run["reused"] else f"tables {run['write_minutes']} min")
+        + (
+            f"tables reused from an earlier run that wrote them in {saved['written']['write_s'] / 60:.1f} min"
+            if run["reused"]
+            else f"tables {run['write_minutes']} min"
+        )
         + f", measurements {run['measure_minutes']} min"
-        + (" after an untimed warm-up replay" if run.get("warmup") else "") + f") on {run['machine']}; "
+        + (" after an untimed warm-up replay" if run.get("warmup") else "")
+        + f") on {run['machine']}; "
         f"{len(rounds)} rounds. Load average {run['load_before']} before, {run['load_after']} after: "
         "the machine was shared with another engineer's Spark tests, so read the ratios (both sides of each "
         "ratio ran in the same round), not the seconds.",
@@ -444,8 +518,10 @@ def write_report(path: Path, saved: dict) -> None:
     ]
     for h in map(str, days):
         t = tables[h]
-        lines.append(f"| {h} d | {t['commits_per_table']:,} | {t['rows']:,} | {t['data_files_per_table']:,} | "
-                     f"{s['day'][h]['rows_in']:,} | {s['day'][h]['rows_out']:,} |")
+        lines.append(
+            f"| {h} d | {t['commits_per_table']:,} | {t['rows']:,} | {t['data_files_per_table']:,} | "
+            f"{s['day'][h]['rows_in']:,} | {s['day'][h]['rows_out']:,} |"
+        )
     lines += [
         "",
         f"## One daily slice against the history's length (target: {days[-1]} d / {days[0]} d within {TARGETS['day']})",
@@ -458,7 +534,9 @@ def write_report(path: Path, saved: dict) -> None:
     ]
     for h in map(str, days):
         d = s["day"][h]
-        lines.append(f"| {h} d | {d['s']:.1f} | {_cell(d['ratio'], TARGETS['day']) if h != smallest else '1.00'} |")
+        lines.append(
+            f"| {h} d | {d['s']:.1f} | {_cell(d['ratio'], TARGETS['day']) if h != smallest else '1.00'} |"
+        )
     lines += [
         "",
         f"## A backfill of {b['slices']} daily slices against one replay of the same {b['slices']} days "
@@ -479,22 +557,32 @@ def write_report(path: Path, saved: dict) -> None:
         "|---|---|---|---|",
     ]
     for k, x in s["index_step"].items():
-        lines.append(f"| {k} | {x['per_commit_s'][smallest]:.2f} | {x['per_commit_s'][largest]:.2f} | "
-                     f"{_cell(x['ratio'], TARGETS['index'])} |")
+        lines.append(
+            f"| {k} | {x['per_commit_s'][smallest]:.2f} | {x['per_commit_s'][largest]:.2f} | "
+            f"{_cell(x['ratio'], TARGETS['index'])} |"
+        )
     daily = saved["written"]["daily_index_s"]
     if len(daily) >= 2:
         week = max(1, min(7, len(daily) // 2))
         lines += [
             "",
             f"While the tables were written, the index was brought up to date once a day ({2 * w.commits_per_day} new "
-            f"commits): median {_median(daily[1:week + 1]):.1f} s over days 2 to {week + 1}, "
+            f"commits): median {_median(daily[1 : week + 1]):.1f} s over days 2 to {week + 1}, "
             f"{_median(daily[-week:]):.1f} s over the last {week} days (day 1 builds it: {daily[0]:.1f} s).",
         ]
-    lines += ["", "## Where the time goes", "",
-              "Median seconds per phase: each library function's own time (less the listed functions it called); "
-              "Spark runs lazily, so a read is paid where its first action runs (for a replay, in "
-              "\"replay: scan and tally\").", ""]
-    columns = {f"day replay {h} d": [r["day"][h]["phases"] for r in rounds] for h in dict.fromkeys([smallest, largest])}
+    lines += [
+        "",
+        "## Where the time goes",
+        "",
+        "Median seconds per phase: each library function's own time (less the listed functions it called); "
+        "Spark runs lazily, so a read is paid where its first action runs (for a replay, in "
+        '"replay: scan and tally").',
+        "",
+    ]
+    columns = {
+        f"day replay {h} d": [r["day"][h]["phases"] for r in rounds]
+        for h in dict.fromkeys([smallest, largest])
+    }
     columns[f"backfill {b['slices']} d"] = [r["backfill"]["phases"] for r in rounds]
     columns[f"one replay {b['slices']} d"] = [r["backfill"]["one_replay_phases"] for r in rounds]
     k = str(max(run["steps"]))
@@ -510,15 +598,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.history", description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", default="1,7,28", help="history lengths in days (default 1,7,28)")
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds; medians are reported")
-    parser.add_argument("--rate", type=int, default=Workload.rate, help="rows per hour per table (default 2000)")
-    parser.add_argument("--every", type=int, default=Workload.every, help="hours of event time per commit (default 2)")
-    parser.add_argument("--steps", default="1,10", help="new commits per table for the index step (default 1,10)")
-    parser.add_argument("--backfill-days", type=int, default=7, help="daily slices of the backfill (default 7)")
+    parser.add_argument(
+        "--rate", type=int, default=Workload.rate, help="rows per hour per table (default 2000)"
+    )
+    parser.add_argument(
+        "--every", type=int, default=Workload.every, help="hours of event time per commit (default 2)"
+    )
+    parser.add_argument(
+        "--steps", default="1,10", help="new commits per table for the index step (default 1,10)"
+    )
+    parser.add_argument(
+        "--backfill-days", type=int, default=7, help="daily slices of the backfill (default 7)"
+    )
     parser.add_argument("--work", default="build/bench/history", help="scratch folder for the Delta tables")
     parser.add_argument("--out", default=str(BENCH / "results"), help="where history.json and history.md go")
     parser.add_argument("--fresh", action="store_true", help="rewrite the tables even if --work holds them")
-    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up replay (smoke tests)")
-    parser.add_argument("--report-only", action="store_true", help="rewrite history.md from <out>/history.json")
+    parser.add_argument(
+        "--no-warmup", action="store_true", help="skip the untimed warm-up replay (smoke tests)"
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite history.md from <out>/history.json"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.report_only:
@@ -539,7 +639,10 @@ def main(argv: list[str] | None = None) -> int:
     written = json.loads(manifest.read_text()) if manifest.exists() and not args.fresh else None
     reused = written is not None and written.get("wanted") == wanted
     if not reused:
-        print(f"[write] {max(days)} days of {w.rate:,} rows an hour per table, copies at {days[:-1]} days", flush=True)
+        print(
+            f"[write] {max(days)} days of {w.rate:,} rows an hour per table, copies at {days[:-1]} days",
+            flush=True,
+        )
         written = write_histories(spark, w, days, work / "tables")
         written["wanted"] = wanted
         manifest.write_text(json.dumps(written, indent=1))
@@ -547,24 +650,52 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = work / "runs"
     shutil.rmtree(runs, ignore_errors=True)
-    if not args.no_warmup:  # untimed: the first replay of a process pays for warming the JVM up (code loading, JIT)
+    if (
+        not args.no_warmup
+    ):  # untimed: the first replay of a process pays for warming the JVM up (code loading, JIT)
         h = min(days)
         _with_index(work / "tables", h, runs / "warmup")
-        replay(spark, job(work / "tables" / f"h{h}", runs / "warmup"), _day(h - 1), _day(h), mode="exact",
-               versions=written["tables"][str(h)]["versions"])
+        replay(
+            spark,
+            job(work / "tables" / f"h{h}", runs / "warmup"),
+            _day(h - 1),
+            _day(h),
+            mode="exact",
+            versions=written["tables"][str(h)]["versions"],
+        )
     phases = Phases().install()
     measured = time.perf_counter()
     try:
-        rounds = [measure_round(spark, phases, w, days, work / "tables", runs, written["tables"], i + 1, steps,
-                                args.backfill_days) for i in range(args.rounds)]
+        rounds = [
+            measure_round(
+                spark,
+                phases,
+                w,
+                days,
+                work / "tables",
+                runs,
+                written["tables"],
+                i + 1,
+                steps,
+                args.backfill_days,
+            )
+            for i in range(args.rounds)
+        ]
     finally:
         phases.uninstall()
     run = {
-        "finished": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "minutes": round((time.perf_counter() - began) / 60, 1), "write_minutes": write_minutes,
-        "measure_minutes": round((time.perf_counter() - measured) / 60, 1), "reused": reused, "warmup": not args.no_warmup,
-        "machine": machine(), "load_before": load_before, "load_after": [round(x, 1) for x in os.getloadavg()],
-        "days": days, "steps": steps, "workload": asdict(w),
+        "finished": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        "minutes": round((time.perf_counter() - began) / 60, 1),
+        "write_minutes": write_minutes,
+        "measure_minutes": round((time.perf_counter() - measured) / 60, 1),
+        "reused": reused,
+        "warmup": not args.no_warmup,
+        "machine": machine(),
+        "load_before": load_before,
+        "load_after": [round(x, 1) for x in os.getloadavg()],
+        "days": days,
+        "steps": steps,
+        "workload": asdict(w),
         "command": "python -m bench.history " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
     saved = {"run": run, "written": written, "rounds": rounds}

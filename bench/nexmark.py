@@ -19,8 +19,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 START = datetime(2024, 6, 1)  # event time of the first row (UTC)
-CATEGORIES = 5                # auctions fall in categories 10..14; the queries keep category 10
-AUCTION_HOURS = 2             # an auction runs this long; bids come while it runs
+CATEGORIES = 5  # auctions fall in categories 10..14; the queries keep category 10
+AUCTION_HOURS = 2  # an auction runs this long; bids come while it runs
 ARRIVAL = "_arrival_hour"  # which commit carries the row (hours since START)
 STATES = ["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"]
 
@@ -34,11 +34,11 @@ class Workload:
     auctions_per_hour: int = 1_500
     bids_per_hour: int = 15_000
     tier_changes_per_hour: int = 300
-    mean_delay_s: float = 120.0    # typical arrival delay after the event
-    late_fraction: float = 0.01    # rows that arrive 2 to 4 hours after their event
+    mean_delay_s: float = 120.0  # typical arrival delay after the event
+    late_fraction: float = 0.01  # rows that arrive 2 to 4 hours after their event
     seed: int = 42
 
-    def at(self, scale: float) -> "Workload":
+    def at(self, scale: float) -> Workload:
         """The same rates over `scale` times as many hours."""
         return replace(self, hours=max(1, round(self.hours * scale)))
 
@@ -65,7 +65,10 @@ def _event_time(count: int, hours: int) -> Column:
 def _arrival_hour(w: Workload, salt: str, time: str) -> Column:
     """The hour (since START) in which a row is committed: its event, plus a delay; some rows late."""
     delay = -F.log(F.lit(1.0) - _uniform(w.seed, salt + "d")) * F.lit(w.mean_delay_s)
-    late = F.when(_uniform(w.seed, salt + "l") < F.lit(w.late_fraction), F.lit(7200.0) + _uniform(w.seed, salt + "x") * 7200.0)
+    late = F.when(
+        _uniform(w.seed, salt + "l") < F.lit(w.late_fraction),
+        F.lit(7200.0) + _uniform(w.seed, salt + "x") * 7200.0,
+    )
     arrives = F.unix_timestamp(time) + F.coalesce(late, delay) - F.lit(START.timestamp())
     return F.floor(arrives / F.lit(3600)).cast("int")
 
@@ -78,7 +81,10 @@ def tables(spark: SparkSession, w: Workload) -> dict[str, DataFrame]:
         F.concat(F.lit("person "), F.col("id").cast("string")).alias("name"),
         F.concat(F.lit("p"), F.col("id").cast("string"), F.lit("@example.com")).alias("email_address"),
         F.concat(F.lit("city "), (F.col("id") % 97).cast("string")).alias("city"),
-        F.element_at(F.array(*[F.lit(s) for s in STATES]), (F.floor(_uniform(w.seed, "ps") * len(STATES)) + 1).cast("int")).alias("state"),
+        F.element_at(
+            F.array(*[F.lit(s) for s in STATES]),
+            (F.floor(_uniform(w.seed, "ps") * len(STATES)) + 1).cast("int"),
+        ).alias("state"),
         _event_time(n["persons"], w.hours).alias("date_time"),
     )
     # Sellers are persons who joined in the last ~30 minutes.
@@ -93,7 +99,9 @@ def tables(spark: SparkSession, w: Workload) -> dict[str, DataFrame]:
         (F.floor(_uniform(w.seed, "rs") * 2000) + 1000).cast("long").alias("reserve"),
         auction_time.alias("date_time"),
         (auction_time + F.expr(f"INTERVAL {AUCTION_HOURS} HOURS")).alias("expires"),
-        F.greatest(F.lit(0), newest_person - F.floor(_uniform(w.seed, "sl") * recent_persons)).cast("long").alias("seller"),
+        F.greatest(F.lit(0), newest_person - F.floor(_uniform(w.seed, "sl") * recent_persons))
+        .cast("long")
+        .alias("seller"),
         (F.floor(_uniform(w.seed, "ct") * CATEGORIES) + 10).cast("int").alias("category"),
     )
     # Bids go to auctions opened in the last ~20 minutes (all still running), by recent persons.
@@ -102,11 +110,17 @@ def tables(spark: SparkSession, w: Workload) -> dict[str, DataFrame]:
     newest_bidder = F.floor(F.col("id") * F.lit(n["persons"] / n["bids"]))
     bids = spark.range(n["bids"]).select(
         F.col("id").alias("bid_id"),
-        F.greatest(F.lit(0), newest_auction - F.floor(_uniform(w.seed, "ba") * recent_auctions)).cast("long").alias("auction"),
-        F.greatest(F.lit(0), newest_bidder - F.floor(_uniform(w.seed, "bb") * w.persons_per_hour)).cast("long").alias("bidder"),
+        F.greatest(F.lit(0), newest_auction - F.floor(_uniform(w.seed, "ba") * recent_auctions))
+        .cast("long")
+        .alias("auction"),
+        F.greatest(F.lit(0), newest_bidder - F.floor(_uniform(w.seed, "bb") * w.persons_per_hour))
+        .cast("long")
+        .alias("bidder"),
         (F.floor(_uniform(w.seed, "bp") * 10_000) + 1).cast("long").alias("price"),
-        F.element_at(F.array(*[F.lit(c) for c in ("apple", "google", "facebook", "baidu")]),
-                     (F.floor(_uniform(w.seed, "bc") * 4) + 1).cast("int")).alias("channel"),
+        F.element_at(
+            F.array(*[F.lit(c) for c in ("apple", "google", "facebook", "baidu")]),
+            (F.floor(_uniform(w.seed, "bc") * 4) + 1).cast("int"),
+        ).alias("channel"),
         F.concat(F.lit("https://example.com/bid/"), F.col("id").cast("string")).alias("url"),
         _event_time(n["bids"], w.hours).alias("date_time"),
         F.col("id"),
@@ -114,16 +128,27 @@ def tables(spark: SparkSession, w: Workload) -> dict[str, DataFrame]:
     # Tier changes of existing persons: a versioned table (changelog form), valid from its time.
     newest_tiered = F.floor(F.col("id") * F.lit(n["persons"] / n["bidder_tiers"]))
     tiers = spark.range(n["bidder_tiers"]).select(
-        F.greatest(F.lit(0), newest_tiered - F.floor(_uniform(w.seed, "tp") * w.persons_per_hour)).cast("long").alias("person_id"),
-        F.element_at(F.array(*[F.lit(t) for t in ("bronze", "silver", "gold")]),
-                     (F.floor(_uniform(w.seed, "tt") * 3) + 1).cast("int")).alias("tier"),
+        F.greatest(F.lit(0), newest_tiered - F.floor(_uniform(w.seed, "tp") * w.persons_per_hour))
+        .cast("long")
+        .alias("person_id"),
+        F.element_at(
+            F.array(*[F.lit(t) for t in ("bronze", "silver", "gold")]),
+            (F.floor(_uniform(w.seed, "tt") * 3) + 1).cast("int"),
+        ).alias("tier"),
         _event_time(n["bidder_tiers"], w.hours).alias("valid_from"),
         F.col("id"),
     )
     frames = {"persons": persons, "auctions": auctions, "bids": bids, "bidder_tiers": tiers}
-    times = {"persons": "date_time", "auctions": "date_time", "bids": "date_time", "bidder_tiers": "valid_from"}
+    times = {
+        "persons": "date_time",
+        "auctions": "date_time",
+        "bids": "date_time",
+        "bidder_tiers": "valid_from",
+    }
     return {
-        name: frame.withColumn(ARRIVAL, _arrival_hour(w, name, times[name])).drop(*(["id"] if name in ("bids", "bidder_tiers") else []))
+        name: frame.withColumn(ARRIVAL, _arrival_hour(w, name, times[name])).drop(
+            *(["id"] if name in ("bids", "bidder_tiers") else [])
+        )
         for name, frame in frames.items()
     }
 
@@ -138,11 +163,27 @@ def _end_of_stream(spark: SparkSession, frame: DataFrame, w: Workload) -> DataFr
     nothing the queries keep: like a heartbeat, it moves every source's watermark past all events,
     so that every row of the workload is decided by the end of the history."""
     at = end_of_events(w) + timedelta(days=1)
-    values = {"id": -1, "seller": -1, "auction": -1, "bidder": -1, "bid_id": -1, "person_id": -1, "category": 0}
-    return spark.range(1).select(*[
-        (F.lit(at) if field.name in ("date_time", "valid_from", "expires") else F.lit(values.get(field.name))).cast(field.dataType).alias(field.name)
-        for field in frame.schema.fields
-    ])
+    values = {
+        "id": -1,
+        "seller": -1,
+        "auction": -1,
+        "bidder": -1,
+        "bid_id": -1,
+        "person_id": -1,
+        "category": 0,
+    }
+    return spark.range(1).select(
+        *[
+            (
+                F.lit(at)
+                if field.name in ("date_time", "valid_from", "expires")
+                else F.lit(values.get(field.name))
+            )
+            .cast(field.dataType)
+            .alias(field.name)
+            for field in frame.schema.fields
+        ]
+    )
 
 
 def write(spark: SparkSession, root: str, w: Workload) -> dict[str, int]:
@@ -159,7 +200,9 @@ def write(spark: SparkSession, root: str, w: Workload) -> dict[str, int]:
                 rows.coalesce(1).write.format("delta").mode("append").save(f"{root}/{name}")
                 commits[name] += 1
     for name, frame in frames.items():
-        _end_of_stream(spark, frame.drop(ARRIVAL), w).write.format("delta").mode("append").save(f"{root}/{name}")
+        _end_of_stream(spark, frame.drop(ARRIVAL), w).write.format("delta").mode("append").save(
+            f"{root}/{name}"
+        )
         commits[name] += 1
     for frame in frames.values():
         frame.unpersist()

@@ -35,8 +35,10 @@ def write_report(path: Path, results, run: dict) -> None:
     for r in results:
         live = "" if not r.live else ("yes" if r.live["same_as_replay"] else "**NO**")
         duck = "" if r.same_as_duckdb is None else ("yes" if r.same_as_duckdb else "**NO**")
-        lines.append(f"| {r.scale:g}x | {r.query} | {r.rows_in:,} | {r.rows_out:,} | "
-                     f"{'yes' if r.same_as_handwritten else '**NO**'} | {duck} | {live} |")
+        lines.append(
+            f"| {r.scale:g}x | {r.query} | {r.rows_in:,} | {r.rows_out:,} | "
+            f"{'yes' if r.same_as_handwritten else '**NO**'} | {duck} | {live} |"
+        )
     lines += [
         "",
         "## Replay against the engine floor",
@@ -98,10 +100,17 @@ def write_report(path: Path, results, run: dict) -> None:
             for way in ("replay", "handwritten", "floor", "duckdb"):
                 if way not in at[base].times:
                     continue
-                cells = [f"{at[s].median(way) / at[base].median(way):.2f}" if s in at else "-" for s in scales]
+                cells = [
+                    f"{at[s].median(way) / at[base].median(way):.2f}" if s in at else "-" for s in scales
+                ]
                 lines.append(f"| {query} | {way} | " + " | ".join(cells) + " |")
             if at[base].live:
-                cells = [f"{at[s].live['seconds'] / at[base].live['seconds']:.2f}" if s in at and at[s].live else "-" for s in scales]
+                cells = [
+                    f"{at[s].live['seconds'] / at[base].live['seconds']:.2f}"
+                    if s in at and at[s].live
+                    else "-"
+                    for s in scales
+                ]
                 lines.append(f"| {query} | live | " + " | ".join(cells) + " |")
         top = scales[-1]
         lines += [
@@ -115,8 +124,15 @@ def write_report(path: Path, results, run: dict) -> None:
         for query, at in by_query.items():
             if base not in at or top not in at:
                 continue
-            extra = {way: at[top].median(way) - at[base].median(way) for way in ("replay", "handwritten", "floor")}
-            ratio = {way: f"{extra['replay'] / extra[way]:.2f}" if extra[way] > 0 else "-" for way in ("handwritten", "floor")}
-            lines.append(f"| {query} | {extra['replay']:.1f} | {extra['handwritten']:.1f} | {extra['floor']:.1f} | "
-                         f"{ratio['handwritten']} | {ratio['floor']} |")
+            extra = {
+                way: at[top].median(way) - at[base].median(way) for way in ("replay", "handwritten", "floor")
+            }
+            ratio = {
+                way: f"{extra['replay'] / extra[way]:.2f}" if extra[way] > 0 else "-"
+                for way in ("handwritten", "floor")
+            }
+            lines.append(
+                f"| {query} | {extra['replay']:.1f} | {extra['handwritten']:.1f} | {extra['floor']:.1f} | "
+                f"{ratio['handwritten']} | {ratio['floor']} |"
+            )
     path.write_text("\n".join(lines) + "\n")

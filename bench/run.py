@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import functions as F
@@ -58,12 +58,13 @@ class QueryResult:
 
     def ratio(self, what: str, to: str) -> float:
         """Median over rounds of the ratio of `what` to `to` measured in the same round."""
-        return statistics.median(a / b for a, b in zip(self.times[what], self.times[to]))
+        return statistics.median(a / b for a, b in zip(self.times[what], self.times[to], strict=False))
 
 
-def _timed(run) -> tuple[float, object]:
+def _timed(run, *args, **kwargs) -> tuple[float, object]:
+    """Seconds that `run(*args, **kwargs)` took, and its value."""
     began = time.perf_counter()
-    value = run()
+    value = run(*args, **kwargs)
     return time.perf_counter() - began, value
 
 
@@ -81,7 +82,7 @@ class HeapSampler:
             self.peak = max(self.peak, used)
             self._stop.wait(self.every)
 
-    def __enter__(self) -> "HeapSampler":
+    def __enter__(self) -> HeapSampler:
         self.runtime.gc()
         self._thread.start()
         return self
@@ -119,7 +120,9 @@ def _same_rows(spark, a: str, b_frame, before) -> bool:
     return left.exceptAll(right).isEmpty() and right.exceptAll(left).isEmpty()
 
 
-def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str], live: list[str], duckdb: bool) -> list[QueryResult]:
+def bench_scale(
+    spark, scale: float, root: Path, rounds: int, queries: list[str], live: list[str], duckdb: bool
+) -> list[QueryResult]:
     """Write the workload at `scale`, check and time every query; returns one result per query."""
     workload = nexmark.Workload().at(scale)
     data = root / "nexmark"
@@ -138,32 +141,59 @@ def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str]
         pinned = {t: versions[t] for t in inputs}
         complete = replace(job, output=replace(job.output, path=str(out / f"{query}_complete")))
         replay(spark, complete, start, end, mode="complete", versions=pinned)
-        expected = handwritten.spark_query(query, lambda t: delta_io.read_snapshot(spark, str(data / t), versions[t]))
+        expected = handwritten.spark_query(
+            query, lambda t: delta_io.read_snapshot(spark, str(data / t), versions[t])
+        )
         same = _same_rows(spark, str(out / f"{query}_complete"), expected, cut)
         same_duck = None
         if duckdb:
-            handwritten.run_duckdb(query, str(data), versions, str(out / f"{query}_duckdb.parquet"), threads=os.cpu_count() or 1)
+            handwritten.run_duckdb(
+                query, str(data), versions, str(out / f"{query}_duckdb.parquet"), threads=os.cpu_count() or 1
+            )
             duck = spark.read.parquet(str(out / f"{query}_duckdb.parquet"))
             same_duck = _same_rows(spark, str(out / f"{query}_complete"), duck, cut)
         result = QueryResult(query, scale, sum(workload.rows()[t] for t in inputs), 0, same, same_duck)
-        print(f"[scale {scale}] {query}: complete replay equals hand-written PySpark: {same}, DuckDB: {same_duck}", flush=True)
+        print(
+            f"[scale {scale}] {query}: complete replay equals hand-written PySpark: {same}, DuckDB: {same_duck}",
+            flush=True,
+        )
         # Counted once, outside the timed runs: the floor writes as many rows as the query does.
         sizes = {t: delta_io.read_snapshot(spark, str(data / t), versions[t]).count() for t in inputs}
         rows = expected.count()
         for round_ in range(rounds):
-            seconds, metrics = _timed(lambda: replay(spark, job, start, end, mode="exact", versions=pinned))
+            seconds, metrics = _timed(replay, spark, job, start, end, mode="exact", versions=pinned)
             result.times.setdefault("replay", []).append(seconds)
             result.rows_out = metrics.rows_out
-            seconds, _ = _timed(lambda: handwritten.run_spark(spark, query, str(data), versions, str(out / f"{query}_spark")))
+            seconds, _ = _timed(
+                handwritten.run_spark, spark, query, str(data), versions, str(out / f"{query}_spark")
+            )
             result.times.setdefault("handwritten", []).append(seconds)
-            seconds, _ = _timed(lambda: handwritten.run_floor(spark, query, str(data), versions, sizes, rows, str(out / f"{query}_floor")))
+            seconds, _ = _timed(
+                handwritten.run_floor,
+                spark,
+                query,
+                str(data),
+                versions,
+                sizes,
+                rows,
+                str(out / f"{query}_floor"),
+            )
             result.times.setdefault("floor", []).append(seconds)
             if duckdb:
-                seconds, _ = _timed(lambda: handwritten.run_duckdb(
-                    query, str(data), versions, str(out / f"{query}_duckdb.parquet"), threads=os.cpu_count() or 1))
+                seconds, _ = _timed(
+                    handwritten.run_duckdb,
+                    query,
+                    str(data),
+                    versions,
+                    str(out / f"{query}_duckdb.parquet"),
+                    threads=os.cpu_count() or 1,
+                )
                 result.times.setdefault("duckdb", []).append(seconds)
-            print(f"[scale {scale}] {query} round {round_ + 1}: " +
-                  ", ".join(f"{k} {v[-1]:.1f} s" for k, v in result.times.items()), flush=True)
+            print(
+                f"[scale {scale}] {query} round {round_ + 1}: "
+                + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in result.times.items()),
+                flush=True,
+            )
         if query in live:
             checkpoint = out / f"{query}_live_checkpoint"
             shutil.rmtree(checkpoint, ignore_errors=True)
@@ -175,18 +205,25 @@ def bench_scale(spark, scale: float, root: Path, rounds: int, queries: list[str]
                 seconds, batches = _timed(runner.run)
             state = [sum(c.open + c.unsettled for c in b.sources.values()) for b in batches]
             result.live = {
-                "seconds": seconds, "batches": len(batches), "peak_state_rows": max(state, default=0),
-                "peak_heap_mib": round(heap.peak), "rows_out": sum(b.rows_out for b in batches),
+                "seconds": seconds,
+                "batches": len(batches),
+                "peak_state_rows": max(state, default=0),
+                "peak_heap_mib": round(heap.peak),
+                "rows_out": sum(b.rows_out for b in batches),
                 "peak_heap_after_gc_mib": max(probe.heap_after_gc, default=0),
                 "peak_state_kib": max(probe.state_kib, default=0),
-                "state_rows_by_batch": state, "heap_after_gc_by_batch": probe.heap_after_gc,
+                "state_rows_by_batch": state,
+                "heap_after_gc_by_batch": probe.heap_after_gc,
             }
             replayed = delta_io.read_snapshot(spark, job.output.location)
             result.live["same_as_replay"] = _same_rows(spark, str(out / f"{query}_live"), replayed, end)
-            print(f"[scale {scale}] {query} live catch-up: {result.live['seconds']:.0f} s in {len(batches)} micro-batches, "
-                  f"peak state {result.live['peak_state_rows']} rows ({result.live['peak_state_kib']} KiB), "
-                  f"heap after GC at most {result.live['peak_heap_after_gc_mib']} MiB (peak {result.live['peak_heap_mib']}), "
-                  f"equals the replay: {result.live['same_as_replay']}", flush=True)
+            print(
+                f"[scale {scale}] {query} live catch-up: {result.live['seconds']:.0f} s in {len(batches)} micro-batches, "
+                f"peak state {result.live['peak_state_rows']} rows ({result.live['peak_state_kib']} KiB), "
+                f"heap after GC at most {result.live['peak_heap_after_gc_mib']} MiB (peak {result.live['peak_heap_mib']}), "
+                f"equals the replay: {result.live['same_as_replay']}",
+                flush=True,
+            )
         results.append(result)
     return results
 
@@ -196,8 +233,8 @@ def machine() -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     cpu = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-        cpu = model
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     return f"{os.cpu_count()} cores ({cpu}), {memory:.0f} GiB, {platform.system()} {platform.release()}, Python {platform.python_version()}"
@@ -211,16 +248,29 @@ def _write(out: Path, results: list[QueryResult], run: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scales", default="1,4,16", help="workload sizes, multiples of 4 hours of events (default 1,4,16)")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per query and scale; medians are reported")
+    parser.add_argument(
+        "--scales", default="1,4,16", help="workload sizes, multiples of 4 hours of events (default 1,4,16)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="timed rounds per query and scale; medians are reported"
+    )
     parser.add_argument("--queries", default=",".join(handwritten.QUERIES))
-    parser.add_argument("--live-scales", default="1,4", help="scales at which the live runner catches up (slow)")
-    parser.add_argument("--live-queries", default="q8,q20",
-                        help="queries whose live catch-up is measured at every live scale (all are at the smallest)")
+    parser.add_argument(
+        "--live-scales", default="1,4", help="scales at which the live runner catches up (slow)"
+    )
+    parser.add_argument(
+        "--live-queries",
+        default="q8,q20",
+        help="queries whose live catch-up is measured at every live scale (all are at the smallest)",
+    )
     parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB (the bench extra)")
     parser.add_argument("--work", default="build/bench", help="scratch folder for the Delta tables")
-    parser.add_argument("--out", default=str(BENCH / "results"), help="where report.md, scaling.svg and results.json go")
-    parser.add_argument("--report-only", action="store_true", help="rewrite report.md and scaling.svg from <out>/results.json")
+    parser.add_argument(
+        "--out", default=str(BENCH / "results"), help="where report.md, scaling.svg and results.json go"
+    )
+    parser.add_argument(
+        "--report-only", action="store_true", help="rewrite report.md and scaling.svg from <out>/results.json"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     if args.report_only:
@@ -236,14 +286,28 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for scale in scales:
         root = Path(args.work).resolve() / f"scale_{scale:g}"
-        live = [] if scale not in live_scales else queries if scale == min(live_scales) else args.live_queries.split(",")
+        live = (
+            []
+            if scale not in live_scales
+            else queries
+            if scale == min(live_scales)
+            else args.live_queries.split(",")
+        )
         results += bench_scale(spark, scale, root, args.rounds, queries, live, not args.no_duckdb)
     out.mkdir(parents=True, exist_ok=True)
-    run = {"finished": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", "minutes": round((time.perf_counter() - began) / 60),
-           "machine": machine()}
-    (out / "results.json").write_text(json.dumps({"run": run, "results": [asdict(r) for r in results]}, indent=1))
+    run = {
+        "finished": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        "minutes": round((time.perf_counter() - began) / 60),
+        "machine": machine(),
+    }
+    (out / "results.json").write_text(
+        json.dumps({"run": run, "results": [asdict(r) for r in results]}, indent=1)
+    )
     _write(out, results, run)
-    agree = all(r.same_as_handwritten and r.same_as_duckdb is not False and (not r.live or r.live["same_as_replay"]) for r in results)
+    agree = all(
+        r.same_as_handwritten and r.same_as_duckdb is not False and (not r.live or r.live["same_as_replay"])
+        for r in results
+    )
     return 0 if agree else 1
 
 

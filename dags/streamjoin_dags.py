@@ -96,13 +96,15 @@ def slice_options(params: dict[str, Any]) -> tuple[str, dict[str, int] | None]:
     """The run's replay mode and pinned versions (dag_run.conf overrides the DAG's params)."""
     mode, versions = params.get("mode") or "exact", params.get("versions")
     if mode not in MODES:
-        raise AirflowFailException(f"conf mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")
+        raise AirflowFailException(
+            f"conf mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
+        )
     if versions is not None and (
         not isinstance(versions, dict)
         or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in versions.values())
     ):
         raise AirflowFailException(
-            f"conf versions {versions!r} must map source names to Delta versions, e.g. {{\"orders\": 12, \"payments\": 9}}"
+            f'conf versions {versions!r} must map source names to Delta versions, e.g. {{"orders": 12, "payments": 9}}'
         )
     return mode, versions or None
 
@@ -113,7 +115,9 @@ def spark_session():
 
     from streamjoin.session import get_spark
 
-    return get_spark(master=Variable.get(MASTER_VARIABLE, default=None) or None, app_name="streamjoin-airflow")
+    return get_spark(
+        master=Variable.get(MASTER_VARIABLE, default=None) or None, app_name="streamjoin-airflow"
+    )
 
 
 def outcome_summary(outcome) -> dict[str, Any]:
@@ -158,8 +162,17 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
         f"{schedule.timezone}) at a time and validates the slice; output `{spec.output.location}`. "
         "Conf: `mode` (exact | complete), `versions` ({source: Delta version}, default latest).",
         params={
-            "mode": Param("exact", type="string", enum=list(MODES), description="exact: as live ran; complete: every row on time"),
-            "versions": Param(None, type=["null", "object"], description="pinned Delta versions {source: version}; null: latest"),
+            "mode": Param(
+                "exact",
+                type="string",
+                enum=list(MODES),
+                description="exact: as live ran; complete: every row on time",
+            ),
+            "versions": Param(
+                None,
+                type=["null", "object"],
+                description="pinned Delta versions {source: version}; null: latest",
+            ),
         },
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     ) as made:
@@ -181,15 +194,23 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
             return text
 
         @task(outlets=[asset])
-        def replay_slice(data_interval_start=None, data_interval_end=None, params=None, dag_run=None, ti=None) -> dict:
+        def replay_slice(
+            data_interval_start=None, data_interval_end=None, params=None, dag_run=None, ti=None
+        ) -> dict:
             """Replay and validate [data_interval_start, data_interval_end); fail unless the slice succeeded."""
             from streamjoin.backfill import INVALID, SUCCEEDED, run_slice
 
             mode, versions = slice_options(params)
             try:
                 outcome = run_slice(
-                    spark_session(), spec, data_interval_start, data_interval_end, mode=mode, versions=versions,
-                    validate=True, backfill_id=f"airflow:{dag_run.dag_id}:{dag_run.run_id}",
+                    spark_session(),
+                    spec,
+                    data_interval_start,
+                    data_interval_end,
+                    mode=mode,
+                    versions=versions,
+                    validate=True,
+                    backfill_id=f"airflow:{dag_run.dag_id}:{dag_run.run_id}",
                 )
             except JobError as exc:  # the job cannot run as written: retrying would not help
                 raise AirflowFailException(f"job {spec.name}: {exc}") from None
@@ -258,10 +279,14 @@ def build_dags(folder: Path) -> dict[str, DAG]:
             spec = load_job(job_file, root=data_root())
             cron_for(spec.schedule.every)  # refuse a bad schedule before any DAG of the job is registered
             start_date(spec)
-            ids = [f"streamjoin_{spec.name}"] + ([f"streamjoin_{spec.name}_live"] if spec.schedule.live_every else [])
+            ids = [f"streamjoin_{spec.name}"] + (
+                [f"streamjoin_{spec.name}_live"] if spec.schedule.live_every else []
+            )
             taken = [i for i in ids if i in dags]
             if taken:
-                raise JobError(f"DAG id {taken[0]} is already made from another job file; give this job another name")
+                raise JobError(
+                    f"DAG id {taken[0]} is already made from another job file; give this job another name"
+                )
         except Exception as exc:  # one bad job file must not hide the other jobs' DAGs
             message = f"streamjoin: job file {job_file} skipped, no DAG made: {type(exc).__name__}: {exc}"
             log.error(message)

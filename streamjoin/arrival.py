@@ -16,8 +16,8 @@ into micro-batches, which is what makes a live run and a replay write the same r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,12 +25,12 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 
-T = "_sj_t"            # event time, UTC microseconds (NULL when missing or unparseable)
-TS = "_sj_ts"          # commit timestamp, UTC microseconds
-SRC = "_sj_src"        # source index in the join chain
-V = "_sj_v"            # commit version
+T = "_sj_t"  # event time, UTC microseconds (NULL when missing or unparseable)
+TS = "_sj_ts"  # commit timestamp, UTC microseconds
+SRC = "_sj_src"  # source index in the join chain
+V = "_sj_v"  # commit version
 REJECT = "_sj_reject"  # why the row is bad input, or NULL
-WM = "_sj_wm"          # the watermark at the row's arrival (NULL before any event time arrived)
+WM = "_sj_wm"  # the watermark at the row's arrival (NULL before any event time arrived)
 META = (T, TS, SRC, V, REJECT)
 
 Position = tuple[int, int, int]  # (commit timestamp micros, source index, commit version)
@@ -53,7 +53,9 @@ class CommitStats:
     window_rejected: int = 0
 
 
-def prepare(changes: DataFrame, index: int, raw_time: Column, event_time: Column, keys: Iterable[str]) -> DataFrame:
+def prepare(
+    changes: DataFrame, index: int, raw_time: Column, event_time: Column, keys: Iterable[str]
+) -> DataFrame:
     """Tag change-feed rows with event time, position and rejection reason; keep user columns."""
     keys = list(keys)
     null_key = F.lit(False)
@@ -98,8 +100,17 @@ def commit_stats(rows: DataFrame, window: tuple[int, int] | None = None) -> list
         F.count(F.when(owned & F.col(REJECT).isNotNull(), 1)).alias("window_rejected"),
     )
     return sorted(
-        (CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"], r["rejected"], r["window_rows"], r["window_rejected"])
-         for r in grouped.collect()),
+        (
+            CommitStats(
+                (r[TS], r[SRC], r[V]),
+                r["max_event"],
+                r["rows"],
+                r["rejected"],
+                r["window_rows"],
+                r["window_rejected"],
+            )
+            for r in grouped.collect()
+        ),
         key=lambda c: c.position,
     )
 
@@ -112,7 +123,9 @@ def frontier(newest: dict[int, Position], sources: int) -> Position | None:
     return min(newest.values())
 
 
-def newest_positions(commits: Iterable[CommitStats], into: dict[int, Position] | None = None) -> dict[int, Position]:
+def newest_positions(
+    commits: Iterable[CommitStats], into: dict[int, Position] | None = None
+) -> dict[int, Position]:
     """Each source's newest position among `commits`, merged into `into`."""
     newest = dict(into or {})
     for commit in commits:
@@ -122,7 +135,9 @@ def newest_positions(commits: Iterable[CommitStats], into: dict[int, Position] |
     return newest
 
 
-def watermarks(commits: list[CommitStats], max_before: int | None, grace: int) -> tuple[dict[tuple[int, int], int | None], int | None]:
+def watermarks(
+    commits: list[CommitStats], max_before: int | None, grace: int
+) -> tuple[dict[tuple[int, int], int | None], int | None]:
     """The watermark at each commit (keyed by (source, version)) and the largest event time after all.
 
     `commits` must be in position order and `max_before` the largest event time of every settled
@@ -157,9 +172,13 @@ def timeline(commits: list[CommitStats], max_before: int | None) -> Timeline:
     return Timeline(before, after)
 
 
-_MARKS_SCHEMA = StructType([
-    StructField("_sj_msrc", LongType()), StructField("_sj_mv", LongType()), StructField(WM, LongType()),
-])
+_MARKS_SCHEMA = StructType(
+    [
+        StructField("_sj_msrc", LongType()),
+        StructField("_sj_mv", LongType()),
+        StructField(WM, LongType()),
+    ]
+)
 
 
 def watermark_table(spark: SparkSession, marks: dict[tuple[int, int], int | None]) -> DataFrame:
@@ -203,7 +222,9 @@ def side_rows(rows: DataFrame, source: str, reason: Column, watermark: Column | 
         F.lit(source).alias("source"),
         reason.alias("reason"),
         F.timestamp_micros(F.col(T)).alias("event_time"),
-        (F.timestamp_micros(watermark) if watermark is not None else F.lit(None).cast("timestamp")).alias("watermark"),
+        (F.timestamp_micros(watermark) if watermark is not None else F.lit(None).cast("timestamp")).alias(
+            "watermark"
+        ),
         F.col(V).alias("commit_version"),
         F.timestamp_micros(F.col(TS)).alias("commit_timestamp"),
         F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])).alias("row"),

@@ -13,9 +13,9 @@ import json
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 import pendulum
 from pyspark.sql import DataFrame, SparkSession
@@ -68,7 +68,9 @@ def cut(start: datetime, end: datetime, every: str, timezone: str = "UTC") -> li
     try:
         zone = pendulum.timezone(timezone)
     except Exception:
-        raise JobError(f"time zone {timezone!r} is unknown; write an IANA name such as UTC or Europe/Berlin") from None
+        raise JobError(
+            f"time zone {timezone!r} is unknown; write an IANA name such as UTC or Europe/Berlin"
+        ) from None
     start, end = pendulum.instance(start).in_timezone(zone), pendulum.instance(end).in_timezone(zone)
     if not start < end:
         raise JobError(f"the backfill interval [{start}, {end}) is empty; start must be before end")
@@ -82,7 +84,9 @@ def cut(start: datetime, end: datetime, every: str, timezone: str = "UTC") -> li
             point = next_day if step >= DAY else point + step
         day = next_day
     points = [start, *boundaries, end]
-    return [Slice(a.in_timezone("UTC"), b.in_timezone("UTC")) for a, b in zip(points, points[1:])]
+    return [
+        Slice(a.in_timezone("UTC"), b.in_timezone("UTC")) for a, b in zip(points, points[1:], strict=False)
+    ]
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,11 @@ class Backfill:
         lines += [f"  {name}: version {version}" for name, version in sorted(self.versions.items())]
         lines.append("margins (rows each slice reads beyond its own interval, by event time):")
         for name, margin in self.margins.items():
-            text = ("all changes up to its pinned version (a table)" if margin is None
-                    else f"{format_duration(margin[0])} before, {format_duration(margin[1])} after")
+            text = (
+                "all changes up to its pinned version (a table)"
+                if margin is None
+                else f"{format_duration(margin[0])} before, {format_duration(margin[1])} after"
+            )
             lines.append(f"  {name}: {text}")
         lines.append("slices:")
         lines += [f"  {i + 1:>4}. {s.label(self.timezone)}" for i, s in enumerate(self.slices)]
@@ -130,7 +137,9 @@ def plan_backfill(
 ) -> Backfill:
     """Cut [start, end) (by the job's schedule unless `every`/`timezone` are given) and pin versions once."""
     if mode not in kernel.MODES:
-        raise JobError(f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")
+        raise JobError(
+            f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
+        )
     every = every or spec.schedule.every
     timezone = timezone or spec.schedule.timezone
     slices = cut(start, end, every, timezone)
@@ -139,8 +148,16 @@ def plan_backfill(
     margins = {s.name: tuple(timedelta(microseconds=m) for m in join.margins(s.name)) for s in plan.streams}
     margins.update({s.name: None for s in plan.tables})
     return Backfill(
-        job=spec, id=str(uuid.uuid4()), start=slices[0].start, end=slices[-1].end, every=every, timezone=timezone,
-        mode=mode, versions=pin_versions(spark, plan, versions), slices=tuple(slices), margins=margins,
+        job=spec,
+        id=str(uuid.uuid4()),
+        start=slices[0].start,
+        end=slices[-1].end,
+        every=every,
+        timezone=timezone,
+        mode=mode,
+        versions=pin_versions(spark, plan, versions),
+        slices=tuple(slices),
+        margins=margins,
     )
 
 
@@ -190,19 +207,36 @@ def run_slice(
     piece = Slice(pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC"))
     metrics = result = error = None
     try:
-        metrics = replay(spark, spec, piece.start, piece.end, mode=mode, versions=versions, after_write=after_write,
-                         checked=checked)
+        metrics = replay(
+            spark,
+            spec,
+            piece.start,
+            piece.end,
+            mode=mode,
+            versions=versions,
+            after_write=after_write,
+            checked=checked,
+        )
         if validate:
             from streamjoin.validation import validate_slice
 
-            result = validate_slice(spark, spec, slice_output(spark, spec, piece), piece.start, piece.end, site)
+            result = validate_slice(
+                spark, spec, slice_output(spark, spec, piece), piece.start, piece.end, site
+            )
         status = SUCCEEDED if result is None or result.success else INVALID
     except JobError:
         raise
     except Exception as exc:  # a Spark or I/O failure: the slice failed, the backfill goes on
         status, error = FAILED, _short_error(exc)
     outcome = SliceOutcome(piece, status, metrics, result, error, round(time.monotonic() - began, 3))
-    _record(spark, spec, outcome, backfill_id or str(uuid.uuid4()), mode, metrics.versions if metrics else versions)
+    _record(
+        spark,
+        spec,
+        outcome,
+        backfill_id or str(uuid.uuid4()),
+        mode,
+        metrics.versions if metrics else versions,
+    )
     return outcome
 
 
@@ -221,8 +255,17 @@ def run_backfill(
     outcomes = []
     for piece in slices if slices is not None else backfill.slices:
         outcome = run_slice(
-            spark, backfill.job, piece.start, piece.end, mode=backfill.mode, versions=backfill.versions,
-            validate=validate, site=site, backfill_id=backfill.id, after_write=after_write, checked=True,
+            spark,
+            backfill.job,
+            piece.start,
+            piece.end,
+            mode=backfill.mode,
+            versions=backfill.versions,
+            validate=validate,
+            site=site,
+            backfill_id=backfill.id,
+            after_write=after_write,
+            checked=True,
         )
         outcomes.append(outcome)
         if on_slice:
@@ -233,7 +276,9 @@ def run_backfill(
 def slice_output(spark: SparkSession, spec: JoinSpec, piece: Slice) -> DataFrame:
     """The rows a slice wrote: the output (table-table joins: the result's changes) in [start, end)."""
     out = spec.output
-    location = out.side("changes") if isinstance(kernel.family(bind(spark, spec)), TableTableJoin) else out.location
+    location = (
+        out.side("changes") if isinstance(kernel.family(bind(spark, spec)), TableTableJoin) else out.location
+    )
     time_column = F.col(out.time)
     return delta_io.read_snapshot(spark, location).where(
         (time_column >= F.lit(piece.start)) & (time_column < F.lit(piece.end))
@@ -242,25 +287,50 @@ def slice_output(spark: SparkSession, spec: JoinSpec, piece: Slice) -> DataFrame
 
 # ---------------------------------------------------------------- the record of attempts
 
-RECORD_SCHEMA = StructType([
-    StructField("job", StringType()), StructField("backfill_id", StringType()),
-    StructField("slice_start", TimestampType()), StructField("slice_end", TimestampType()),
-    StructField("mode", StringType()), StructField("versions", StringType()), StructField("status", StringType()),
-    StructField("error", StringType()), StructField("rows_in", LongType()), StructField("rows_out", LongType()),
-    StructField("validation_failed", StringType()), StructField("docs", StringType()),
-    StructField("finished_at", TimestampType()), StructField("duration_s", DoubleType()),
-])
+RECORD_SCHEMA = StructType(
+    [
+        StructField("job", StringType()),
+        StructField("backfill_id", StringType()),
+        StructField("slice_start", TimestampType()),
+        StructField("slice_end", TimestampType()),
+        StructField("mode", StringType()),
+        StructField("versions", StringType()),
+        StructField("status", StringType()),
+        StructField("error", StringType()),
+        StructField("rows_in", LongType()),
+        StructField("rows_out", LongType()),
+        StructField("validation_failed", StringType()),
+        StructField("docs", StringType()),
+        StructField("finished_at", TimestampType()),
+        StructField("duration_s", DoubleType()),
+    ]
+)
 
 
-def _record(spark: SparkSession, spec: JoinSpec, outcome: SliceOutcome, backfill_id: str, mode: str,
-            versions: dict[str, int] | None) -> None:
+def _record(
+    spark: SparkSession,
+    spec: JoinSpec,
+    outcome: SliceOutcome,
+    backfill_id: str,
+    mode: str,
+    versions: dict[str, int] | None,
+) -> None:
     metrics, validation = outcome.metrics, outcome.validation
     row = (
-        spec.name, backfill_id, spark_value(outcome.slice.start), spark_value(outcome.slice.end), mode,
-        json.dumps(versions or {}, sort_keys=True), outcome.status, outcome.error,
-        metrics.total("rows_in") if metrics else None, metrics.rows_out if metrics else None,
-        json.dumps(list(validation.failed)) if validation else None, validation.docs if validation else None,
-        spark_value(pendulum.now("UTC")), outcome.duration_s,
+        spec.name,
+        backfill_id,
+        spark_value(outcome.slice.start),
+        spark_value(outcome.slice.end),
+        mode,
+        json.dumps(versions or {}, sort_keys=True),
+        outcome.status,
+        outcome.error,
+        metrics.total("rows_in") if metrics else None,
+        metrics.rows_out if metrics else None,
+        json.dumps(list(validation.failed)) if validation else None,
+        validation.docs if validation else None,
+        spark_value(pendulum.now("UTC")),
+        outcome.duration_s,
     )
     delta_io.append(spark.createDataFrame([row], RECORD_SCHEMA), spec.output.side("backfill"))
 
@@ -294,11 +364,12 @@ def unfinished(spark: SparkSession, backfill: Backfill) -> tuple[list[Slice], di
 
 # ---------------------------------------------------------------- hand-off to live
 
-FAR_FUTURE = datetime(2200, 1, 1, tzinfo=timezone.utc)  # "no end": the slice a hand-off replays is [at, FAR_FUTURE)
+FAR_FUTURE = datetime(2200, 1, 1, tzinfo=UTC)  # "no end": the slice a hand-off replays is [at, FAR_FUTURE)
 
 
-def hand_off(spark: SparkSession, spec: JoinSpec, at: datetime, checkpoint: str,
-             versions: dict[str, int] | None = None) -> RunMetrics:
+def hand_off(
+    spark: SparkSession, spec: JoinSpec, at: datetime, checkpoint: str, versions: dict[str, int] | None = None
+) -> RunMetrics:
     """Make a new live checkpoint continue exactly where a backfill ending at `at` stopped.
 
     The backfill wrote [start, at) over versions V (read from its record unless given). This replays
@@ -310,7 +381,9 @@ def hand_off(spark: SparkSession, spec: JoinSpec, at: datetime, checkpoint: str,
     at = pendulum.instance(at).in_timezone("UTC")
     runner = LiveRunner(spark, spec, checkpoint)
     if runner.started():
-        raise JobError(f"checkpoint {checkpoint!r} has already run; a hand-off starts a new checkpoint (give another --checkpoint)")
+        raise JobError(
+            f"checkpoint {checkpoint!r} has already run; a hand-off starts a new checkpoint (give another --checkpoint)"
+        )
     versions = versions or _versions_of_backfill_ending_at(spark, spec, at)
     metrics = replay(spark, spec, at, FAR_FUTURE, mode="exact", versions=versions)
     runner.seed(versions)
@@ -320,9 +393,11 @@ def hand_off(spark: SparkSession, spec: JoinSpec, at: datetime, checkpoint: str,
 def _versions_of_backfill_ending_at(spark: SparkSession, spec: JoinSpec, at: datetime) -> dict[str, int]:
     """The versions the latest exact backfill whose last slice ends at `at` pinned; all its slices must have succeeded."""
     recorded = attempts(spark, spec)
-    ending = [] if recorded is None else [
-        r for r in recorded.where(F.col("mode") == "exact").collect() if from_spark(r.slice_end) == at
-    ]
+    ending = (
+        []
+        if recorded is None
+        else [r for r in recorded.where(F.col("mode") == "exact").collect() if from_spark(r.slice_end) == at]
+    )
     if not ending:
         raise JobError(
             f"no exact backfill of job {spec.name} ending at {at.isoformat()} is recorded in {spec.output.side('backfill')}; "
@@ -330,9 +405,15 @@ def _versions_of_backfill_ending_at(spark: SparkSession, spec: JoinSpec, at: dat
         )
     backfill_id = max(ending, key=lambda r: r.finished_at).backfill_id
     latest = {}
-    for r in sorted(recorded.where(F.col("backfill_id") == backfill_id).collect(), key=lambda r: r.finished_at):
+    for r in sorted(
+        recorded.where(F.col("backfill_id") == backfill_id).collect(), key=lambda r: r.finished_at
+    ):
         latest[r.slice_start] = r
-    failed = [f"{from_spark(r.slice_start).isoformat()} ({r.status})" for r in latest.values() if r.status != SUCCEEDED]
+    failed = [
+        f"{from_spark(r.slice_start).isoformat()} ({r.status})"
+        for r in latest.values()
+        if r.status != SUCCEEDED
+    ]
     if failed:
         raise JobError(
             f"backfill {backfill_id} ending at {at.isoformat()} has slices that did not succeed: {', '.join(failed)}; "
@@ -347,4 +428,3 @@ def _short_error(exc: BaseException) -> str:
     origin = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" (at {origin.filename.rsplit('/', 1)[-1]}:{origin.lineno})" if origin else ""
     return f"{type(exc).__name__}: {text[:500]}{where}"
-

@@ -28,11 +28,11 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamjoin import delta_io
-from streamjoin.arrival import BAD_TIME, NULL_KEY, NULL_TIME, REJECT, SRC, TS, T, V, CommitStats, user_columns
+from streamjoin.arrival import BAD_TIME, NULL_KEY, NULL_TIME, REJECT, SRC, TS, CommitStats, T, V, user_columns
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.plan import BoundSource
 
-DELETED = "_sj_del"    # the change deletes its key (a tombstone)
+DELETED = "_sj_del"  # the change deletes its key (a tombstone)
 VALID_FROM = "_sj_from"  # a version is valid for  from <= x < to  (to NULL: still valid)
 VALID_TO = "_sj_to"
 
@@ -63,7 +63,13 @@ def known_until(table_newest: int | None, clock: int | None, clock_skew: int) ->
     return max(bounds, default=None)
 
 
-def read(spark: SparkSession, source: BoundSource, upto_version: int, start: int = 0, start_time: datetime | None = None) -> DataFrame:
+def read(
+    spark: SparkSession,
+    source: BoundSource,
+    upto_version: int,
+    start: int = 0,
+    start_time: datetime | None = None,
+) -> DataFrame:
     """The table's changes up to `upto_version` since its start, tagged (see module docstring).
 
     From version 0, every change of the change feed. From a later start S (committed at
@@ -77,7 +83,9 @@ def read(spark: SparkSession, source: BoundSource, upto_version: int, start: int
         with delta_io.translated_errors(spec.location, f"its start version {start}"):
             history = delta_io.read_snapshot(spark, spec.location, start)
         raw = history.select(
-            "*", F.lit("insert").alias(CHANGE_TYPE), F.lit(start).cast("long").alias(COMMIT_VERSION),
+            "*",
+            F.lit("insert").alias(CHANGE_TYPE),
+            F.lit(start).cast("long").alias(COMMIT_VERSION),
             F.lit(start_time).cast("timestamp").alias(COMMIT_TIMESTAMP),
         )
         if upto_version > start:

@@ -28,7 +28,9 @@ def _versions(text: str | None) -> dict[str, int] | None:
     for item in text.split(","):
         name, _, version = item.partition("=")
         if not version.strip().isdigit():
-            raise StreamJoinError(f"--versions takes source=version pairs, e.g. orders=12,payments=9; got {item!r}")
+            raise StreamJoinError(
+                f"--versions takes source=version pairs, e.g. orders=12,payments=9; got {item!r}"
+            )
         pinned[name.strip()] = int(version)
     return pinned
 
@@ -43,7 +45,9 @@ def _start_at(text: str | None) -> dict[str, object] | None:
     for item in text.split(","):
         name, _, value = item.partition("=")
         if not name.strip() or not value.strip():
-            raise StreamJoinError(f"--from takes a version or time, or source=version pairs, e.g. orders=120,rates=7; got {item!r}")
+            raise StreamJoinError(
+                f"--from takes a version or time, or source=version pairs, e.g. orders=120,rates=7; got {item!r}"
+            )
         starts[name.strip()] = value.strip()
     return starts
 
@@ -54,8 +58,10 @@ def _starts_for(spec, text: str | None) -> dict[str, object] | None:
         return {s.name: starts["*"] for s in spec.sources}
     unknown = sorted(set(starts or {}) - {s.name for s in spec.sources})
     if unknown:
-        raise StreamJoinError(f"--from names {', '.join(unknown)}, which job {spec.name} does not have; sources: "
-                              f"{', '.join(s.name for s in spec.sources)}")
+        raise StreamJoinError(
+            f"--from names {', '.join(unknown)}, which job {spec.name} does not have; sources: "
+            f"{', '.join(s.name for s in spec.sources)}"
+        )
     return starts
 
 
@@ -81,10 +87,14 @@ def cmd_validate(args) -> int:
     spark = get_spark(master=args.master)
     missing = [s.name for s in spec.sources if not delta_io.exists(spark, s.location)]
     if missing:
-        print(f"job {spec.name}: sources {', '.join(missing)} do not exist yet; columns and types not checked")
+        print(
+            f"job {spec.name}: sources {', '.join(missing)} do not exist yet; columns and types not checked"
+        )
         return 0
     plan = bind(spark, spec)
-    print(f"job {spec.name}: columns, types and expressions ok; output columns {', '.join(plan.output_columns)}")
+    print(
+        f"job {spec.name}: columns, types and expressions ok; output columns {', '.join(plan.output_columns)}"
+    )
     return 0
 
 
@@ -108,7 +118,9 @@ def cmd_replay(args) -> int:
     spark = get_spark(master=args.master)
     metrics = replay(spark, spec, start, end, mode=args.mode, versions=_versions(args.versions))
     print(metrics.summary())
-    print(f"output: {spec.output.location} (late rows: {spec.output.side('late')}, rejected: {spec.output.side('rejected')})")
+    print(
+        f"output: {spec.output.location} (late rows: {spec.output.side('late')}, rejected: {spec.output.side('rejected')})"
+    )
     return 0
 
 
@@ -120,8 +132,16 @@ def cmd_backfill(args) -> int:
     spec = _job(args)
     start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
     spark = get_spark(master=args.master)
-    backfill = plan_backfill(spark, spec, start, end, every=args.every, timezone=args.timezone,
-                             mode=args.mode, versions=_versions(args.versions))
+    backfill = plan_backfill(
+        spark,
+        spec,
+        start,
+        end,
+        every=args.every,
+        timezone=args.timezone,
+        mode=args.mode,
+        versions=_versions(args.versions),
+    )
     slices = list(backfill.slices)
     if args.only_failed:
         slices, recorded = unfinished(spark, backfill)
@@ -136,12 +156,15 @@ def cmd_backfill(args) -> int:
         print(f"job {spec.name}: every slice of this backfill succeeded already; nothing to run")
         return 0
     with BackfillProgress(backfill, len(slices)) as progress:
-        outcomes = run_backfill(spark, backfill, slices, validate=not args.no_validate, site=args.site,
-                                on_slice=progress.advance)
+        outcomes = run_backfill(
+            spark, backfill, slices, validate=not args.no_validate, site=args.site, on_slice=progress.advance
+        )
     _console().print(outcome_table(backfill, outcomes))
     failed = [o for o in outcomes if not o.ok]
-    print(f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
-          f"attempts recorded in {spec.output.side('backfill')}")
+    print(
+        f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
+        f"attempts recorded in {spec.output.side('backfill')}"
+    )
     if failed:
         print("re-run the failed slices with the same versions: add --only-failed", file=sys.stderr)
     return 1 if failed else 0
@@ -158,8 +181,10 @@ def cmd_handoff(args) -> int:
     spark = get_spark(master=args.master)
     checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
     seeded = hand_off(spark, spec, at, checkpoint, versions=_versions(args.versions))
-    print(f"job {spec.name}: rows from {at.isoformat()} on decided by versions {seeded.versions} written "
-          f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}")
+    print(
+        f"job {spec.name}: rows from {at.isoformat()} on decided by versions {seeded.versions} written "
+        f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}"
+    )
     runs = LiveRunner(spark, spec, checkpoint, trigger=args.trigger).run(timeout=args.timeout)
     print(f"{len(runs)} micro-batch(es)" + (": " + combine(runs).summary() if runs else "; nothing new yet"))
     return 0
@@ -209,75 +234,129 @@ def cmd_demo(args) -> int:
     return 0
 
 
-_FROM_HELP = ("where a new job begins: a version or an ISO time for every source, or source=version pairs "
-              "(default: the job's start_at, else version 0); an existing index keeps its start")
+_FROM_HELP = (
+    "where a new job begins: a version or an ISO time for every source, or source=version pairs "
+    "(default: the job's start_at, else version 0); an existing index keeps its start"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__)
-    parser.add_argument("--master", help="Spark master (default $STREAMJOIN_MASTER or local[*]); spark://host:7077 for a cluster")
-    parser.add_argument("--root", help="folder that relative Delta paths in job files resolve against (default $STREAMJOIN_ROOT or ./data)")
+    parser.add_argument(
+        "--master",
+        help="Spark master (default $STREAMJOIN_MASTER or local[*]); spark://host:7077 for a cluster",
+    )
+    parser.add_argument(
+        "--root",
+        help="folder that relative Delta paths in job files resolve against (default $STREAMJOIN_ROOT or ./data)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser("demo", help="generate demo Delta tables, run the demo jobs live and as replays, print a summary")
+    demo = commands.add_parser(
+        "demo", help="generate demo Delta tables, run the demo jobs live and as replays, print a summary"
+    )
     demo.set_defaults(func=cmd_demo)
 
-    validate = commands.add_parser("validate-job", help="check a job file (and, when its sources exist, their columns and types)")
+    validate = commands.add_parser(
+        "validate-job", help="check a job file (and, when its sources exist, their columns and types)"
+    )
     validate.add_argument("job", help="path of a YAML job file, e.g. jobs/orders_payments.yaml")
     validate.set_defaults(func=cmd_validate)
 
-    explain = commands.add_parser("explain", help="print the resolved plan: sources and pinned versions, join chain, bounds, state, output")
+    explain = commands.add_parser(
+        "explain",
+        help="print the resolved plan: sources and pinned versions, join chain, bounds, state, output",
+    )
     explain.add_argument("job")
-    explain.add_argument("--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)")
+    explain.add_argument(
+        "--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)"
+    )
     explain.set_defaults(func=cmd_explain)
 
-    replay = commands.add_parser("replay", help="replay [start, end) over pinned Delta versions, replacing that slice of the output")
+    replay = commands.add_parser(
+        "replay", help="replay [start, end) over pinned Delta versions, replacing that slice of the output"
+    )
     replay.add_argument("job")
-    replay.add_argument("--start", required=True, help="ISO date or datetime, e.g. 2024-05-01 or 2024-05-01T06:00+02:00")
+    replay.add_argument(
+        "--start", required=True, help="ISO date or datetime, e.g. 2024-05-01 or 2024-05-01T06:00+02:00"
+    )
     replay.add_argument("--end", required=True, help="exclusive end, same formats as --start")
-    replay.add_argument("--mode", choices=("exact", "complete"), default="exact",
-                        help="exact: late rows excluded as live excluded them; complete: every row on time")
+    replay.add_argument(
+        "--mode",
+        choices=("exact", "complete"),
+        default="exact",
+        help="exact: late rows excluded as live excluded them; complete: every row on time",
+    )
     replay.add_argument("--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)")
     replay.set_defaults(func=cmd_replay)
 
-    backfill = commands.add_parser("backfill", help="replay [start, end) slice by slice over versions pinned once, validate each slice")
+    backfill = commands.add_parser(
+        "backfill", help="replay [start, end) slice by slice over versions pinned once, validate each slice"
+    )
     backfill.add_argument("job")
     backfill.add_argument("--start", required=True, help="ISO date or datetime (no zone: UTC)")
     backfill.add_argument("--end", required=True, help="exclusive end, same formats as --start")
-    backfill.add_argument("--every", help="slice length: 1h, 6h, 1d, 7d... (default: the job's schedule.every)")
-    backfill.add_argument("--timezone", help="IANA zone slices are aligned in (default: the job's schedule.timezone)")
+    backfill.add_argument(
+        "--every", help="slice length: 1h, 6h, 1d, 7d... (default: the job's schedule.every)"
+    )
+    backfill.add_argument(
+        "--timezone", help="IANA zone slices are aligned in (default: the job's schedule.timezone)"
+    )
     backfill.add_argument("--mode", choices=("exact", "complete"), default="exact")
-    backfill.add_argument("--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)")
-    backfill.add_argument("--only-failed", action="store_true",
-                          help="run only the slices whose last attempt failed or never ran, with the versions it pinned")
-    backfill.add_argument("--dry-run", action="store_true", help="print slices, pinned versions and margins; run nothing")
-    backfill.add_argument("--no-validate", action="store_true", help="skip the Great Expectations validation of each slice")
+    backfill.add_argument(
+        "--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)"
+    )
+    backfill.add_argument(
+        "--only-failed",
+        action="store_true",
+        help="run only the slices whose last attempt failed or never ran, with the versions it pinned",
+    )
+    backfill.add_argument(
+        "--dry-run", action="store_true", help="print slices, pinned versions and margins; run nothing"
+    )
+    backfill.add_argument(
+        "--no-validate", action="store_true", help="skip the Great Expectations validation of each slice"
+    )
     backfill.add_argument("--site", help="folder for Data Docs (default <output>_quality/data_docs)")
     backfill.set_defaults(func=cmd_backfill)
 
-    handoff = commands.add_parser("handoff", help="start live where a backfill ending at --at stopped: no gap, no overlap")
+    handoff = commands.add_parser(
+        "handoff", help="start live where a backfill ending at --at stopped: no gap, no overlap"
+    )
     handoff.add_argument("job")
     handoff.add_argument("--at", required=True, help="the end of the backfill (ISO date or datetime)")
     handoff.add_argument("--checkpoint", help="a new checkpoint folder (default <output>_checkpoint)")
     handoff.add_argument("--versions", help="the versions the backfill read (default: from its record)")
     handoff.add_argument("--trigger", default="available-now", help="available-now or processing-time:30s")
-    handoff.add_argument("--timeout", type=float, help="stop after this many seconds (processing-time triggers)")
+    handoff.add_argument(
+        "--timeout", type=float, help="stop after this many seconds (processing-time triggers)"
+    )
     handoff.set_defaults(func=cmd_handoff)
 
-    report = commands.add_parser("report", help="build the job's data-quality page from its run metrics and backfill record")
+    report = commands.add_parser(
+        "report", help="build the job's data-quality page from its run metrics and backfill record"
+    )
     report.add_argument("job")
     report.add_argument("--folder", help="where index.html goes (default <output>_quality/report)")
     report.set_defaults(func=cmd_report)
 
     stream = commands.add_parser("stream", help="run the job live with Structured Streaming")
     stream.add_argument("job")
-    stream.add_argument("--trigger", default="available-now", help="available-now (process what is there, stop) or processing-time:30s")
+    stream.add_argument(
+        "--trigger",
+        default="available-now",
+        help="available-now (process what is there, stop) or processing-time:30s",
+    )
     stream.add_argument("--checkpoint", help="checkpoint folder (default <output>_checkpoint)")
-    stream.add_argument("--timeout", type=float, help="stop after this many seconds (processing-time triggers)")
+    stream.add_argument(
+        "--timeout", type=float, help="stop after this many seconds (processing-time triggers)"
+    )
     stream.add_argument("--from", dest="from_", help=_FROM_HELP)
     stream.set_defaults(func=cmd_stream)
 
-    index = commands.add_parser("index", help="bring the job's arrival index up to the sources' latest versions (run it daily)")
+    index = commands.add_parser(
+        "index", help="bring the job's arrival index up to the sources' latest versions (run it daily)"
+    )
     index.add_argument("job")
     index.add_argument("--from", dest="from_", help=_FROM_HELP)
     index.set_defaults(func=cmd_index)

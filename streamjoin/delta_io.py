@@ -10,7 +10,7 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
@@ -66,10 +66,13 @@ class Commit:
     def rewrites_rows(self) -> bool:
         """The commit may update or delete rows: refused on an append-only stream source."""
         operation = self.operation.upper()
-        if operation in ("DELETE", "UPDATE", "MERGE", "TRUNCATE", "RESTORE") or operation.startswith("REPLACE"):
+        if operation in ("DELETE", "UPDATE", "MERGE", "TRUNCATE", "RESTORE") or operation.startswith(
+            "REPLACE"
+        ):
             return True
-        return operation in ("WRITE", "STREAMING UPDATE", "CREATE OR REPLACE TABLE AS SELECT") and \
-            (self.mode or "").lower() in ("overwrite", "complete")
+        return operation in ("WRITE", "STREAMING UPDATE", "CREATE OR REPLACE TABLE AS SELECT") and (
+            self.mode or ""
+        ).lower() in ("overwrite", "complete")
 
 
 def history(spark: SparkSession, location: str, since: int | None = None) -> list[Commit]:
@@ -82,8 +85,15 @@ def history(spark: SparkSession, location: str, since: int | None = None) -> lis
         entries = table.history(max(latest_version(spark, location) - since + 1, 1))
     rows = entries.select("version", "timestamp", "operation", "operationParameters").collect()
     commits = (
-        Commit(r.version, r.timestamp, r.operation, (r.operationParameters or {}).get("mode"), _enables_row_tracking(r))
-        for r in rows if since is None or r.version >= since
+        Commit(
+            r.version,
+            r.timestamp,
+            r.operation,
+            (r.operationParameters or {}).get("mode"),
+            _enables_row_tracking(r),
+        )
+        for r in rows
+        if since is None or r.version >= since
     )
     return sorted(commits, key=lambda c: c.version)
 
@@ -91,7 +101,8 @@ def history(spark: SparkSession, location: str, since: int | None = None) -> lis
 def _enables_row_tracking(entry) -> bool:
     parameters = entry.operationParameters or {}
     return "ROW TRACKING" in entry.operation.upper() or (
-        entry.operation.upper() in ("SET TBLPROPERTIES", "ALTER TABLE") and "enableRowTracking" in str(parameters)
+        entry.operation.upper() in ("SET TBLPROPERTIES", "ALTER TABLE")
+        and "enableRowTracking" in str(parameters)
     )
 
 
@@ -119,11 +130,15 @@ def oldest_version(spark: SparkSession, location: str) -> int:
     else:
         jvm = spark.sparkContext._jvm
         path = jvm.org.apache.hadoop.fs.Path(log)
-        names = [status.getPath().getName()
-                 for status in path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).listStatus(path)]
+        names = [
+            status.getPath().getName()
+            for status in path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).listStatus(path)
+        ]
     versions = [int(m.group(1)) for m in map(_COMMIT_FILE.match, names) if m]
     if not versions:
-        raise JobError(f"{location!r} is not a Delta table (no commits in its _delta_log); create it or fix the path")
+        raise JobError(
+            f"{location!r} is not a Delta table (no commits in its _delta_log); create it or fix the path"
+        )
     return min(versions)
 
 
@@ -162,8 +177,10 @@ def read_changes(spark: SparkSession, location: str, upto_version: int, from_ver
     """Row changes of commits [from_version, upto_version] from the change data feed: inserts, update
     post-images and deletes, with `_change_type`, `_commit_version` and `_commit_timestamp`."""
     reader = (
-        spark.read.format("delta").option("readChangeFeed", "true")
-        .option("startingVersion", from_version).option("endingVersion", upto_version)
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", from_version)
+        .option("endingVersion", upto_version)
     )
     with translated_errors(location, f"the change data feed of versions {from_version} to {upto_version}"):
         return _load(reader, location).where(F.col(CHANGE_TYPE) != "update_preimage")
@@ -175,13 +192,15 @@ def read_inserts(spark: SparkSession, location: str, upto_version: int, from_ver
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
 
 
-def stream_changes(spark: SparkSession, location: str, max_files_per_trigger: int | None = None,
-                   starting_version: int = 0) -> DataFrame:
+def stream_changes(
+    spark: SparkSession, location: str, max_files_per_trigger: int | None = None, starting_version: int = 0
+) -> DataFrame:
     """A streaming DataFrame of the change data feed (every change type, with `_change_type`,
     commit version and time), from `starting_version` on, which need not exist yet (Delta itself
     refuses a starting version newer than the table: the stream starts one earlier and filters)."""
     reader = (
-        spark.readStream.format("delta").option("readChangeFeed", "true")
+        spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
         .option("startingVersion", max(starting_version - 1, 0))
     )
     if max_files_per_trigger:
@@ -190,8 +209,9 @@ def stream_changes(spark: SparkSession, location: str, max_files_per_trigger: in
     return changes.where(F.col(COMMIT_VERSION) >= starting_version) if starting_version else changes
 
 
-def stream_inserts(spark: SparkSession, location: str, max_files_per_trigger: int | None = None,
-                   starting_version: int = 0) -> DataFrame:
+def stream_inserts(
+    spark: SparkSession, location: str, max_files_per_trigger: int | None = None, starting_version: int = 0
+) -> DataFrame:
     """A streaming DataFrame of inserted rows with their commit version and time, from `starting_version`."""
     changes = stream_changes(spark, location, max_files_per_trigger, starting_version)
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
@@ -214,7 +234,9 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
         files = read_snapshot(spark, location, version).inputFiles()
     missing = [f for f in files if not _file_exists(spark, f)]
     if missing:
-        vacuums = [c for c in history(spark, location, since=version) if c.operation.upper().startswith("VACUUM")]
+        vacuums = [
+            c for c in history(spark, location, since=version) if c.operation.upper().startswith("VACUUM")
+        ]
         when = f" (VACUUM ran at {vacuums[-1].timestamp})" if vacuums else ""
         raise HistoryNotRetainedError(
             f"{location!r} no longer retains {len(missing)} data file(s) of version {version}{when}, e.g. "
@@ -224,9 +246,14 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
 
 
 _NOT_RETAINED = (
-    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION", "DELTA_VERSION_NOT_FOUND",
-    "DELTA_CHANGE_DATA_FILE_NOT_FOUND", "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND", "DELTA_LOG_FILE_NOT_FOUND",
-    "DELTA_CANNOT_TIME_TRAVEL_VIEWS", "VersionNotFoundException",
+    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION",
+    "DELTA_VERSION_NOT_FOUND",
+    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+    "FILE_NOT_EXIST",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_LOG_FILE_NOT_FOUND",
+    "DELTA_CANNOT_TIME_TRAVEL_VIEWS",
+    "VersionNotFoundException",
 )
 
 
@@ -272,16 +299,19 @@ def change_files_kept(spark: SparkSession, location: str, since: int) -> bool:
     if any(c.operation.upper().startswith(("OPTIMIZE", "VACUUM", "REORG")) for c in commits):
         return False
     oldest = commits[0].timestamp
-    oldest = oldest.astimezone(timezone.utc) if oldest.tzinfo is None else oldest
-    return oldest >= datetime.now(timezone.utc) - file_retention(spark, location)
+    oldest = oldest.astimezone(UTC) if oldest.tzinfo is None else oldest
+    return oldest >= datetime.now(UTC) - file_retention(spark, location)
 
 
 def vacuum_note(spark: SparkSession, locations: list[str]) -> str:
     """Where and when VACUUM last ran among `locations`, for an error about missing files ("" if never)."""
     notes = []
     for location in locations:
-        vacuums = [c for c in history(spark, location, since=oldest_version(spark, location))
-                   if c.operation.upper().startswith("VACUUM")]
+        vacuums = [
+            c
+            for c in history(spark, location, since=oldest_version(spark, location))
+            if c.operation.upper().startswith("VACUUM")
+        ]
         if vacuums:
             notes.append(f"VACUUM ran at {vacuums[-1].timestamp} on {location!r}")
     return f" ({'; '.join(notes)})" if notes else ""
@@ -290,7 +320,9 @@ def vacuum_note(spark: SparkSession, locations: list[str]) -> str:
 def row_tracking(spark: SparkSession, location: str, version: int | None = None) -> bool:
     """Whether the table (as of `version`) gives each row the version that inserted it
     (`_metadata.row_commit_version`, Delta row tracking). Reads no data."""
-    fields = read_snapshot(spark, location, version).select("_metadata").schema["_metadata"].dataType.fieldNames()
+    fields = (
+        read_snapshot(spark, location, version).select("_metadata").schema["_metadata"].dataType.fieldNames()
+    )
     return "row_commit_version" in fields
 
 
@@ -312,7 +344,11 @@ def _file_exists(spark: SparkSession, uri: str) -> bool:
 
 
 def write_slice(
-    df: DataFrame, location: str, time_column: str, start: datetime, end: datetime,
+    df: DataFrame,
+    location: str,
+    time_column: str,
+    start: datetime,
+    end: datetime,
     partition_by: tuple[str, ...] = (),
 ) -> None:
     """Replace the rows whose `time_column` lies in [start, end) with `df`: re-running a slice is safe.
@@ -352,15 +388,23 @@ def _inside(spark: SparkSession, location: str, time_column: str, start: datetim
 
 def _naive_utc(when: datetime) -> datetime:
     """`when` as Spark returns TIMESTAMP values in a UTC session: naive, in UTC."""
-    return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
+    return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
 
 
-def write_once(df: DataFrame, location: str, app_id: str, batch: int, overwrite: bool = False,
-               partition_by: tuple[str, ...] = ()) -> None:
+def write_once(
+    df: DataFrame,
+    location: str,
+    app_id: str,
+    batch: int,
+    overwrite: bool = False,
+    partition_by: tuple[str, ...] = (),
+) -> None:
     """Append (or overwrite) exactly once per (app_id, batch): a retried batch's write is skipped."""
     writer = (
-        df.write.format("delta").mode("overwrite" if overwrite else "append")
-        .option("txnAppId", app_id).option("txnVersion", batch)
+        df.write.format("delta")
+        .mode("overwrite" if overwrite else "append")
+        .option("txnAppId", app_id)
+        .option("txnVersion", batch)
     )
     if partition_by and not exists(df.sparkSession, location):
         writer = writer.partitionBy(*partition_by)
@@ -381,8 +425,9 @@ def upsert(df: DataFrame, location: str, key: tuple[str, ...]) -> None:
         _save(df.write.format("delta"), location)
         return
     condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
-    _table(df.sparkSession, location).alias("t").merge(df.alias("s"), condition) \
-        .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+    _table(df.sparkSession, location).alias("t").merge(
+        df.alias("s"), condition
+    ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
 
 
 def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
@@ -392,11 +437,15 @@ def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
     if not exists(df.sparkSession, location):
         df.where(F.col(op) == "upsert").drop(op).write.format("delta").save(location)
         return
-    (_table(df.sparkSession, location).alias("t").merge(df.alias("s"), f"t.`{key}` = s.`{key}`")
-     .whenMatchedDelete(condition=f"s.`{op}` = 'delete'")
-     .whenMatchedUpdate(condition=f"s.`{op}` = 'upsert'", set={c: f"s.`{c}`" for c in columns})
-     .whenNotMatchedInsert(condition=f"s.`{op}` = 'upsert'", values={c: f"s.`{c}`" for c in columns})
-     .execute())
+    (
+        _table(df.sparkSession, location)
+        .alias("t")
+        .merge(df.alias("s"), f"t.`{key}` = s.`{key}`")
+        .whenMatchedDelete(condition=f"s.`{op}` = 'delete'")
+        .whenMatchedUpdate(condition=f"s.`{op}` = 'upsert'", set={c: f"s.`{c}`" for c in columns})
+        .whenNotMatchedInsert(condition=f"s.`{op}` = 'upsert'", values={c: f"s.`{c}`" for c in columns})
+        .execute()
+    )
 
 
 def append(df: DataFrame, location: str) -> None:

@@ -25,25 +25,46 @@ DAY = datetime(2024, 5, 1)
 JOBS_DIR = PROJECT_ROOT / "jobs"
 RUNNABLE = ("orders_payments", "payments_shipments", "orders_rates")
 
-ORDERS = StructType([
-    StructField("order_id", StringType()), StructField("customer_id", StringType()),
-    StructField("currency", StringType()), StructField("amount", DoubleType()), StructField("order_time", TimestampType()),
-])
-PAYMENTS = StructType([
-    StructField("payment_id", StringType()), StructField("order_id", StringType()),
-    StructField("amount", DoubleType()), StructField("paid_at", TimestampType()),
-])
-SHIPMENTS = StructType([
-    StructField("shipment_id", StringType()), StructField("order_id", StringType()),
-    StructField("carrier", StringType()), StructField("shipped_at", TimestampType()),
-])
-CUSTOMERS = StructType([
-    StructField("customer_id", StringType()), StructField("name", StringType()),
-    StructField("country", StringType()), StructField("updated_at", TimestampType()),
-])
-RATES = StructType([
-    StructField("currency", StringType()), StructField("rate", DoubleType()), StructField("valid_from", TimestampType()),
-])
+ORDERS = StructType(
+    [
+        StructField("order_id", StringType()),
+        StructField("customer_id", StringType()),
+        StructField("currency", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("order_time", TimestampType()),
+    ]
+)
+PAYMENTS = StructType(
+    [
+        StructField("payment_id", StringType()),
+        StructField("order_id", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("paid_at", TimestampType()),
+    ]
+)
+SHIPMENTS = StructType(
+    [
+        StructField("shipment_id", StringType()),
+        StructField("order_id", StringType()),
+        StructField("carrier", StringType()),
+        StructField("shipped_at", TimestampType()),
+    ]
+)
+CUSTOMERS = StructType(
+    [
+        StructField("customer_id", StringType()),
+        StructField("name", StringType()),
+        StructField("country", StringType()),
+        StructField("updated_at", TimestampType()),
+    ]
+)
+RATES = StructType(
+    [
+        StructField("currency", StringType()),
+        StructField("rate", DoubleType()),
+        StructField("valid_from", TimestampType()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -81,7 +102,11 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
         order_time = DAY + timedelta(seconds=rng.randrange(0, 86_400 - 4 * 3600))
         order_id = f"o{n:04d}"
         amount = round(rng.uniform(5, 500), 2)
-        deliver("orders", block_of(order_time), (order_id, rng.choice(customers), rng.choice(["EUR", "USD", "GBP"]), amount, order_time))
+        deliver(
+            "orders",
+            block_of(order_time),
+            (order_id, rng.choice(customers), rng.choice(["EUR", "USD", "GBP"]), amount, order_time),
+        )
         if rng.random() < 0.85:
             paid_at = order_time + timedelta(minutes=rng.randrange(1, 75))
             late = rng.random() < 0.06
@@ -89,18 +114,26 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
             deliver("payments", block, (f"p{n:04d}", order_id, amount, paid_at))
             if rng.random() < 0.8:
                 shipped_at = paid_at + timedelta(minutes=rng.randrange(10, 150))
-                deliver("shipments", block_of(shipped_at), (f"s{n:04d}", order_id, rng.choice(["DHL", "UPS", "PostNL"]), shipped_at))
+                deliver(
+                    "shipments",
+                    block_of(shipped_at),
+                    (f"s{n:04d}", order_id, rng.choice(["DHL", "UPS", "PostNL"]), shipped_at),
+                )
     for n in range(4):  # bad input: payments without an order id
         paid_at = DAY + timedelta(hours=3 + 5 * n)
         deliver("payments", block_of(paid_at), (f"px{n}", None, 10.0, paid_at))
 
     rates = {"EUR": 1.0, "USD": 0.92, "GBP": 1.17}
     rate_rounds: dict[int, list[list[tuple]]] = {}
-    delayed = blocks // 3  # this round's rates are committed after the next round's: late, by more than the grace
+    delayed = (
+        blocks // 3
+    )  # this round's rates are committed after the next round's: late, by more than the grace
     for block in range(blocks):
         valid_from = DAY + timedelta(seconds=block * 86_400 // blocks + 300)
         rates = {c: (r if c == "EUR" else round(r * rng.uniform(0.98, 1.02), 4)) for c, r in rates.items()}
-        rate_rounds.setdefault(block + 1 if block == delayed else block, []).append([(c, r, valid_from) for c, r in rates.items()])
+        rate_rounds.setdefault(block + 1 if block == delayed else block, []).append(
+            [(c, r, valid_from) for c, r in rates.items()]
+        )
     rate_rounds[delayed + 1].reverse()
 
     schemas = {"orders": ORDERS, "payments": PAYMENTS, "shipments": SHIPMENTS}
@@ -113,7 +146,10 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
             if rows:
                 commits.append(Commit(table, schemas[table], rows))
     tables = {
-        "customers": (CUSTOMERS, [(c, f"Customer {c}", rng.choice(["NL", "DE", "FR"]), DAY) for c in customers]),
+        "customers": (
+            CUSTOMERS,
+            [(c, f"Customer {c}", rng.choice(["NL", "DE", "FR"]), DAY) for c in customers],
+        ),
         "currency_rates": (RATES, [("EUR", 1.0, DAY), ("USD", 0.92, DAY), ("GBP", 1.17, DAY)]),
     }
     return DemoData(commits, tables)
@@ -146,12 +182,16 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
     shutil.rmtree(root, ignore_errors=True)
     data = generate(seed)
     half = len(data.commits) // 2
-    print(f"demo data: {sum(len(c.rows) for c in data.commits)} rows in {len(data.commits)} commits under {root}")
+    print(
+        f"demo data: {sum(len(c.rows) for c in data.commits)} rows in {len(data.commits)} commits under {root}"
+    )
     write_tables(spark, root, data, slice(0, half))
     jobs = {name: demo_job(name, root) for name in RUNNABLE}
     for job in jobs.values():
         bind(spark, job)  # fail before any data moves if a job does not fit its sources
-    runners = {name: LiveRunner(spark, job, f"{job.output.location}_checkpoint") for name, job in jobs.items()}
+    runners = {
+        name: LiveRunner(spark, job, f"{job.output.location}_checkpoint") for name, job in jobs.items()
+    }
     batches: dict[str, list[RunMetrics]] = {name: runner.run() for name, runner in runners.items()}
     write_tables(spark, root, data, slice(half, None))
     for name, runner in runners.items():
@@ -167,19 +207,32 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
             runs[mode] = replay(spark, target, start, end, mode=mode)
         results[name] = runs
         live_rows, exact_rows, complete_rows = (
-            delta_io.read_snapshot(spark, location) for location in
-            (job.output.location, f"{job.output.location}_replay_exact", f"{job.output.location}_replay_complete")
+            delta_io.read_snapshot(spark, location)
+            for location in (
+                job.output.location,
+                f"{job.output.location}_replay_exact",
+                f"{job.output.location}_replay_complete",
+            )
         )
         same = live_rows.exceptAll(exact_rows).isEmpty() and exact_rows.exceptAll(live_rows).isEmpty()
         print(f"\n== {name}: {job.description}")
         for run in runs.values():
             print("  " + run.summary())
         print(f"  live output equals the exact replay: {'yes' if same else 'NO'}")
-        gained, lost = complete_rows.exceptAll(exact_rows).count(), exact_rows.exceptAll(complete_rows).count()
-        print(f"  what lateness cost ({runs['exact'].total('late')} late input rows): {gained} output rows appear only when "
-              f"every row counts as on time, {lost} appear only in the exact output (e.g. padded where the late partner was cut)")
-        print(f"  outputs: {job.output.location} (live), {job.output.location}_replay_exact, _replay_complete; "
-              f"side tables {job.output.side('late')}, {job.output.side('rejected')}; metrics {job.output.side('metrics')}")
-    print("\nunsettled rows arrived after the slower source's newest commit; open rows wait for their window to close"
-          " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md).")
+        gained, lost = (
+            complete_rows.exceptAll(exact_rows).count(),
+            exact_rows.exceptAll(complete_rows).count(),
+        )
+        print(
+            f"  what lateness cost ({runs['exact'].total('late')} late input rows): {gained} output rows appear only when "
+            f"every row counts as on time, {lost} appear only in the exact output (e.g. padded where the late partner was cut)"
+        )
+        print(
+            f"  outputs: {job.output.location} (live), {job.output.location}_replay_exact, _replay_complete; "
+            f"side tables {job.output.side('late')}, {job.output.side('rejected')}; metrics {job.output.side('metrics')}"
+        )
+    print(
+        "\nunsettled rows arrived after the slower source's newest commit; open rows wait for their window to close"
+        " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md)."
+    )
     return results

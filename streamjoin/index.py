@@ -45,19 +45,28 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from streamjoin import arrival, delta_io
-from streamjoin.arrival import REJECT, TS, T, V, Position, Timeline
+from streamjoin.arrival import REJECT, TS, Position, T, Timeline, V
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import BoundSource, Plan
 from streamjoin.timeutil import from_micros, from_spark, parse_instant, to_micros
 
-SCHEMA = StructType([
-    StructField("source", StringType(), False), StructField("version", LongType(), False),
-    StructField("commit_ts", LongType(), False), StructField("rows", LongType()), StructField("rejected", LongType()),
-    StructField("max_event", LongType()), StructField("max_so_far", LongType()),
-    StructField("min_time", LongType()), StructField("max_time", LongType()), StructField("untimed", LongType()),
-    StructField("start", BooleanType()), StructField("row_tracking", BooleanType()),
-])
+SCHEMA = StructType(
+    [
+        StructField("source", StringType(), False),
+        StructField("version", LongType(), False),
+        StructField("commit_ts", LongType(), False),
+        StructField("rows", LongType()),
+        StructField("rejected", LongType()),
+        StructField("max_event", LongType()),
+        StructField("max_so_far", LongType()),
+        StructField("min_time", LongType()),
+        StructField("max_time", LongType()),
+        StructField("untimed", LongType()),
+        StructField("start", BooleanType()),
+        StructField("row_tracking", BooleanType()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,13 @@ StartAt = int | datetime | str | None
 
 # ---------------------------------------------------------------------------- keeping it up to date
 
-def update(spark: SparkSession, plan: Plan, upto: dict[str, int] | None = None,
-           start_at: dict[str, StartAt] | None = None) -> "Index":
+
+def update(
+    spark: SparkSession,
+    plan: Plan,
+    upto: dict[str, int] | None = None,
+    start_at: dict[str, StartAt] | None = None,
+) -> Index:
     """Extend the index of `plan`'s job to `upto` (default: each source's latest version), creating
     it at each source's start if it does not exist yet; return it as of those versions.
 
@@ -105,7 +119,9 @@ def update(spark: SparkSession, plan: Plan, upto: dict[str, int] | None = None,
     targets = {}
     for source in plan.sources:
         given = (upto or {}).get(source.name)
-        targets[source.name] = delta_io.latest_version(spark, source.spec.location) if given is None else given
+        targets[source.name] = (
+            delta_io.latest_version(spark, source.spec.location) if given is None else given
+        )
     new: list[Entry] = []
     for source in plan.sources:
         wanted = (start_at or {}).get(source.name)
@@ -114,15 +130,23 @@ def update(spark: SparkSession, plan: Plan, upto: dict[str, int] | None = None,
         if source.name in starts:
             _check_same_start(spark, plan, source, starts[source.name], (start_at or {}).get(source.name))
             if source.spec.kind == "stream" and targets[source.name] > lasts[source.name]:
-                new += _stream_entries(spark, source, starts[source.name], lasts[source.name], targets[source.name],
-                                       stored.last_so_far(source.name))
+                new += _stream_entries(
+                    spark,
+                    source,
+                    starts[source.name],
+                    lasts[source.name],
+                    targets[source.name],
+                    stored.last_so_far(source.name),
+                )
             continue
         start = _start_entry(spark, source, resolve_start(spark, source, wanted))
         starts[source.name] = start
         if source.spec.kind == "table":
             new.append(start)
         else:  # the history and every commit after it, up to the target
-            new += _stream_entries(spark, source, start, start.version - 1, max(targets[source.name], start.version))
+            new += _stream_entries(
+                spark, source, start, start.version - 1, max(targets[source.name], start.version)
+            )
     if new:
         delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan))
         delta_io.compact(spark, location(plan))
@@ -148,7 +172,9 @@ def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> 
         wanted = parse_instant(wanted, f"{where}: start_at")
     if isinstance(wanted, datetime):
         when = pendulum.instance(wanted).in_timezone("UTC")
-        commits = [c for c in delta_io.history(spark, source.spec.location) if from_spark(c.timestamp) <= when]
+        commits = [
+            c for c in delta_io.history(spark, source.spec.location) if from_spark(c.timestamp) <= when
+        ]
         if not commits:
             first = delta_io.oldest_retained(spark, source.spec.location)
             raise JobError(
@@ -165,7 +191,9 @@ def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> 
     return version
 
 
-def _check_same_start(spark: SparkSession, plan: Plan, source: BoundSource, stored: Entry, wanted: StartAt) -> None:
+def _check_same_start(
+    spark: SparkSession, plan: Plan, source: BoundSource, stored: Entry, wanted: StartAt
+) -> None:
     if wanted is None:
         return
     try:
@@ -185,15 +213,20 @@ def _start_entry(spark: SparkSession, source: BoundSource, version: int) -> Entr
     first = commits[0]
     enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
     tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start
-    return Entry(source.name, version, to_micros(from_spark(first.timestamp)), start=True, row_tracking=tracked)
+    return Entry(
+        source.name, version, to_micros(from_spark(first.timestamp)), start=True, row_tracking=tracked
+    )
 
 
-def _stream_entries(spark: SparkSession, source: BoundSource, start: Entry, after: int, upto: int,
-                    so_far: int | None = None) -> list[Entry]:
+def _stream_entries(
+    spark: SparkSession, source: BoundSource, start: Entry, after: int, upto: int, so_far: int | None = None
+) -> list[Entry]:
     """Entries for the versions (after, upto] of a stream source (its history too when `after` is
     before the start); refuses commits that update or delete rows of an append-only source.
     `so_far` is the source's largest accepted event time up to `after`."""
-    commits = {c.version: c for c in delta_io.history(spark, source.spec.location, since=max(after, start.version))}
+    commits = {
+        c.version: c for c in delta_io.history(spark, source.spec.location, since=max(after, start.version))
+    }
     rewrites = [c for c in commits.values() if c.version > max(after, start.version) and c.rewrites_rows]
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
@@ -208,14 +241,19 @@ def _stream_entries(spark: SparkSession, source: BoundSource, start: Entry, afte
         rows = _all_rows(spark, source, start, upto).where(F.col(V) > F.lit(after))
     insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
     accepted = insert & F.col(REJECT).isNull()
-    stats = rows.groupBy(V).agg(
-        F.count(F.when(insert, 1)).alias("rows"),
-        F.count(F.when(insert & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
-        F.max(F.when(accepted, F.col(T))).alias("max_event"),
-        F.min(F.when(insert, F.col(T))).alias("min_time"), F.max(F.when(insert, F.col(T))).alias("max_time"),
-        F.count(F.when(insert & F.col(T).isNull(), 1)).alias("untimed"),
-        F.count(F.when(~insert, 1)).alias("rewritten"),
-    ).collect()
+    stats = (
+        rows.groupBy(V)
+        .agg(
+            F.count(F.when(insert, 1)).alias("rows"),
+            F.count(F.when(insert & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
+            F.max(F.when(accepted, F.col(T))).alias("max_event"),
+            F.min(F.when(insert, F.col(T))).alias("min_time"),
+            F.max(F.when(insert, F.col(T))).alias("max_time"),
+            F.count(F.when(insert & F.col(T).isNull(), 1)).alias("untimed"),
+            F.count(F.when(~insert, 1)).alias("rewritten"),
+        )
+        .collect()
+    )
     by_version = {r[V]: r for r in stats}
     if any(r["rewritten"] for r in stats):
         _refuse_rewrites(source, f"its change feed after version {after} holds updated or deleted rows")
@@ -227,12 +265,25 @@ def _stream_entries(spark: SparkSession, source: BoundSource, start: Entry, afte
         max_event = r["max_event"] if r else None
         if max_event is not None and (so_far is None or max_event > so_far):
             so_far = max_event
-        ts = start.commit_ts if version == start.version else to_micros(from_spark(commits[version].timestamp))
-        entries.append(Entry(
-            source.name, version, ts, r["rows"] if r else 0, r["rejected"] if r else 0, max_event, so_far,
-            r["min_time"] if r else None, r["max_time"] if r else None, r["untimed"] if r else 0,
-            start=version == start.version, row_tracking=start.row_tracking if version == start.version else None,
-        ))
+        ts = (
+            start.commit_ts if version == start.version else to_micros(from_spark(commits[version].timestamp))
+        )
+        entries.append(
+            Entry(
+                source.name,
+                version,
+                ts,
+                r["rows"] if r else 0,
+                r["rejected"] if r else 0,
+                max_event,
+                so_far,
+                r["min_time"] if r else None,
+                r["max_time"] if r else None,
+                r["untimed"] if r else 0,
+                start=version == start.version,
+                row_tracking=start.row_tracking if version == start.version else None,
+            )
+        )
     return entries
 
 
@@ -246,11 +297,17 @@ def _refuse_rewrites(source: BoundSource, what: str) -> None:
 
 # ---------------------------------------------------------------------------- reading rows
 
+
 def _tagged(raw: DataFrame, source: BoundSource) -> DataFrame:
     """Rows of a source with event time, version and rejection reason; their commit time comes from
     the index (`Index._with_commit_times`). A `_change_type` column, if any, is kept."""
-    return arrival.prepare(raw.withColumn(COMMIT_TIMESTAMP, F.lit(None).cast("timestamp")), source.index,
-                           source.raw_time(), source.event_time(), source.keys)
+    return arrival.prepare(
+        raw.withColumn(COMMIT_TIMESTAMP, F.lit(None).cast("timestamp")),
+        source.index,
+        source.raw_time(),
+        source.event_time(),
+        source.keys,
+    )
 
 
 def _all_rows(spark: SparkSession, source: BoundSource, start: Entry, version: int) -> DataFrame:
@@ -262,7 +319,9 @@ def _all_rows(spark: SparkSession, source: BoundSource, start: Entry, version: i
     history = _history_rows(spark, source, start)
     if version <= start.version:
         return history
-    return history.unionByName(_tagged(delta_io.read_inserts(spark, location_, version, start.version + 1), source))
+    return history.unionByName(
+        _tagged(delta_io.read_inserts(spark, location_, version, start.version + 1), source)
+    )
 
 
 def _history_rows(spark: SparkSession, source: BoundSource, start: Entry) -> DataFrame:
@@ -285,9 +344,13 @@ class Index:
     versions: dict[str, int]
 
     def _frame(self) -> DataFrame:
-        pinned = reduce(Column.__or__, [
-            (F.col("source") == s.name) & (F.col("version") <= F.lit(self.versions[s.name])) for s in self.plan.sources
-        ])
+        pinned = reduce(
+            Column.__or__,
+            [
+                (F.col("source") == s.name) & (F.col("version") <= F.lit(self.versions[s.name]))
+                for s in self.plan.sources
+            ],
+        )
         return _read(self.spark, self.plan).frame.where(pinned)
 
     def start(self, source: str) -> int:
@@ -296,7 +359,12 @@ class Index:
 
     def rows(self, source: str, version: int) -> int:
         """How many rows a commit of a stream source inserted (its history, for the start version)."""
-        row = self._frame().where((F.col("source") == source) & (F.col("version") == F.lit(version))).select("rows").first()
+        row = (
+            self._frame()
+            .where((F.col("source") == source) & (F.col("version") == F.lit(version)))
+            .select("rows")
+            .first()
+        )
         return row["rows"] if row else 0
 
     # -- time
@@ -304,8 +372,13 @@ class Index:
     def newest(self) -> dict[int, Position]:
         """Each stream source's newest position with rows, up to the pinned versions."""
         newest = {}
-        rows = self._frame().where(F.col("rows") > 0).groupBy("source").agg(
-            F.max_by(F.struct("commit_ts", "version"), "version").alias("p")).collect()
+        rows = (
+            self._frame()
+            .where(F.col("rows") > 0)
+            .groupBy("source")
+            .agg(F.max_by(F.struct("commit_ts", "version"), "version").alias("p"))
+            .collect()
+        )
         for r in rows:
             src = self.plan.source(r["source"]).index
             newest[src] = (r["p"]["commit_ts"], src, r["p"]["version"])
@@ -319,15 +392,26 @@ class Index:
             return Timeline({}, None)
         frame = self._frame().where(F.col("rows") > 0)
         earliest = min((p[0] for p in commits), default=frontier[0])
-        span = frame.where((F.col("commit_ts") >= F.lit(earliest)) & (F.col("commit_ts") <= F.lit(frontier[0])))
-        before = frame.where(F.col("commit_ts") < F.lit(earliest)).groupBy("source").agg(
-            F.max_by(F.struct(*SCHEMA.fieldNames()), "version").alias("e")).select("e.*")
-        entries = [(e.position(self.plan.source(e.source).index), e.max_so_far) for e in _entries(span.unionByName(before))]
+        span = frame.where(
+            (F.col("commit_ts") >= F.lit(earliest)) & (F.col("commit_ts") <= F.lit(frontier[0]))
+        )
+        before = (
+            frame.where(F.col("commit_ts") < F.lit(earliest))
+            .groupBy("source")
+            .agg(F.max_by(F.struct(*SCHEMA.fieldNames()), "version").alias("e"))
+            .select("e.*")
+        )
+        entries = [
+            (e.position(self.plan.source(e.source).index), e.max_so_far)
+            for e in _entries(span.unionByName(before))
+        ]
         return sweep(entries, commits, frontier)
 
     # -- rows
 
-    def read_rows(self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]) -> DataFrame:
+    def read_rows(
+        self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]
+    ) -> DataFrame:
         """The source's rows up to its pinned version whose event time lies in `time_range`, and
         the rows without a usable event time whose commit time lies in `owned` (the slice owns them),
         tagged and positioned (`arrival.prepare`'s columns)."""
@@ -350,16 +434,29 @@ class Index:
     def read_all(self, source: BoundSource, version: int | None = None) -> DataFrame:
         """Every row of the source up to `version` (default: pinned), tagged and positioned."""
         version = self.versions[source.name] if version is None else version
-        return self._with_commit_times(source, _all_rows(self.spark, source, self.starts[source.name], version))
+        return self._with_commit_times(
+            source, _all_rows(self.spark, source, self.starts[source.name], version)
+        )
 
-    def _rows_from_change_feed(self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]) -> DataFrame:
+    def _rows_from_change_feed(
+        self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]
+    ) -> DataFrame:
         """Without row tracking: the change feed of only the versions whose rows can matter."""
         start = self.starts[source.name]
         low, high = time_range
         meets = (F.col("max_time") >= F.lit(low)) & (F.col("min_time") < F.lit(high))
-        untimed = (F.col("untimed") > 0) & (F.col("commit_ts") >= F.lit(owned[0])) & (F.col("commit_ts") < F.lit(owned[1]))
-        needed = sorted(r["version"] for r in self._frame().where(
-            (F.col("source") == source.name) & (F.col("rows") > 0) & (meets | untimed)).select("version").collect())
+        untimed = (
+            (F.col("untimed") > 0)
+            & (F.col("commit_ts") >= F.lit(owned[0]))
+            & (F.col("commit_ts") < F.lit(owned[1]))
+        )
+        needed = sorted(
+            r["version"]
+            for r in self._frame()
+            .where((F.col("source") == source.name) & (F.col("rows") > 0) & (meets | untimed))
+            .select("version")
+            .collect()
+        )
         parts = []
         if needed and needed[0] == start.version:
             parts.append(_history_rows(self.spark, source, start))
@@ -374,8 +471,11 @@ class Index:
 
     def _with_commit_times(self, source: BoundSource, rows: DataFrame) -> DataFrame:
         """Each row's commit time, from the index (the same value live reads from the change feed)."""
-        times = self._frame().where(F.col("source") == source.name).select(
-            F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
+        times = (
+            self._frame()
+            .where(F.col("source") == source.name)
+            .select(F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
+        )
         joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
         return joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
 
@@ -419,21 +519,29 @@ def _runs(versions: list[int], gap: int = 8) -> list[tuple[int, int]]:
 
 # ---------------------------------------------------------------------------- the stored table
 
+
 @dataclass
 class _Stored:
     frame: DataFrame
 
-    def where(self, condition: Column) -> "_Stored":
+    def where(self, condition: Column) -> _Stored:
         return _Stored(self.frame.where(condition))
 
     def collect_entries(self) -> list[Entry]:
         return _entries(self.frame)
 
     def last_versions(self) -> dict[str, int]:
-        return {r["source"]: r["v"] for r in self.frame.groupBy("source").agg(F.max("version").alias("v")).collect()}
+        return {
+            r["source"]: r["v"]
+            for r in self.frame.groupBy("source").agg(F.max("version").alias("v")).collect()
+        }
 
     def last_so_far(self, source: str) -> int | None:
-        row = self.frame.where(F.col("source") == source).agg(F.max_by("max_so_far", "version").alias("m")).first()
+        row = (
+            self.frame.where(F.col("source") == source)
+            .agg(F.max_by("max_so_far", "version").alias("m"))
+            .first()
+        )
         return row["m"] if row else None
 
 
@@ -445,12 +553,27 @@ def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
 
 
 def _entries(frame: DataFrame) -> list[Entry]:
-    return [Entry(**{k: r[k] for k in SCHEMA.fieldNames() if k != "commit_ts"}, commit_ts=r["commit_ts"]) for r in frame.collect()]
+    return [
+        Entry(**{k: r[k] for k in SCHEMA.fieldNames() if k != "commit_ts"}, commit_ts=r["commit_ts"])
+        for r in frame.collect()
+    ]
 
 
 def _row(e: Entry) -> tuple:
-    return (e.source, e.version, e.commit_ts, e.rows, e.rejected, e.max_event, e.max_so_far, e.min_time, e.max_time,
-            e.untimed, e.start, e.row_tracking)
+    return (
+        e.source,
+        e.version,
+        e.commit_ts,
+        e.rows,
+        e.rejected,
+        e.max_event,
+        e.max_so_far,
+        e.min_time,
+        e.max_time,
+        e.untimed,
+        e.start,
+        e.row_tracking,
+    )
 
 
 def describe(index: Index) -> str:
@@ -459,9 +582,15 @@ def describe(index: Index) -> str:
     newest = index.newest()
     for source in index.plan.sources:
         start = index.starts[source.name]
-        text = f"  {source.name}: starts at version {start.version} ({from_micros(start.commit_ts).isoformat()})"
+        text = (
+            f"  {source.name}: starts at version {start.version} ({from_micros(start.commit_ts).isoformat()})"
+        )
         if source.spec.kind == "stream":
-            text += ", rows carry their version (row tracking)" if start.row_tracking else ", read through the change feed"
+            text += (
+                ", rows carry their version (row tracking)"
+                if start.row_tracking
+                else ", read through the change feed"
+            )
             if source.index in newest:
                 ts, _, version = newest[source.index]
                 text += f"; indexed up to version {index.versions[source.name]}, newest rows at version {version} ({from_micros(ts).isoformat()})"

@@ -105,51 +105,87 @@ def step(
     for name, rows in settled.items():
         marked = arrival.with_watermark(rows, table)
         late = arrival.is_late()
-        late_parts.append(arrival.side_rows(marked.where(late & inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)))
-        tally_parts.append(marked.select(
-            F.lit(name).alias("name"), (late & inside(F.col(T))).alias("late"), (~late & inside(F.col(T))).alias("candidate"),
-        ))
+        late_parts.append(
+            arrival.side_rows(marked.where(late & inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM))
+        )
+        tally_parts.append(
+            marked.select(
+                F.lit(name).alias("name"),
+                (late & inside(F.col(T))).alias("late"),
+                (~late & inside(F.col(T))).alias("candidate"),
+            )
+        )
         fresh = (
-            marked.where(~late).drop(arrival.WM, REJECT)
-            .withColumn(NEW, F.lit(True)).withColumn(MATCHED, F.lit(False))
+            marked.where(~late)
+            .drop(arrival.WM, REJECT)
+            .withColumn(NEW, F.lit(True))
+            .withColumn(MATCHED, F.lit(False))
         )
         if state is not None:
-            tally_parts.append(state[name].select(
-                F.lit(name).alias("name"), F.lit(False).alias("late"), (~F.col(MATCHED) & inside(F.col(T))).alias("candidate"),
-            ))
+            tally_parts.append(
+                state[name].select(
+                    F.lit(name).alias("name"),
+                    F.lit(False).alias("late"),
+                    (~F.col(MATCHED) & inside(F.col(T))).alias("candidate"),
+                )
+            )
             fresh = state[name].withColumn(NEW, F.lit(False)).unionByName(fresh)
         on_time[name] = fresh
     tally = {
-        r["name"]: r for r in reduce(DataFrame.unionByName, tally_parts).groupBy("name").agg(
-            F.count(F.when(F.col("late"), 1)).alias("late"), F.count(F.when(F.col("candidate"), 1)).alias("candidates"),
-        ).collect()
+        r["name"]: r
+        for r in reduce(DataFrame.unionByName, tally_parts)
+        .groupBy("name")
+        .agg(
+            F.count(F.when(F.col("late"), 1)).alias("late"),
+            F.count(F.when(F.col("candidate"), 1)).alias("candidates"),
+        )
+        .collect()
     }
 
     def tallied(name: str, field: str) -> int:
         return tally[name][field] if name in tally else 0
 
     evaluation = join.evaluate(
-        on_time, closing, {name: tallied(name, "candidates") for name in settled}, window=window, keep_state=keep_state,
+        on_time,
+        closing,
+        {name: tallied(name, "candidates") for name in settled},
+        window=window,
+        keep_state=keep_state,
     )
     counts = {}
     for name, side in evaluation.counts.items():
         counts[name] = SourceCounts(
-            late=tallied(name, "late"), joined=side.joined, unmatched_emitted=side.unmatched_emitted,
-            unmatched_dropped=side.unmatched_dropped, open=side.open,
+            late=tallied(name, "late"),
+            joined=side.joined,
+            unmatched_emitted=side.unmatched_emitted,
+            unmatched_dropped=side.unmatched_dropped,
+            open=side.open,
         )
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
     next_state = None
     if evaluation.state is not None:
         next_state = {name: rows.drop(NEW) for name, rows in evaluation.state.items()}
     return StepResult(
-        output=output, late=reduce(DataFrame.unionByName, late_parts), counts=counts,
-        state=next_state, max_event=max_event, watermark=closing, cached=evaluation.cached,
+        output=output,
+        late=reduce(DataFrame.unionByName, late_parts),
+        counts=counts,
+        state=next_state,
+        max_event=max_event,
+        watermark=closing,
+        cached=evaluation.cached,
     )
 
 
 def _enrich(
-    spark: SparkSession, plan: Plan, join: TemporalJoin, settled: dict[str, DataFrame], mode: str,
-    state: dict[str, DataFrame] | None, table: TableInput, window: tuple[int, int] | None, keep_state: bool,
+    spark: SparkSession,
+    plan: Plan,
+    join: TemporalJoin,
+    settled: dict[str, DataFrame],
+    mode: str,
+    state: dict[str, DataFrame] | None,
+    table: TableInput,
+    window: tuple[int, int] | None,
+    keep_state: bool,
 ) -> StepResult:
     """A stream row against a table's versions: table lateness, versions, the lookup, accounting.
 
@@ -159,22 +195,39 @@ def _enrich(
     marks, largest = join.table_watermarks(table.commits, mode)
     changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
     accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
-    versions = changelog.versions(changes.where(accepted & ~late).drop(arrival.WM, REJECT), join.key, join.order)
-    tally = changes.where(table.counted).agg(
-        F.count(F.when(late, 1)).alias("late"), F.count(F.when(accepted & ~late, 1)).alias("applied"),
-    ).first()
-    late_rows = arrival.side_rows(changes.where(table.counted & late), join.table, F.lit("late"), F.col(arrival.WM))
+    versions = changelog.versions(
+        changes.where(accepted & ~late).drop(arrival.WM, REJECT), join.key, join.order
+    )
+    tally = (
+        changes.where(table.counted)
+        .agg(
+            F.count(F.when(late, 1)).alias("late"),
+            F.count(F.when(accepted & ~late, 1)).alias("applied"),
+        )
+        .first()
+    )
+    late_rows = arrival.side_rows(
+        changes.where(table.counted & late), join.table, F.lit("late"), F.col(arrival.WM)
+    )
 
     rows = settled[join.stream]
     if state is not None:  # the live runner's undecided rows
-        rows = state[join.stream].drop(MATCHED).unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
+        rows = (
+            state[join.stream]
+            .drop(MATCHED)
+            .unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
+        )
     known = join.known_until(table.newest_ts, table.stream_clock)
-    evaluation = join.evaluate(rows, versions, join.decided(known, largest), window=window, keep_state=keep_state)
+    evaluation = join.evaluate(
+        rows, versions, join.decided(known, largest), window=window, keep_state=keep_state
+    )
     decided = evaluation.counts[join.stream]
     counts = {
         join.stream: SourceCounts(
-            joined=decided.joined, unmatched_emitted=decided.unmatched_emitted,
-            unmatched_dropped=decided.unmatched_dropped, open=decided.open,
+            joined=decided.joined,
+            unmatched_emitted=decided.unmatched_emitted,
+            unmatched_dropped=decided.unmatched_dropped,
+            open=decided.open,
         ),
         join.table: SourceCounts(late=tally["late"], applied=tally["applied"]),
     }
@@ -182,12 +235,23 @@ def _enrich(
     next_state = None
     if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
         next_state = {name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()}
-    return StepResult(output=output, late=late_rows, counts=counts, state=next_state, max_event=None,
-                      watermark=join.horizon(known, largest), cached=evaluation.cached)
+    return StepResult(
+        output=output,
+        late=late_rows,
+        counts=counts,
+        state=next_state,
+        max_event=None,
+        watermark=join.horizon(known, largest),
+        cached=evaluation.cached,
+    )
 
 
 def _join_tables(
-    plan: Plan, join: TableTableJoin, tables: dict[str, TableInput], window: tuple[int, int] | None, after: int | None,
+    plan: Plan,
+    join: TableTableJoin,
+    tables: dict[str, TableInput],
+    window: tuple[int, int] | None,
+    after: int | None,
 ) -> StepResult:
     """Table-table: the result's changes settled after `after` (and, in a replay, inside the slice)
     and the result table as of the settled bound. Nothing is late: tables have no lateness."""
@@ -203,16 +267,37 @@ def _join_tables(
         emitted = emitted.where((when >= F.lit(window[0])) & (when < F.lit(window[1])))
     out_time = plan.spec.output.time
     output = emitted.select(
-        RESULT_KEY, OP, *[F.col(f"`{c}`") for c in plan.output_columns],
-        F.timestamp_micros(when).alias(out_time), F.col(f"{POINT}.src").alias("change_source"),
+        RESULT_KEY,
+        OP,
+        *[F.col(f"`{c}`") for c in plan.output_columns],
+        F.timestamp_micros(when).alias(out_time),
+        F.col(f"{POINT}.src").alias("change_source"),
         F.col(f"{POINT}.v").alias("change_version"),
     )
-    result = latest(settled).where(F.col(OP) == "upsert").select(
-        RESULT_KEY, *[F.col(f"`{c}`") for c in plan.output_columns], F.timestamp_micros(when).alias(out_time),
+    result = (
+        latest(settled)
+        .where(F.col(OP) == "upsert")
+        .select(
+            RESULT_KEY,
+            *[F.col(f"`{c}`") for c in plan.output_columns],
+            F.timestamp_micros(when).alias(out_time),
+        )
     )
     counts = {}
     for name, table in tables.items():
-        tally = table.changes.where(table.counted).agg(F.count(F.when(F.col(REJECT).isNull(), 1)).alias("applied")).first()
+        tally = (
+            table.changes.where(table.counted)
+            .agg(F.count(F.when(F.col(REJECT).isNull(), 1)).alias("applied"))
+            .first()
+        )
         counts[name] = SourceCounts(applied=tally["applied"])
     no_late_rows = arrival.side_rows(tables[join.left].changes.limit(0), join.left, F.lit("late"))
-    return StepResult(output=output, late=no_late_rows, counts=counts, state=None, max_event=None, watermark=known, result=result)
+    return StepResult(
+        output=output,
+        late=no_late_rows,
+        counts=counts,
+        state=None,
+        max_event=None,
+        watermark=known,
+        result=result,
+    )

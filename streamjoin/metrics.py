@@ -12,14 +12,28 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
-    DoubleType, LongType, StringType, StructField, StructType, TimestampType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
 )
 
-BUCKETS = ("rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled", "applied")
+BUCKETS = (
+    "rejected",
+    "late",
+    "joined",
+    "unmatched_emitted",
+    "unmatched_dropped",
+    "open",
+    "unsettled",
+    "applied",
+)
 
 
 @dataclass
@@ -59,8 +73,8 @@ class RunMetrics:
     sources: dict[str, SourceCounts] = field(default_factory=dict)
     rows_out: int = 0
     duration_s: float = 0.0
-    upserts: int = 0   # table-table joins: result rows inserted or changed
-    deletes: int = 0   # table-table joins: result rows removed (output tombstones)
+    upserts: int = 0  # table-table joins: result rows inserted or changed
+    deletes: int = 0  # table-table joins: result rows removed (output tombstones)
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
@@ -77,12 +91,19 @@ class RunMetrics:
             f"unmatched emitted {total('unmatched_emitted')}, unmatched dropped {total('unmatched_dropped')}, "
             f"late {total('late')}, rejected {total('rejected')}, open {total('open')}, unsettled {total('unsettled')}"
             + (f", table changes applied {total('applied')}" if total("applied") else "")
-            + (f", result upserts {self.upserts}, deletes {self.deletes}" if self.upserts or self.deletes else "") + " "
+            + (
+                f", result upserts {self.upserts}, deletes {self.deletes}"
+                if self.upserts or self.deletes
+                else ""
+            )
+            + " "
             f"| adds up: {'yes' if self.balanced() else 'NO'}"
         )
 
     def row(self) -> dict:
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("versions", "sources")}
+        values = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("versions", "sources")
+        }
         values["versions"] = json.dumps(self.versions, sort_keys=True)
         values["by_source"] = json.dumps({k: asdict(v) for k, v in self.sources.items()}, sort_keys=True)
         values["rows_in"] = self.total("rows_in")
@@ -106,25 +127,46 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
         sources[name] = merged
     return RunMetrics(
-        job=first.job, runner=first.runner, mode=first.mode, run_id=first.run_id, started_at=first.started_at,
-        batch=last.batch, versions=last.versions, frontier=last.frontier, watermark=last.watermark,
-        sources=sources, rows_out=sum(r.rows_out for r in runs), duration_s=sum(r.duration_s for r in runs),
-        upserts=sum(r.upserts for r in runs), deletes=sum(r.deletes for r in runs),
+        job=first.job,
+        runner=first.runner,
+        mode=first.mode,
+        run_id=first.run_id,
+        started_at=first.started_at,
+        batch=last.batch,
+        versions=last.versions,
+        frontier=last.frontier,
+        watermark=last.watermark,
+        sources=sources,
+        rows_out=sum(r.rows_out for r in runs),
+        duration_s=sum(r.duration_s for r in runs),
+        upserts=sum(r.upserts for r in runs),
+        deletes=sum(r.deletes for r in runs),
     )
 
 
-SCHEMA = StructType([
-    StructField("job", StringType()), StructField("runner", StringType()), StructField("mode", StringType()),
-    StructField("run_id", StringType()), StructField("started_at", TimestampType()),
-    StructField("batch", LongType()), StructField("slice_start", TimestampType()),
-    StructField("slice_end", TimestampType()), StructField("versions", StringType()),
-    StructField("frontier", StringType()), StructField("watermark", TimestampType()),
-    StructField("rows_in", LongType()), StructField("carried_in", LongType()),
-    *[StructField(b, LongType()) for b in BUCKETS],
-    StructField("rows_out", LongType()), StructField("by_source", StringType()),
-    StructField("duration_s", DoubleType()),
-    StructField("upserts", LongType()), StructField("deletes", LongType()),
-])
+SCHEMA = StructType(
+    [
+        StructField("job", StringType()),
+        StructField("runner", StringType()),
+        StructField("mode", StringType()),
+        StructField("run_id", StringType()),
+        StructField("started_at", TimestampType()),
+        StructField("batch", LongType()),
+        StructField("slice_start", TimestampType()),
+        StructField("slice_end", TimestampType()),
+        StructField("versions", StringType()),
+        StructField("frontier", StringType()),
+        StructField("watermark", TimestampType()),
+        StructField("rows_in", LongType()),
+        StructField("carried_in", LongType()),
+        *[StructField(b, LongType()) for b in BUCKETS],
+        StructField("rows_out", LongType()),
+        StructField("by_source", StringType()),
+        StructField("duration_s", DoubleType()),
+        StructField("upserts", LongType()),
+        StructField("deletes", LongType()),
+    ]
+)
 
 
 def to_frame(spark: SparkSession, metrics: RunMetrics):
@@ -136,5 +178,5 @@ def to_frame(spark: SparkSession, metrics: RunMetrics):
 def spark_value(value):
     """Spark accepts only the exact datetime type, not pendulum's subclass."""
     if isinstance(value, datetime):
-        return datetime.fromtimestamp(value.timestamp(), tz=timezone.utc)
+        return datetime.fromtimestamp(value.timestamp(), tz=UTC)
     return value

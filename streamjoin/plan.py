@@ -6,8 +6,8 @@ The result, a `Plan`, is what the runners execute and what `streamjoin explain` 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -21,7 +21,9 @@ from streamjoin.timeutil import format_duration
 
 _IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
 _EQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*==?\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
-_INEQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*(<=|>=|<|>)\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
+_INEQUALITY = re.compile(
+    rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*(<=|>=|<|>)\s*({_IDENT})\s*\.\s*({_IDENT})\s*$"
+)
 _MIRROR = {"<=": ">=", ">=": "<=", "<": ">", ">": "<"}
 
 
@@ -96,7 +98,9 @@ class Plan:
         """Apply `where` and `select` to joined rows and add the output event time column."""
         if self.spec.where:
             joined = joined.where(F.expr(self.spec.where))
-        return joined.select(*[F.expr(e) for e in self.select], F.timestamp_micros(out_time).alias(self.spec.output.time))
+        return joined.select(
+            *[F.expr(e) for e in self.select], F.timestamp_micros(out_time).alias(self.spec.output.time)
+        )
 
 
 def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
@@ -104,7 +108,9 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     schemas = {}
     for source in spec.sources:
         if not delta_io.exists(spark, source.location):
-            raise JobError(f"job {spec.name!r}: source {source.name!r} at {source.location!r} is not a Delta table; create it or fix the path")
+            raise JobError(
+                f"job {spec.name!r}: source {source.name!r} at {source.location!r} is not a Delta table; create it or fix the path"
+            )
         schemas[source.name] = delta_io.schema(spark, source.location)
     joins = []
     for index, join in enumerate(spec.joins):
@@ -122,13 +128,17 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
         _check_columns(spec, source, schemas[name])
         sources.append(BoundSource(source, index, schemas[name], tuple(dict.fromkeys(keys[name]))))
     select = spec.select or tuple(
-        f"{name}.`{field.name}` AS `{name}_{field.name}`" for name in spec.names for field in schemas[name].fields
+        f"{name}.`{field.name}` AS `{name}_{field.name}`"
+        for name in spec.names
+        for field in schemas[name].fields
     )
     output_columns = _check_expressions(spark, spec, schemas, select)
     reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
     if reserved and any(j.family == "table-table" for j in joins):
-        raise JobError(f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
-                       "result and changes; give those select items other aliases")
+        raise JobError(
+            f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
+            "result and changes; give those select items other aliases"
+        )
     return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns)
 
 
@@ -140,17 +150,25 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
             raise JobError(f"{where}: key column {column!r} does not exist; columns are {', '.join(names)}")
     if source.deleted is not None:
         if source.deleted not in names:
-            raise JobError(f"{where}: tombstone column {source.deleted!r} (deleted) does not exist; columns are {', '.join(names)}")
+            raise JobError(
+                f"{where}: tombstone column {source.deleted!r} (deleted) does not exist; columns are {', '.join(names)}"
+            )
         if not isinstance(schema[source.deleted].dataType, BooleanType):
-            raise JobError(f"{where}: tombstone column {source.deleted!r} must be boolean (true deletes the key), not "
-                           f"{schema[source.deleted].dataType.simpleString()}")
+            raise JobError(
+                f"{where}: tombstone column {source.deleted!r} must be boolean (true deletes the key), not "
+                f"{schema[source.deleted].dataType.simpleString()}"
+            )
     if source.time is None:
         return
     if source.time not in names:
-        raise JobError(f"{where}: event-time column {source.time!r} does not exist; columns are {', '.join(names)}")
+        raise JobError(
+            f"{where}: event-time column {source.time!r} does not exist; columns are {', '.join(names)}"
+        )
     kind = schema[source.time].dataType
     if isinstance(kind, StringType) and not source.time_format:
-        raise JobError(f"{where}: event-time column {source.time!r} is a string; add time_format (e.g. \"yyyy-MM-dd HH:mm:ss\") or store a timestamp")
+        raise JobError(
+            f'{where}: event-time column {source.time!r} is a string; add time_format (e.g. "yyyy-MM-dd HH:mm:ss") or store a timestamp'
+        )
     if not isinstance(kind, (TimestampType, TimestampNTZType, StringType)):
         raise JobError(
             f"{where}: event-time column {source.time!r} has type {kind.simpleString()}, not a timestamp; "
@@ -158,7 +176,9 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
         )
 
 
-def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType]) -> BoundJoin:
+def _bind_join(
+    spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType]
+) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
     family = _family(spec, join, left_names)
     right = join.source
@@ -180,15 +200,21 @@ def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas:
             right_cols = schemas[right].fieldNames()
             columns = [c for n in left_names for c in schemas[n].fieldNames() if c in right_cols]
             if not columns:
-                raise JobError(f"{where}: NATURAL finds no column name shared by {', '.join(left_names)} and {right}; use 'on'")
+                raise JobError(
+                    f"{where}: NATURAL finds no column name shared by {', '.join(left_names)} and {right}; use 'on'"
+                )
         else:
             columns = list(join.using)
         for column in dict.fromkeys(columns):
             owners = [n for n in left_names if column in schemas[n].fieldNames()]
             if column not in schemas[right].fieldNames() or not owners:
-                raise JobError(f"{where}: USING column {column!r} must exist on both sides; check its spelling")
+                raise JobError(
+                    f"{where}: USING column {column!r} must exist on both sides; check its spelling"
+                )
             if len(owners) > 1:
-                raise JobError(f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which")
+                raise JobError(
+                    f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which"
+                )
             equi.append((f"{owners[0]}.{column}", f"{right}.{column}"))
     if not equi:
         raise JobError(
@@ -196,14 +222,25 @@ def _bind_join(spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas:
             f"{right}; this {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
         )
     if join.asof and len(inequalities) != 1:
-        found = "none" if not inequalities else f"{len(inequalities)} ({', '.join(' '.join(i) for i in inequalities)})"
+        found = (
+            "none"
+            if not inequalities
+            else f"{len(inequalities)} ({', '.join(' '.join(i) for i in inequalities)})"
+        )
         raise JobError(
             f"{where}: an ASOF join needs exactly one inequality (<=, <, >=, >) between a column of "
             f"{' / '.join(left_names)} and a column of {right}, which says which rows are candidates and which is "
             f"nearest; found {found}. Example: on: {left_names[0]}.sym = {right}.sym AND {right}.ts <= {left_names[0]}.ts"
         )
-    return BoundJoin(join, tuple(left_names), right, family, tuple(equi), " AND ".join(residual) or None,
-                     inequalities[0] if join.asof else None)
+    return BoundJoin(
+        join,
+        tuple(left_names),
+        right,
+        family,
+        tuple(equi),
+        " AND ".join(residual) or None,
+        inequalities[0] if join.asof else None,
+    )
 
 
 def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
@@ -258,8 +295,12 @@ def split_conjuncts(expression: str) -> list[str]:
             depth += 1
         elif ch == ")":
             depth -= 1
-        elif depth == 0 and text[i:i + 3].upper() == "AND" and (i == 0 or not text[i - 1].isalnum() and text[i - 1] != "_") \
-                and (i + 3 == len(text) or not (text[i + 3].isalnum() or text[i + 3] == "_")):
+        elif (
+            depth == 0
+            and text[i : i + 3].upper() == "AND"
+            and (i == 0 or not text[i - 1].isalnum() and text[i - 1] != "_")
+            and (i + 3 == len(text) or not (text[i + 3].isalnum() or text[i + 3] == "_"))
+        ):
             parts.append(text[start:i])
             start = i + 3
             i += 3
@@ -269,7 +310,9 @@ def split_conjuncts(expression: str) -> list[str]:
     return [p for p in (p.strip() for p in parts) if p]
 
 
-def _check_expressions(spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructType], select: tuple[str, ...]) -> tuple[str, ...]:
+def _check_expressions(
+    spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructType], select: tuple[str, ...]
+) -> tuple[str, ...]:
     """Let Spark's analyzer resolve every expression against empty frames of the real schemas."""
     frames = {n: spark.createDataFrame([], schemas[n]).alias(n) for n in spec.names}
     joined = frames[spec.start]
@@ -279,14 +322,18 @@ def _check_expressions(spark: SparkSession, spec: JoinSpec, schemas: dict[str, S
             return build()
         except AnalysisException as exc:
             message = str(exc).strip().splitlines()[0]
-            raise JobError(f"job {spec.name!r}: {what} does not resolve against the sources' columns: {message}") from None
+            raise JobError(
+                f"job {spec.name!r}: {what} does not resolve against the sources' columns: {message}"
+            ) from None
 
     for join in spec.joins:
         right = frames[join.source]
         current = joined
         if join.on:
-            joined = analyse(f"the condition of the join with {join.source!r} ({join.on})",
-                             lambda: current.crossJoin(right).where(F.expr(join.on)))
+            joined = analyse(
+                f"the condition of the join with {join.source!r} ({join.on})",
+                lambda current=current, right=right, on=join.on: current.crossJoin(right).where(F.expr(on)),
+            )
         else:
             joined = current.crossJoin(right)
     if spec.where:
@@ -295,7 +342,9 @@ def _check_expressions(spark: SparkSession, spec: JoinSpec, schemas: dict[str, S
     columns = projected.columns
     duplicates = sorted({c for c in columns if columns.count(c) > 1})
     if duplicates:
-        raise JobError(f"job {spec.name!r}: the select list names {', '.join(duplicates)} more than once; give each output column its own alias")
+        raise JobError(
+            f"job {spec.name!r}: the select list names {', '.join(duplicates)} more than once; give each output column its own alias"
+        )
     if spec.output.time in columns:
         raise JobError(
             f"job {spec.name!r}: output column {spec.output.time!r} is reserved for the output event time; "
@@ -303,7 +352,9 @@ def _check_expressions(spark: SparkSession, spec: JoinSpec, schemas: dict[str, S
         )
     for column in spec.output.partition_by:
         if column not in columns and column != spec.output.time:
-            raise JobError(f"job {spec.name!r}: output.partition_by names {column!r}, which the select list does not produce")
+            raise JobError(
+                f"job {spec.name!r}: output.partition_by names {column!r}, which the select list does not produce"
+            )
     return tuple(columns)
 
 
@@ -314,34 +365,54 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
     for source in plan.sources:
         s = source.spec
         version = f", pinned version {versions[s.name]}" if versions and s.name in versions else ""
-        time = f", event time {s.time} ({plan.source(s.name).schema[s.time].dataType.simpleString()})" if s.time else ""
+        time = (
+            f", event time {s.time} ({plan.source(s.name).schema[s.time].dataType.simpleString()})"
+            if s.time
+            else ""
+        )
         keys = f", join keys {', '.join(source.keys)}" if source.keys else ""
         lines.append(f"  [{source.index}] {s.name}: {s.kind} at {s.location}{time}{keys}{version}")
     lines.append("join chain (applied in the order written):")
     for step, join in enumerate(plan.joins, 1):
         j = join.spec
         equalities = " AND ".join(f"{a} = {b}" for a, b in join.equi)
-        lines.append(f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}] ON {equalities}"
-                     + (f" AND {join.residual}" if join.residual else ""))
+        lines.append(
+            f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}] ON {equalities}"
+            + (f" AND {join.residual}" if join.residual else "")
+        )
         if j.bounds is not None:
             span = j.bounds.upper - j.bounds.lower
-            lines.append(f"     time bounds: {j.bounds.describe()} (right.time - left.time in "
-                         f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}")
-            lines.append(f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
-                         f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side")
+            lines.append(
+                f"     time bounds: {j.bounds.describe()} (right.time - left.time in "
+                f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}"
+            )
+            lines.append(
+                f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
+                f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side"
+            )
         if join.family in ("stream-table", "temporal", "asof"):
             lines += [f"     {line}" for line in _describe_lookup(plan, join)]
         if join.family == "table-table":
             left = plan.source(join.left[0]).spec
-            kind = "primary-key (1:1)" if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(left.key) else "foreign-key (1:N)"
-            lines.append(f"     {kind}: result keyed by {left.name}'s key ({', '.join(left.key)}); every input commit "
-                         f"updates the rows it touches; changes (upsert/delete) in {spec.output.side('changes')}")
+            kind = (
+                "primary-key (1:1)"
+                if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(left.key)
+                else "foreign-key (1:N)"
+            )
+            lines.append(
+                f"     {kind}: result keyed by {left.name}'s key ({', '.join(left.key)}); every input commit "
+                f"updates the rows it touches; changes (upsert/delete) in {spec.output.side('changes')}"
+            )
     if spec.where:
         lines.append(f"where: {spec.where}")
     out = spec.output
-    lines.append(f"output: {out.location} columns {', '.join(plan.output_columns)} + {out.time} (output event time)"
-                 + (f", partitioned by {', '.join(out.partition_by)}" if out.partition_by else ""))
-    lines.append(f"side tables: {out.side('late')}, {out.side('rejected')}; run metrics: {out.side('metrics')}")
+    lines.append(
+        f"output: {out.location} columns {', '.join(plan.output_columns)} + {out.time} (output event time)"
+        + (f", partitioned by {', '.join(out.partition_by)}" if out.partition_by else "")
+    )
+    lines.append(
+        f"side tables: {out.side('late')}, {out.side('rejected')}; run metrics: {out.side('metrics')}"
+    )
     return "\n".join(lines)
 
 
@@ -354,23 +425,33 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
         form = f"append-only changelog (each row a new value of its key; tombstone: {tombstone})"
     else:
         form = "updated in place (inserts, update post-images and deletes from its change data feed)"
-    wait = (f"the table's log is known up to the row's commit: a table commit at or after it, or a stream "
-            f"commit {format_duration(table.clock_skew)} (clock_skew) later")
+    wait = (
+        f"the table's log is known up to the row's commit: a table commit at or after it, or a stream "
+        f"commit {format_duration(table.clock_skew)} (clock_skew) later"
+    )
     lines = [f"table {table.name}: {form}, primary key {', '.join(table.key)}"]
     if join.family == "temporal":
         versions = f"version time {table.time}" if table.time else "version time = commit timestamp"
-        lines.append(f"versions: per key, ordered by {versions}; each {stream} row joins the version valid at its event time")
+        lines.append(
+            f"versions: per key, ordered by {versions}; each {stream} row joins the version valid at its event time"
+        )
         if table.time:
-            lines.append(f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
-                         "is above the row's event time; changes below the watermark at their arrival are late")
+            lines.append(
+                f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
+                "is above the row's event time; changes below the watermark at their arrival are late"
+            )
         else:
             lines.append(f"decided once {wait}")
     else:
-        lines.append(f"versions: each {stream} row sees the table as committed at or before the row's commit timestamp "
-                     "(what Delta time travel to that instant returns)")
+        lines.append(
+            f"versions: each {stream} row sees the table as committed at or before the row's commit timestamp "
+            "(what Delta time travel to that instant returns)"
+        )
         if join.family == "asof":
             left_col, op, right_col = join.inequality
             nearest = "largest" if op in (">=", ">") else "smallest"
-            lines.append(f"ASOF: among those rows with equal keys and {left_col} {op} {right_col}, the one with the {nearest} {right_col}")
+            lines.append(
+                f"ASOF: among those rows with equal keys and {left_col} {op} {right_col}, the one with the {nearest} {right_col}"
+            )
         lines.append(f"decided once {wait}")
     return lines

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -27,8 +35,14 @@ class BackfillProgress:
         self.backfill = backfill
         self.console = console or Console(stderr=True)
         self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("slices"),
-            _RowsPerSecond(), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("slices"),
+            _RowsPerSecond(),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             console=self.console,
         )
         self.task = self.progress.add_task(f"backfill {backfill.job.name}", total=total, rows=0)
@@ -54,14 +68,24 @@ class BackfillProgress:
 
 def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
     """One row per slice: interval, status, counts, validation, time."""
-    table = Table(title=f"backfill {backfill.id} of {backfill.job.name} ({backfill.mode}, {backfill.timezone})")
-    for name, justify in (("slice", "left"), ("status", "left"), ("rows in", "right"), ("rows out", "right"),
-                          ("joined", "right"), ("late", "right"), ("rejected", "right"), ("validation", "left"),
-                          ("seconds", "right")):
+    table = Table(
+        title=f"backfill {backfill.id} of {backfill.job.name} ({backfill.mode}, {backfill.timezone})"
+    )
+    for name, justify in (
+        ("slice", "left"),
+        ("status", "left"),
+        ("rows in", "right"),
+        ("rows out", "right"),
+        ("joined", "right"),
+        ("late", "right"),
+        ("rejected", "right"),
+        ("validation", "left"),
+        ("seconds", "right"),
+    ):
         table.add_column(name, justify=justify)
     for o in outcomes:
         m = o.metrics
-        count = (lambda bucket: str(m.total(bucket))) if m else (lambda bucket: "-")
+        count = (lambda bucket, m=m: str(m.total(bucket))) if m else (lambda bucket: "-")
         if o.validation is None:
             checked = "not run" if o.error is None else o.error
         elif o.validation.success:
@@ -69,8 +93,14 @@ def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
         else:
             checked = "FAILED: " + "; ".join(o.validation.failed)
         table.add_row(
-            o.slice.label(backfill.timezone), Text(o.status, style=_STYLE[o.status]), count("rows_in"),
-            str(m.rows_out) if m else "-", count("joined"), count("late"), count("rejected"), checked,
+            o.slice.label(backfill.timezone),
+            Text(o.status, style=_STYLE[o.status]),
+            count("rows_in"),
+            str(m.rows_out) if m else "-",
+            count("joined"),
+            count("late"),
+            count("rejected"),
+            checked,
             f"{o.duration_s:.1f}",
         )
     return table

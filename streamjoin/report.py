@@ -25,22 +25,60 @@ from streamjoin.errors import JobError
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_spark
 
-COUNTS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected",
-          "open", "unsettled", "applied", "upserts", "deletes")
-OPTIONAL = ("open", "unsettled", "applied", "upserts", "deletes")  # table columns shown only when not all zero
+COUNTS = (
+    "rows_in",
+    "rows_out",
+    "joined",
+    "unmatched_emitted",
+    "unmatched_dropped",
+    "late",
+    "rejected",
+    "open",
+    "unsettled",
+    "applied",
+    "upserts",
+    "deletes",
+)
+OPTIONAL = (
+    "open",
+    "unsettled",
+    "applied",
+    "upserts",
+    "deletes",
+)  # table columns shown only when not all zero
 LABELS = {
-    "rows_in": "rows in", "rows_out": "rows out", "joined": "joined", "unmatched_emitted": "unmatched emitted",
-    "unmatched_dropped": "unmatched dropped", "late": "late", "rejected": "rejected", "open": "open",
-    "unsettled": "unsettled", "applied": "table changes", "upserts": "upserts", "deletes": "deletes",
-    "match_rate": "match rate", "lateness_cost": "lateness cost",
+    "rows_in": "rows in",
+    "rows_out": "rows out",
+    "joined": "joined",
+    "unmatched_emitted": "unmatched emitted",
+    "unmatched_dropped": "unmatched dropped",
+    "late": "late",
+    "rejected": "rejected",
+    "open": "open",
+    "unsettled": "unsettled",
+    "applied": "table changes",
+    "upserts": "upserts",
+    "deletes": "deletes",
+    "match_rate": "match rate",
+    "lateness_cost": "lateness cost",
 }
-COLORS = {"rows_in": "#3b6ea8", "rows_out": "#e07b1f", "match_rate": "#2e8b57", "late": "#c9302c",
-          "rejected": "#7b4fa0", "lateness_cost": "#1f8a8a"}
-MATCH_RATE = ("match rate = joined / (joined + unmatched emitted + unmatched dropped): of the input rows decided "
-              "on time in the slice, the share that found at least one partner (late, rejected, open and "
-              "unsettled rows are not in it). Output rows are counted differently: one input row may pair many times.")
-LATENESS_COST = ("lateness cost = rows out of the latest complete run minus rows out of the latest exact run of "
-                 "the same slice: the output rows that lateness removed (or, when negative, added).")
+COLORS = {
+    "rows_in": "#3b6ea8",
+    "rows_out": "#e07b1f",
+    "match_rate": "#2e8b57",
+    "late": "#c9302c",
+    "rejected": "#7b4fa0",
+    "lateness_cost": "#1f8a8a",
+}
+MATCH_RATE = (
+    "match rate = joined / (joined + unmatched emitted + unmatched dropped): of the input rows decided "
+    "on time in the slice, the share that found at least one partner (late, rejected, open and "
+    "unsettled rows are not in it). Output rows are counted differently: one input row may pair many times."
+)
+LATENESS_COST = (
+    "lateness cost = rows out of the latest complete run minus rows out of the latest exact run of "
+    "the same slice: the output rows that lateness removed (or, when negative, added)."
+)
 
 
 @dataclass
@@ -135,18 +173,24 @@ def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
         piece = slices.setdefault((start, end), Slice(start, end))
         piece.runs[mode] = SliceRun(
             {name: latest.get(name) or 0 for name in COUNTS},
-            from_spark(latest["started_at"]), latest["duration_s"] or 0.0, len(runs),
+            from_spark(latest["started_at"]),
+            latest["duration_s"] or 0.0,
+            len(runs),
         )
     for row in sorted(attempts, key=lambda r: r["finished_at"]):
         start, end = from_spark(row["slice_start"]), from_spark(row["slice_end"])
         piece = slices.setdefault((start, end), Slice(start, end))
         piece.attempts[row["mode"]] = Attempt(
-            row["status"], row["error"], json.loads(row["validation_failed"] or "[]"), row["docs"],
+            row["status"],
+            row["error"],
+            json.loads(row["validation_failed"] or "[]"),
+            row["docs"],
         )
     return [slices[key] for key in sorted(slices)]
 
 
 # ---------------------------------------------------------------- formatting
+
 
 def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:,}"
@@ -163,7 +207,9 @@ def _time(value: datetime, timezone: str, pattern: str = "%Y-%m-%d %H:%M:%S") ->
 def _interval(start: datetime, end: datetime, timezone: str) -> str:
     """A slice as a reader scans it: the end's date is left out when it is the start's."""
     same_day = _time(start, timezone, "%Y-%m-%d") == _time(end, timezone, "%Y-%m-%d")
-    return f"{_time(start, timezone)} → {_time(end, timezone, '%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S')}"
+    return (
+        f"{_time(start, timezone)} → {_time(end, timezone, '%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S')}"
+    )
 
 
 def _axis_pattern(starts: list[datetime], timezone: str) -> str:
@@ -215,8 +261,17 @@ def _ticks(low: float, high: float, integer: bool) -> list[float]:
     return ticks
 
 
-def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[str], slice_ids: list[str],
-          series: list[Series], kind: str, percent: bool = False) -> str:
+def chart(
+    chart_id: str,
+    title: str,
+    y_label: str,
+    x_label: str,
+    labels: list[str],
+    slice_ids: list[str],
+    series: list[Series],
+    kind: str,
+    percent: bool = False,
+) -> str:
     """One chart, x = slice: grouped bars (`kind='bars'`) or lines with a point per slice (`'lines'`).
 
     Every plotted mark carries class `mark`, its series, slice and value (data attributes) and a
@@ -235,29 +290,41 @@ def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[st
 
     band = plot_w / len(labels)
     parts = [
-        (f'<svg class="chart" id="{chart_id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-         f'role="img" aria-label="{_e(title)}">'),
+        (
+            f'<svg class="chart" id="{chart_id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'role="img" aria-label="{_e(title)}">'
+        ),
         f'<text class="title" x="{LEFT}" y="22">{_e(title)}</text>',
     ]
     legend_x = LEFT
     for s in series:
-        parts.append(f'<rect x="{legend_x}" y="34" width="12" height="12" fill="{COLORS[s.name]}"/>'
-                     f'<text class="legend" x="{legend_x + 17}" y="44">{_e(LABELS[s.name])}</text>')
+        parts.append(
+            f'<rect x="{legend_x}" y="34" width="12" height="12" fill="{COLORS[s.name]}"/>'
+            f'<text class="legend" x="{legend_x + 17}" y="44">{_e(LABELS[s.name])}</text>'
+        )
         legend_x += 30 + 8 * len(LABELS[s.name])
     for tick in ticks:
         text = _percent(tick).replace(".0%", "%") if percent else _number(int(tick))
-        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
-                     f'<text class="tick" x="{LEFT - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{text}</text>')
-    parts.append(f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-                 f'<line class="axis" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(max(low, 0)):.1f}" y2="{y(max(low, 0)):.1f}"/>')
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+            f'<text class="tick" x="{LEFT - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{text}</text>'
+        )
+    parts.append(
+        f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}"/>'
+        f'<line class="axis" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(max(low, 0)):.1f}" y2="{y(max(low, 0)):.1f}"/>'
+    )
     every = math.ceil(len(labels) / 10)  # at most about ten labels under the axis
     for i, label in enumerate(labels):
         if i % every == 0:
-            parts.append(f'<text class="tick" x="{LEFT + band * (i + 0.5):.1f}" y="{TOP + plot_h + 18}" '
-                         f'text-anchor="middle">{_e(label)}</text>')
-    parts.append(f'<text class="axis-label" x="{LEFT + plot_w / 2}" y="{HEIGHT - 12}" text-anchor="middle">{_e(x_label)}</text>'
-                 f'<text class="axis-label" transform="translate(18 {TOP + plot_h / 2}) rotate(-90)" '
-                 f'text-anchor="middle">{_e(y_label)}</text>')
+            parts.append(
+                f'<text class="tick" x="{LEFT + band * (i + 0.5):.1f}" y="{TOP + plot_h + 18}" '
+                f'text-anchor="middle">{_e(label)}</text>'
+            )
+    parts.append(
+        f'<text class="axis-label" x="{LEFT + plot_w / 2}" y="{HEIGHT - 12}" text-anchor="middle">{_e(x_label)}</text>'
+        f'<text class="axis-label" transform="translate(18 {TOP + plot_h / 2}) rotate(-90)" '
+        f'text-anchor="middle">{_e(y_label)}</text>'
+    )
     group = min(band * 0.7, 56.0 * len(series))
     labelled = len(labels) <= 24  # values written on the marks while they fit
     for k, s in enumerate(series):
@@ -272,18 +339,28 @@ def chart(chart_id: str, title: str, y_label: str, x_label: str, labels: list[st
                 width = group / len(series)
                 x = LEFT + band * (i + 0.5) - group / 2 + k * width
                 top, bottom = sorted((y(value), y(max(low, 0))))
-                parts.append(f'<rect {data} x="{x:.1f}" y="{top:.1f}" width="{max(width - 2, 1):.1f}" '
-                             f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[s.name]}">{tip}</rect>')
+                parts.append(
+                    f'<rect {data} x="{x:.1f}" y="{top:.1f}" width="{max(width - 2, 1):.1f}" '
+                    f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[s.name]}">{tip}</rect>'
+                )
                 x, label_y = x + width / 2 - 1, (top - 5 if value >= 0 else bottom + 14)
             else:
                 x, label_y = LEFT + band * (i + 0.5), y(value) - 10
-                points.append((f"{x:.1f},{y(value):.1f}",
-                               f'<circle {data} cx="{x:.1f}" cy="{y(value):.1f}" r="4.5" fill="{COLORS[s.name]}">{tip}</circle>'))
+                points.append(
+                    (
+                        f"{x:.1f},{y(value):.1f}",
+                        f'<circle {data} cx="{x:.1f}" cy="{y(value):.1f}" r="4.5" fill="{COLORS[s.name]}">{tip}</circle>',
+                    )
+                )
             if labelled:
-                parts.append(f'<text class="value" x="{x:.1f}" y="{label_y:.1f}" text-anchor="middle">{shown(value)}</text>')
+                parts.append(
+                    f'<text class="value" x="{x:.1f}" y="{label_y:.1f}" text-anchor="middle">{shown(value)}</text>'
+                )
         if points:  # the line first, so the points sit on top of it
             line = " ".join(xy for xy, _ in points)
-            parts.append(f'<polyline points="{line}" fill="none" stroke="{COLORS[s.name]}" stroke-width="2"/>')
+            parts.append(
+                f'<polyline points="{line}" fill="none" stroke="{COLORS[s.name]}" stroke-width="2"/>'
+            )
             parts.extend(circle for _, circle in points)
     parts.append("</svg>")
     return "".join(parts)
@@ -343,8 +420,10 @@ def render_page(spec: JoinSpec, slices: list[Slice], live: list[dict], folder: P
         body.append(_tiles(plotted))
         body.append(_charts(plotted, timezone))
     else:
-        body.append('<p class="empty">No replay slices are recorded yet: run <code>streamjoin replay</code> or '
-                    "<code>streamjoin backfill</code> to fill this page.</p>")
+        body.append(
+            '<p class="empty">No replay slices are recorded yet: run <code>streamjoin replay</code> or '
+            "<code>streamjoin backfill</code> to fill this page.</p>"
+        )
     if slices:
         body.append(_slice_table(slices, timezone, folder))
     if live:
@@ -358,22 +437,30 @@ def render_page(spec: JoinSpec, slices: list[Slice], live: list[dict], folder: P
         "dropped, late (side table _late), rejected (side table _rejected), open (window still open) or unsettled "
         "(arrived after the frontier); docs/semantics.md.</dd></dl></main>"
     )
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(spec.name)}: data quality</title>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{STYLE}</style></head>"
-            f"<body>{''.join(body)}</body></html>")
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(spec.name)}: data quality</title>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{STYLE}</style></head>"
+        f"<body>{''.join(body)}</body></html>"
+    )
 
 
 def _tiles(plotted: list[Slice]) -> str:
     totals = {name: sum(s.shown.counts[name] for s in plotted) for name in COUNTS}
     costs = [s.lateness_cost for s in plotted if s.lateness_cost is not None]
     tiles = [
-        ("slices", _number(len(plotted))), ("rows in", _number(totals["rows_in"])),
-        ("rows out", _number(totals["rows_out"])), ("match rate", _percent(match_rate(totals))),
-        ("late", _number(totals["late"])), ("rejected", _number(totals["rejected"])),
+        ("slices", _number(len(plotted))),
+        ("rows in", _number(totals["rows_in"])),
+        ("rows out", _number(totals["rows_out"])),
+        ("match rate", _percent(match_rate(totals))),
+        ("late", _number(totals["late"])),
+        ("rejected", _number(totals["rejected"])),
         ("lateness cost", _number(sum(costs)) if costs else "–"),
     ]
-    cells = "".join(f"<div class='tile' data-tile='{_e(name)}'><div class='value'>{value}</div>"
-                    f"<div class='name'>{_e(name)}</div></div>" for name, value in tiles)
+    cells = "".join(
+        f"<div class='tile' data-tile='{_e(name)}'><div class='value'>{value}</div>"
+        f"<div class='name'>{_e(name)}</div></div>"
+        for name, value in tiles
+    )
     return f"<h2>Summary of {len(plotted)} slice(s)</h2><div class='tiles'>{cells}</div>"
 
 
@@ -385,35 +472,94 @@ def _charts(plotted: list[Slice], timezone: str) -> str:
     counts = [s.shown.counts for s in plotted]
     costed = [s for s in plotted if s.lateness_cost is not None]
     figures = [
-        (chart("chart-rows", "Rows in and rows out per slice", "rows", x_label, labels, ids,
-               [Series("rows_in", [c["rows_in"] for c in counts]), Series("rows_out", [c["rows_out"] for c in counts])],
-               "bars"), "Input rows read by the slice and output rows it wrote."),
-        (chart("chart-match-rate", "Match rate per slice", "match rate", x_label, labels, ids,
-               [Series("match_rate", [s.shown.match_rate for s in plotted])], "lines", percent=True), MATCH_RATE),
-        (chart("chart-late-rejected", "Late and rejected rows per slice", "rows", x_label, labels, ids,
-               [Series("late", [c["late"] for c in counts]), Series("rejected", [c["rejected"] for c in counts])],
-               "bars"), "Late rows are in <output>_late, rejected rows (NULL key or time) in <output>_rejected."),
+        (
+            chart(
+                "chart-rows",
+                "Rows in and rows out per slice",
+                "rows",
+                x_label,
+                labels,
+                ids,
+                [
+                    Series("rows_in", [c["rows_in"] for c in counts]),
+                    Series("rows_out", [c["rows_out"] for c in counts]),
+                ],
+                "bars",
+            ),
+            "Input rows read by the slice and output rows it wrote.",
+        ),
+        (
+            chart(
+                "chart-match-rate",
+                "Match rate per slice",
+                "match rate",
+                x_label,
+                labels,
+                ids,
+                [Series("match_rate", [s.shown.match_rate for s in plotted])],
+                "lines",
+                percent=True,
+            ),
+            MATCH_RATE,
+        ),
+        (
+            chart(
+                "chart-late-rejected",
+                "Late and rejected rows per slice",
+                "rows",
+                x_label,
+                labels,
+                ids,
+                [
+                    Series("late", [c["late"] for c in counts]),
+                    Series("rejected", [c["rejected"] for c in counts]),
+                ],
+                "bars",
+            ),
+            "Late rows are in <output>_late, rejected rows (NULL key or time) in <output>_rejected.",
+        ),
     ]
     if costed:
-        figures.append((chart(
-            "chart-lateness-cost", "Lateness cost per slice (complete minus exact rows out)", "rows", x_label,
-            [_time(s.start, timezone, pattern) for s in costed], [s.start.isoformat() for s in costed],
-            [Series("lateness_cost", [s.lateness_cost for s in costed])], "bars"), LATENESS_COST))
+        figures.append(
+            (
+                chart(
+                    "chart-lateness-cost",
+                    "Lateness cost per slice (complete minus exact rows out)",
+                    "rows",
+                    x_label,
+                    [_time(s.start, timezone, pattern) for s in costed],
+                    [s.start.isoformat() for s in costed],
+                    [Series("lateness_cost", [s.lateness_cost for s in costed])],
+                    "bars",
+                ),
+                LATENESS_COST,
+            )
+        )
     else:
-        missing = ("No slice has both an exact and a complete run, so there is no lateness cost to show: "
-                   "replay a slice with --mode complete as well.")
+        missing = (
+            "No slice has both an exact and a complete run, so there is no lateness cost to show: "
+            "replay a slice with --mode complete as well."
+        )
         figures.append(("", missing))
-    cells = "".join(f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>" for svg, caption in figures)
+    cells = "".join(
+        f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>" for svg, caption in figures
+    )
     return f"<h2>Per slice</h2><div class='charts'>{cells}</div>"
 
 
 def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
-    shown_counts = [name for name in COUNTS if name not in OPTIONAL
-                    or any(r.counts[name] for s in slices for r in s.runs.values())]
-    head = ("<tr><th class='text'>slice [start, end)</th><th>lateness cost</th>"
-            "<th class='text'>mode</th>" + "".join(f"<th>{_e(LABELS[n])}</th>" for n in shown_counts)
-            + "<th>match rate</th><th>runs</th><th class='text'>last run</th>"
-            "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th></tr>")
+    shown_counts = [
+        name
+        for name in COUNTS
+        if name not in OPTIONAL or any(r.counts[name] for s in slices for r in s.runs.values())
+    ]
+    head = (
+        "<tr><th class='text'>slice [start, end)</th><th>lateness cost</th>"
+        "<th class='text'>mode</th>"
+        + "".join(f"<th>{_e(LABELS[n])}</th>" for n in shown_counts)
+        + "<th>match rate</th><th>runs</th><th class='text'>last run</th>"
+        "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th></tr>"
+    )
     rows = []
     for piece in slices:
         modes = sorted(set(piece.runs) | set(piece.attempts), key=lambda m: (m != "exact", m))
@@ -422,30 +568,51 @@ def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
             cells = []
             if i == 0:
                 span = f"rowspan='{len(modes)}'"
-                cells.append(f"<td class='text' {span}>{_e(_interval(piece.start, piece.end, timezone))}</td>"
-                             f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>")
+                cells.append(
+                    f"<td class='text' {span}>{_e(_interval(piece.start, piece.end, timezone))}</td>"
+                    f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>"
+                )
             cells.append(f"<td class='text'>{_e(mode)}</td>")
             for name in shown_counts:
                 cells.append(f"<td data-field='{name}'>{_number(run.counts[name] if run else None)}</td>")
-            cells.append(f"<td data-field='match_rate'>{_percent(run.match_rate if run else None)}</td>"
-                         f"<td data-field='runs'>{_number(run.runs if run else None)}</td>"
-                         + (f"<td class='text' title='took {run.duration_s:.1f} s'>{_e(_time(run.started_at, timezone))}</td>"
-                            if run else "<td class='text'>–</td>"))
+            cells.append(
+                f"<td data-field='match_rate'>{_percent(run.match_rate if run else None)}</td>"
+                f"<td data-field='runs'>{_number(run.runs if run else None)}</td>"
+                + (
+                    f"<td class='text' title='took {run.duration_s:.1f} s'>{_e(_time(run.started_at, timezone))}</td>"
+                    if run
+                    else "<td class='text'>–</td>"
+                )
+            )
             cells.append(_attempt_cells(attempt, folder))
-            rows.append(f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
-                        f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>")
-    return (f"<h2>Slices</h2><div class='table-wrap'><table id='slices'><thead>{head}</thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+            rows.append(
+                f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
+                f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>"
+            )
+    return (
+        f"<h2>Slices</h2><div class='table-wrap'><table id='slices'><thead>{head}</thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
     if attempt is None:
         return "<td class='text muted' data-field='status'>no backfill</td><td class='wrap'></td><td class='text'></td>"
     problems = attempt.failed + ([attempt.error] if attempt.error else [])
-    detail = "<br>".join(_e(p) for p in problems) if problems else ("passed" if attempt.status == "succeeded" else "")
-    link = (f"<a href='{_e(docs_link(attempt.docs, folder))}'>open</a>" if attempt.docs else "<span class='muted'>none</span>")
-    return (f"<td class='text' data-field='status'><span class='status {_e(attempt.status)}'>{_e(attempt.status)}</span></td>"
-            f"<td class='wrap' data-field='validation'>{detail}</td><td class='text' data-field='docs'>{link}</td>")
+    detail = (
+        "<br>".join(_e(p) for p in problems)
+        if problems
+        else ("passed" if attempt.status == "succeeded" else "")
+    )
+    link = (
+        f"<a href='{_e(docs_link(attempt.docs, folder))}'>open</a>"
+        if attempt.docs
+        else "<span class='muted'>none</span>"
+    )
+    return (
+        f"<td class='text' data-field='status'><span class='status {_e(attempt.status)}'>{_e(attempt.status)}</span></td>"
+        f"<td class='wrap' data-field='validation'>{detail}</td><td class='text' data-field='docs'>{link}</td>"
+    )
 
 
 def _live_table(live: list[dict], timezone: str) -> str:
@@ -456,7 +623,10 @@ def _live_table(live: list[dict], timezone: str) -> str:
     rows = []
     for run_id, batches in sorted(runs.items(), key=lambda item: min(b["started_at"] for b in item[1])):
         batches.sort(key=lambda b: b["batch"])
-        totals = {name: sum(b[name] or 0 for b in batches) for name in ("rows_in", "rows_out", "joined", "late", "rejected")}
+        totals = {
+            name: sum(b[name] or 0 for b in batches)
+            for name in ("rows_in", "rows_out", "joined", "late", "rejected")
+        }
         held = (batches[-1]["open"] or 0) + (batches[-1]["unsettled"] or 0)
         rows.append(
             f"<tr data-run='{_e(run_id)}'><td class='text'>{_e(run_id)}</td><td data-field='batches'>{len(batches)}</td>"
@@ -465,8 +635,12 @@ def _live_table(live: list[dict], timezone: str) -> str:
             + "".join(f"<td data-field='{name}'>{_number(value)}</td>" for name, value in totals.items())
             + f"<td data-field='held'>{_number(held)}</td></tr>"
         )
-    head = ("<tr><th class='text'>live run (checkpoint id)</th><th>micro-batches</th><th class='text'>first batch</th>"
-            "<th class='text'>last batch</th><th>rows in</th><th>rows out</th><th>joined</th><th>late</th>"
-            "<th>rejected</th><th>open + unsettled now</th></tr>")
-    return (f"<h2>Live micro-batches</h2><div class='table-wrap'><table id='live'><thead>{head}</thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+    head = (
+        "<tr><th class='text'>live run (checkpoint id)</th><th>micro-batches</th><th class='text'>first batch</th>"
+        "<th class='text'>last batch</th><th>rows in</th><th>rows out</th><th>joined</th><th>late</th>"
+        "<th>rejected</th><th>open + unsettled now</th></tr>"
+    )
+    return (
+        f"<h2>Live micro-batches</h2><div class='table-wrap'><table id='live'><thead>{head}</thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )

@@ -18,7 +18,9 @@ from streamjoin.errors import SetupError
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = Path(os.environ.get("STREAMJOIN_JARS", PROJECT_ROOT / ".jars"))
 DEFAULT_MASTER = "local[*]"
-_JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={PROJECT_ROOT / 'infra' / 'log4j2.properties'}"
+_JAVA_OPTIONS = (
+    f"-Duser.timezone=UTC -Dlog4j2.configurationFile={PROJECT_ROOT / 'infra' / 'log4j2.properties'}"
+)
 
 
 def delta_jars() -> list[str]:

@@ -28,10 +28,18 @@ AsOf = Literal["arrival", "event_time"]
 DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
 DEFAULT_CLOCK_SKEW = timedelta(seconds=2)  # how late a table commit may become visible (docs/semantics.md)
 _JOIN_TYPES = {
-    "inner": "inner", "join": "inner",
-    "left": "left", "left outer": "left", "left_outer": "left",
-    "right": "right", "right outer": "right", "right_outer": "right",
-    "full": "full", "full outer": "full", "full_outer": "full", "outer": "full",
+    "inner": "inner",
+    "join": "inner",
+    "left": "left",
+    "left outer": "left",
+    "left_outer": "left",
+    "right": "right",
+    "right outer": "right",
+    "right_outer": "right",
+    "full": "full",
+    "full outer": "full",
+    "full_outer": "full",
+    "outer": "full",
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -74,7 +82,9 @@ class Source:
         where = f"source {self.name!r}"
         _check_start_at(self.start_at, f"{where}: start_at")
         if not _NAME.match(self.name or ""):
-            raise JobError(f"{where}: a source name must be an identifier (letters, digits, _), e.g. 'orders'")
+            raise JobError(
+                f"{where}: a source name must be an identifier (letters, digits, _), e.g. 'orders'"
+            )
         if self.kind not in ("stream", "table"):
             raise JobError(f"{where}: kind is {self.kind!r}; write 'stream' (append-only events) or 'table'")
         if bool(self.path) == bool(self.table):
@@ -82,14 +92,18 @@ class Source:
         if self.kind == "stream" and not self.time:
             raise JobError(f"{where}: a stream needs 'time', the name of its event-time column")
         if self.kind == "stream" and (self.changelog or self.deleted):
-            raise JobError(f"{where}: 'changelog' and 'deleted' describe table sources; make it kind: table or remove them")
+            raise JobError(
+                f"{where}: 'changelog' and 'deleted' describe table sources; make it kind: table or remove them"
+            )
         if self.deleted and not self.changelog:
             raise JobError(
                 f"{where}: 'deleted' names the tombstone column of an append-only changelog; add changelog: true "
                 "(a table updated in place records deletes in its change data feed)"
             )
         if self.clock_skew < timedelta(0):
-            raise JobError(f"{where}: clock_skew {format_duration(self.clock_skew)} is negative; write 0s or more")
+            raise JobError(
+                f"{where}: clock_skew {format_duration(self.clock_skew)} is negative; write 0s or more"
+            )
         object.__setattr__(self, "key", tuple(self.key))
 
     @property
@@ -135,9 +149,13 @@ class Join:
         object.__setattr__(self, "using", tuple(self.using))
         conditions = sum([bool(self.on), bool(self.using), bool(self.natural)])
         if conditions != 1:
-            raise JobError(f"{where}: give exactly one condition: 'on' (an expression), 'using' (columns) or 'natural: true'")
+            raise JobError(
+                f"{where}: give exactly one condition: 'on' (an expression), 'using' (columns) or 'natural: true'"
+            )
         if self.grace < timedelta(0):
-            raise JobError(f"{where}: grace {format_duration(self.grace)} is negative; write a grace of 0s or more")
+            raise JobError(
+                f"{where}: grace {format_duration(self.grace)} is negative; write a grace of 0s or more"
+            )
         if self.bounds is not None and self.bounds.lower > self.bounds.upper:
             raise JobError(
                 f"{where}: 'between' lower bound {format_duration(self.bounds.lower)} is above its upper bound "
@@ -146,7 +164,9 @@ class Join:
         if self.emit not in ("final", "eager"):
             raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
         if self.emit == "eager" and self.type == "inner":
-            raise JobError(f"{where}: 'emit: eager' applies to outer joins only; remove it or make the join left, right or full")
+            raise JobError(
+                f"{where}: 'emit: eager' applies to outer joins only; remove it or make the join left, right or full"
+            )
         if self.as_of not in (None, "arrival", "event_time"):
             raise JobError(
                 f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
@@ -202,7 +222,9 @@ class Schedule:
         try:
             pendulum.timezone(self.timezone)
         except Exception:
-            raise JobError(f"schedule: timezone {self.timezone!r} is unknown; write an IANA name such as UTC or Europe/Berlin") from None
+            raise JobError(
+                f"schedule: timezone {self.timezone!r} is unknown; write an IANA name such as UTC or Europe/Berlin"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -216,9 +238,13 @@ class Quality:
     def __post_init__(self) -> None:
         object.__setattr__(self, "not_null", tuple(self.not_null))
         if not 0.0 <= float(self.min_match_rate) <= 1.0:
-            raise JobError(f"quality: min_match_rate {self.min_match_rate!r} must lie between 0 and 1, e.g. 0.95")
+            raise JobError(
+                f"quality: min_match_rate {self.min_match_rate!r} must lie between 0 and 1, e.g. 0.95"
+            )
         if self.min_match_rate and not self.match_column:
-            raise JobError("quality: min_match_rate needs match_column, the output column that is NULL when a row is unmatched")
+            raise JobError(
+                "quality: min_match_rate needs match_column, the output column that is NULL when a row is unmatched"
+            )
 
 
 @dataclass(frozen=True)
@@ -257,10 +283,12 @@ class JoinSpec:
 
     def with_root(self, root: str | os.PathLike) -> JoinSpec:
         """The same job with relative Delta paths resolved against `root`."""
+
         def absolute(path: str | None) -> str | None:
             if path is None or "://" in path or os.path.isabs(path):
                 return path
             return str(Path(root, path).resolve())
+
         return replace(
             self,
             sources=tuple(replace(s, path=absolute(s.path)) for s in self.sources),
@@ -273,10 +301,14 @@ def _check_start_at(value: Any, where: str, versions: bool = True) -> None:
     if value is None:
         return
     if isinstance(value, bool):
-        raise JobError(f"{where}: {value!r} is neither a version nor a time; write e.g. 42 or 2024-05-01T00:00:00Z")
+        raise JobError(
+            f"{where}: {value!r} is neither a version nor a time; write e.g. 42 or 2024-05-01T00:00:00Z"
+        )
     if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
         if not versions:
-            raise JobError(f"{where}: a job-wide start is a time (e.g. 2024-05-01T00:00:00Z); give versions per source")
+            raise JobError(
+                f"{where}: a job-wide start is a time (e.g. 2024-05-01T00:00:00Z); give versions per source"
+            )
         if int(value) < 0:
             raise JobError(f"{where}: version {value} is negative")
         return
@@ -297,12 +329,18 @@ def _validate(spec: JoinSpec) -> None:
     chain = spec.names
     for name in chain:
         if name not in names:
-            raise JobError(f"{where}: the join chain names source {name!r}, which is not declared; sources are {', '.join(names)}")
+            raise JobError(
+                f"{where}: the join chain names source {name!r}, which is not declared; sources are {', '.join(names)}"
+            )
     if len(set(chain)) != len(chain):
-        raise JobError(f"{where}: each source may appear once in the join chain; to self-join, declare the table twice under two names")
+        raise JobError(
+            f"{where}: each source may appear once in the join chain; to self-join, declare the table twice under two names"
+        )
     unused = [n for n in names if n not in chain]
     if unused:
-        raise JobError(f"{where}: source(s) {', '.join(unused)} are declared but never joined; remove them or add a join")
+        raise JobError(
+            f"{where}: source(s) {', '.join(unused)} are declared but never joined; remove them or add a join"
+        )
     left_kind = spec.source(spec.start).kind
     for join in spec.joins:
         right_kind = spec.source(join.source).kind
@@ -311,21 +349,29 @@ def _validate(spec: JoinSpec) -> None:
         if join.type not in SUPPORTED_TYPES[pair]:
             reason = _REFUSALS.get(pair + (join.type,)) or _REFUSALS.get(pair) or "unsupported"
             allowed = ", ".join(SUPPORTED_TYPES[pair]) or "none"
-            raise JobError(f"{link}: a {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}")
+            raise JobError(
+                f"{link}: a {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
+            )
         if pair == ("stream", "stream") and join.bounds is None:
             raise JobError(
                 f"{link}: a stream-stream join needs time bounds, or its state would grow with all history; "
                 "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time)"
             )
         if pair != ("stream", "stream") and join.bounds is not None:
-            raise JobError(f"{link}: 'within'/'between' apply to stream-stream joins only; remove them from this {left_kind}-{right_kind} join")
+            raise JobError(
+                f"{link}: 'within'/'between' apply to stream-stream joins only; remove them from this {left_kind}-{right_kind} join"
+            )
         if pair != ("stream", "stream") and join.emit == "eager":
             raise JobError(f"{link}: 'emit: eager' applies to stream-stream outer joins only")
         if pair != ("stream", "table") and (join.as_of or join.asof):
-            raise JobError(f"{link}: 'as_of' and 'asof' apply to stream-table joins only; remove them from this {left_kind}-{right_kind} join")
+            raise JobError(
+                f"{link}: 'as_of' and 'asof' apply to stream-table joins only; remove them from this {left_kind}-{right_kind} join"
+            )
         table = spec.source(join.source)
         if right_kind == "table" and not table.key:
-            what = "an ASOF" if join.asof else ("an event-time temporal" if join.as_of == "event_time" else "a")
+            what = (
+                "an ASOF" if join.asof else ("an event-time temporal" if join.as_of == "event_time" else "a")
+            )
             raise JobError(
                 f"{link}: {what} join against table {table.name!r} needs the table's primary key, which identifies "
                 f"the versions of a row: add key: [<column>, ...] to source {table.name!r}"
@@ -335,6 +381,7 @@ def _validate(spec: JoinSpec) -> None:
 
 
 # ---------------------------------------------------------------------------- job files
+
 
 def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> JoinSpec:
     """Load a YAML job file; relative Delta paths resolve against `root` ($STREAMJOIN_ROOT, else ./data)."""
@@ -354,8 +401,23 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     """Build a JoinSpec from the job-file mapping (docs/job-spec.md)."""
-    _only(document, {"name", "description", "sources", "from", "joins", "select", "where", "output", "schedule", "quality",
-                     "start_at"}, origin)
+    _only(
+        document,
+        {
+            "name",
+            "description",
+            "sources",
+            "from",
+            "joins",
+            "select",
+            "where",
+            "output",
+            "schedule",
+            "quality",
+            "start_at",
+        },
+        origin,
+    )
     for required in ("sources", "from", "joins", "output"):
         if required not in document:
             raise JobError(f"{origin}: missing '{required}'; see docs/job-spec.md")
@@ -366,14 +428,42 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     for name, body in sources_doc.items():
         body = body or {}
         where = f"{origin}: source {name!r}"
-        _only(body, {"path", "table", "kind", "time", "time_format", "key", "changelog", "deleted", "clock_skew", "start_at"}, where)
-        skew = parse_duration(body["clock_skew"], f"{where}: clock_skew") if "clock_skew" in body else DEFAULT_CLOCK_SKEW
-        sources.append(Source(
-            name=str(name), kind=body.get("kind", "stream"), path=body.get("path"), table=body.get("table"),
-            time=body.get("time"), time_format=body.get("time_format"), key=_names(body.get("key")),
-            changelog=bool(body.get("changelog", False)), deleted=body.get("deleted"), clock_skew=skew,
-            start_at=_start_value(body.get("start_at")),
-        ))
+        _only(
+            body,
+            {
+                "path",
+                "table",
+                "kind",
+                "time",
+                "time_format",
+                "key",
+                "changelog",
+                "deleted",
+                "clock_skew",
+                "start_at",
+            },
+            where,
+        )
+        skew = (
+            parse_duration(body["clock_skew"], f"{where}: clock_skew")
+            if "clock_skew" in body
+            else DEFAULT_CLOCK_SKEW
+        )
+        sources.append(
+            Source(
+                name=str(name),
+                kind=body.get("kind", "stream"),
+                path=body.get("path"),
+                table=body.get("table"),
+                time=body.get("time"),
+                time_format=body.get("time_format"),
+                key=_names(body.get("key")),
+                changelog=bool(body.get("changelog", False)),
+                deleted=body.get("deleted"),
+                clock_skew=skew,
+                start_at=_start_value(body.get("start_at")),
+            )
+        )
     joins_doc = document["joins"]
     if not isinstance(joins_doc, list):
         raise JobError(f"{origin}: 'joins' must be a list of joins, in the order they apply")
@@ -384,28 +474,39 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     output_doc = document["output"] or {}
     _only(output_doc, {"path", "table", "time", "partition_by", "key"}, f"{origin}: output")
     output = Output(
-        path=output_doc.get("path"), table=output_doc.get("table"),
-        time=output_doc.get("time", "event_time"), partition_by=_names(output_doc.get("partition_by")),
+        path=output_doc.get("path"),
+        table=output_doc.get("table"),
+        time=output_doc.get("time", "event_time"),
+        partition_by=_names(output_doc.get("partition_by")),
         key=_names(output_doc.get("key")),
     )
     schedule_doc = document.get("schedule") or {}
     _only(schedule_doc, {"every", "timezone", "start", "live_every"}, f"{origin}: schedule")
     schedule = Schedule(
-        every=str(schedule_doc.get("every", "1d")), timezone=str(schedule_doc.get("timezone", "UTC")),
+        every=str(schedule_doc.get("every", "1d")),
+        timezone=str(schedule_doc.get("timezone", "UTC")),
         start=None if schedule_doc.get("start") is None else str(schedule_doc["start"]),
         live_every=None if schedule_doc.get("live_every") is None else str(schedule_doc["live_every"]),
     )
     quality_doc = document.get("quality") or {}
     _only(quality_doc, {"match_column", "min_match_rate", "not_null"}, f"{origin}: quality")
     quality = Quality(
-        match_column=quality_doc.get("match_column"), min_match_rate=float(quality_doc.get("min_match_rate", 0.0)),
+        match_column=quality_doc.get("match_column"),
+        min_match_rate=float(quality_doc.get("min_match_rate", 0.0)),
         not_null=_names(quality_doc.get("not_null")),
     )
     return JoinSpec(
-        name=str(document.get("name")), description=str(document.get("description") or ""),
-        sources=tuple(sources), start=str(document["from"]), joins=tuple(joins),
-        select=tuple(str(s) for s in select), where=document.get("where"), output=output,
-        schedule=schedule, quality=quality, start_at=_start_value(document.get("start_at")),
+        name=str(document.get("name")),
+        description=str(document.get("description") or ""),
+        sources=tuple(sources),
+        start=str(document["from"]),
+        joins=tuple(joins),
+        select=tuple(str(s) for s in select),
+        where=document.get("where"),
+        output=output,
+        schedule=schedule,
+        quality=quality,
+        start_at=_start_value(document.get("start_at")),
     )
 
 
@@ -423,26 +524,42 @@ def _join_from_dict(item: Any, origin: str) -> Join:
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(f"{origin}: each entry of 'joins' needs 'join: <source name>'")
     where = f"{origin}: join with {item['join']!r}"
-    _only(item, {"join", "type", "on", "using", "natural", "within", "between", "grace", "emit", "as_of", "asof"}, where)
+    _only(
+        item,
+        {"join", "type", "on", "using", "natural", "within", "between", "grace", "emit", "as_of", "asof"},
+        where,
+    )
     bounds = None
     if "within" in item and "between" in item:
         raise JobError(f"{where}: give either 'within' or 'between', not both")
     if "within" in item:
         width = parse_duration(item["within"], f"{where}: within")
         if width < timedelta(0):
-            raise JobError(f"{where}: within {item['within']!r} is negative; write a positive width such as 1h")
+            raise JobError(
+                f"{where}: within {item['within']!r} is negative; write a positive width such as 1h"
+            )
         bounds = TimeBounds(-width, width)
     elif "between" in item:
         pair = item["between"]
         if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise JobError(f"{where}: 'between' takes two durations [lower, upper] of right.time - left.time, e.g. [-4h, 0s]")
-        bounds = TimeBounds(parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between"))
+            raise JobError(
+                f"{where}: 'between' takes two durations [lower, upper] of right.time - left.time, e.g. [-4h, 0s]"
+            )
+        bounds = TimeBounds(
+            parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between")
+        )
     grace = parse_duration(item["grace"], f"{where}: grace") if "grace" in item else DEFAULT_GRACE
     return Join(
-        source=str(item["join"]), type=item.get("type", "inner"), on=item.get("on"),
-        using=_names(item.get("using")), natural=bool(item.get("natural", False)),
-        bounds=bounds, grace=grace, emit=item.get("emit", "final"),
-        as_of=item.get("as_of"), asof=bool(item.get("asof", False)),
+        source=str(item["join"]),
+        type=item.get("type", "inner"),
+        on=item.get("on"),
+        using=_names(item.get("using")),
+        natural=bool(item.get("natural", False)),
+        bounds=bounds,
+        grace=grace,
+        emit=item.get("emit", "final"),
+        as_of=item.get("as_of"),
+        asof=bool(item.get("asof", False)),
     )
 
 
@@ -459,4 +576,6 @@ def _only(body: Any, allowed: set[str], where: str) -> None:
         raise JobError(f"{where}: expected a mapping of settings")
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise JobError(f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+        raise JobError(
+            f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
+        )

@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pendulum
 
 from streamjoin.errors import JobError
 
 _UNITS = {
-    "us": "microseconds", "microsecond": "microseconds", "microseconds": "microseconds",
-    "ms": "milliseconds", "millisecond": "milliseconds", "milliseconds": "milliseconds",
-    "s": "seconds", "sec": "seconds", "second": "seconds", "seconds": "seconds",
-    "m": "minutes", "min": "minutes", "minute": "minutes", "minutes": "minutes",
-    "h": "hours", "hour": "hours", "hours": "hours",
-    "d": "days", "day": "days", "days": "days",
+    "us": "microseconds",
+    "microsecond": "microseconds",
+    "microseconds": "microseconds",
+    "ms": "milliseconds",
+    "millisecond": "milliseconds",
+    "milliseconds": "milliseconds",
+    "s": "seconds",
+    "sec": "seconds",
+    "second": "seconds",
+    "seconds": "seconds",
+    "m": "minutes",
+    "min": "minutes",
+    "minute": "minutes",
+    "minutes": "minutes",
+    "h": "hours",
+    "hour": "hours",
+    "hours": "hours",
+    "d": "days",
+    "day": "days",
+    "days": "days",
 }
 _PART = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
 
@@ -65,7 +79,9 @@ def parse_instant(text: str | datetime, what: str = "time") -> datetime:
         if isinstance(value, pendulum.Date) and not isinstance(value, pendulum.DateTime):
             value = pendulum.datetime(value.year, value.month, value.day, tz="UTC")
         if not isinstance(value, pendulum.DateTime):
-            raise JobError(f"{what} {text!r} is not a date or datetime, e.g. 2024-05-01 or 2024-05-01T12:00+02:00")
+            raise JobError(
+                f"{what} {text!r} is not a date or datetime, e.g. 2024-05-01 or 2024-05-01T12:00+02:00"
+            )
     return value.in_timezone("UTC")
 
 
@@ -78,7 +94,11 @@ def to_micros(value: datetime | timedelta) -> int:
 
 def from_spark(value: datetime) -> datetime:
     """A timestamp collected from Spark (naive, in this process's local time) as an aware UTC datetime."""
-    return pendulum.instance(value.astimezone(timezone.utc)) if value.tzinfo is None else pendulum.instance(value).in_timezone("UTC")
+    return (
+        pendulum.instance(value.astimezone(UTC))
+        if value.tzinfo is None
+        else pendulum.instance(value).in_timezone("UTC")
+    )
 
 
 def from_micros(micros: int) -> datetime:
@@ -93,7 +113,14 @@ def format_duration(value: timedelta) -> str:
         return "0s"
     sign, micros = ("-" if micros < 0 else ""), abs(micros)
     parts = []
-    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000), ("ms", 1000), ("us", 1)):
+    for unit, size in (
+        ("d", 86_400_000_000),
+        ("h", 3_600_000_000),
+        ("m", 60_000_000),
+        ("s", 1_000_000),
+        ("ms", 1000),
+        ("us", 1),
+    ):
         if micros >= size:
             parts.append(f"{micros // size}{unit}")
             micros %= size

@@ -54,11 +54,17 @@ def suite_for(spec: JoinSpec) -> dict:
     """The default suite derived from the job, in Great Expectations' suite JSON (name, expectations)."""
     time, key, quality = spec.output.time, spec.output.key, spec.quality
     expectations = [
-        _expectation("expect_column_values_to_not_be_null", {"column": time}, "every output row has an event time"),
+        _expectation(
+            "expect_column_values_to_not_be_null", {"column": time}, "every output row has an event time"
+        ),
         _expectation(
             "expect_column_values_to_be_between",
-            {"column": time, "min_value": {"$PARAMETER": SLICE_START}, "max_value": {"$PARAMETER": SLICE_END},
-             "strict_max": True},
+            {
+                "column": time,
+                "min_value": {"$PARAMETER": SLICE_START},
+                "max_value": {"$PARAMETER": SLICE_END},
+                "strict_max": True,
+            },
             "a slice holds only rows of its own interval [slice_start, slice_end)",
         ),
     ]
@@ -66,22 +72,41 @@ def suite_for(spec: JoinSpec) -> dict:
     for column in key:
         if column not in checked:
             checked.add(column)
-            expectations.append(_expectation("expect_column_values_to_not_be_null", {"column": column}, "output key column"))
+            expectations.append(
+                _expectation("expect_column_values_to_not_be_null", {"column": column}, "output key column")
+            )
     if len(key) == 1:
-        expectations.append(_expectation("expect_column_values_to_be_unique", {"column": key[0]}, "the output key identifies a row"))
+        expectations.append(
+            _expectation(
+                "expect_column_values_to_be_unique", {"column": key[0]}, "the output key identifies a row"
+            )
+        )
     elif key:
-        expectations.append(_expectation(
-            "expect_compound_columns_to_be_unique", {"column_list": list(key)}, "the output key identifies a row"))
+        expectations.append(
+            _expectation(
+                "expect_compound_columns_to_be_unique",
+                {"column_list": list(key)},
+                "the output key identifies a row",
+            )
+        )
     for column in quality.not_null:
         if column not in checked:
             checked.add(column)
-            expectations.append(_expectation(
-                "expect_column_values_to_not_be_null", {"column": column}, "quality.not_null: outer-join padding never fills it"))
+            expectations.append(
+                _expectation(
+                    "expect_column_values_to_not_be_null",
+                    {"column": column},
+                    "quality.not_null: outer-join padding never fills it",
+                )
+            )
     if quality.match_column and quality.min_match_rate > 0:
-        expectations.append(_expectation(
-            "expect_column_values_to_not_be_null", {"column": quality.match_column, "mostly": quality.min_match_rate},
-            f"at least {quality.min_match_rate:.0%} of rows found a partner (quality.min_match_rate)",
-        ))
+        expectations.append(
+            _expectation(
+                "expect_column_values_to_not_be_null",
+                {"column": quality.match_column, "mostly": quality.min_match_rate},
+                f"at least {quality.min_match_rate:.0%} of rows found a partner (quality.min_match_rate)",
+            )
+        )
     return {"name": spec.name, "expectations": expectations}
 
 
@@ -102,14 +127,24 @@ def load_suite(spec: JoinSpec, folder: str | None = None) -> dict:
     try:
         suite = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise JobError(f"suite {str(path)!r} is not valid JSON: {exc}; fix it or delete it to use the suite derived from the job") from None
+        raise JobError(
+            f"suite {str(path)!r} is not valid JSON: {exc}; fix it or delete it to use the suite derived from the job"
+        ) from None
     if not isinstance(suite, dict) or not isinstance(suite.get("expectations"), list):
         raise JobError(f"suite {str(path)!r} must be a JSON object with 'name' and a list of 'expectations'")
     if suite.get("name") != spec.name:
-        raise JobError(f"suite {str(path)!r} is named {suite.get('name')!r}; name it {spec.name!r}, after its job")
+        raise JobError(
+            f"suite {str(path)!r} is named {suite.get('name')!r}; name it {spec.name!r}, after its job"
+        )
     for number, item in enumerate(suite["expectations"], 1):
-        if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not isinstance(item.get("kwargs"), dict):
-            raise JobError(f"suite {str(path)!r}: expectation {number} needs 'type' (e.g. expect_column_values_to_not_be_null) and 'kwargs'")
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("type"), str)
+            or not isinstance(item.get("kwargs"), dict)
+        ):
+            raise JobError(
+                f"suite {str(path)!r}: expectation {number} needs 'type' (e.g. expect_column_values_to_not_be_null) and 'kwargs'"
+            )
     return suite
 
 
@@ -157,8 +192,11 @@ def validate_slice(
     identifier, validation = next(iter(result.run_results.items()))  # one validation definition, one result
     failed = tuple(_describe(r) for r in validation.results if not r.success)
     return ValidationResult(
-        suite=suite["name"], success=bool(validation.success), failed=failed,
-        evaluated=int(validation.statistics["evaluated_expectations"]), docs=_page(context, identifier, site),
+        suite=suite["name"],
+        success=bool(validation.success),
+        failed=failed,
+        evaluated=int(validation.statistics["evaluated_expectations"]),
+        docs=_page(context, identifier, site),
     )
 
 
@@ -166,7 +204,9 @@ def _check_columns(suite: dict, output: DataFrame, path: Path) -> None:
     present = set(output.columns)
     for item in suite["expectations"]:
         kwargs = item["kwargs"]
-        named = [kwargs[a] for a in _COLUMN_ARGUMENTS if isinstance(kwargs.get(a), str)] + list(kwargs.get("column_list") or [])
+        named = [kwargs[a] for a in _COLUMN_ARGUMENTS if isinstance(kwargs.get(a), str)] + list(
+            kwargs.get("column_list") or []
+        )
         missing = [c for c in named if c not in present]
         if missing:
             raise JobError(
@@ -184,21 +224,32 @@ def _context(site: str):
         ProgressBarsConfig,
     )
 
-    logging.getLogger("great_expectations").setLevel(logging.CRITICAL)  # problems reach the caller as results or JobError
+    logging.getLogger("great_expectations").setLevel(
+        logging.CRITICAL
+    )  # problems reach the caller as results or JobError
     defaults = InMemoryStoreBackendDefaults()
     stores = dict(defaults.stores)
     stores[defaults.validation_results_store_name] = {
         "class_name": "ValidationResultsStore",
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(Path(site).parent / "validations")},
+        "store_backend": {
+            "class_name": "TupleFilesystemStoreBackend",
+            "base_directory": str(Path(site).parent / "validations"),
+        },
     }
-    sites = {_SITE: {
-        "class_name": "SiteBuilder", "show_how_to_buttons": False,
-        "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": site},
-        "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
-    }}
+    sites = {
+        _SITE: {
+            "class_name": "SiteBuilder",
+            "show_how_to_buttons": False,
+            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": site},
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        }
+    }
     config = DataContextConfig(
-        store_backend_defaults=defaults, stores=stores, data_docs_sites=sites,
-        analytics_enabled=False, progress_bars=ProgressBarsConfig(globally=False),
+        store_backend_defaults=defaults,
+        stores=stores,
+        data_docs_sites=sites,
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False),
     )
     return gx.get_context(mode="ephemeral", project_config=config)
 
@@ -214,19 +265,31 @@ def _checkpoint(context, suite: dict, path: Path):
         try:
             accepted = len(ExpectationSuite(name=suite["name"], expectations=[item]).expectations)
         except (TypeError, ValueError, GreatExpectationsError) as exc:
-            raise JobError(f"suite {str(path)!r}: expectation {number} ({item['type']}) is not valid: {exc}") from None
+            raise JobError(
+                f"suite {str(path)!r}: expectation {number} ({item['type']}) is not valid: {exc}"
+            ) from None
         if not accepted:  # GE drops an expectation of an unknown type with only a log line
-            raise JobError(f"suite {str(path)!r}: expectation {number} has unknown type {item['type']!r}; see the Great "
-                           "Expectations gallery for the names, e.g. expect_column_values_to_not_be_null")
+            raise JobError(
+                f"suite {str(path)!r}: expectation {number} has unknown type {item['type']!r}; see the Great "
+                "Expectations gallery for the names, e.g. expect_column_values_to_not_be_null"
+            )
     expectation_suite = ExpectationSuite(**suite)
-    batch = (context.data_sources.add_spark(name="streamjoin").add_dataframe_asset(name="slice")
-             .add_batch_definition_whole_dataframe("output"))
+    batch = (
+        context.data_sources.add_spark(name="streamjoin")
+        .add_dataframe_asset(name="slice")
+        .add_batch_definition_whole_dataframe("output")
+    )
     definition = context.validation_definitions.add(
-        gx.ValidationDefinition(name=suite["name"], data=batch, suite=context.suites.add(expectation_suite)))
-    return context.checkpoints.add(gx.Checkpoint(
-        name=suite["name"], validation_definitions=[definition],
-        actions=[UpdateDataDocsAction(name="data_docs", site_names=[_SITE])], result_format="SUMMARY",
-    ))
+        gx.ValidationDefinition(name=suite["name"], data=batch, suite=context.suites.add(expectation_suite))
+    )
+    return context.checkpoints.add(
+        gx.Checkpoint(
+            name=suite["name"],
+            validation_definitions=[definition],
+            actions=[UpdateDataDocsAction(name="data_docs", site_names=[_SITE])],
+            result_format="SUMMARY",
+        )
+    )
 
 
 def _page(context, identifier, site: str) -> str | None:
@@ -234,7 +297,7 @@ def _page(context, identifier, site: str) -> str | None:
     urls = context.get_docs_sites_urls(resource_identifier=identifier, site_name=_SITE)
     url = urls[0].get("site_url") if urls else None
     if url and url.startswith("file://"):
-        return url[len("file://"):]
+        return url[len("file://") :]
     index = Path(site) / "index.html"
     return str(index) if index.exists() else None
 
@@ -243,8 +306,11 @@ def _describe(result) -> str:
     """One line for a failed expectation: its type, column(s) and settings, then what was observed."""
     config = result.expectation_config
     kwargs = config.kwargs
-    columns = kwargs.get("column") or ", ".join(kwargs.get("column_list") or []) or ", ".join(
-        str(kwargs[a]) for a in _COLUMN_ARGUMENTS if a in kwargs)
+    columns = (
+        kwargs.get("column")
+        or ", ".join(kwargs.get("column_list") or [])
+        or ", ".join(str(kwargs[a]) for a in _COLUMN_ARGUMENTS if a in kwargs)
+    )
     settings = [f"{k}={_show(v)}" for k, v in kwargs.items() if k not in _QUIET_KWARGS]
     what = f"{config.type}({', '.join([columns, *settings]) if columns else ', '.join(settings)})"
     info = result.exception_info or {}
@@ -253,12 +319,18 @@ def _describe(result) -> str:
     observed = result.result or {}
     if observed.get("unexpected_count") is not None:
         count, total = observed["unexpected_count"], observed.get("element_count")
-        share = f" ({observed['unexpected_percent']:.1f}%)" if observed.get("unexpected_percent") is not None else ""
+        share = (
+            f" ({observed['unexpected_percent']:.1f}%)"
+            if observed.get("unexpected_percent") is not None
+            else ""
+        )
         examples = ", ".join(_show(e["value"]) for e in (observed.get("partial_unexpected_counts") or [])[:3])
         line = f"{what}: {count} of {total} rows {_UNEXPECTED.get(config.type, 'unexpected')}{share}"
         if kwargs.get("mostly") is not None:
             line += f", at most {1 - kwargs['mostly']:.1%} allowed"
-        return line + (f", e.g. {examples}" if examples and config.type != "expect_column_values_to_not_be_null" else "")
+        return line + (
+            f", e.g. {examples}" if examples and config.type != "expect_column_values_to_not_be_null" else ""
+        )
     return f"{what}: observed {_show(observed.get('observed_value'))}"
 
 

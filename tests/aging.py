@@ -30,7 +30,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 # Session flag: when true (the default), time travel and change-feed reads of versions older than
 # delta.deletedFileRetentionDuration fail with DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION.
-ENFORCE_TIME_TRAVEL_RETENTION = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
+ENFORCE_TIME_TRAVEL_RETENTION = (
+    "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
+)
 
 
 def to_millis(when: datetime) -> int:
@@ -144,16 +146,20 @@ def write_commits(
     table_dir = _local_dir(path)
     log_dir = table_dir / "_delta_log"
     times = [to_millis(when) for when, _ in commits]
-    for (earlier, later), (when, _) in zip(pairwise(times), commits[1:]):
+    for (earlier, later), (when, _) in zip(pairwise(times), commits[1:], strict=False):
         if later <= earlier:
-            raise ValueError(f"commit times must be strictly increasing; {when.isoformat()} is not after its predecessor")
+            raise ValueError(
+                f"commit times must be strictly increasing; {when.isoformat()} is not after its predecessor"
+            )
     now = to_millis(datetime.now(UTC))
     if times[-1] >= now:
         raise ValueError(f"commit times must be in the past; {commits[-1][0].isoformat()} is not")
     latest = _latest_version(log_dir)
     if latest is not None:
         if properties:
-            raise ValueError(f"{path} already holds a Delta table; properties are only applied when creating one")
+            raise ValueError(
+                f"{path} already holds a Delta table; properties are only applied when creating one"
+            )
         existing = commit_millis(table_dir, latest)
         if times[0] <= existing:
             last = datetime.fromtimestamp(existing / 1000, UTC).isoformat()
@@ -174,7 +180,7 @@ def write_commits(
             frame.write.format("delta").mode("append").save(str(table_dir))
         versions.append(_latest_version(log_dir))  # nobody else writes to a test table
 
-    for version, millis in zip(versions, times):
+    for version, millis in zip(versions, times, strict=False):
         _backdate(table_dir, version, millis)
     forget_snapshots(spark, table_dir)
     return versions
@@ -219,7 +225,9 @@ def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 d
     vacuum_settings = {
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         # VACUUM lists files with this many tasks (10000 by default: a minute on a small machine).
-        "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get("spark.sql.shuffle.partitions"),
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get(
+            "spark.sql.shuffle.partitions"
+        ),
     }
     with session_conf(spark, vacuum_settings):
         spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
@@ -238,7 +246,9 @@ def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 d
     # The boundary, with Delta's own cut-off: commit files older than it are expired.
     snapshot = delta_log.unsafeVolatileSnapshot()
     now = delta_log.clock().getTimeMillis()
-    cutoff = delta_log.truncateDay(now - delta_log.deltaRetentionMillis(snapshot.metadata())).getTimeInMillis()
+    cutoff = delta_log.truncateDay(
+        now - delta_log.deltaRetentionMillis(snapshot.metadata())
+    ).getTimeInMillis()
     log_dir = table_dir / "_delta_log"
     versions = _versions(log_dir)
     boundary = next(  # the latest commit (the ALTER above) is never expired

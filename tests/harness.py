@@ -13,20 +13,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from conftest import BASE, at
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
-
-from conftest import BASE, at
 from reference import Event
+
 from streamjoin import delta_io
 from streamjoin.metrics import BUCKETS
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
 
-SCHEMA = StructType([
-    StructField("id", StringType()), StructField("k", StringType()),
-    StructField("t", TimestampType()), StructField("v", IntegerType()),
-])
+SCHEMA = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("k", StringType()),
+        StructField("t", TimestampType()),
+        StructField("v", IntegerType()),
+    ]
+)
 SIDES = ("l", "r")
 EVERYTHING = (BASE - timedelta(days=1), datetime(2100, 1, 1))  # a slice holding every row, NULL times too
 
@@ -50,16 +54,34 @@ def write_commit(spark, path: str, rows, files: int | None = None) -> None:
     frame.write.format("delta").mode("append").save(path)
 
 
-def job(root, paths: dict[int, str], how: str, lo: int, hi: int, grace: int, residual: bool = False,
-        output: str = "out") -> JoinSpec:
+def job(
+    root,
+    paths: dict[int, str],
+    how: str,
+    lo: int,
+    hi: int,
+    grace: int,
+    residual: bool = False,
+    output: str = "out",
+) -> JoinSpec:
     """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids."""
     on = "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
     return JoinSpec(
         name="eq",
-        sources=(Source("l", "stream", path=paths[0], time="t"), Source("r", "stream", path=paths[1], time="t")),
+        sources=(
+            Source("l", "stream", path=paths[0], time="t"),
+            Source("r", "stream", path=paths[1], time="t"),
+        ),
         start="l",
-        joins=(Join("r", type=how, on=on, bounds=TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
-                    grace=timedelta(seconds=grace)),),
+        joins=(
+            Join(
+                "r",
+                type=how,
+                on=on,
+                bounds=TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
+                grace=timedelta(seconds=grace),
+            ),
+        ),
         output=Output(path=f"{root}/{output}"),
         select=("l.id AS lid", "r.id AS rid"),
     )
@@ -76,8 +98,12 @@ def base_micros(spark) -> int:
 
 def positions(spark, path: str, side: int) -> dict[int, tuple[int, int, int]]:
     """Each commit version with rows -> its arrival position (commit timestamp micros, side, version)."""
-    changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
-    rows = changes.select("_commit_version", F.unix_micros("_commit_timestamp").alias("ts")).distinct().collect()
+    changes = (
+        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(path)
+    )
+    rows = (
+        changes.select("_commit_version", F.unix_micros("_commit_timestamp").alias("ts")).distinct().collect()
+    )
     return {r["_commit_version"]: (r["ts"], side, r["_commit_version"]) for r in rows}
 
 
@@ -86,7 +112,8 @@ def events(spark, paths: dict[int, str], commits) -> list[Event]:
     found = {side: positions(spark, paths[side], side) for side in paths}
     return [
         Event(side, i, k, t, found[side][version], v)
-        for side, version, rows in commits for i, k, t, v in rows
+        for side, version, rows in commits
+        for i, k, t, v in rows
     ]
 
 
@@ -108,7 +135,9 @@ def read_side(spark, path: str) -> Counter:
     """A late or rejected side table as a multiset of (source, reason, row as JSON)."""
     if not DeltaTable.isDeltaTable(spark, path):
         return Counter()
-    return Counter(tuple(r) for r in spark.read.format("delta").load(path).select("source", "reason", "row").collect())
+    return Counter(
+        tuple(r) for r in spark.read.format("delta").load(path).select("source", "reason", "row").collect()
+    )
 
 
 def live_metrics(spark, spec: JoinSpec) -> list:
@@ -152,7 +181,9 @@ def source_counts(metrics) -> dict[str, dict[str, int]]:
     return {name: {b: getattr(c, b) for b in ACCOUNTED} for name, c in metrics.sources.items()}
 
 
-def live_accounting(spark, output: str, final: tuple[str, ...] = FINAL) -> tuple[dict[str, dict[str, int]], int]:
+def live_accounting(
+    spark, output: str, final: tuple[str, ...] = FINAL
+) -> tuple[dict[str, dict[str, int]], int]:
     """Check every live micro-batch's metrics balance and chain; return the run's accounting.
 
     Per batch and per source: rows_in + carried_in = rejected + late + joined + unmatched_emitted
@@ -174,13 +205,18 @@ def live_accounting(spark, output: str, final: tuple[str, ...] = FINAL) -> tuple
             totals.setdefault(name, Counter()).update({b: c[b] for b in final})
         previous = by_source
     accounting = {
-        name: {**{b: t[b] for b in final}, "open": previous[name]["open"], "unsettled": previous[name]["unsettled"]}
+        name: {
+            **{b: t[b] for b in final},
+            "open": previous[name]["open"],
+            "unsettled": previous[name]["unsettled"],
+        }
         for name, t in totals.items()
     }
     return accounting, len(rows)
 
 
 # ---------------------------------------------------------------------------- table sources
+
 
 def upsert(spark, path: str, rows, schema, key: tuple[str, ...]) -> None:
     """One MERGE commit: insert or update `rows` by `key` (a table updated in place); creates the table."""

@@ -20,25 +20,39 @@ Deliberately naive (nested loops over every row) so that it is obviously the spe
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-BUCKETS = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled")
+BUCKETS = (
+    "rows_in",
+    "rejected",
+    "late",
+    "joined",
+    "unmatched_emitted",
+    "unmatched_dropped",
+    "open",
+    "unsettled",
+)
 PRESERVED = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}
 
 
 @dataclass(frozen=True)
 class Event:
-    side: int                       # 0: the `from` source, 1: the joined source
+    side: int  # 0: the `from` source, 1: the joined source
     id: str
     key: str | None
-    t: int | None                   # event time in any integer unit (the tests use seconds)
-    pos: tuple[int, int, int]       # (commit timestamp, side, commit version)
-    v: int = 0                      # a payload for residual predicates
+    t: int | None  # event time in any integer unit (the tests use seconds)
+    pos: tuple[int, int, int]  # (commit timestamp, side, commit version)
+    v: int = 0  # a payload for residual predicates
 
 
 def reference(
-    events: list[Event], lo: int, hi: int, grace: int, how: str, mode: str = "exact",
+    events: list[Event],
+    lo: int,
+    hi: int,
+    grace: int,
+    how: str,
+    mode: str = "exact",
     residual: Callable[[Event, Event], bool] = lambda l, r: True,
 ) -> tuple[Counter, dict[int, dict[str, int]]]:
     """(output multiset of (left id | None, right id | None, output time), bucket counts per side)."""
@@ -106,13 +120,17 @@ class Change:
 
     id: str | None
     key: tuple
-    t: int | None                   # version time (event-time temporal) or any ordered value (ASOF)
-    pos: tuple[int, int, int]       # (commit timestamp, side, commit version)
+    t: int | None  # version time (event-time temporal) or any ordered value (ASOF)
+    pos: tuple[int, int, int]  # (commit timestamp, side, commit version)
     deleted: bool = False
 
 
 def temporal_reference(
-    stream: list[Event], table: list[Change], grace: int, how: str, mode: str = "exact",
+    stream: list[Event],
+    table: list[Change],
+    grace: int,
+    how: str,
+    mode: str = "exact",
 ) -> tuple[Counter, dict[str, int], dict[str, int]]:
     """Event-time temporal join (FOR SYSTEM_TIME AS OF l.t) of `stream` with a changelog keyed by
     key[0] whose version times are `t`: (output, stream counts, table counts).
@@ -170,7 +188,10 @@ def _enrich(e: Event, match: Change | None, how: str, out: Counter, counts: dict
 
 
 def asof_reference(
-    stream: list[Event], table: list[Change], how: str, skew: int = 0,
+    stream: list[Event],
+    table: list[Change],
+    how: str,
+    skew: int = 0,
 ) -> tuple[Counter, dict[str, int]]:
     """ASOF join ON l.k = r.k AND r.t <= l.t against a table keyed by (k, t), updated in place:
     (output, stream counts). A stream row sees the table as committed at or before its own commit

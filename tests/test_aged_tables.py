@@ -11,31 +11,41 @@ import os
 import random
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-
 from aging import age_table, session_conf, write_commits
 from conftest import at
-from harness import EVERYTHING, SIDES, create_tables, events, job, read_output, read_side, with_output, write_commit
+from harness import (
+    EVERYTHING,
+    SIDES,
+    create_tables,
+    events,
+    job,
+    read_output,
+    read_side,
+    with_output,
+    write_commit,
+)
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from reference import Event, reference
+
 from streamjoin import delta_io
 from streamjoin.cli import main
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.index import update
 from streamjoin.plan import bind
-from streamjoin.spec import load_job
-from streamjoin.timeutil import from_spark, to_micros
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
+from streamjoin.spec import load_job
+from streamjoin.timeutil import from_spark, to_micros
 
 SCHEMA = "id string, k string, t timestamp, v int"
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
 NO_RETENTION_CHECK = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}
-NOW = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None)
 DAY = timedelta(days=1)
 
 
@@ -48,7 +58,12 @@ def commit_plan(seed: int) -> dict[str, list[tuple[datetime, list[tuple]]]]:
     """Per side, commits from 40 days back to a few hours ago: rows near their commit time, some
     hours late (grace is 1h), some with a NULL key."""
     rng = random.Random(seed)
-    times = [day(-40), day(-39), *[day(-30 + 5 * i) for i in range(5)], *[day(-4 + 0.5 * i) for i in range(8)]]
+    times = [
+        day(-40),
+        day(-39),
+        *[day(-30 + 5 * i) for i in range(5)],
+        *[day(-4 + 0.5 * i) for i in range(8)],
+    ]
     plan, n = {}, 0
     for side, name in enumerate(SIDES):
         commits = []
@@ -67,7 +82,9 @@ def commit_plan(seed: int) -> dict[str, list[tuple[datetime, list[tuple]]]]:
 
 def job_file(tmp_path, name: str, paths: dict[str, str], output: str, start_at: str | None) -> str:
     document = {
-        "name": name, "from": "l", "start_at": start_at,
+        "name": name,
+        "from": "l",
+        "start_at": start_at,
         "sources": {side: {"path": paths[side], "time": "t"} for side in SIDES},
         "joins": [{"join": "r", "type": "left", "on": "l.k = r.k", "within": "1h", "grace": "1h"}],
         "select": ["l.id AS lid", "r.id AS rid"],
@@ -102,7 +119,9 @@ def aged_sources(spark, tmp_path_factory):
     paths = {}
     for name, commits in commit_plan(7).items():
         paths[name] = str(root / name)
-        write_commits(spark, paths[name], commits, SCHEMA, {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"})
+        write_commits(
+            spark, paths[name], commits, SCHEMA, {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"}
+        )
     return root, paths
 
 
@@ -110,18 +129,33 @@ def run_everything(spark, tmp_path, root, paths, tag: str) -> dict[str, Counter]
     """From the CLI: live from day -4, a replay of the last day, a backfill of the last 3 days, a
     replay of everything since the start; their outputs (rows per output table)."""
     start = day(-4).isoformat() + "Z"
-    jobs = {n: job_file(tmp_path, f"{tag}_{n}", paths, f"{root}/{tag}_{n}", start) for n in ("live", "day", "days", "all")}
+    jobs = {
+        n: job_file(tmp_path, f"{tag}_{n}", paths, f"{root}/{tag}_{n}", start)
+        for n in ("live", "day", "days", "all")
+    }
     assert cli("stream", jobs["live"], "--checkpoint", f"{root}/{tag}_checkpoint") == 0
     assert cli("replay", jobs["day"], "--start", day(-1).isoformat(), "--end", day(1).isoformat()) == 0
-    assert cli("backfill", jobs["days"], "--start", day(-3).date().isoformat(), "--end", (day(1)).date().isoformat(),
-               "--no-validate") == 0
+    assert (
+        cli(
+            "backfill",
+            jobs["days"],
+            "--start",
+            day(-3).date().isoformat(),
+            "--end",
+            (day(1)).date().isoformat(),
+            "--no-validate",
+        )
+        == 0
+    )
     assert cli("replay", jobs["all"], "--start", day(-60).isoformat(), "--end", day(2).isoformat()) == 0
     return outputs(spark, str(root), tuple(f"{tag}_{n}" for n in ("live", "day", "days", "all")))
 
 
 def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_path, aged_sources):
     root, paths = aged_sources
-    with pytest.raises(Exception, match="DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION"):
+    with pytest.raises(
+        Exception, match="DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION"
+    ):
         delta_io.read_changes(spark, paths["l"], 3, 0).collect()  # what every run did before the index
 
     first = run_everything(spark, tmp_path, root, paths, "young")
@@ -139,12 +173,23 @@ def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_pa
         age_table(spark, paths[name], log_retention="interval 5 days")
         assert delta_io.oldest_retained(spark, paths[name]).version > 2, "the early log was not cleaned up"
     # The jobs indexed before keep working from their index (it outlived Delta's log) ...
-    assert cli("replay", f"{tmp_path}/young_all.yaml", "--start", day(-60).isoformat(), "--end", day(2).isoformat()) == 0
+    assert (
+        cli(
+            "replay",
+            f"{tmp_path}/young_all.yaml",
+            "--start",
+            day(-60).isoformat(),
+            "--end",
+            day(2).isoformat(),
+        )
+        == 0
+    )
     assert read_output(spark, f"{root}/young_all") == everything
     # ... and new jobs starting at the same time give the same rows.
     again = run_everything(spark, tmp_path, root, paths, "aged")
-    assert {n.removeprefix("aged_"): rows for n, rows in again.items()} == \
-        {n.removeprefix("young_"): rows for n, rows in first.items()}
+    assert {n.removeprefix("aged_"): rows for n, rows in again.items()} == {
+        n.removeprefix("young_"): rows for n, rows in first.items()
+    }
     # A new job without a start cannot begin at version 0 any more, and says what to do.
     no_start = job_file(tmp_path, "nostart", paths, f"{root}/nostart", None)
     with pytest.raises(JobError, match="no longer holds version 0.*start_at"):
@@ -171,8 +216,12 @@ def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark
     paths = {}
     for side, name in enumerate(SIDES):
         paths[side] = str(tmp_path / name)
-        spark.createDataFrame([], SCHEMA).write.format("delta").option("delta.enableRowTracking", "false").save(paths[side])
-    write_commit(spark, paths[0], [("l1", "a", 10, 0), ("l1b", "a", 11, 0)], files=2)  # two files: OPTIMIZE merges them
+        spark.createDataFrame([], SCHEMA).write.format("delta").option(
+            "delta.enableRowTracking", "false"
+        ).save(paths[side])
+    write_commit(
+        spark, paths[0], [("l1", "a", 10, 0), ("l1b", "a", 11, 0)], files=2
+    )  # two files: OPTIMIZE merges them
     write_commit(spark, paths[1], [("r1", "a", 12, 0), ("r1b", "a", 13, 0)], files=2)
     spec = job(tmp_path, paths, "left", -5, 5, 0)
     replay(spark, spec, *EVERYTHING)  # the job's index now holds versions 0 and 1
@@ -201,6 +250,7 @@ EXAMPLES = int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2"))
 @st.composite
 def with_history(draw):
     """Commits before the start (history) and after it, as in tests/test_equivalence.py."""
+
     def commit(c: int, n0: int, side: int | None = None):
         side = draw(st.sampled_from((0, 1))) if side is None else side
         rows = []
@@ -209,7 +259,10 @@ def with_history(draw):
             t = None if draw(st.integers(0, 14)) == 0 else 3 * c + draw(st.integers(-8, 6))
             rows.append((f"{SIDES[side]}{n0 + i}", key, t, draw(st.integers(0, 2))))
         return side, rows
-    before = [commit(0, 0, 0), commit(0, 10, 1)] + [commit(c, 100 * c) for c in range(1, draw(st.integers(1, 3)))]
+
+    before = [commit(0, 0, 0), commit(0, 10, 1)] + [
+        commit(c, 100 * c) for c in range(1, draw(st.integers(1, 3)))
+    ]
     after = [commit(c, 100 * c) for c in range(10, 10 + draw(st.integers(2, 5)))]
     lo = draw(st.integers(-8, 2))
     hi = draw(st.integers(lo, lo + 8))
@@ -222,13 +275,23 @@ def history_events(spark, paths, written, starts) -> list[Event]:
     for side in (0, 1):
         commit = next(c for c in delta_io.history(spark, paths[side]) if c.version == starts[side])
         start_positions[side] = (to_micros(from_spark(commit.timestamp)), side, starts[side])
-    return [replace(e, pos=start_positions[e.side]) if e.pos[2] <= starts[e.side] else e
-            for e in events(spark, paths, written)]
+    return [
+        replace(e, pos=start_positions[e.side]) if e.pos[2] <= starts[e.side] else e
+        for e in events(spark, paths, written)
+    ]
 
 
 @pytest.mark.parametrize("how", ["left", "full"])
-@settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(data=st.data())
 def test_live_equals_replay_and_slices_add_up_from_a_start_version(spark, tmp_path_factory, how, data):
     before, after, lo, hi, grace = data.draw(with_history(), label="history, commits, lo, hi, grace")

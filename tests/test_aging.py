@@ -7,11 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import AnalysisException, PySparkException
-
 from aging import ENFORCE_TIME_TRAVEL_RETENTION, age_table, session_conf, to_millis, write_commits
 from conftest import append
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException, PySparkException
 
 SCHEMA = "id int, v string"
 ROWS = [[(1, "a"), (2, "b")], [(3, "c")], [(4, "d")]]
@@ -31,20 +30,32 @@ def now_millis() -> int:
 
 def history(spark, path: str) -> list[tuple[int, int, str]]:
     """(version, commit time in epoch ms, operation) of the retained commits, oldest first."""
-    rows = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").selectExpr(
-        "version", "unix_millis(timestamp) AS ms", "operation"
-    ).collect()
+    rows = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+        .selectExpr("version", "unix_millis(timestamp) AS ms", "operation")
+        .collect()
+    )
     return sorted((r.version, r.ms, r.operation) for r in rows)
 
 
 def row_versions(spark, path: str) -> dict[tuple[int, str], int]:
     """Each row of the latest snapshot with its row tracking commit version."""
-    rows = spark.read.format("delta").load(path).selectExpr("id", "v", "_metadata.row_commit_version AS rcv").collect()
+    rows = (
+        spark.read.format("delta")
+        .load(path)
+        .selectExpr("id", "v", "_metadata.row_commit_version AS rcv")
+        .collect()
+    )
     return {(r.id, r.v): r.rcv for r in rows}
 
 
 def change_feed(spark, path: str, start: int = 0):
-    return spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", start).load(path)
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", start)
+        .load(path)
+    )
 
 
 def condition(error: BaseException) -> str | None:
@@ -86,9 +97,11 @@ def test_write_commits_dates_history_change_feed_and_retention(spark, tmp_path, 
     # The change feed dates each row by its commit's (in-commit) timestamp, and time travel by
     # timestamp finds the commits at those times...
     with session_conf(spark, {ENFORCE_TIME_TRAVEL_RETENTION: "false"}):
-        changes = change_feed(spark, path).selectExpr(
-            "id", "_change_type", "_commit_version", "unix_millis(_commit_timestamp) AS ms"
-        ).collect()
+        changes = (
+            change_feed(spark, path)
+            .selectExpr("id", "_change_type", "_commit_version", "unix_millis(_commit_timestamp) AS ms")
+            .collect()
+        )
         an_hour_after_v1 = (times[1] + timedelta(hours=1)).isoformat(sep=" ")
         as_of = spark.read.format("delta").option("timestampAsOf", an_hour_after_v1).load(path).collect()
     assert sorted(r.id for r in as_of) == [1, 2, 3]
@@ -157,7 +170,9 @@ def test_age_table_drops_early_versions_and_keeps_every_row(spark, tmp_path, wee
     ]
     log = table_dir / "_delta_log"
     assert sorted(p.name for p in log.glob("*.json")) == [f"{v:020d}.json" for v in range(3, 8)]
-    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == [f"{v:020d}.checkpoint.parquet" for v in (3, 7)]
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == [
+        f"{v:020d}.checkpoint.parquet" for v in (3, 7)
+    ]
     with pytest.raises(AnalysisException) as travel:
         spark.read.format("delta").option("versionAsOf", 0).load(path).collect()
     assert travel.value.getCondition() == "DELTA_VERSION_NOT_FOUND"
@@ -168,7 +183,9 @@ def test_age_table_drops_early_versions_and_keeps_every_row(spark, tmp_path, wee
 
     properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
     assert properties["delta.logRetentionDuration"] == "interval 1 days"
-    assert properties["delta.deletedFileRetentionDuration"] == "interval 1 days"  # Delta requires <= log retention
+    assert (
+        properties["delta.deletedFileRetentionDuration"] == "interval 1 days"
+    )  # Delta requires <= log retention
 
     # The aged table still takes ordinary writes.
     append(spark, path, [(6, "f")], SCHEMA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pendulum
@@ -19,7 +19,7 @@ from streamjoin.errors import JobError
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def hours(slices) -> list[float]:
@@ -28,37 +28,56 @@ def hours(slices) -> list[float]:
 
 # ---------------------------------------------------------------- slicing, no Spark
 
+
 def test_daily_slices_follow_local_days_across_daylight_saving():
     berlin = "Europe/Berlin"
-    spring = cut(pendulum.datetime(2024, 3, 30, tz=berlin), pendulum.datetime(2024, 4, 2, tz=berlin), "1d", berlin)
+    spring = cut(
+        pendulum.datetime(2024, 3, 30, tz=berlin), pendulum.datetime(2024, 4, 2, tz=berlin), "1d", berlin
+    )
     assert hours(spring) == [24, 23, 24]  # 31 March has no 02:00
-    autumn = cut(pendulum.datetime(2024, 10, 26, tz=berlin), pendulum.datetime(2024, 10, 29, tz=berlin), "1d", berlin)
+    autumn = cut(
+        pendulum.datetime(2024, 10, 26, tz=berlin), pendulum.datetime(2024, 10, 29, tz=berlin), "1d", berlin
+    )
     assert hours(autumn) == [24, 25, 24]  # 27 October has 02:00 twice
     assert [s.start for s in autumn] == [
-        datetime(2024, 10, 25, 22, tzinfo=UTC), datetime(2024, 10, 26, 22, tzinfo=UTC), datetime(2024, 10, 27, 23, tzinfo=UTC),
+        datetime(2024, 10, 25, 22, tzinfo=UTC),
+        datetime(2024, 10, 26, 22, tzinfo=UTC),
+        datetime(2024, 10, 27, 23, tzinfo=UTC),
     ]
-    weekly = cut(pendulum.datetime(2024, 3, 25, tz=berlin), pendulum.datetime(2024, 4, 8, tz=berlin), "7d", berlin)
+    weekly = cut(
+        pendulum.datetime(2024, 3, 25, tz=berlin), pendulum.datetime(2024, 4, 8, tz=berlin), "7d", berlin
+    )
     assert hours(weekly) == [167, 168]
 
 
 def test_hourly_slices_on_daylight_saving_days_and_partial_ends():
     berlin = "Europe/Berlin"
-    day = cut(pendulum.datetime(2024, 3, 31, tz=berlin), pendulum.datetime(2024, 4, 1, tz=berlin), "1h", berlin)
+    day = cut(
+        pendulum.datetime(2024, 3, 31, tz=berlin), pendulum.datetime(2024, 4, 1, tz=berlin), "1h", berlin
+    )
     assert len(day) == 23 and set(hours(day)) == {1}
-    day = cut(pendulum.datetime(2024, 10, 27, tz=berlin), pendulum.datetime(2024, 10, 28, tz=berlin), "1h", berlin)
+    day = cut(
+        pendulum.datetime(2024, 10, 27, tz=berlin), pendulum.datetime(2024, 10, 28, tz=berlin), "1h", berlin
+    )
     assert len(day) == 25 and set(hours(day)) == {1}
     # A start and an end between boundaries give shorter first and last slices; slices tile [start, end).
     odd = cut(datetime(2024, 5, 1, 0, 30, tzinfo=UTC), datetime(2024, 5, 1, 3, 15, tzinfo=UTC), "1h")
     assert hours(odd) == [0.5, 1, 1, 0.25]
-    assert all(a.end == b.start for a, b in zip(odd, odd[1:]))
+    assert all(a.end == b.start for a, b in zip(odd, odd[1:], strict=False))
     # India is 5h30 ahead of UTC: its local days start at 18:30 UTC.
     kolkata = cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 3, tzinfo=UTC), "1d", "Asia/Kolkata")
     assert [s.start.hour * 60 + s.start.minute for s in kolkata[1:]] == [18 * 60 + 30, 18 * 60 + 30]
 
 
-@pytest.mark.parametrize("every, message", [
-    ("7h", "must divide a day"), ("36h", "not whole days"), ("0s", "must be positive"), ("soon", "is not a duration"),
-])
+@pytest.mark.parametrize(
+    "every, message",
+    [
+        ("7h", "must divide a day"),
+        ("36h", "not whole days"),
+        ("0s", "must be positive"),
+        ("soon", "is not a duration"),
+    ],
+)
 def test_bad_cadence_says_what_to_write(every, message):
     with pytest.raises(JobError, match=message):
         cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 2, tzinfo=UTC), every)
@@ -72,6 +91,7 @@ def test_unknown_time_zone_and_empty_range_are_refused():
 
 
 # ---------------------------------------------------------------- backfills over the demo's data
+
 
 @pytest.fixture(scope="module")
 def demo_data(spark, tmp_path_factory):
@@ -104,17 +124,51 @@ def test_hourly_and_daily_backfills_equal_one_replay(spark, demo_data, capsys):
     root = demo_data
     hourly, daily = write_job(root, "orders_payments", "hourly"), write_job(root, "orders_payments", "daily")
     window = ["--start", "2024-04-30T20:00Z", "--end", "2024-05-01T08:00Z"]
-    assert main(["--root", str(root), "backfill", daily, *window, "--every", "1d", "--timezone", "Europe/Berlin", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "--root",
+                str(root),
+                "backfill",
+                daily,
+                *window,
+                "--every",
+                "1d",
+                "--timezone",
+                "Europe/Berlin",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "2 slice(s)" in out and "orders: version" in out and "payments: version" in out
     assert "payments: 0s before, 1h after" in out and "orders: 1h before, 0s after" in out
-    assert "2024-05-01T00:00:00+02:00 .. 2024-05-01T10:00:00+02:00" in out  # the second, partial slice, local time
+    assert (
+        "2024-05-01T00:00:00+02:00 .. 2024-05-01T10:00:00+02:00" in out
+    )  # the second, partial slice, local time
     assert not delta_io.exists(spark, str(root / "daily"))  # a dry run writes nothing
 
     assert main(["--root", str(root), "backfill", hourly, *window, "--every", "1h", "--no-validate"]) == 0
     out = capsys.readouterr().out
     assert "12 of 12 slice(s) succeeded" in out
-    assert main(["--root", str(root), "backfill", daily, *window, "--every", "1d", "--timezone", "Europe/Berlin", "--no-validate"]) == 0
+    assert (
+        main(
+            [
+                "--root",
+                str(root),
+                "backfill",
+                daily,
+                *window,
+                "--every",
+                "1d",
+                "--timezone",
+                "Europe/Berlin",
+                "--no-validate",
+            ]
+        )
+        == 0
+    )
     assert "2 of 2 slice(s) succeeded" in capsys.readouterr().out
 
     whole = job_with_output(root, "orders_payments", "whole")
@@ -154,8 +208,20 @@ def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys)
     # More commits arrive after the backfill pinned its versions: the re-run must not read them.
     more = generate(seed=11)
     write_tables(spark, str(root / "demo"), more, slice(0, 6))
-    args = ["--root", str(root), "backfill", file, "--start", start.isoformat(), "--end", end.isoformat(),
-            "--every", "2h", "--only-failed", "--no-validate"]
+    args = [
+        "--root",
+        str(root),
+        "backfill",
+        file,
+        "--start",
+        start.isoformat(),
+        "--end",
+        end.isoformat(),
+        "--every",
+        "2h",
+        "--only-failed",
+        "--no-validate",
+    ]
     assert main([*args, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "--only-failed: 1 of 3 slice(s) would run" in out
@@ -182,11 +248,27 @@ def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     the command exits 1, the table names the failed expectation, and its Data Docs page exists."""
     root = demo_data
     file = write_job(root, "orders_payments", "strict")
-    text = open(file).read().replace("name: orders_payments", "name: strict_orders").replace("min_match_rate: 0.5", "min_match_rate: 0.99")
-    open(file, "w").write(text)
+    text = (
+        Path(file)
+        .read_text()
+        .replace("name: orders_payments", "name: strict_orders")
+        .replace("min_match_rate: 0.5", "min_match_rate: 0.99")
+    )
+    Path(file).write_text(text)
     spec = load_job(file, root=root)
     assert spec.name == "strict_orders" and spec.quality.min_match_rate == 0.99
-    args = ["--root", str(root), "backfill", file, "--start", "2024-05-01", "--end", "2024-05-01T12:00Z", "--every", "12h"]
+    args = [
+        "--root",
+        str(root),
+        "backfill",
+        file,
+        "--start",
+        "2024-05-01",
+        "--end",
+        "2024-05-01T12:00Z",
+        "--every",
+        "12h",
+    ]
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "invalid" in out and "FAILED" in out and "payment_id" in out and "0 of 1 slice(s) succeeded" in out

@@ -22,10 +22,22 @@ def test_generator_rates_scale_with_the_history_not_the_rate():
 
 def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, tmp_path):
     out = tmp_path / "results"
-    code = main([
-        "--scales", "0.25", "--rounds", "1", "--queries", "q20,bid_tiers", "--live-scales", "0.25",
-        "--work", str(tmp_path / "work"), "--out", str(out),
-    ])
+    code = main(
+        [
+            "--scales",
+            "0.25",
+            "--rounds",
+            "1",
+            "--queries",
+            "q20,bid_tiers",
+            "--live-scales",
+            "0.25",
+            "--work",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ]
+    )
     results = json.loads((out / "results.json").read_text())["results"]
     assert code == 0
     assert [r["query"] for r in results] == ["q20", "bid_tiers"]
@@ -47,10 +59,25 @@ def test_tiny_history_benchmark_backfill_equals_one_replay_and_writes_its_report
     from bench import history
 
     out = tmp_path / "results"
-    code = history.main([
-        "--days", "1,2", "--rounds", "1", "--rate", "40", "--every", "24", "--steps", "1", "--no-warmup",
-        "--work", str(tmp_path / "work"), "--out", str(out),
-    ])
+    code = history.main(
+        [
+            "--days",
+            "1,2",
+            "--rounds",
+            "1",
+            "--rate",
+            "40",
+            "--every",
+            "24",
+            "--steps",
+            "1",
+            "--no-warmup",
+            "--work",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+        ]
+    )
     saved = json.loads((out / "history.json").read_text())
     assert code == 0
     (measured,) = saved["rounds"]
@@ -58,8 +85,12 @@ def test_tiny_history_benchmark_backfill_equals_one_replay_and_writes_its_report
     assert backfill["same_output"] is True
     assert backfill["slices"] == 2 and backfill["statuses"] == ["succeeded"] * 2
     assert backfill["rows_out"] == backfill["one_replay_rows_out"] > 0
-    assert set(measured["day"]) == {"1", "2"} and all(d["rows_in"] > 0 and d["rows_out"] > 0 for d in measured["day"].values())
-    assert set(measured["index_step"]) == {"1", "2"} and all(set(s) == {"1"} for s in measured["index_step"].values())
+    assert set(measured["day"]) == {"1", "2"} and all(
+        d["rows_in"] > 0 and d["rows_out"] > 0 for d in measured["day"].values()
+    )
+    assert set(measured["index_step"]) == {"1", "2"} and all(
+        set(s) == {"1"} for s in measured["index_step"].values()
+    )
     assert saved["summary"]["backfill"]["same_output"] is True
     report = (out / "history.md").read_text()
     assert "t(H) / t(1 d)" in report and "backfill / one replay" in report and "| 2 d |" in report

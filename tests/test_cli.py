@@ -32,7 +32,17 @@ def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
             assert run.total("rows_in") > 0
         # The live run and the exact replay agree on every count and on the rows.
         live, exact, complete = runs["live"], runs["exact"], runs["complete"]
-        for bucket in ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open", "unsettled", "applied"):
+        for bucket in (
+            "rows_in",
+            "rejected",
+            "late",
+            "joined",
+            "unmatched_emitted",
+            "unmatched_dropped",
+            "open",
+            "unsettled",
+            "applied",
+        ):
             assert live.total(bucket) == exact.total(bucket), bucket
         assert live.rows_out == exact.rows_out == delta_io.read_snapshot(spark, str(output)).count()
         assert complete.total("late") == 0
@@ -74,7 +84,18 @@ def test_replay_command_replaces_its_slice(spark, demo, capsys):
     job = str(JOBS_BY_NAME["orders_payments"])
     output = str(root / "demo" / "out" / "orders_payments")
     before = delta_io.read_snapshot(spark, output).count()
-    args = ["--root", str(root), "replay", job, "--start", "2024-05-01T02:00+02:00", "--end", "2024-05-01T12:00Z", "--mode", "exact"]
+    args = [
+        "--root",
+        str(root),
+        "replay",
+        job,
+        "--start",
+        "2024-05-01T02:00+02:00",
+        "--end",
+        "2024-05-01T12:00Z",
+        "--mode",
+        "exact",
+    ]
     assert main(args) == 0
     assert main(args) == 0  # re-running the slice changes nothing
     out = capsys.readouterr().out
@@ -89,12 +110,31 @@ def test_errors_exit_with_a_message(demo, capsys, tmp_path):
         "sources: {a: {path: demo/customers, kind: table, key: [customer_id]}, b: {path: demo/currency_rates, kind: table, key: [currency]}}\n"
         "from: a\njoins: [{join: b, on: a.name = b.valid_from}]\noutput: {path: demo/out/tt}\n"
     )
-    assert main(["--root", str(root), "replay", str(customers), "--start", "2024-05-01", "--end", "2024-05-02"]) == 2
+    assert (
+        main(["--root", str(root), "replay", str(customers), "--start", "2024-05-01", "--end", "2024-05-02"])
+        == 2
+    )
     assert "many-to-many join" in capsys.readouterr().err
-    assert main(["--root", str(root), "replay", str(JOBS_BY_NAME["orders_payments"]), "--start", "2024-05-02", "--end", "2024-05-01"]) == 2
+    assert (
+        main(
+            [
+                "--root",
+                str(root),
+                "replay",
+                str(JOBS_BY_NAME["orders_payments"]),
+                "--start",
+                "2024-05-02",
+                "--end",
+                "2024-05-01",
+            ]
+        )
+        == 2
+    )
     assert "start must be before end" in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"
-    bad.write_text("sources: {a: {path: a, time: t}, b: {path: b, time: t}}\nfrom: a\njoins: [{join: b, using: [id]}]\noutput: {path: o}\n")
+    bad.write_text(
+        "sources: {a: {path: a, time: t}, b: {path: b, time: t}}\nfrom: a\njoins: [{join: b, using: [id]}]\noutput: {path: o}\n"
+    )
     assert main(["validate-job", str(bad)]) == 2
     assert "needs time bounds" in capsys.readouterr().err
 

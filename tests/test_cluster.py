@@ -16,8 +16,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-
 from harness import create_tables, read_output, read_side, with_output, write_commit
+
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job
 from streamjoin.timeutil import parse_instant
@@ -30,7 +30,10 @@ PINNED = {"l": 3, "r": 3}  # l's fourth commit is left out by both runs
 
 # Delta rebuilds a table's state with 50 tasks by default (get_spark lowers it for local masters
 # only); on a small test worker that is much of the run.
-SMALL_DELTA_STATE = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--conf spark.databricks.delta.snapshotPartitions=2 pyspark-shell"}
+SMALL_DELTA_STATE = {
+    **os.environ,
+    "PYSPARK_SUBMIT_ARGS": "--conf spark.databricks.delta.snapshotPartitions=2 pyspark-shell",
+}
 
 JOB = """\
 name: cluster_eq
@@ -69,7 +72,9 @@ def free_ports(count: int) -> list[int]:
 
 
 def cluster_script(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), command], env=env, check=False, capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        ["bash", str(SCRIPT), command], env=env, check=False, capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.fixture(scope="module")
@@ -79,9 +84,12 @@ def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("spark-cluster")
     env = {
         **os.environ,
-        "STREAMJOIN_MASTER_PORT": str(master), "STREAMJOIN_MASTER_WEBUI_PORT": str(master_ui),
-        "STREAMJOIN_WORKER_PORT": str(worker), "STREAMJOIN_WORKER_WEBUI_PORT": str(worker_ui),
-        "STREAMJOIN_WORKER_CORES": "2", "STREAMJOIN_WORKER_MEMORY": "1g",
+        "STREAMJOIN_MASTER_PORT": str(master),
+        "STREAMJOIN_MASTER_WEBUI_PORT": str(master_ui),
+        "STREAMJOIN_WORKER_PORT": str(worker),
+        "STREAMJOIN_WORKER_WEBUI_PORT": str(worker_ui),
+        "STREAMJOIN_WORKER_CORES": "2",
+        "STREAMJOIN_WORKER_MEMORY": "1g",
         "STREAMJOIN_CLUSTER_DIR": str(state),
     }
     try:
@@ -131,9 +139,27 @@ def test_replay_on_the_cluster_equals_the_local_replay(spark, cluster, tmp_path)
     job_file.write_text(JOB)
 
     ran = subprocess.run(
-        [str(CLI), "--master", cluster["url"], "--root", str(tmp_path), "replay", str(job_file),
-         "--start", START, "--end", END, "--versions", ",".join(f"{name}={v}" for name, v in PINNED.items())],
-        cwd=tmp_path, env=SMALL_DELTA_STATE, check=False, capture_output=True, text=True, timeout=600,
+        [
+            str(CLI),
+            "--master",
+            cluster["url"],
+            "--root",
+            str(tmp_path),
+            "replay",
+            str(job_file),
+            "--start",
+            START,
+            "--end",
+            END,
+            "--versions",
+            ",".join(f"{name}={v}" for name, v in PINNED.items()),
+        ],
+        cwd=tmp_path,
+        env=SMALL_DELTA_STATE,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "cluster_eq replay/exact" in ran.stdout and "adds up: yes" in ran.stdout, ran.stdout
@@ -158,10 +184,23 @@ def test_replay_on_the_cluster_equals_the_local_replay(spark, cluster, tmp_path)
     late, rejected = (read_side(spark, f"{remote_out}_{side}") for side in ("late", "rejected"))
     assert [json.loads(row)["id"] for _, _, row in late] == ["l5"]
     assert [json.loads(row)["id"] for _, _, row in rejected] == ["l3"]
-    assert late == read_side(spark, f"{local_out}_late") and rejected == read_side(spark, f"{local_out}_rejected")
+    assert late == read_side(spark, f"{local_out}_late") and rejected == read_side(
+        spark, f"{local_out}_rejected"
+    )
 
-    counted = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped",
-               "open", "unsettled", "rows_out", "versions", "by_source")
+    counted = (
+        "rows_in",
+        "rejected",
+        "late",
+        "joined",
+        "unmatched_emitted",
+        "unmatched_dropped",
+        "open",
+        "unsettled",
+        "rows_out",
+        "versions",
+        "by_source",
+    )
     remote_metrics = spark.read.format("delta").load(f"{remote_out}_metrics").collect()
     local_metrics = spark.read.format("delta").load(f"{local_out}_metrics").collect()
     assert len(remote_metrics) == len(local_metrics) == 1
@@ -176,9 +215,24 @@ def test_an_unreachable_master_fails_fast_with_what_to_do(tmp_path):
     job_file.write_text(JOB)
     began = time.monotonic()
     ran = subprocess.run(
-        [str(CLI), "--master", f"spark://127.0.0.1:{port}", "--root", str(tmp_path), "replay", str(job_file),
-         "--start", START, "--end", END],
-        cwd=tmp_path, check=False, capture_output=True, text=True, timeout=120,
+        [
+            str(CLI),
+            "--master",
+            f"spark://127.0.0.1:{port}",
+            "--root",
+            str(tmp_path),
+            "replay",
+            str(job_file),
+            "--start",
+            START,
+            "--end",
+            END,
+        ],
+        cwd=tmp_path,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert time.monotonic() - began < 30
     assert ran.returncode == 2, ran.stdout + ran.stderr

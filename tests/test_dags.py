@@ -15,7 +15,7 @@ import sys
 import textwrap
 from collections import Counter
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pendulum
@@ -27,7 +27,7 @@ from streamjoin.spec import load_job
 REPO = Path(__file__).resolve().parent.parent
 DAG_FILE = REPO / "dags" / "streamjoin_dags.py"
 VENV_BIN = REPO / ".venv" / "bin"
-UTC = timezone.utc
+UTC = UTC
 H, D = 3600, 86_400
 BERLIN = "Europe/Berlin"
 CRON = {"15m": "*/15 * * * *", "1h": "0 * * * *", "6h": "0 */6 * * *", "1d": "0 0 * * *", "7d": "0 0 * * 1"}
@@ -37,15 +37,22 @@ CRON = {"15m": "*/15 * * * *", "1h": "0 * * * *", "6h": "0 */6 * * *", "1d": "0 
 def airflow_home(tmp_path_factory):
     """A fresh AIRFLOW_HOME with a migrated SQLite database; env set before airflow's first import."""
     if "airflow" in sys.modules:
-        raise RuntimeError("airflow was imported before tests/test_dags.py set AIRFLOW_HOME; import it inside tests only")
+        raise RuntimeError(
+            "airflow was imported before tests/test_dags.py set AIRFLOW_HOME; import it inside tests only"
+        )
     home = tmp_path_factory.mktemp("airflow_home")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AIRFLOW_HOME", str(home))
         env.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
         env.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(DAG_FILE.parent))
         env.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home}/airflow.db")
-        migrated = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], capture_output=True, text=True,
-                                  timeout=600, env=dict(os.environ))
+        migrated = subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ),
+        )
         assert migrated.returncode == 0, migrated.stderr[-3000:]
         yield home
 
@@ -77,9 +84,17 @@ print(json.dumps({
 
 
 def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_home):
-    env = {k: v for k, v in os.environ.items() if k not in ("STREAMJOIN_JOBS", "STREAMJOIN_ROOT")}  # the defaults
-    probe = subprocess.run([str(VENV_BIN / "python"), "-c", IMPORT_PROBE, str(DAG_FILE)], capture_output=True,
-                           text=True, timeout=120, env=env, cwd=airflow_home)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("STREAMJOIN_JOBS", "STREAMJOIN_ROOT")
+    }  # the defaults
+    probe = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", IMPORT_PROBE, str(DAG_FILE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=airflow_home,
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     parsed = json.loads(probe.stdout.strip().splitlines()[-1])
     print(f"DAG file import: {parsed['seconds']:.2f} s")
@@ -87,7 +102,9 @@ def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_ho
     assert parsed["heavy"] == []  # Spark, py4j and Great Expectations load inside tasks only
 
     jobs = [load_job(f, root=REPO / "data") for f in sorted((REPO / "jobs").glob("*.yaml"))]
-    expected = {f"streamjoin_{j.name}" for j in jobs} | {f"streamjoin_{j.name}_live" for j in jobs if j.schedule.live_every}
+    expected = {f"streamjoin_{j.name}" for j in jobs} | {
+        f"streamjoin_{j.name}_live" for j in jobs if j.schedule.live_every
+    }
     assert set(parsed["dags"]) == expected
     for job in jobs:
         dag = parsed["dags"][f"streamjoin_{job.name}"]
@@ -107,7 +124,9 @@ def test_bad_conf_says_what_to_write(airflow_home):
     assert module.slice_options({"mode": "exact", "versions": None}) == ("exact", None)
     with pytest.raises(AirflowFailException, match="use 'exact' .* or 'complete'"):
         module.slice_options({"mode": "fast", "versions": None})
-    with pytest.raises(AirflowFailException, match='must map source names to Delta versions, e.g. {"orders": 12'):
+    with pytest.raises(
+        AirflowFailException, match='must map source names to Delta versions, e.g. {"orders": 12'
+    ):
         module.slice_options({"mode": "exact", "versions": {"l": "latest"}})
 
 
@@ -146,7 +165,11 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     write_job(jobs, "berlin", JOB.format(name="berlin", rate=0.5, extra=", live_every: 15m"))
     write_job(jobs, "hourly", JOB.format(name="hourly", rate=0.5, extra="").replace("every: 1d", "every: 1h"))
     write_job(jobs, "broken", "name: broken\nsources: [unclosed\n")
-    write_job(jobs, "sevenhours", JOB.format(name="sevenhours", rate=0.5, extra="").replace("every: 1d", "every: 7h"))
+    write_job(
+        jobs,
+        "sevenhours",
+        JOB.format(name="sevenhours", rate=0.5, extra="").replace("every: 1d", "every: 7h"),
+    )
     write_job(jobs, "zz_again", JOB.format(name="berlin", rate=0.5, extra=""))  # a second job named berlin
     monkeypatch.setenv("STREAMJOIN_JOBS", str(jobs))
     monkeypatch.setenv("STREAMJOIN_ROOT", str(tmp_path / "data"))
@@ -157,18 +180,27 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     assert set(bag.dag_ids) == {"streamjoin_berlin", "streamjoin_berlin_live", "streamjoin_hourly"}
     warned = "\n".join(w for ws in bag.captured_warnings.values() for w in ws)
     assert "broken.yaml skipped" in warned and "is not valid YAML" in warned
-    assert "sevenhours.yaml skipped" in warned and "write minutes dividing an hour (15m, 30m), hours dividing a day" in warned
+    assert (
+        "sevenhours.yaml skipped" in warned
+        and "write minutes dividing an hour (15m, 30m), hours dividing a day" in warned
+    )
     assert "zz_again.yaml skipped" in warned and "DAG id streamjoin_berlin is already made" in warned
 
     daily = coerce_to_core_timetable(bag.get_dag("streamjoin_berlin").timetable)
     # A daily run's data interval is a local calendar day, 23 hours long on the day clocks go forward.
     spring = daily.infer_manual_data_interval(run_after=pendulum.datetime(2024, 4, 1, tz=BERLIN))
-    assert (spring.start, spring.end) == (datetime(2024, 3, 30, 23, tzinfo=UTC), datetime(2024, 3, 31, 22, tzinfo=UTC))
+    assert (spring.start, spring.end) == (
+        datetime(2024, 3, 30, 23, tzinfo=UTC),
+        datetime(2024, 3, 31, 22, tzinfo=UTC),
+    )
     autumn = daily.infer_manual_data_interval(run_after=pendulum.datetime(2024, 10, 28, tz=BERLIN))
     assert autumn.end - autumn.start == timedelta(hours=25)
     hourly = coerce_to_core_timetable(bag.get_dag("streamjoin_hourly").timetable)
     hour = hourly.infer_manual_data_interval(run_after=pendulum.datetime(2024, 3, 31, 3, tz=BERLIN))
-    assert (hour.start, hour.end) == (datetime(2024, 3, 31, 0, tzinfo=UTC), datetime(2024, 3, 31, 1, tzinfo=UTC))
+    assert (hour.start, hour.end) == (
+        datetime(2024, 3, 31, 0, tzinfo=UTC),
+        datetime(2024, 3, 31, 1, tzinfo=UTC),
+    )
 
     live = bag.get_dag("streamjoin_berlin_live")
     assert isinstance(live.timetable, DeltaTriggerTimetable) and live.timetable.delta == timedelta(minutes=15)
@@ -179,7 +211,6 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     assert bag.get_dag("streamjoin_berlin").start_date == pendulum.datetime(2023, 12, 1, tz=BERLIN)
 
 
-
 def test_airflow_backfill_create_makes_one_run_per_local_day(airflow_home, tmp_path):
     """The command docs/airflow.md gives, as a dry run: logical dates are the local days' starts."""
     jobs = tmp_path / "jobs"
@@ -188,24 +219,34 @@ def test_airflow_backfill_create_makes_one_run_per_local_day(airflow_home, tmp_p
     env = {**os.environ, "STREAMJOIN_JOBS": str(jobs), "STREAMJOIN_ROOT": str(tmp_path / "data")}
 
     def airflow(*args: str) -> str:
-        done = subprocess.run([str(VENV_BIN / "airflow"), *args], capture_output=True, text=True, timeout=300, env=env)
+        done = subprocess.run(
+            [str(VENV_BIN / "airflow"), *args], capture_output=True, text=True, timeout=300, env=env
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
     airflow("dags", "reserialize")
     backfill = ["backfill", "create", "--dag-id", "streamjoin_cli_berlin", "--dry-run"]
-    local = airflow(*backfill, "--from-date", "2024-03-30T00:00:00+01:00", "--to-date", "2024-04-01T00:00:00+02:00")
+    local = airflow(
+        *backfill, "--from-date", "2024-03-30T00:00:00+01:00", "--to-date", "2024-04-01T00:00:00+02:00"
+    )
     assert "2024-03-30 00:00:00+01:00" in local  # 30 March, then 31 March (23 hours), then 1 April
     assert "2024-03-30 23:00:00+00:00" in local and "2024-03-31 22:00:00+00:00" in local
     utc = airflow(*backfill, "--from-date", "2024-03-30", "--to-date", "2024-04-01")
     assert "2024-03-30 23:00:00+00:00" in utc and "2024-03-30 00:00:00+01:00" not in utc  # misses 30 March
+
 
 # ---------------------------------------------------------------- runs through dag.test
 
 # Three local (Berlin, UTC+1) days of 2024-01-01..03 and a later commit that closes every window.
 # (id, key, seconds after 2024-01-01T00:00Z, v); one commit per side per day, on time (grace 1d).
 LEFT = [
-    [("l1", "a", 2 * H, 1), ("l2", "b", 5 * H, 1), ("l3", "c", 22 * H + 2400, 1), ("l4", "d", 23 * H + 1800, 1)],
+    [
+        ("l1", "a", 2 * H, 1),
+        ("l2", "b", 5 * H, 1),
+        ("l3", "c", 22 * H + 2400, 1),
+        ("l4", "d", 23 * H + 1800, 1),
+    ],
     [("l5", "a", D + 3 * H, 1), ("l6", "e", D + 12 * H, 1), ("l7", "f", D + 22 * H + 3000, 1)],
     [("l8", "a", 2 * D + H, 1), ("l9", "g", 2 * D + 8 * H, 1), ("l10", "h", 2 * D + 21 * H, 1)],
     [("l11", "z", 5 * D, 1)],
@@ -230,13 +271,15 @@ def project(spark, airflow_home, tmp_path_factory):
     logging.getLogger("py4j").setLevel(logging.WARNING)
     root = tmp_path_factory.mktemp("dag_runs")
     paths = create_tables(spark, str(root / "data"))
-    for left, right in zip(LEFT, RIGHT):
+    for left, right in zip(LEFT, RIGHT, strict=False):
         write_commit(spark, paths[0], left)
         write_commit(spark, paths[1], right)
     (root / "jobs").mkdir()
     write_job(root / "jobs", "airflow_daily", JOB.format(name="airflow_daily", rate=0.5, extra=""))
     write_job(root / "jobs", "airflow_strict", JOB.format(name="airflow_strict", rate=1.0, extra=""))
-    write_job(root / "jobs", "airflow_stream", JOB.format(name="airflow_stream", rate=0.5, extra=", live_every: 1h"))
+    write_job(
+        root / "jobs", "airflow_stream", JOB.format(name="airflow_stream", rate=0.5, extra=", live_every: 1h")
+    )
     with pytest.MonkeyPatch.context() as env:
         env.setenv("STREAMJOIN_JOBS", str(root / "jobs"))
         env.setenv("STREAMJOIN_ROOT", str(root / "data"))
@@ -264,7 +307,7 @@ def test_three_daily_runs_equal_one_replay_and_a_rerun_changes_nothing(spark, pr
     root, bag = project
     dag = bag.get_dag("streamjoin_airflow_daily")
     spec = load_job(root / "jobs" / "airflow_daily.yaml", root=root / "data")
-    for start, end in zip(DAYS, DAYS[1:]):
+    for start, end in zip(DAYS, DAYS[1:], strict=False):
         run = run_day(dag, end)
         assert run.state == "success", [(t.task_id, t.state) for t in run.get_task_instances()]
         assert (run.data_interval_start, run.data_interval_end) == (start, end)
@@ -283,7 +326,9 @@ def test_three_daily_runs_equal_one_replay_and_a_rerun_changes_nothing(spark, pr
     assert len(recorded) == 4 and {r.status for r in recorded} == {"succeeded"}
     assert all(r.backfill_id.startswith("airflow:streamjoin_airflow_daily:") for r in recorded)
     assert {r.mode for r in recorded} == {"exact"}
-    assert asset_events(f"file://{spec.output.location}") == 4  # one per successful run: downstream DAGs see each
+    assert (
+        asset_events(f"file://{spec.output.location}") == 4
+    )  # one per successful run: downstream DAGs see each
 
 
 def asset_events(uri: str) -> int:
@@ -293,8 +338,12 @@ def asset_events(uri: str) -> int:
     from sqlalchemy import func, select
 
     with create_session() as session:
-        return session.scalar(select(func.count()).select_from(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-                              .where(AssetModel.uri == uri))
+        return session.scalar(
+            select(func.count())
+            .select_from(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri == uri)
+        )
 
 
 def xcom(run, task_id: str, key: str):
@@ -313,17 +362,25 @@ def test_a_slice_failing_its_quality_rules_fails_the_run_and_names_its_data_docs
     assert run.state == "failed"
     tasks = {t.task_id: t for t in run.get_task_instances()}
     assert {k: t.state for k, t in tasks.items()} == {
-        "index_sources": "success", "replay_slice": "failed", "report": "upstream_failed",
+        "index_sources": "success",
+        "replay_slice": "failed",
+        "report": "upstream_failed",
     }
     assert tasks["replay_slice"].try_number == 1  # invalid data is not retried
 
     outcome = xcom(run, "replay_slice", "outcome")
-    assert outcome["status"] == "invalid" and outcome["rows_out"] == 2  # l1 with r1, l2 padded (l3's pair ends at 00:10)
+    assert (
+        outcome["status"] == "invalid" and outcome["rows_out"] == 2
+    )  # l1 with r1, l2 padded (l3's pair ends at 00:10)
     assert any("rid" in line and "not_be_null" in line for line in outcome["validation_failed"])
-    assert Path(outcome["docs"]).is_file() and outcome["docs"].startswith(str(root / "data" / "out" / "airflow_strict_quality"))
+    assert Path(outcome["docs"]).is_file() and outcome["docs"].startswith(
+        str(root / "data" / "out" / "airflow_strict_quality")
+    )
     logged = capfd.readouterr()
-    assert "job airflow_strict, slice [2023-12-31T23:00:00+00:00, 2024-01-01T23:00:00+00:00): output failed validation: " \
+    assert (
+        "job airflow_strict, slice [2023-12-31T23:00:00+00:00, 2024-01-01T23:00:00+00:00): output failed validation: "
         "expect_column_values_to_not_be_null(rid" in logged.out + logged.err
+    )
 
 
 def test_live_dag_processes_what_is_committed_once(spark, project):
@@ -340,7 +397,9 @@ def test_live_dag_processes_what_is_committed_once(spark, project):
     whole = replace(spec, output=replace(spec.output, path=str(root / "data" / "out" / "live_whole")))
     replay(spark, whole, *EVERYTHING, mode="exact")
     expected = output_rows(spark, whole.output.location)
-    assert output_rows(spark, spec.output.location) == expected and sum(expected.values()) == 10  # l11 stays open: r9's commit is past the frontier
+    assert (
+        output_rows(spark, spec.output.location) == expected and sum(expected.values()) == 10
+    )  # l11 stays open: r9's commit is past the frontier
 
     second = dag.test()  # nothing committed since: the checkpoint makes it a no-op
     assert second.state == "success"

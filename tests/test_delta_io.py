@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from conftest import append, at
 from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.session import JARS_DIR
 
-EVENTS = StructType([StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())])
+EVENTS = StructType(
+    [StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())]
+)
 
 
 def test_round_trip_time_travel_and_change_feed(spark, tmp_path):
@@ -44,7 +46,7 @@ def test_slices_replace_and_batches_write_once(spark, tmp_path):
     assert sorted(r.id for r in delta_io.read_snapshot(spark, path).collect()) == ["a", "c"]
 
     batches = str(tmp_path / "batches")
-    for attempt in range(2):  # the second attempt of batch 0 is skipped by Delta
+    for _attempt in range(2):  # the second attempt of batch 0 is skipped by Delta
         delta_io.write_once(frame, batches, "app-1", 0)
     delta_io.write_once(frame.where("n = 1"), batches, "app-1", 1)
     assert delta_io.read_snapshot(spark, batches).count() == 4
@@ -52,8 +54,9 @@ def test_slices_replace_and_batches_write_once(spark, tmp_path):
 
 def test_missing_change_feed_is_a_clear_error(spark, tmp_path):
     path = str(tmp_path / "no_cdf")
-    spark.createDataFrame([("a", 1, at(1))], EVENTS).write.format("delta") \
-        .option("delta.enableChangeDataFeed", "false").save(path)
+    spark.createDataFrame([("a", 1, at(1))], EVENTS).write.format("delta").option(
+        "delta.enableChangeDataFeed", "false"
+    ).save(path)
     with pytest.raises(JobError, match="does not record its change data feed"):
         delta_io.require_change_feed(spark, path)
 
@@ -82,5 +85,10 @@ def test_set_up_put_exactly_the_fetched_jars_on_the_classpath(spark):
     assert any(os.path.basename(j).startswith("delta-spark_4.2_2.13-") for j in jars)
     assert sorted(jars) == sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     assert spark.sparkContext.getConf().get("spark.jars.packages", "") == ""
-    spark_jars = {name.rsplit("-", 1)[0] for name in os.listdir(os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars"))}
-    assert not [j for j in jars if os.path.basename(j).rsplit("-", 1)[0] in spark_jars]  # no second copy of Spark's own
+    spark_jars = {
+        name.rsplit("-", 1)[0]
+        for name in os.listdir(os.path.join(os.path.dirname(__import__("pyspark").__file__), "jars"))
+    }
+    assert not [
+        j for j in jars if os.path.basename(j).rsplit("-", 1)[0] in spark_jars
+    ]  # no second copy of Spark's own

@@ -18,35 +18,57 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 import pytest
+from conftest import append, at
+from harness import (
+    EVERYTHING,
+    FINAL,
+    SCHEMA,
+    create_tables,
+    delete,
+    live_accounting,
+    positions,
+    read_output,
+    read_side,
+    upsert,
+    with_output,
+    write_commit,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
-
-from conftest import append, at
-from harness import (
-    EVERYTHING, SCHEMA, FINAL, create_tables, delete, live_accounting, positions, read_output, read_side, upsert,
-    with_output, write_commit,
-)
 from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event, asof_reference, temporal_reference
+from test_equivalence import SETTINGS
+
 from streamjoin import delta_io
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
-from test_equivalence import SETTINGS
 
 
 def enrichment_job(root, paths, how: str, table: dict, join: dict):
-    return spec_from_dict({
-        "name": "enrich",
-        "sources": {"l": {"path": paths[0], "time": "t"}, "r": {"path": paths[1], "kind": "table", **table}},
-        "from": "l", "joins": [{"join": "r", "type": how, **join}],
-        "select": ["l.id AS lid", "r.id AS rid"], "output": {"path": f"{root}/out"},
-    })
+    return spec_from_dict(
+        {
+            "name": "enrich",
+            "sources": {
+                "l": {"path": paths[0], "time": "t"},
+                "r": {"path": paths[1], "kind": "table", **table},
+            },
+            "from": "l",
+            "joins": [{"join": "r", "type": how, **join}],
+            "select": ["l.id AS lid", "r.id AS rid"],
+            "output": {"path": f"{root}/out"},
+        }
+    )
 
 
 def stream_events(spark, paths, written) -> list[Event]:
     found = positions(spark, paths[0], 0)
-    return [Event(0, i, k, t, found[version], v) for side, version, rows in written if side == 0 for i, k, t, v in rows]
+    return [
+        Event(0, i, k, t, found[version], v)
+        for side, version, rows in written
+        if side == 0
+        for i, k, t, v in rows
+    ]
 
 
 def replay_counts(metrics) -> tuple[dict[str, int], dict[str, int]]:
@@ -65,7 +87,9 @@ def check_slices(spark, spec, root, cut: int, whole) -> None:
     a, c = EVERYTHING
     sliced = with_output(spec, f"{root}/sliced")
     parts = [replay(spark, sliced, a, at(cut)), replay(spark, sliced, at(cut), c)]
-    assert read_output(spark, sliced.output.path) == read_output(spark, with_output(spec, f"{root}/exact").output.path)
+    assert read_output(spark, sliced.output.path) == read_output(
+        spark, with_output(spec, f"{root}/exact").output.path
+    )
     for side in ("late", "rejected"):
         assert read_side(spark, sliced.output.side(side)) == read_side(spark, f"{root}/exact_{side}"), side
     for source in ("l", "r"):
@@ -77,6 +101,7 @@ def check_slices(spark, spec, root, cut: int, whole) -> None:
 
 
 # ============================================================================ event-time temporal
+
 
 @st.composite
 def temporal_scenarios(draw):
@@ -106,12 +131,19 @@ def temporal_scenarios(draw):
 @given(data=st.data())
 def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how, data):
     commits, grace = data.draw(temporal_scenarios(), label="commits, grace")
-    triggers = data.draw(st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits")
+    triggers = data.draw(
+        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
+    )
     cut = data.draw(st.integers(-4, 3 * len(commits) + 4), label="slice boundary (seconds)")
     root = tmp_path_factory.mktemp("temporal")
     paths = create_tables(spark, root)
-    spec = enrichment_job(root, paths, how, {"key": ["k"], "time": "t", "changelog": True},
-                          {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"})
+    spec = enrichment_job(
+        root,
+        paths,
+        how,
+        {"key": ["k"], "time": "t", "changelog": True},
+        {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"},
+    )
     runner = LiveRunner(spark, spec, f"{root}/checkpoint")
     written, versions = [], {0: 0, 1: 0}
     for i, (side, rows) in enumerate(commits):
@@ -124,8 +156,12 @@ def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how,
 
     stream = stream_events(spark, paths, written)
     found = positions(spark, paths[1], 1)
-    table = [Change(i, (k,), t, found[version], deleted=i is None)
-             for side, version, rows in written if side == 1 for i, k, t, _ in rows]
+    table = [
+        Change(i, (k,), t, found[version], deleted=i is None)
+        for side, version, rows in written
+        if side == 1
+        for i, k, t, _ in rows
+    ]
     exact = with_output(spec, f"{root}/exact")
     whole = replay(spark, exact, *EVERYTHING)
     expected, s_counts, t_counts = temporal_reference(stream, table, grace, how)
@@ -145,6 +181,7 @@ def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how,
 
 
 # ============================================================================ ASOF
+
 
 @st.composite
 def asof_scenarios(draw):
@@ -180,12 +217,19 @@ def asof_scenarios(draw):
 @given(data=st.data())
 def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
     commits = data.draw(asof_scenarios(), label="commits")
-    triggers = data.draw(st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits")
+    triggers = data.draw(
+        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
+    )
     cut = data.draw(st.integers(-4, 3 * len(commits) + 4), label="slice boundary (seconds)")
     root = tmp_path_factory.mktemp("asof")
     paths = create_tables(spark, root)
-    spec = enrichment_job(root, paths, how, {"key": ["k", "t"], "clock_skew": f"{skew}s"},
-                          {"on": "l.k = r.k AND r.t <= l.t", "asof": True})
+    spec = enrichment_job(
+        root,
+        paths,
+        how,
+        {"key": ["k", "t"], "clock_skew": f"{skew}s"},
+        {"on": "l.k = r.k AND r.t <= l.t", "asof": True},
+    )
     runner = LiveRunner(spark, spec, f"{root}/checkpoint")
     written, table_writes, version = [], [], {0: 0, 1: 0}
     for i, (side, rows, deletes) in enumerate(commits):
@@ -194,7 +238,7 @@ def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
             write_commit(spark, paths[0], rows)
             written.append((0, version[0], rows))
         elif deletes:
-            (key, t), = deletes
+            ((key, t),) = deletes
             delete(spark, paths[1], f"k = '{key}' AND t = TIMESTAMP '{at(t)}'")
             table_writes.append((version[1], [(None, key, t, None)], True))
         else:
@@ -206,7 +250,9 @@ def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
 
     stream = stream_events(spark, paths, written)
     found = positions(spark, paths[1], 1)
-    table = [Change(i, (k, t), t, found[v], deleted=gone) for v, rows, gone in table_writes for i, k, t, _ in rows]
+    table = [
+        Change(i, (k, t), t, found[v], deleted=gone) for v, rows, gone in table_writes for i, k, t, _ in rows
+    ]
     exact = with_output(spec, f"{root}/exact")
     whole = replay(spark, exact, *EVERYTHING)
     expected, counts = asof_reference(stream, table, how, skew * 1_000_000)
@@ -219,7 +265,13 @@ def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
 
 # ============================================================================ processing time, while it runs
 
-RATE_ORDERS = StructType([StructField("order_id", StringType()), StructField("currency", StringType()), StructField("t", TimestampType())])
+RATE_ORDERS = StructType(
+    [
+        StructField("order_id", StringType()),
+        StructField("currency", StringType()),
+        StructField("t", TimestampType()),
+    ]
+)
 RATES = StructType([StructField("currency", StringType()), StructField("rate", DoubleType())])
 
 
@@ -230,37 +282,64 @@ def test_processing_time_is_deterministic_whatever_the_triggers(spark, tmp_path)
     orders, rates = str(tmp_path / "orders"), str(tmp_path / "rates")
     spark.createDataFrame([], RATE_ORDERS).write.format("delta").save(orders)
     upsert(spark, rates, [("EUR", 1.0), ("USD", 0.9)], RATES, ("currency",))
-    spec = spec_from_dict({
-        "name": "rated", "sources": {"orders": {"path": orders, "time": "t"},
-                                     "rates": {"path": rates, "kind": "table", "key": ["currency"]}},
-        "from": "orders", "joins": [{"join": "rates", "type": "left", "on": "orders.currency = rates.currency"}],
-        "select": ["order_id", "rate"], "output": {"path": f"{tmp_path}/fast"},
-    })
+    spec = spec_from_dict(
+        {
+            "name": "rated",
+            "sources": {
+                "orders": {"path": orders, "time": "t"},
+                "rates": {"path": rates, "kind": "table", "key": ["currency"]},
+            },
+            "from": "orders",
+            "joins": [{"join": "rates", "type": "left", "on": "orders.currency = rates.currency"}],
+            "select": ["order_id", "rate"],
+            "output": {"path": f"{tmp_path}/fast"},
+        }
+    )
     runners = {
         "fast": LiveRunner(spark, spec, f"{tmp_path}/ck_fast", trigger="processing-time:1s"),
-        "slow": LiveRunner(spark, with_output(spec, f"{tmp_path}/slow"), f"{tmp_path}/ck_slow", trigger="processing-time:4s"),
+        "slow": LiveRunner(
+            spark, with_output(spec, f"{tmp_path}/slow"), f"{tmp_path}/ck_slow", trigger="processing-time:4s"
+        ),
     }
     with ThreadPoolExecutor(2) as pool:
         running = [pool.submit(runner.run, 60) for runner in runners.values()]
         time.sleep(8)  # both queries up
         for n in range(8):
             append(spark, orders, [(f"o{n}a", "EUR", at(n)), (f"o{n}b", "USD", at(n))], RATE_ORDERS)
-            upsert(spark, rates, [("EUR", 1.0 + (n + 1) / 100), ("USD", 0.9 - (n + 1) / 100)], RATES, ("currency",))
+            upsert(
+                spark,
+                rates,
+                [("EUR", 1.0 + (n + 1) / 100), ("USD", 0.9 - (n + 1) / 100)],
+                RATES,
+                ("currency",),
+            )
             time.sleep(0.5 * (n % 3))
         for future in running:
             future.result()
-    for runner in runners.values():  # then, from the same checkpoints, whatever the last interval had not reached
+    for (
+        runner
+    ) in runners.values():  # then, from the same checkpoints, whatever the last interval had not reached
         LiveRunner(spark, runner.spec, runner.checkpoint).run(300)
     replayed = with_output(spec, f"{tmp_path}/replay")
     replay(spark, replayed, at(-10), at(100))
 
     expected = {}
-    for r in spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(orders).collect():
+    for r in (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(orders)
+        .collect()
+    ):
         version = delta_io.version_at(spark, rates, r._commit_timestamp)
         snapshot = {x.currency: x.rate for x in delta_io.read_snapshot(spark, rates, version).collect()}
         expected[r.order_id] = snapshot[r.currency]
     assert len(expected) == 16 and len(set(expected.values())) >= 8  # the rates did move under the orders
-    for name, location in (("fast", f"{tmp_path}/fast"), ("slow", f"{tmp_path}/slow"), ("replay", f"{tmp_path}/replay")):
+    for name, location in (
+        ("fast", f"{tmp_path}/fast"),
+        ("slow", f"{tmp_path}/slow"),
+        ("replay", f"{tmp_path}/replay"),
+    ):
         got = {r.order_id: r.rate for r in spark.read.format("delta").load(location).collect()}
         assert got == expected, name
         assert spark.read.format("delta").load(location).count() == 16, name

@@ -24,12 +24,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pyspark.sql.types import (
-    DecimalType, DoubleType, IntegerType, StringType, StructField, StructType, TimestampType,
-)
-
 from conftest import append, at
 from harness import FINAL, concurrently, delete, live_accounting, read, run_live, upsert, with_output
+from pyspark.sql.types import (
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
@@ -42,10 +48,16 @@ WITH_TABLES = FINAL + ("applied",)
 
 
 def job(root, name: str, sources: dict, start: str, join: dict, select: list[str]) -> object:
-    return spec_from_dict({
-        "name": name, "sources": sources, "from": start, "joins": [join], "select": select,
-        "output": {"path": f"{root}/out_{name}"},
-    })
+    return spec_from_dict(
+        {
+            "name": name,
+            "sources": sources,
+            "from": start,
+            "joins": [join],
+            "select": select,
+            "output": {"path": f"{root}/out_{name}"},
+        }
+    )
 
 
 def outputs(spark, spec, *columns: str) -> Counter:
@@ -67,7 +79,9 @@ def check_live_accounting(spark, spec) -> dict:
 
 # ============================================================================ 1. ksqlDB
 
-KV = StructType([StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())])
+KV = StructType(
+    [StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())]
+)
 FORMS = ("changelog", "in_place")
 KSQL_RUNS = (5, 9, len(KSQL["events"]) - 1)  # live runs after b@6, after c@10, at the end
 
@@ -86,8 +100,12 @@ def ksql(spark, tmp_path_factory):
             table["changelog"] = True
         for how in ("inner", "left"):
             specs[(form, how)] = job(
-                root, f"{form}_{how}", {"s": {"path": paths["stream"], "time": "t"}, "rates": table}, "s",
-                {"join": "rates", "type": how, "on": "s.k = rates.k"}, ["s.v AS lv", "rates.v AS rv"],
+                root,
+                f"{form}_{how}",
+                {"s": {"path": paths["stream"], "time": "t"}, "rates": table},
+                "s",
+                {"join": "rates", "type": how, "on": "s.k = rates.k"},
+                ["s.v AS lv", "rates.v AS rv"],
             )
     runners = [LiveRunner(spark, spec, f"{root}/checkpoint_{spec.name}") for spec in specs.values()]
     for index, (second, side, value) in enumerate(KSQL["events"]):
@@ -101,7 +119,9 @@ def ksql(spark, tmp_path_factory):
                 upsert(spark, paths["in_place"], [("k", value, at(second))], KV, ("k",))
         if index in KSQL_RUNS:
             run_live(runners)
-    replays = concurrently({key: (lambda s=spec: replayed(spark, s, at(0), at(100))) for key, spec in specs.items()})
+    replays = concurrently(
+        {key: (lambda s=spec: replayed(spark, s, at(0), at(100))) for key, spec in specs.items()}
+    )
     return SimpleNamespace(specs=specs, replays=replays)
 
 
@@ -121,27 +141,45 @@ def test_ksqldb_stream_table_semantics_both_runners(spark, ksql, form, how):
     unmatched = {"inner": "unmatched_dropped", "left": "unmatched_emitted"}[how]
     assert accounting["s"]["rows_in"] == 9 and accounting["s"]["rejected"] == 5
     assert accounting["s"]["joined"] == 2 and accounting["s"][unmatched] == 2
-    assert accounting["rates"]["applied"] == accounting["rates"]["rows_in"] == (6 if form == "changelog" else 5)
+    assert (
+        accounting["rates"]["applied"] == accounting["rates"]["rows_in"] == (6 if form == "changelog" else 5)
+    )
 
     target, metrics = ksql.replays[(form, how)]
     assert outputs(spark, target, "lv", "rv", "event_time") == ksql_expected(how)
-    assert metrics.balanced() and metrics.sources["s"].joined == 2 and getattr(metrics.sources["s"], unmatched) == 2
+    assert (
+        metrics.balanced()
+        and metrics.sources["s"].joined == 2
+        and getattr(metrics.sources["s"], unmatched) == 2
+    )
     for job_ in (spec, target):  # the NULL records, once each, in both runners' side tables
-        assert Counter(r.reason for r in read(spark, job_.output.side("rejected"))) == Counter({"null_key": 5})
+        assert Counter(r.reason for r in read(spark, job_.output.side("rejected"))) == Counter(
+            {"null_key": 5}
+        )
 
 
 # ============================================================================ 2. Lenses
 
 CUSTOMERS = StructType([StructField("id", IntegerType()), StructField("name", StringType())])
-ORDERS = StructType([StructField("customer_id", IntegerType()), StructField("item", StringType()), StructField("t", TimestampType())])
+ORDERS = StructType(
+    [
+        StructField("customer_id", IntegerType()),
+        StructField("item", StringType()),
+        StructField("t", TimestampType()),
+    ]
+)
 
 
 def lenses_job(root, customers: str, orders: str, how: str, name: str):
     return job(
-        root, name,
-        {"ordersStream": {"path": orders, "time": "t"},
-         "customersTable": {"path": customers, "kind": "table", "key": ["id"], "clock_skew": "0s"}},
-        "ordersStream", {"join": "customersTable", "type": how, "on": "customersTable.id = ordersStream.customer_id"},
+        root,
+        name,
+        {
+            "ordersStream": {"path": orders, "time": "t"},
+            "customersTable": {"path": customers, "kind": "table", "key": ["id"], "clock_skew": "0s"},
+        },
+        "ordersStream",
+        {"join": "customersTable", "type": how, "on": "customersTable.id = ordersStream.customer_id"},
         ["customersTable.name", "ordersStream.item"],
     )
 
@@ -151,7 +189,12 @@ def test_lenses_customers_and_orders(spark, tmp_path):
     upsert(spark, customers, [(1, "John"), (2, "Frank")], CUSTOMERS, ("id",))
     append(spark, orders, [(1, "Computer", at(1)), (1, "Mouse", at(2)), (3, "Keyboard", at(3))], ORDERS)
     specs = {how: lenses_job(tmp_path, customers, orders, how, f"lenses_{how}") for how in ("inner", "left")}
-    live = concurrently({how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600)) for how, s in specs.items()})
+    live = concurrently(
+        {
+            how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))
+            for how, s in specs.items()
+        }
+    )
     expected = {
         "inner": Counter({("John", "Computer"): 1, ("John", "Mouse"): 1}),
         "left": Counter({("John", "Computer"): 1, ("John", "Mouse"): 1, (None, "Keyboard"): 1}),
@@ -189,14 +232,21 @@ def test_lenses_late_customer(spark, tmp_path):
 
 # ============================================================================ 3. Flink
 
-FLINK_ORDERS = StructType([
-    StructField("order_id", StringType()), StructField("price", DecimalType(32, 2)),
-    StructField("currency", StringType()), StructField("order_time", TimestampType()),
-])
-RATES = StructType([
-    StructField("currency", StringType()), StructField("conversion_rate", DecimalType(32, 2)),
-    StructField("update_time", TimestampType()),
-])
+FLINK_ORDERS = StructType(
+    [
+        StructField("order_id", StringType()),
+        StructField("price", DecimalType(32, 2)),
+        StructField("currency", StringType()),
+        StructField("order_time", TimestampType()),
+    ]
+)
+RATES = StructType(
+    [
+        StructField("currency", StringType()),
+        StructField("conversion_rate", DecimalType(32, 2)),
+        StructField("update_time", TimestampType()),
+    ]
+)
 
 
 def hm(clock: str) -> datetime:
@@ -217,10 +267,17 @@ def flink(spark, tmp_path_factory):
             rates["changelog"] = True
         for how in ("left", "inner"):
             specs[(form, how)] = job(
-                root, f"{form}_{how}", {"orders": {"path": orders, "time": "order_time"}, "currency_rates": rates},
+                root,
+                f"{form}_{how}",
+                {"orders": {"path": orders, "time": "order_time"}, "currency_rates": rates},
                 "orders",
-                {"join": "currency_rates", "type": how, "on": "orders.currency = currency_rates.currency",
-                 "as_of": "event_time", "grace": "15s"},
+                {
+                    "join": "currency_rates",
+                    "type": how,
+                    "on": "orders.currency = currency_rates.currency",
+                    "as_of": "event_time",
+                    "grace": "15s",
+                },
                 ["order_id", "price", "orders.currency", "conversion_rate", "order_time"],
             )
 
@@ -234,7 +291,10 @@ def flink(spark, tmp_path_factory):
     append(spark, orders, [("o_002", Decimal("12.51"), "EUR", hm("12:06"))], FLINK_ORDERS)
     runners = [LiveRunner(spark, spec, f"{root}/checkpoint_{spec.name}") for spec in specs.values()]
     run_live(runners)
-    early = {key: read(spark, spec.output.location) if _exists(spark, spec.output.location) else [] for key, spec in specs.items()}
+    early = {
+        key: read(spark, spec.output.location) if _exists(spark, spec.output.location) else []
+        for key, spec in specs.items()
+    }
     rate("EUR", "1.10", "12:05")
     rate("EUR", "1.12", "12:30")  # moves the rates' watermark (12:30 - 15 s) past both orders
     run_live(runners)
@@ -245,6 +305,7 @@ def flink(spark, tmp_path_factory):
 
 def _exists(spark, path: str) -> bool:
     from delta.tables import DeltaTable
+
     return DeltaTable.isDeltaTable(spark, path)
 
 
@@ -266,8 +327,20 @@ def test_flink_currency_rates(spark, flink, form, how):
 
 # ============================================================================ 4. RisingWave ASOF
 
-PRICES = StructType([StructField("stock_name", StringType()), StructField("stock_time", TimestampType()), StructField("price", IntegerType())])
-MARKET = StructType([StructField("stock_name", StringType()), StructField("market_time", TimestampType()), StructField("sentiment", DoubleType())])
+PRICES = StructType(
+    [
+        StructField("stock_name", StringType()),
+        StructField("stock_time", TimestampType()),
+        StructField("price", IntegerType()),
+    ]
+)
+MARKET = StructType(
+    [
+        StructField("stock_name", StringType()),
+        StructField("market_time", TimestampType()),
+        StructField("sentiment", DoubleType()),
+    ]
+)
 
 
 def day(clock: str) -> datetime:
@@ -276,20 +349,40 @@ def day(clock: str) -> datetime:
 
 
 STOCK_PRICES = [
-    ("TSLA", day("09:30"), 250), ("TSLA", day("10:30"), 252), ("TSLA", day("11:30"), 255),
-    ("AMZN", day("09:30"), 3300), ("AMZN", day("10:30"), 3310), ("AMZN", day("11:30"), 3320),
-    ("GOOG", day("09:30"), 1400), ("GOOG", day("10:30"), 1410), ("GOOG", day("11:30"), 1420),
+    ("TSLA", day("09:30"), 250),
+    ("TSLA", day("10:30"), 252),
+    ("TSLA", day("11:30"), 255),
+    ("AMZN", day("09:30"), 3300),
+    ("AMZN", day("10:30"), 3310),
+    ("AMZN", day("11:30"), 3320),
+    ("GOOG", day("09:30"), 1400),
+    ("GOOG", day("10:30"), 1410),
+    ("GOOG", day("11:30"), 1420),
 ]
 MARKET_DATA = [
-    ("TSLA", day("09:00"), 0.7), ("TSLA", day("10:00"), 0.8), ("TSLA", day("11:00"), 0.9),
-    ("AMZN", day("09:00"), 0.6), ("AMZN", day("10:00"), 0.65), ("AMZN", day("11:00"), 0.7),
-    ("NVDA", day("09:00"), 0.55), ("NVDA", day("10:00"), 0.6), ("NVDA", day("11:00"), 0.65),
+    ("TSLA", day("09:00"), 0.7),
+    ("TSLA", day("10:00"), 0.8),
+    ("TSLA", day("11:00"), 0.9),
+    ("AMZN", day("09:00"), 0.6),
+    ("AMZN", day("10:00"), 0.65),
+    ("AMZN", day("11:00"), 0.7),
+    ("NVDA", day("09:00"), 0.55),
+    ("NVDA", day("10:00"), 0.6),
+    ("NVDA", day("11:00"), 0.65),
 ]
 ASOF_INNER = [
-    ("TSLA", day("09:30"), 250, 0.7), ("TSLA", day("10:30"), 252, 0.8), ("TSLA", day("11:30"), 255, 0.9),
-    ("AMZN", day("09:30"), 3300, 0.6), ("AMZN", day("10:30"), 3310, 0.65), ("AMZN", day("11:30"), 3320, 0.7),
+    ("TSLA", day("09:30"), 250, 0.7),
+    ("TSLA", day("10:30"), 252, 0.8),
+    ("TSLA", day("11:30"), 255, 0.9),
+    ("AMZN", day("09:30"), 3300, 0.6),
+    ("AMZN", day("10:30"), 3310, 0.65),
+    ("AMZN", day("11:30"), 3320, 0.7),
 ]
-ASOF_LEFT = ASOF_INNER + [("GOOG", day("09:30"), 1400, None), ("GOOG", day("10:30"), 1410, None), ("GOOG", day("11:30"), 1420, None)]
+ASOF_LEFT = ASOF_INNER + [
+    ("GOOG", day("09:30"), 1400, None),
+    ("GOOG", day("10:30"), 1410, None),
+    ("GOOG", day("11:30"), 1420, None),
+]
 
 
 def test_risingwave_asof(spark, tmp_path):
@@ -298,17 +391,36 @@ def test_risingwave_asof(spark, tmp_path):
     append(spark, prices, STOCK_PRICES, PRICES)
     specs = {
         how: job(
-            tmp_path, f"asof_{how}",
-            {"sp": {"path": prices, "time": "stock_time"},
-             "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"], "clock_skew": "0s"}},
-            "sp", {"join": "md", "type": how, "asof": True, "on": "sp.stock_name = md.stock_name AND md.market_time <= sp.stock_time"},
+            tmp_path,
+            f"asof_{how}",
+            {
+                "sp": {"path": prices, "time": "stock_time"},
+                "md": {
+                    "path": market,
+                    "kind": "table",
+                    "key": ["stock_name", "market_time"],
+                    "clock_skew": "0s",
+                },
+            },
+            "sp",
+            {
+                "join": "md",
+                "type": how,
+                "asof": True,
+                "on": "sp.stock_name = md.stock_name AND md.market_time <= sp.stock_time",
+            },
             ["sp.stock_name", "sp.stock_time", "sp.price", "md.sentiment"],
         )
         for how in ("inner", "left")
     }
     expected = {"inner": Counter(ASOF_INNER), "left": Counter(ASOF_LEFT)}
     columns = ("stock_name", "stock_time", "price", "sentiment")
-    live = concurrently({how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600)) for how, s in specs.items()})
+    live = concurrently(
+        {
+            how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))
+            for how, s in specs.items()
+        }
+    )
     for how, spec in specs.items():
         assert outputs(spark, spec, *columns) == expected[how]
         assert all(m.balanced() for m in live[how])
@@ -326,28 +438,51 @@ def test_risingwave_asof(spark, tmp_path):
 
 # ============================================================================ 5. errors
 
+
 def test_temporal_join_without_a_primary_key_is_refused(tmp_path):
     with pytest.raises(JobError) as error:
-        job(tmp_path, "nokey", {"orders": {"path": "o", "time": "order_time"}, "rates": {"path": "r", "kind": "table"}},
-            "orders", {"join": "rates", "type": "left", "on": "orders.currency = rates.currency", "as_of": "event_time"},
-            ["orders.order_id"])
+        job(
+            tmp_path,
+            "nokey",
+            {"orders": {"path": "o", "time": "order_time"}, "rates": {"path": "r", "kind": "table"}},
+            "orders",
+            {
+                "join": "rates",
+                "type": "left",
+                "on": "orders.currency = rates.currency",
+                "as_of": "event_time",
+            },
+            ["orders.order_id"],
+        )
     message = str(error.value)
     assert "event-time temporal join against table 'rates' needs the table's primary key" in message
     assert "add key: [<column>, ...] to source 'rates'" in message
 
 
-@pytest.mark.parametrize("condition, found", [
-    ("sp.stock_name = md.stock_name", "found none"),
-    ("sp.stock_name = md.stock_name AND md.market_time <= sp.stock_time AND md.sentiment > sp.price", "found 2"),
-])
+@pytest.mark.parametrize(
+    "condition, found",
+    [
+        ("sp.stock_name = md.stock_name", "found none"),
+        (
+            "sp.stock_name = md.stock_name AND md.market_time <= sp.stock_time AND md.sentiment > sp.price",
+            "found 2",
+        ),
+    ],
+)
 def test_asof_needs_exactly_one_inequality(spark, tmp_path, condition, found):
     prices, market = str(tmp_path / "p"), str(tmp_path / "m")
     append(spark, prices, STOCK_PRICES[:1], PRICES)
     append(spark, market, MARKET_DATA[:1], MARKET)
     spec = job(
-        tmp_path, "asof_bad", {"sp": {"path": prices, "time": "stock_time"},
-                               "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"]}},
-        "sp", {"join": "md", "asof": True, "on": condition}, ["sp.price"],
+        tmp_path,
+        "asof_bad",
+        {
+            "sp": {"path": prices, "time": "stock_time"},
+            "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"]},
+        },
+        "sp",
+        {"join": "md", "asof": True, "on": condition},
+        ["sp.price"],
     )
     with pytest.raises(JobError) as error:
         bind(spark, spec)
@@ -366,9 +501,15 @@ def test_replay_of_a_vacuumed_table_is_refused_before_data_moves(spark, tmp_path
     finally:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
     spec = job(
-        tmp_path, "vacuumed", {"sp": {"path": prices, "time": "stock_time"},
-                               "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"]}},
-        "sp", {"join": "md", "type": "left", "on": "sp.stock_name = md.stock_name"}, ["sp.price", "md.sentiment"],
+        tmp_path,
+        "vacuumed",
+        {
+            "sp": {"path": prices, "time": "stock_time"},
+            "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"]},
+        },
+        "sp",
+        {"join": "md", "type": "left", "on": "sp.stock_name = md.stock_name"},
+        ["sp.price", "md.sentiment"],
     )
     with pytest.raises(HistoryNotRetainedError) as error:
         replay(spark, spec, day("00:00"), day("23:00"))

@@ -16,27 +16,36 @@ from collections import Counter
 from dataclasses import asdict
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-
 from conftest import at
 from harness import (
-    EVERYTHING, SIDES, by_source, create_tables, events, job, live_metrics, read_output, read_side,
-    with_output, write_commit,
+    EVERYTHING,
+    SIDES,
+    by_source,
+    create_tables,
+    events,
+    job,
+    live_metrics,
+    read_output,
+    read_side,
+    with_output,
+    write_commit,
 )
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from reference import BUCKETS, reference
+
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 
 # Examples per parametrized case; raise it for a longer hunt, e.g. STREAMJOIN_PROPERTY_EXAMPLES=20.
 EXAMPLES = int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2"))
-SETTINGS = dict(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would re-run Spark for minutes
-    print_blob=True,
-)
+SETTINGS = {
+    "max_examples": EXAMPLES,
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would re-run Spark for minutes
+    "print_blob": True,
+}
 
 
 @st.composite
@@ -89,31 +98,53 @@ def counts_of(metrics) -> dict[int, dict[str, int]]:
 
 def check_live_metrics(rows, expected: dict[int, dict[str, int]]) -> None:
     """One balanced row per batch id; batches hand over what they carry; totals match the reference."""
-    assert [r["batch"] for r in rows] == list(range(len(rows))), "exactly one metrics row per batch, none missing"
+    assert [r["batch"] for r in rows] == list(range(len(rows))), (
+        "exactly one metrics row per batch, none missing"
+    )
     for side, name in enumerate(SIDES):
         previous_left = 0
         total = Counter()
         for row in rows:
             c = by_source(row)[name]
-            assert c["rows_in"] + c["carried_in"] == sum(c[b] for b in BUCKETS if b != "rows_in"), (row["batch"], c)
+            assert c["rows_in"] + c["carried_in"] == sum(c[b] for b in BUCKETS if b != "rows_in"), (
+                row["batch"],
+                c,
+            )
             assert c["carried_in"] == previous_left, (row["batch"], c)
             previous_left = c["open"] + c["unsettled"]
-            total.update({b: c[b] for b in ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped")})
+            total.update(
+                {
+                    b: c[b]
+                    for b in (
+                        "rows_in",
+                        "rejected",
+                        "late",
+                        "joined",
+                        "unmatched_emitted",
+                        "unmatched_dropped",
+                    )
+                }
+            )
         last = by_source(rows[-1])[name]
         total.update({"open": last["open"], "unsettled": last["unsettled"]})
         assert {b: total[b] for b in BUCKETS} == expected[side], name
 
 
-@pytest.mark.parametrize("how, bounds, residual", [
-    ("inner", "within", False),
-    ("left", "between", True),
-    ("full", "between", False),
-])
+@pytest.mark.parametrize(
+    "how, bounds, residual",
+    [
+        ("inner", "within", False),
+        ("left", "between", True),
+        ("full", "between", False),
+    ],
+)
 @settings(**SETTINGS)
 @given(data=st.data())
 def test_live_equals_exact_replay_and_reference(spark, tmp_path_factory, how, bounds, residual, data):
     commits, lo, hi, grace = data.draw(scenarios(bounds, max_commits=5), label="commits, lo, hi, grace")
-    triggers = data.draw(st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits")
+    triggers = data.draw(
+        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
+    )
     max_files = data.draw(st.sampled_from((None, 1)), label="max_files_per_trigger")
     root = tmp_path_factory.mktemp("live")
     paths = create_tables(spark, root)
@@ -128,7 +159,9 @@ def test_live_equals_exact_replay_and_reference(spark, tmp_path_factory, how, bo
 
     replayed = with_output(spec, f"{root}/replay")
     metrics = replay(spark, replayed, *EVERYTHING, mode="exact")
-    expected, counts = reference(events(spark, paths, written), lo, hi, grace, how, "exact", residual_of(residual))
+    expected, counts = reference(
+        events(spark, paths, written), lo, hi, grace, how, "exact", residual_of(residual)
+    )
 
     assert read_output(spark, replayed.output.path) == expected, "exact replay differs from the reference"
     assert read_output(spark, spec.output.path) == expected, "live output differs from the exact replay"
@@ -138,11 +171,14 @@ def test_live_equals_exact_replay_and_reference(spark, tmp_path_factory, how, bo
     check_live_metrics(live_metrics(spark, spec), counts)
 
 
-@pytest.mark.parametrize("how, bounds, residual", [
-    ("full", "within", True),
-    ("right", "between", False),
-    ("left", "between", False),
-])
+@pytest.mark.parametrize(
+    "how, bounds, residual",
+    [
+        ("full", "within", True),
+        ("right", "between", False),
+        ("left", "between", False),
+    ],
+)
 @settings(**SETTINGS)
 @given(data=st.data())
 def test_replay_modes_partitions_and_slices(spark, tmp_path_factory, how, bounds, residual, data):
@@ -166,7 +202,9 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path_factory, how, bounds
             ("sliced", "exact", 2, a, b),  # re-running a slice replaces it
         ]:
             spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
-            runs.setdefault(name, []).append(replay(spark, with_output(spec, f"{root}/{name}"), start, end, mode=mode))
+            runs.setdefault(name, []).append(
+                replay(spark, with_output(spec, f"{root}/{name}"), start, end, mode=mode)
+            )
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
@@ -182,7 +220,9 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path_factory, how, bounds
     assert counts_of(first) == counts_of(again)
     both = {side: dict(Counter(counts_of(first)[side]) + Counter(counts_of(second)[side])) for side in (0, 1)}
     exact = counts_of(runs["exact"][0])
-    assert {s: {b: both[s].get(b, 0) for b in BUCKETS} for s in (0, 1)} == exact, "slice counts add up to the whole"
+    assert {s: {b: both[s].get(b, 0) for b in BUCKETS} for s in (0, 1)} == exact, (
+        "slice counts add up to the whole"
+    )
 
 
 def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_path):
@@ -191,10 +231,14 @@ def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_p
     share a position, so neither is before the other), and a row the replay keeps came out late."""
     paths = create_tables(spark, tmp_path)
     spec = job(tmp_path, paths, "left", -5, 5, 0)
-    written = write_all(spark, paths, [
-        (0, [("l1", "a", 100, 0), ("l2", "b", 10, 0), ("l3", "a", 100, 0), ("l4", "b", 10, 0)], 2),
-        (1, [("r1", "a", 100, 0)], 1),
-    ])
+    written = write_all(
+        spark,
+        paths,
+        [
+            (0, [("l1", "a", 100, 0), ("l2", "b", 10, 0), ("l3", "a", 100, 0), ("l4", "b", 10, 0)], 2),
+            (1, [("r1", "a", 100, 0)], 1),
+        ],
+    )
     LiveRunner(spark, spec, f"{tmp_path}/checkpoint", max_files_per_trigger=1).run()
     replayed = with_output(spec, f"{tmp_path}/replay")
     replay(spark, replayed, *EVERYTHING)

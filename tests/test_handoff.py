@@ -37,7 +37,16 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     assert [o.status for o in run_backfill(spark, backfill, validate=False)] == ["succeeded"] * 2
 
     checkpoint = str(root / "checkpoint")
-    args = ["--root", str(root), "handoff", str(JOBS_DIR / f"{name}.yaml"), "--at", at.isoformat(), "--checkpoint", checkpoint]
+    args = [
+        "--root",
+        str(root),
+        "handoff",
+        str(JOBS_DIR / f"{name}.yaml"),
+        "--at",
+        at.isoformat(),
+        "--checkpoint",
+        checkpoint,
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "live continues from the next versions" in out

@@ -70,21 +70,33 @@ def test_change_feed_reads_merge_nearby_versions():
     assert _runs([1, 9, 18], gap=8) == [(1, 9), (18, 18)]
 
 
-@pytest.mark.parametrize("operation, mode, rewrites", [
-    ("WRITE", "Append", False), ("STREAMING UPDATE", "Append", False), ("OPTIMIZE", None, False),
-    ("VACUUM END", None, False), ("SET TBLPROPERTIES", None, False), ("DELETE", None, True),
-    ("MERGE", None, True), ("UPDATE", None, True), ("WRITE", "Overwrite", True), ("RESTORE", None, True),
-    ("REPLACE TABLE AS SELECT", None, True),
-])
+@pytest.mark.parametrize(
+    "operation, mode, rewrites",
+    [
+        ("WRITE", "Append", False),
+        ("STREAMING UPDATE", "Append", False),
+        ("OPTIMIZE", None, False),
+        ("VACUUM END", None, False),
+        ("SET TBLPROPERTIES", None, False),
+        ("DELETE", None, True),
+        ("MERGE", None, True),
+        ("UPDATE", None, True),
+        ("WRITE", "Overwrite", True),
+        ("RESTORE", None, True),
+        ("REPLACE TABLE AS SELECT", None, True),
+    ],
+)
 def test_commits_that_would_change_decided_arrivals_are_recognised(operation, mode, rewrites):
     assert Commit(3, datetime(2024, 1, 1), operation, mode).rewrites_rows is rewrites
 
 
 def _job(**extra) -> dict:
     document = {
-        "name": "j", "from": "a",
+        "name": "j",
+        "from": "a",
         "sources": {"a": {"path": "/x/a", "time": "t"}, "b": {"path": "/x/b", "time": "t"}},
-        "joins": [{"join": "b", "on": "a.k = b.k", "within": "1m"}], "output": {"path": "/x/out"},
+        "joins": [{"join": "b", "on": "a.k = b.k", "within": "1m"}],
+        "output": {"path": "/x/out"},
     }
     document.update(extra)
     return document
@@ -99,12 +111,15 @@ def test_start_at_in_job_files():
     assert spec.source("a").start_at == 120 and spec.source("b").start_at == "2024-05-02T00:00:00"
 
 
-@pytest.mark.parametrize("where, value, message", [
-    ("job", 12, "a job-wide start is a time"),
-    ("job", "yesterday-ish", "not an ISO date"),
-    ("source", -3, "negative"),
-    ("source", True, "neither a version nor a time"),
-])
+@pytest.mark.parametrize(
+    "where, value, message",
+    [
+        ("job", 12, "a job-wide start is a time"),
+        ("job", "yesterday-ish", "not an ISO date"),
+        ("source", -3, "negative"),
+        ("source", True, "neither a version nor a time"),
+    ],
+)
 def test_bad_starts_are_refused_before_any_table_is_read(where, value, message):
     document = _job()
     if where == "job":

@@ -21,10 +21,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
-
 from conftest import append, at
 from harness import concurrently, live_accounting, read, run_live, source_counts
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+
 from streamjoin.errors import JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
@@ -37,7 +37,9 @@ STOCKS = json.loads((DATA / "sqlstream_stocks.json").read_text())
 
 # ============================================================================ 1. ksqlDB
 
-KV = StructType([StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())])
+KV = StructType(
+    [StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())]
+)
 KSQL_TYPES = ("inner", "left", "full")
 
 # Why two trailing rows. ksqlDB writes [null, f] at timestamp 100, when its stream time reaches
@@ -60,27 +62,46 @@ KSQL_RUNS = (5, 15, len(KSQL_EVENTS) - 1)
 # Where every input row ends (the same in both runners). Left: 3 NULL records, A-D joined, E and F
 # unmatched, G still open (its window ends at 115), the trailing row at 102 unsettled. Right:
 # 4 NULL records, a-d joined, f unmatched, the trailing row at 101 open.
-_L = dict(rows_in=11, rejected=3, late=0, joined=4, open=1, unsettled=1)
-_R = dict(rows_in=10, rejected=4, late=0, joined=4, open=1, unsettled=0)
+_L = {"rows_in": 11, "rejected": 3, "late": 0, "joined": 4, "open": 1, "unsettled": 1}
+_R = {"rows_in": 10, "rejected": 4, "late": 0, "joined": 4, "open": 1, "unsettled": 0}
 KSQL_ACCOUNTING = {
-    "inner": {"l": {**_L, "unmatched_emitted": 0, "unmatched_dropped": 2},
-              "r": {**_R, "unmatched_emitted": 0, "unmatched_dropped": 1}},
-    "left": {"l": {**_L, "unmatched_emitted": 2, "unmatched_dropped": 0},
-             "r": {**_R, "unmatched_emitted": 0, "unmatched_dropped": 1}},
-    "full": {"l": {**_L, "unmatched_emitted": 2, "unmatched_dropped": 0},
-             "r": {**_R, "unmatched_emitted": 1, "unmatched_dropped": 0}},
+    "inner": {
+        "l": {**_L, "unmatched_emitted": 0, "unmatched_dropped": 2},
+        "r": {**_R, "unmatched_emitted": 0, "unmatched_dropped": 1},
+    },
+    "left": {
+        "l": {**_L, "unmatched_emitted": 2, "unmatched_dropped": 0},
+        "r": {**_R, "unmatched_emitted": 0, "unmatched_dropped": 1},
+    },
+    "full": {
+        "l": {**_L, "unmatched_emitted": 2, "unmatched_dropped": 0},
+        "r": {**_R, "unmatched_emitted": 1, "unmatched_dropped": 0},
+    },
 }
 
 
 def ksql_spec(root: Path, join_type: str, runner: str):
-    return spec_from_dict({
-        "name": f"ksql_{join_type}_{runner}",
-        "sources": {"l": {"path": str(root / "l"), "time": "t"}, "r": {"path": str(root / "r"), "time": "t"}},
-        "from": "l",
-        "joins": [{"join": "r", "type": join_type, "on": "l.k = r.k", "within": KSQL["within"], "grace": KSQL["grace"]}],
-        "select": ["l.v AS lv", "r.v AS rv"],
-        "output": {"path": str(root / f"out_{join_type}_{runner}")},
-    })
+    return spec_from_dict(
+        {
+            "name": f"ksql_{join_type}_{runner}",
+            "sources": {
+                "l": {"path": str(root / "l"), "time": "t"},
+                "r": {"path": str(root / "r"), "time": "t"},
+            },
+            "from": "l",
+            "joins": [
+                {
+                    "join": "r",
+                    "type": join_type,
+                    "on": "l.k = r.k",
+                    "within": KSQL["within"],
+                    "grace": KSQL["grace"],
+                }
+            ],
+            "select": ["l.v AS lv", "r.v AS rv"],
+            "output": {"path": str(root / f"out_{join_type}_{runner}")},
+        }
+    )
 
 
 def ksql_pairs(rows) -> Counter:
@@ -123,7 +144,9 @@ def ksql(spark, tmp_path_factory):
             if runners is None:
                 runners = [LiveRunner(spark, live[t], str(root / f"checkpoint_{t}")) for t in KSQL_TYPES]
             run_live(runners)
-            written[index] = concurrently({t: (lambda s=s: ksql_pairs(read(spark, s.output.location))) for t, s in live.items()})
+            written[index] = concurrently(
+                {t: (lambda s=s: ksql_pairs(read(spark, s.output.location))) for t, s in live.items()}
+            )
     return SimpleNamespace(root=root, live=live, written=written)
 
 
@@ -136,7 +159,11 @@ def test_ksqldb_table_live(spark, ksql, join_type):
     assert Counter((r.event_time, r.lv, r.rv) for r in rows) == ksql_expected_times(join_type)
     # While it ran: after b@6 the frontier is B@5 (b waits for the left side), after E@40 it is
     # d@14 (D and E wait): exactly ksqlDB's rows up to timestamps 5 and 14, no padded row yet.
-    assert ksql.written[KSQL_RUNS[0]][join_type] == ksql_expected(join_type, upto=5) == {("A", "a"): 1, ("B", "a"): 1}
+    assert (
+        ksql.written[KSQL_RUNS[0]][join_type]
+        == ksql_expected(join_type, upto=5)
+        == {("A", "a"): 1, ("B", "a"): 1}
+    )
     assert ksql.written[KSQL_RUNS[1]][join_type] == ksql_expected(join_type, upto=14)
     assert sum(ksql.written[KSQL_RUNS[1]][join_type].values()) == 12
     check_ksql_rejected(spark, out)
@@ -149,7 +176,9 @@ def test_ksqldb_table_live(spark, ksql, join_type):
 def ksql_replays(spark, ksql):
     """Exact replays of [0 s, 200 s) of the three join types over the final tables (run at once)."""
     specs = {t: ksql_spec(ksql.root, t, "replay") for t in KSQL_TYPES}
-    metrics = concurrently({t: (lambda s=s: replay(spark, s, at(0), at(200), mode="exact")) for t, s in specs.items()})
+    metrics = concurrently(
+        {t: (lambda s=s: replay(spark, s, at(0), at(200), mode="exact")) for t, s in specs.items()}
+    )
     return {t: (specs[t], metrics[t]) for t in KSQL_TYPES}
 
 
@@ -166,13 +195,27 @@ def test_ksqldb_table_replay_exact(spark, ksql, ksql_replays, join_type):
     check_ksql_rejected(spark, spec.output.location)
     # Contract 2: the live runner's output, run three times between the commits, is the same.
     live = read(spark, ksql.live[join_type].output.location)
-    assert Counter((r.event_time, r.lv, r.rv) for r in live) == Counter((r.event_time, r.lv, r.rv) for r in rows)
+    assert Counter((r.event_time, r.lv, r.rv) for r in live) == Counter(
+        (r.event_time, r.lv, r.rv) for r in rows
+    )
 
 
 # ============================================================================ 2. SQLstream
 
-OQ = StructType([StructField("rowtime", TimestampType()), StructField("quantity", IntegerType()), StructField("ticker", StringType())])
-SP = StructType([StructField("rowtime", TimestampType()), StructField("ending_price", IntegerType()), StructField("ticker", StringType())])
+OQ = StructType(
+    [
+        StructField("rowtime", TimestampType()),
+        StructField("quantity", IntegerType()),
+        StructField("ticker", StringType()),
+    ]
+)
+SP = StructType(
+    [
+        StructField("rowtime", TimestampType()),
+        StructField("ending_price", IntegerType()),
+        StructField("ticker", StringType()),
+    ]
+)
 WINDOW = (datetime(2019, 3, 30, 5, 0), datetime(2019, 3, 30, 5, 4))  # the replayed slice
 CLOCK = "05:03:20"  # the joined stream clock when the seed prints its LEFT, RIGHT and FULL listings
 TAIL = ("05:10:00", 0, "TAIL")
@@ -208,7 +251,11 @@ STOCKS_RUNS = (4, len(PLAN_A) - 1)  # live runs after the 5th commit (joined clo
 
 
 def stocks_rows(side: str) -> dict[tuple[str, str], tuple]:
-    rows = STOCKS["order_quantity"] + [list(TAIL)] if side == "oq" else STOCKS["stock_price"] + [STOCKS["insert"]]
+    rows = (
+        STOCKS["order_quantity"] + [list(TAIL)]
+        if side == "oq"
+        else STOCKS["stock_price"] + [STOCKS["insert"]]
+    )
     return {(r[0], r[2]): tuple(r) for r in rows}
 
 
@@ -220,14 +267,19 @@ def stocks_spec(root: Path, join_type: str, emit: str, runner: str):
     join = {"join": "sp", "type": join_type, "on": "oq.ticker = sp.ticker", "within": "1m", "grace": "10s"}
     if emit == "eager":
         join["emit"] = "eager"
-    return spec_from_dict({
-        "name": f"stocks_{join_type}_{runner}",
-        "sources": {"oq": {"path": str(root / "oq"), "time": "rowtime"}, "sp": {"path": str(root / "sp"), "time": "rowtime"}},
-        "from": "oq",
-        "joins": [join],
-        "select": ["sp.ticker AS ticker", "oq.quantity AS quantity", "sp.ending_price AS ending_price"],
-        "output": {"path": str(root / f"out_{join_type}_{runner}")},
-    })
+    return spec_from_dict(
+        {
+            "name": f"stocks_{join_type}_{runner}",
+            "sources": {
+                "oq": {"path": str(root / "oq"), "time": "rowtime"},
+                "sp": {"path": str(root / "sp"), "time": "rowtime"},
+            },
+            "from": "oq",
+            "joins": [join],
+            "select": ["sp.ticker AS ticker", "oq.quantity AS quantity", "sp.ending_price AS ending_price"],
+            "output": {"path": str(root / f"out_{join_type}_{runner}")},
+        }
+    )
 
 
 def stocks_out(rows) -> Counter:
@@ -251,8 +303,26 @@ def until(rows: Counter, clock: str) -> Counter:
 
 INNER_ALL = seed_rows("inner_before_insert") + after_insert()
 STOCKS_ACCOUNTING = {  # replay of the slice: every row of the example joins (the tail is outside)
-    "oq": dict(rows_in=7, rejected=0, late=0, joined=7, unmatched_emitted=0, unmatched_dropped=0, open=0, unsettled=0),
-    "sp": dict(rows_in=6, rejected=0, late=0, joined=6, unmatched_emitted=0, unmatched_dropped=0, open=0, unsettled=0),
+    "oq": {
+        "rows_in": 7,
+        "rejected": 0,
+        "late": 0,
+        "joined": 7,
+        "unmatched_emitted": 0,
+        "unmatched_dropped": 0,
+        "open": 0,
+        "unsettled": 0,
+    },
+    "sp": {
+        "rows_in": 6,
+        "rejected": 0,
+        "late": 0,
+        "joined": 6,
+        "unmatched_emitted": 0,
+        "unmatched_dropped": 0,
+        "open": 0,
+        "unsettled": 0,
+    },
 }
 STOCKS_LIVE_ACCOUNTING = {  # live: the same, plus the trailing order, left unsettled
     "oq": {**STOCKS_ACCOUNTING["oq"], "rows_in": 8, "unsettled": 1},
@@ -274,22 +344,35 @@ def stocks(spark, tmp_path_factory):
     rows = {side: stocks_rows(side) for side in ("oq", "sp")}
     for plan in (PLAN_A, PLAN_B):
         used = [(side, name) for side, names in plan for name in names]
-        assert sorted(used) == sorted((side, name) for side in rows for name in rows[side]), "every seed row once"
+        assert sorted(used) == sorted((side, name) for side in rows for name in rows[side]), (
+            "every seed row once"
+        )
     live = {name: stocks_spec(roots[plan], t, emit, "live") for name, (plan, t, emit) in STOCKS_LIVE.items()}
     runners, written = None, {}
-    for index, (step_a, step_b) in enumerate(zip(PLAN_A, PLAN_B)):
-        concurrently({
-            plan: (lambda root=root, side=side, names=names: append(
-                spark, root / side, [(stocks_time(t), v, ticker) for t, v, ticker in (rows[side][n] for n in names)],
-                OQ if side == "oq" else SP,
-            ))
-            for plan, root, (side, names) in (("A", roots["A"], step_a), ("B", roots["B"], step_b))
-        })
+    for index, (step_a, step_b) in enumerate(zip(PLAN_A, PLAN_B, strict=False)):
+        concurrently(
+            {
+                plan: (
+                    lambda root=root, side=side, names=names: append(
+                        spark,
+                        root / side,
+                        [(stocks_time(t), v, ticker) for t, v, ticker in (rows[side][n] for n in names)],
+                        OQ if side == "oq" else SP,
+                    )
+                )
+                for plan, root, (side, names) in (("A", roots["A"], step_a), ("B", roots["B"], step_b))
+            }
+        )
         if index in STOCKS_RUNS:
             if runners is None:
-                runners = [LiveRunner(spark, s, str(roots[STOCKS_LIVE[n][0]] / f"checkpoint_{n}")) for n, s in live.items()]
+                runners = [
+                    LiveRunner(spark, s, str(roots[STOCKS_LIVE[n][0]] / f"checkpoint_{n}"))
+                    for n, s in live.items()
+                ]
             run_live(runners)
-            written[index] = concurrently({n: (lambda s=s: stocks_out(read(spark, s.output.location))) for n, s in live.items()})
+            written[index] = concurrently(
+                {n: (lambda s=s: stocks_out(read(spark, s.output.location))) for n, s in live.items()}
+            )
     return SimpleNamespace(roots=roots, live=live, written=written)
 
 
@@ -305,8 +388,13 @@ STOCKS_REPLAYS = {  # name: (plan, join type, emission)
 @pytest.fixture(scope="module")
 def stocks_replays(spark, stocks):
     """Exact replays of 05:00-05:04 over the final tables (run at once): name -> (rows, metrics)."""
-    specs = {name: stocks_spec(stocks.roots[plan], t, emit, "replay") for name, (plan, t, emit) in STOCKS_REPLAYS.items()}
-    metrics = concurrently({name: (lambda s=s: replay(spark, s, *WINDOW, mode="exact")) for name, s in specs.items()})
+    specs = {
+        name: stocks_spec(stocks.roots[plan], t, emit, "replay")
+        for name, (plan, t, emit) in STOCKS_REPLAYS.items()
+    }
+    metrics = concurrently(
+        {name: (lambda s=s: replay(spark, s, *WINDOW, mode="exact")) for name, s in specs.items()}
+    )
     return {name: (stocks_out(read(spark, specs[name].output.location)), metrics[name]) for name in specs}
 
 
@@ -408,16 +496,26 @@ def interval_job(root: Path, **join) -> dict:
     }
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"within": None}, [
-        "join with 'r': a stream-stream join needs time bounds",
-        "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]'",
-    ]),
-    ({"grace": "-5s"}, ["join with 'r': grace -5s is negative; write a grace of 0s or more"]),
-    ({"within": None, "between": ["10s", "-5s"]}, [
-        "'between' lower bound 10s is above its upper bound -5s; write [lower, upper] with lower <= upper",
-    ]),
-], ids=["no-within", "negative-grace", "between-reversed"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"within": None},
+            [
+                "join with 'r': a stream-stream join needs time bounds",
+                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]'",
+            ],
+        ),
+        ({"grace": "-5s"}, ["join with 'r': grace -5s is negative; write a grace of 0s or more"]),
+        (
+            {"within": None, "between": ["10s", "-5s"]},
+            [
+                "'between' lower bound 10s is above its upper bound -5s; write [lower, upper] with lower <= upper",
+            ],
+        ),
+    ],
+    ids=["no-within", "negative-grace", "between-reversed"],
+)
 def test_interval_job_refused_by_spec(tmp_path, change, message):
     with pytest.raises(JobError) as error:
         spec_from_dict(interval_job(tmp_path, **change))

@@ -5,23 +5,35 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from conftest import append, at
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from conftest import append, at
 from streamjoin import delta_io
 from streamjoin.runners.live import LiveRunner
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
 
-EVENTS = StructType([StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())])
+EVENTS = StructType(
+    [StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())]
+)
 
 
 def spec(root) -> JoinSpec:
     return JoinSpec(
         name="live",
-        sources=(Source("l", "stream", path=f"{root}/l", time="t"), Source("r", "stream", path=f"{root}/r", time="t")),
+        sources=(
+            Source("l", "stream", path=f"{root}/l", time="t"),
+            Source("r", "stream", path=f"{root}/r", time="t"),
+        ),
         start="l",
-        joins=(Join("r", type="left", on="l.k = r.k", bounds=TimeBounds(-timedelta(seconds=10), timedelta(seconds=10)),
-                    grace=timedelta(seconds=5)),),
+        joins=(
+            Join(
+                "r",
+                type="left",
+                on="l.k = r.k",
+                bounds=TimeBounds(-timedelta(seconds=10), timedelta(seconds=10)),
+                grace=timedelta(seconds=5),
+            ),
+        ),
         select=("l.v AS lv", "r.v AS rv"),
         output=Output(path=f"{root}/out"),
     )
@@ -55,8 +67,18 @@ def test_state_stays_bounded_as_history_grows(spark, tmp_path):
     sizes = []
     for block in range(6):
         start = block * 100  # 10 rows per side per block, one every 10 s, 100 s per block
-        append(spark, tmp_path / "l", [(f"k{i % 3}", f"L{start + i}", at(start + 10 * i)) for i in range(10)], EVENTS)
-        append(spark, tmp_path / "r", [(f"k{i % 3}", f"R{start + i}", at(start + 10 * i + 2)) for i in range(10)], EVENTS)
+        append(
+            spark,
+            tmp_path / "l",
+            [(f"k{i % 3}", f"L{start + i}", at(start + 10 * i)) for i in range(10)],
+            EVENTS,
+        )
+        append(
+            spark,
+            tmp_path / "r",
+            [(f"k{i % 3}", f"R{start + i}", at(start + 10 * i + 2)) for i in range(10)],
+            EVENTS,
+        )
         runner = runner or LiveRunner(spark, spec(tmp_path), str(tmp_path / "ck"))
         runner.run()
         state = spark.read.parquet(runner._state_path(runner.runs[-1].batch))

@@ -44,7 +44,9 @@ COMMITS = [
 def browser():
     """Debian's chromium, headless, with its console log kept."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.fail(f"{CHROMIUM} or {CHROMEDRIVER} is missing: run `bash infra/setup.sh` (installs chromium and chromium-driver)")
+        pytest.fail(
+            f"{CHROMIUM} or {CHROMEDRIVER} is missing: run `bash infra/setup.sh` (installs chromium and chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -73,7 +75,9 @@ def replayed(spark, tmp_path_factory):
         for start, end in SLICES[:2]:
             replay(spark, spec, start, end, mode=mode)
     replay(spark, spec, *SLICES[2], mode="complete")
-    outcome = run_slice(spark, spec, *SLICES[2], mode="exact")  # a replay, validated and recorded as a backfill attempt
+    outcome = run_slice(
+        spark, spec, *SLICES[2], mode="exact"
+    )  # a replay, validated and recorded as a backfill attempt
     assert outcome.ok, (outcome.error, outcome.validation)
     return spec
 
@@ -84,8 +88,10 @@ def latest_runs(spark, spec) -> tuple[dict, dict]:
     grouped = defaultdict(list)
     for row in rows:
         grouped[(from_spark(row.slice_start).isoformat(), row.mode)].append(row)
-    return ({key: max(runs, key=lambda r: r.started_at) for key, runs in grouped.items()},
-            {key: len(runs) for key, runs in grouped.items()})
+    return (
+        {key: max(runs, key=lambda r: r.started_at) for key, runs in grouped.items()},
+        {key: len(runs) for key, runs in grouped.items()},
+    )
 
 
 def open_page(driver, page: Path) -> None:
@@ -145,19 +151,32 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     from selenium.webdriver.common.by import By
 
     charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
-    assert [c.get_attribute("id") for c in charts] == ["chart-rows", "chart-match-rate", "chart-late-rejected", "chart-lateness-cost"]
+    assert [c.get_attribute("id") for c in charts] == [
+        "chart-rows",
+        "chart-match-rate",
+        "chart-late-rejected",
+        "chart-lateness-cost",
+    ]
     for chart in charts:  # every chart has a title, two axis labels and a legend entry per series
         assert chart.find_element(By.CSS_SELECTOR, ".title").text
         assert len(chart.find_elements(By.CSS_SELECTOR, ".axis-label")) == 2
         assert chart.find_elements(By.CSS_SELECTOR, ".legend")
     # One mark per slice per series, holding the latest exact run's numbers.
     exact = {start: latest[(start, "exact")] for start in starts}
-    for chart, series in (("chart-rows", "rows_in"), ("chart-rows", "rows_out"), ("chart-late-rejected", "late"),
-                          ("chart-late-rejected", "rejected")):
+    for chart, series in (
+        ("chart-rows", "rows_in"),
+        ("chart-rows", "rows_out"),
+        ("chart-late-rejected", "late"),
+        ("chart-late-rejected", "rejected"),
+    ):
         assert marks(browser, chart, series) == {s: float(exact[s][series]) for s in starts}, series
     rates = marks(browser, "chart-match-rate", "match_rate")
-    assert rates == pytest.approx({s: exact[s].joined / (exact[s].joined + exact[s].unmatched_emitted + exact[s].unmatched_dropped)
-                                   for s in starts})
+    assert rates == pytest.approx(
+        {
+            s: exact[s].joined / (exact[s].joined + exact[s].unmatched_emitted + exact[s].unmatched_dropped)
+            for s in starts
+        }
+    )
     costs = {s: latest[(s, "complete")].rows_out - latest[(s, "exact")].rows_out for s in starts}
     assert marks(browser, "chart-lateness-cost", "lateness_cost") == {s: float(c) for s, c in costs.items()}
     assert any(costs.values()), "the late rows should cost some output rows"
@@ -166,17 +185,37 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     # The table shows each slice's latest run per mode, exactly as the metrics table holds it.
     for (start, mode), row in latest.items():
         for field in FIELDS:
-            assert number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='{field}']")) == row[field], (start, mode, field)
-        assert number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='runs']")) == runs[(start, mode)]
-    assert runs[(starts[0], "exact")] == 2 and latest[(starts[0], "exact")].rows_in == exact[starts[0]].rows_in
+            assert (
+                number(
+                    shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='{field}']")
+                )
+                == row[field]
+            ), (start, mode, field)
+        assert (
+            number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='runs']"))
+            == runs[(start, mode)]
+        )
+    assert (
+        runs[(starts[0], "exact")] == 2 and latest[(starts[0], "exact")].rows_in == exact[starts[0]].rows_in
+    )
     for start in starts:
-        assert number(shown(browser, f"tr[data-slice='{start}'] td[data-field='lateness_cost']")) == costs[start]
+        assert (
+            number(shown(browser, f"tr[data-slice='{start}'] td[data-field='lateness_cost']")) == costs[start]
+        )
     assert number(shown(browser, "[data-tile='lateness cost'] .value")) == sum(costs.values())
     # The backfill attempt shows its status; slices without one say so.
-    assert shown(browser, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='status']") == "succeeded"
-    assert shown(browser, f"tr[data-slice='{starts[0]}'][data-mode='exact'] td[data-field='status']") == "no backfill"
+    assert (
+        shown(browser, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='status']")
+        == "succeeded"
+    )
+    assert (
+        shown(browser, f"tr[data-slice='{starts[0]}'][data-mode='exact'] td[data-field='status']")
+        == "no backfill"
+    )
     # Its Data Docs link opens the page Great Expectations wrote, relative to the report's folder.
-    link = browser.find_element(By.CSS_SELECTOR, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='docs'] a")
+    link = browser.find_element(
+        By.CSS_SELECTOR, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='docs'] a"
+    )
     assert link.get_attribute("href").startswith("file://")
     assert Path(unquote(urlparse(link.get_attribute("href")).path)).is_file()
     assert not link.get_dom_attribute("href").startswith("/")
@@ -186,12 +225,21 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     assert live
     assert number(shown(browser, "table#live td[data-field='batches']")) == len(live)
     for field in ("rows_in", "rows_out", "late", "rejected"):
-        assert number(shown(browser, f"table#live td[data-field='{field}']")) == sum(r[field] for r in live), field
+        assert number(shown(browser, f"table#live td[data-field='{field}']")) == sum(
+            r[field] for r in live
+        ), field
 
-    assert "match rate = joined / (joined + unmatched emitted + unmatched dropped)" in browser.find_element(By.TAG_NAME, "body").text
+    assert (
+        "match rate = joined / (joined + unmatched emitted + unmatched dropped)"
+        in browser.find_element(By.TAG_NAME, "body").text
+    )
     shot = screenshot(browser, spec.name)
     width, height = png_size(shot)
-    assert width >= 1400 and height >= 1500 and shot.stat().st_size > 30_000, (width, height, shot.stat().st_size)
+    assert width >= 1400 and height >= 1500 and shot.stat().st_size > 30_000, (
+        width,
+        height,
+        shot.stat().st_size,
+    )
     assert severe(browser) == []
 
 
@@ -207,7 +255,10 @@ def test_one_slice_without_rows_still_draws(spark, replayed, browser, tmp_path):
     from selenium.webdriver.common.by import By
 
     assert [c.get_attribute("id") for c in browser.find_elements(By.CSS_SELECTOR, "svg.chart")] == [
-        "chart-rows", "chart-match-rate", "chart-late-rejected"]
+        "chart-rows",
+        "chart-match-rate",
+        "chart-late-rejected",
+    ]
     assert marks(browser, "chart-rows", "rows_in") == {start: 0.0}
     assert marks(browser, "chart-late-rejected", "late") == {start: 0.0}
     assert marks(browser, "chart-match-rate", "match_rate") == {}  # no decided row: no rate to plot

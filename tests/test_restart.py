@@ -9,14 +9,22 @@ files that one-file micro-batches cut in two.
 from __future__ import annotations
 
 import pytest
-
 from harness import (
-    EVERYTHING, create_tables, events, job, live_metrics, read_output, read_side, with_output, write_commit,
+    EVERYTHING,
+    create_tables,
+    events,
+    job,
+    live_metrics,
+    read_output,
+    read_side,
+    with_output,
+    write_commit,
 )
 from reference import Event, reference
+from test_equivalence import check_live_metrics
+
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from test_equivalence import check_live_metrics
 
 HOW, LO, HI, GRACE = "full", -2, 5, 3
 # Parts of the input, each a list of commits (side, rows (id, key, seconds, v), files).
@@ -69,7 +77,9 @@ class Tables:
         assert read_output(spark, f"{root}/single") == expected
         assert output == expected, "restarted live output differs (duplicates or missing rows)"
         for side in ("late", "rejected"):
-            assert read_side(spark, f"{root}/{name}_{side}") == read_side(spark, f"{root}/single_{side}"), side
+            assert read_side(spark, f"{root}/{name}_{side}") == read_side(spark, f"{root}/single_{side}"), (
+                side
+            )
         check_live_metrics(live_metrics(spark, with_output(self.spec, f"{root}/{name}")), counts)
         return expected, counts
 

@@ -6,15 +6,17 @@ import copy
 from datetime import timedelta
 
 import pytest
+from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from conftest import append, at
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, split_conjuncts
 from streamjoin.spec import load_job, spec_from_dict
 from streamjoin.timeutil import parse_duration, parse_instant
 
-EVENTS = StructType([StructField("id", StringType()), StructField("amount", LongType()), StructField("ts", TimestampType())])
+EVENTS = StructType(
+    [StructField("id", StringType()), StructField("amount", LongType()), StructField("ts", TimestampType())]
+)
 TEXT_TIME = StructType([StructField("id", StringType()), StructField("ts", StringType())])
 NUMERIC_TIME = StructType([StructField("id", StringType()), StructField("ts", LongType())])
 
@@ -51,22 +53,28 @@ def test_a_valid_job_builds():
     assert spec.joins[0].grace == timedelta(hours=24)  # ksqlDB's default
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"from": "nope"}, "names source 'nope', which is not declared"),
-    ({"joins__0__join": "c"}, "names source 'c', which is not declared"),
-    ({"joins__0__within": None}, "a stream-stream join needs time bounds"),
-    ({"joins__0__grace": "-5s"}, "grace -5s is negative"),
-    ({"joins__0__within": None, "joins__0__between": ["2h", "1h"]}, "lower bound 2h is above its upper bound 1h"),
-    ({"joins__0__type": "sideways"}, "type 'sideways' is unknown"),
-    ({"joins__0__on": None}, "give exactly one condition"),
-    ({"joins__0__emit": "soon"}, "emit is 'soon'"),
-    ({"joins__0__type": "inner", "joins__0__emit": "eager"}, "'emit: eager' applies to outer joins only"),
-    ({"sources__b__time": None}, "a stream needs 'time'"),
-    ({"sources__b__kind": "river"}, "kind is 'river'"),
-    ({"sources__b__path": None}, "give exactly one of 'path'"),
-    ({"joins__0__window": "1h"}, "unknown setting(s) 'window'"),
-    ({"joins__0__within": "soon"}, "is not a duration"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"from": "nope"}, "names source 'nope', which is not declared"),
+        ({"joins__0__join": "c"}, "names source 'c', which is not declared"),
+        ({"joins__0__within": None}, "a stream-stream join needs time bounds"),
+        ({"joins__0__grace": "-5s"}, "grace -5s is negative"),
+        (
+            {"joins__0__within": None, "joins__0__between": ["2h", "1h"]},
+            "lower bound 2h is above its upper bound 1h",
+        ),
+        ({"joins__0__type": "sideways"}, "type 'sideways' is unknown"),
+        ({"joins__0__on": None}, "give exactly one condition"),
+        ({"joins__0__emit": "soon"}, "emit is 'soon'"),
+        ({"joins__0__type": "inner", "joins__0__emit": "eager"}, "'emit: eager' applies to outer joins only"),
+        ({"sources__b__time": None}, "a stream needs 'time'"),
+        ({"sources__b__kind": "river"}, "kind is 'river'"),
+        ({"sources__b__path": None}, "give exactly one of 'path'"),
+        ({"joins__0__window": "1h"}, "unknown setting(s) 'window'"),
+        ({"joins__0__within": "soon"}, "is not a duration"),
+    ],
+)
 def test_structural_errors_name_the_problem(changes, message):
     with pytest.raises(JobError) as error:
         job(**changes)
@@ -75,7 +83,11 @@ def test_structural_errors_name_the_problem(changes, message):
 
 def test_stream_table_full_outer_is_refused_with_the_seeds_reason():
     with pytest.raises(JobError) as error:
-        job(sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None, joins__0__type="full")
+        job(
+            sources__b={"path": "b", "kind": "table", "key": ["id"]},
+            joins__0__within=None,
+            joins__0__type="full",
+        )
     text = str(error.value)
     assert "FULL join of a stream with a table is refused" in text
     assert "table updates never trigger output" in text
@@ -115,11 +127,14 @@ def test_durations_and_instants():
 
 def test_conjuncts_split_at_top_level_only():
     assert split_conjuncts("a.id = b.id AND (b.x > 1 AND b.y < 2) and b.s = 'AND'") == [
-        "a.id = b.id", "(b.x > 1 AND b.y < 2)", "b.s = 'AND'"
+        "a.id = b.id",
+        "(b.x > 1 AND b.y < 2)",
+        "b.s = 'AND'",
     ]
 
 
 # ------------------------------------------------------------------ schema-level checks (real Delta)
+
 
 @pytest.fixture(scope="module")
 def tables(spark, tmp_path_factory):
@@ -161,7 +176,9 @@ def test_time_column_of_the_wrong_type(spark, tables):
     assert "has type bigint, not a timestamp" in str(error.value)
     with pytest.raises(JobError, match="add time_format"):
         bind(spark, bound(tables, sources__b={"path": "text", "time": "ts"}))
-    plan = bind(spark, bound(tables, sources__b={"path": "text", "time": "ts", "time_format": "yyyy-MM-dd HH:mm:ss"}))
+    plan = bind(
+        spark, bound(tables, sources__b={"path": "text", "time": "ts", "time_format": "yyyy-MM-dd HH:mm:ss"})
+    )
     assert plan.source("b").keys == ("id",)
 
 
@@ -184,9 +201,13 @@ def test_runners_refuse_what_they_cannot_run_before_data_moves(spark, tables, tm
     from streamjoin.kernel import family
     from streamjoin.runners.replay import replay
 
-    both_tables = bound(tables, sources__a={"path": "a", "kind": "table", "key": ["id"]},
-                        sources__b={"path": "b", "kind": "table", "key": ["id"]}, joins__0__within=None,
-                        joins__0__on="a.amount = b.amount")
+    both_tables = bound(
+        tables,
+        sources__a={"path": "a", "kind": "table", "key": ["id"]},
+        sources__b={"path": "b", "kind": "table", "key": ["id"]},
+        joins__0__within=None,
+        joins__0__on="a.amount = b.amount",
+    )
     with pytest.raises(UnsupportedJobError, match="many-to-many join"):
         family(bind(spark, both_tables))
     three = copy.deepcopy(BASE_JOB)

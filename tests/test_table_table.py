@@ -17,36 +17,66 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import append
 from delta.tables import DeltaTable
+from harness import EVERYTHING, concurrently, run_live, with_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+from test_equivalence import SETTINGS
+from test_restart import FailOnce
 
-from conftest import append
-from harness import EVERYTHING, concurrently, run_live, with_output
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.kernel import family
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
-from test_equivalence import SETTINGS
-from test_restart import FailOnce
 
 DATA = json.loads((Path(__file__).parent / "data" / "ksqldb_table_table.json").read_text())
 KV = StructType([StructField("k", StringType()), StructField("v", StringType())])
-LEFT_FK = StructType([StructField("id", StringType()), StructField("fk", StringType()), StructField("n", IntegerType())])
+LEFT_FK = StructType(
+    [StructField("id", StringType()), StructField("fk", StringType()), StructField("n", IntegerType())]
+)
 RIGHT_FK = StructType([StructField("pk", StringType()), StructField("n", IntegerType())])
 
 
-def table_job(root, name: str, left: str, right: str, left_key: str, right_key: str, how: str, on: str, select: list[str]):
-    return spec_from_dict({
-        "name": name,
-        "sources": {"l": {"path": left, "kind": "table", "key": [left_key], "changelog": True, "clock_skew": "0s"},
-                    "r": {"path": right, "kind": "table", "key": [right_key], "changelog": True, "clock_skew": "0s"}},
-        "from": "l", "joins": [{"join": "r", "type": how, "on": on}], "select": select,
-        "output": {"path": f"{root}/{name}"},
-    })
+def table_job(
+    root,
+    name: str,
+    left: str,
+    right: str,
+    left_key: str,
+    right_key: str,
+    how: str,
+    on: str,
+    select: list[str],
+):
+    return spec_from_dict(
+        {
+            "name": name,
+            "sources": {
+                "l": {
+                    "path": left,
+                    "kind": "table",
+                    "key": [left_key],
+                    "changelog": True,
+                    "clock_skew": "0s",
+                },
+                "r": {
+                    "path": right,
+                    "kind": "table",
+                    "key": [right_key],
+                    "changelog": True,
+                    "clock_skew": "0s",
+                },
+            },
+            "from": "l",
+            "joins": [{"join": "r", "type": how, "on": on}],
+            "select": select,
+            "output": {"path": f"{root}/{name}"},
+        }
+    )
 
 
 def change_log(spark, spec) -> list:
@@ -54,7 +84,14 @@ def change_log(spark, spec) -> list:
     if not DeltaTable.isDeltaTable(spark, spec.output.side("changes")):
         return []
     rows = spark.read.format("delta").load(spec.output.side("changes")).collect()
-    rows.sort(key=lambda r: (r.event_time, r.change_source, r.change_version, json.dumps(r.asDict(recursive=True), default=str)))
+    rows.sort(
+        key=lambda r: (
+            r.event_time,
+            r.change_source,
+            r.change_version,
+            json.dumps(r.asDict(recursive=True), default=str),
+        )
+    )
     return [(r.change_source, r.change_version, r.op, r.asDict(recursive=True)) for r in rows]
 
 
@@ -62,8 +99,10 @@ def result_table(spark, spec) -> set:
     if not DeltaTable.isDeltaTable(spark, spec.output.location):
         return set()  # no change was ever written
     columns = [c for c in spark.read.format("delta").load(spec.output.location).columns if c != "event_time"]
-    return {json.dumps(r.asDict(recursive=True), sort_keys=True)
-            for r in spark.read.format("delta").load(spec.output.location).select(*columns).collect()}
+    return {
+        json.dumps(r.asDict(recursive=True), sort_keys=True)
+        for r in spark.read.format("delta").load(spec.output.location).select(*columns).collect()
+    }
 
 
 def write_events(spark, paths, events, row, runners=(), runs=()) -> dict[tuple[int, int], int]:
@@ -71,7 +110,9 @@ def write_events(spark, paths, events, row, runners=(), runs=()) -> dict[tuple[i
     versions, at_version = {0: 0, 1: 0}, {}
     for index, event in enumerate(events):
         side = 0 if event[1] == "l" else 1
-        append(spark, paths[side], [row(event)], KV if len(event) == 3 else (LEFT_FK if side == 0 else RIGHT_FK))
+        append(
+            spark, paths[side], [row(event)], KV if len(event) == 3 else (LEFT_FK if side == 0 else RIGHT_FK)
+        )
         versions[side] += 1
         at_version[(side, versions[side])] = event[0]
         if index in runs:
@@ -89,26 +130,38 @@ def build(spark, root, events, specs, row, runs):
     runners = [LiveRunner(spark, spec, f"{root}/checkpoint_{spec.name}") for spec in specs.values()]
     at_version = write_events(spark, paths, events, row, runners, runs)
     run_live(runners)
-    replays = concurrently({how: (lambda s=s: replay(spark, with_output(s, f"{s.output.location}_replay"), *EVERYTHING))
-                            for how, s in specs.items()})
+    replays = concurrently(
+        {
+            how: (lambda s=s: replay(spark, with_output(s, f"{s.output.location}_replay"), *EVERYTHING))
+            for how, s in specs.items()
+        }
+    )
     return SimpleNamespace(specs=specs, at_version=at_version, replays=replays)
 
 
 # ============================================================================ 1. primary key
 
+
 @pytest.fixture(scope="module")
 def pk(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("pk")
-    makers = {how: (lambda paths, how=how: table_job(root, f"pk_{how}", paths[0], paths[1], "k", "k", how, "l.k = r.k",
-                                                     ["l.v AS lv", "r.v AS rv"]))
-              for how in ("inner", "left", "full")}
+    makers = {
+        how: (
+            lambda paths, how=how: table_job(
+                root, f"pk_{how}", paths[0], paths[1], "k", "k", how, "l.k = r.k", ["l.v AS lv", "r.v AS rv"]
+            )
+        )
+        for how in ("inner", "left", "full")
+    }
     events = DATA["primary_key"]["events"]
     return build(spark, root, events, makers, lambda e: ("k", e[2]), runs=(5, 10))
 
 
 def pk_sequence(spark, spec, at_version) -> list:
     return [
-        [at_version[(source, version)], "tombstone"] if op == "delete" else [at_version[(source, version)], row["lv"], row["rv"]]
+        [at_version[(source, version)], "tombstone"]
+        if op == "delete"
+        else [at_version[(source, version)], row["lv"], row["rv"]]
         for source, version, op, row in change_log(spark, spec)
     ]
 
@@ -121,8 +174,11 @@ def test_ksqldb_primary_key_semantics_both_runners(spark, pk, how):
     replayed = with_output(spec, f"{spec.output.location}_replay")
     assert pk_sequence(spark, replayed, pk.at_version) == expected
     final = expected[-1]
-    assert result_table(spark, spec) == result_table(spark, replayed) == {
-        json.dumps({"result_key": {"k": "k"}, "lv": final[1], "rv": final[2]}, sort_keys=True)}
+    assert (
+        result_table(spark, spec)
+        == result_table(spark, replayed)
+        == {json.dumps({"result_key": {"k": "k"}, "lv": final[1], "rv": final[2]}, sort_keys=True)}
+    )
     metrics = pk.replays[how]
     assert metrics.balanced() and metrics.upserts + metrics.deletes == len(expected)
     assert metrics.deletes == sum(1 for e in expected if e[1] == "tombstone")
@@ -130,12 +186,19 @@ def test_ksqldb_primary_key_semantics_both_runners(spark, pk, how):
 
 # ============================================================================ 1. foreign key
 
+
 @pytest.fixture(scope="module")
 def fk(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("fk")
     select = ["l.id AS id", "l.fk AS fk", "l.n AS ln", "r.pk AS rk", "r.n AS rn"]
-    makers = {how: (lambda paths, how=how: table_job(root, f"fk_{how}", paths[0], paths[1], "id", "pk", how, "l.fk = r.pk", select))
-              for how in ("inner", "left")}
+    makers = {
+        how: (
+            lambda paths, how=how: table_job(
+                root, f"fk_{how}", paths[0], paths[1], "id", "pk", how, "l.fk = r.pk", select
+            )
+        )
+        for how in ("inner", "left")
+    }
 
     def row(event):
         _, side, key, foreign, value = event
@@ -170,6 +233,7 @@ def test_ksqldb_foreign_key_semantics_both_runners(spark, fk, how):
 
 # ============================================================================ 2. property
 
+
 @st.composite
 def table_scenarios(draw):
     """Commits [(side, rows)] of (key, value | None): value None deletes the key; one change per key and commit."""
@@ -177,7 +241,15 @@ def table_scenarios(draw):
     for _ in range(draw(st.integers(2, 7))):
         side = draw(st.sampled_from((0, 1)))
         keys = draw(st.lists(st.sampled_from("abcd"), min_size=1, max_size=3, unique=True))
-        commits.append((side, [(k, None if draw(st.integers(0, 3)) == 0 else f"{'lr'[side]}{draw(st.integers(0, 9))}") for k in keys]))
+        commits.append(
+            (
+                side,
+                [
+                    (k, None if draw(st.integers(0, 3)) == 0 else f"{'lr'[side]}{draw(st.integers(0, 9))}")
+                    for k in keys
+                ],
+            )
+        )
     return commits
 
 
@@ -197,7 +269,9 @@ def final_tables(commits) -> tuple[dict, dict]:
 @given(data=st.data())
 def test_random_changes_live_replay_reference(spark, tmp_path_factory, how, data):
     commits = data.draw(table_scenarios(), label="commits")
-    triggers = data.draw(st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits")
+    triggers = data.draw(
+        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
+    )
     root = tmp_path_factory.mktemp("tt")
     paths = {0: f"{root}/left", 1: f"{root}/right"}
     for side in (0, 1):
@@ -214,7 +288,10 @@ def test_random_changes_live_replay_reference(spark, tmp_path_factory, how, data
 
     left, right = final_tables(commits)
     keys = set(left) | set(right) if how == "full" else set(left)
-    expected = {json.dumps({"result_key": {"k": k}, "lv": left.get(k), "rv": right.get(k)}, sort_keys=True) for k in keys}
+    expected = {
+        json.dumps({"result_key": {"k": k}, "lv": left.get(k), "rv": right.get(k)}, sort_keys=True)
+        for k in keys
+    }
     assert result_table(spark, replayed) == expected, "replay differs from the reference"
     assert result_table(spark, spec) == expected, "live result table differs from the reference"
     assert change_log(spark, spec) == change_log(spark, replayed), "live and replay wrote different changes"
@@ -223,11 +300,14 @@ def test_random_changes_live_replay_reference(spark, tmp_path_factory, how, data
 
 # ============================================================================ 3. restart, 4. refusals
 
+
 def test_batch_killed_after_writing_changes_is_redone_once(spark, tmp_path):
     paths = {0: f"{tmp_path}/left", 1: f"{tmp_path}/right"}
     for side in (0, 1):
         spark.createDataFrame([], KV).write.format("delta").save(paths[side])
-    spec = table_job(tmp_path, "restart", paths[0], paths[1], "k", "k", "left", "l.k = r.k", ["l.v AS lv", "r.v AS rv"])
+    spec = table_job(
+        tmp_path, "restart", paths[0], paths[1], "k", "k", "left", "l.k = r.k", ["l.v AS lv", "r.v AS rv"]
+    )
     append(spark, paths[0], [("a", "A"), ("b", "B")], KV)
     LiveRunner(spark, spec, f"{tmp_path}/checkpoint").run()
     append(spark, paths[1], [("a", "x")], KV)
@@ -241,12 +321,16 @@ def test_batch_killed_after_writing_changes_is_redone_once(spark, tmp_path):
     replay(spark, replayed, *EVERYTHING)
     assert change_log(spark, spec) == change_log(spark, replayed)
     assert [op for _, _, op, _ in change_log(spark, spec)] == ["upsert", "upsert", "upsert", "delete"]
-    assert result_table(spark, spec) == {json.dumps({"result_key": {"k": "a"}, "lv": "A", "rv": "x"}, sort_keys=True)}
+    assert result_table(spark, spec) == {
+        json.dumps({"result_key": {"k": "a"}, "lv": "A", "rv": "x"}, sort_keys=True)
+    }
     # The result as of an earlier pair of versions: the left table's first commit, the right empty.
     earlier = with_output(spec, f"{tmp_path}/as_of_first_commit")
     replay(spark, earlier, *EVERYTHING, versions={"l": 1, "r": 0})
     assert result_table(spark, earlier) == {
-        json.dumps({"result_key": {"k": k}, "lv": v, "rv": None}, sort_keys=True) for k, v in (("a", "A"), ("b", "B"))}
+        json.dumps({"result_key": {"k": k}, "lv": v, "rv": None}, sort_keys=True)
+        for k, v in (("a", "A"), ("b", "B"))
+    }
 
 
 def test_many_to_many_is_refused(spark, tmp_path):

@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from streamjoin.arrival import SRC, T, TS, V, position_le
+from streamjoin.arrival import SRC, TS, T, V, position_le
 from streamjoin.plan import BoundJoin
 from streamjoin.timeutil import to_micros
 
-NEW = "_sj_new"          # the row settled in this step (every row, in a replay)
+NEW = "_sj_new"  # the row settled in this step (every row, in a replay)
 MATCHED = "_sj_matched"  # the row found a partner in an earlier step
-OUT_T = "_sj_out_t"      # output event time, UTC microseconds
+OUT_T = "_sj_out_t"  # output event time, UTC microseconds
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,9 @@ class Evaluation:
     emitted: list[DataFrame]
     counts: dict[str, SideCounts]
     state: dict[str, DataFrame] | None
-    cached: list[DataFrame] = field(default_factory=list)  # persisted here; the runner unpersists after writing
+    cached: list[DataFrame] = field(
+        default_factory=list
+    )  # persisted here; the runner unpersists after writing
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class IntervalJoin:
     left: str
     right: str
     type: str
-    lower: int   # microseconds
+    lower: int  # microseconds
     upper: int
     grace: int
     emit: str
@@ -68,12 +70,18 @@ class IntervalJoin:
     residual: str | None
 
     @classmethod
-    def from_plan(cls, join: BoundJoin) -> "IntervalJoin":
+    def from_plan(cls, join: BoundJoin) -> IntervalJoin:
         spec = join.spec
         return cls(
-            left=join.left[0], right=join.right, type=spec.type,
-            lower=to_micros(spec.bounds.lower), upper=to_micros(spec.bounds.upper),
-            grace=to_micros(spec.grace), emit=spec.emit, equi=join.equi, residual=join.residual,
+            left=join.left[0],
+            right=join.right,
+            type=spec.type,
+            lower=to_micros(spec.bounds.lower),
+            upper=to_micros(spec.bounds.upper),
+            grace=to_micros(spec.grace),
+            emit=spec.emit,
+            equi=join.equi,
+            residual=join.residual,
         )
 
     # ------------------------------------------------------------------ time
@@ -92,7 +100,11 @@ class IntervalJoin:
         return edge < F.lit(watermark)
 
     def preserves(self, side: str) -> bool:
-        return self.type == "full" or (self.type == "left" and side == self.left) or (self.type == "right" and side == self.right)
+        return (
+            self.type == "full"
+            or (self.type == "left" and side == self.left)
+            or (self.type == "right" and side == self.right)
+        )
 
     # ------------------------------------------------------------------ matching
 
@@ -113,8 +125,12 @@ class IntervalJoin:
         return self._col(side, TS), self._col(side, SRC), self._col(side, V)
 
     def evaluate(
-        self, rows: dict[str, DataFrame], watermark: int | None, candidates: dict[str, int],
-        window: tuple[int, int] | None = None, keep_state: bool = False,
+        self,
+        rows: dict[str, DataFrame],
+        watermark: int | None,
+        candidates: dict[str, int],
+        window: tuple[int, int] | None = None,
+        keep_state: bool = False,
     ) -> Evaluation:
         """Join on-time rows; emit pairs involving a new row and padded rows whose window closed.
 
@@ -193,7 +209,6 @@ class IntervalJoin:
             with_partner = mine.join(theirs, self.condition(), "left_semi")
             without = mine.join(theirs, self.condition(), "left_anti")
             state[side] = (
-                with_partner.where(open_).withColumn(MATCHED, F.lit(True))
-                .unionByName(without.where(open_))
+                with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
             )
         return state

@@ -33,9 +33,9 @@ from streamjoin.errors import UnsupportedJobError
 from streamjoin.plan import BoundJoin, BoundSource, Plan
 from streamjoin.timeutil import to_micros
 
-POINT = "_sj_point"        # struct(commit timestamp, source index, commit version) of the input commit
+POINT = "_sj_point"  # struct(commit timestamp, source index, commit version) of the input commit
 RESULT_KEY = "result_key"  # the result row's key, a struct named after the left table's key columns
-OP = "op"                  # upsert | delete
+OP = "op"  # upsert | delete
 _EXISTS, _VALUE = "_sj_exists", "_sj_value"
 
 
@@ -43,21 +43,23 @@ _EXISTS, _VALUE = "_sj_exists", "_sj_value"
 class TableTableJoin:
     left: str
     right: str
-    type: str                          # inner | left | full
-    kind: str                          # primary-key | foreign-key
+    type: str  # inner | left | full
+    kind: str  # primary-key | foreign-key
     left_key: tuple[str, ...]
     right_key: tuple[str, ...]
     pairs: tuple[tuple[str, str], ...]  # (left column, right key column) for every right key column
     residual: str | None
-    clock_skew: dict[str, int]         # microseconds, per table
+    clock_skew: dict[str, int]  # microseconds, per table
 
     @classmethod
-    def from_plan(cls, join: BoundJoin, left: BoundSource, right: BoundSource) -> "TableTableJoin":
+    def from_plan(cls, join: BoundJoin, left: BoundSource, right: BoundSource) -> TableTableJoin:
         """The join's kind from its equalities; refuses many-to-many joins and FULL foreign-key joins."""
         pairs = tuple((lc.split(".", 1)[1], rc.split(".", 1)[1]) for lc, rc in join.equi)
         where = f"join of table {left.name!r} with table {right.name!r}"
         right_columns = [rc for _, rc in pairs]
-        if sorted(set(right_columns)) != sorted(right.spec.key) or len(right_columns) != len(set(right_columns)):
+        if sorted(set(right_columns)) != sorted(right.spec.key) or len(right_columns) != len(
+            set(right_columns)
+        ):
             raise UnsupportedJobError(
                 f"{where}: the condition must equate the right table's whole primary key "
                 f"({', '.join(right.spec.key)}) with columns of {left.name!r}, once each (found {', '.join(right_columns)}). "
@@ -66,16 +68,27 @@ class TableTableJoin:
             )
         primary = sorted(lc for lc, _ in pairs) == sorted(left.spec.key)
         if not primary and join.spec.type == "full":
-            raise UnsupportedJobError(f"{where}: a foreign-key join supports INNER and LEFT (ksqlDB), not FULL")
+            raise UnsupportedJobError(
+                f"{where}: a foreign-key join supports INNER and LEFT (ksqlDB), not FULL"
+            )
         if join.residual and join.spec.type == "full":
             raise UnsupportedJobError(
                 f"{where}: a FULL table-table join takes key equalities only (the result has one row per key); "
                 f"move {join.residual} to 'where'"
             )
         return cls(
-            left=left.name, right=right.name, type=join.spec.type, kind="primary-key" if primary else "foreign-key",
-            left_key=left.spec.key, right_key=right.spec.key, pairs=pairs, residual=join.residual,
-            clock_skew={left.name: to_micros(left.spec.clock_skew), right.name: to_micros(right.spec.clock_skew)},
+            left=left.name,
+            right=right.name,
+            type=join.spec.type,
+            kind="primary-key" if primary else "foreign-key",
+            left_key=left.spec.key,
+            right_key=right.spec.key,
+            pairs=pairs,
+            residual=join.residual,
+            clock_skew={
+                left.name: to_micros(left.spec.clock_skew),
+                right.name: to_micros(right.spec.clock_skew),
+            },
         )
 
     def known_until(self, newest: dict[str, int | None]) -> int | None:
@@ -100,45 +113,67 @@ class TableTableJoin:
         left_points = left.select(*[F.col(f"`{k}`") for k in key_names], _position().alias(POINT))
         # The result keys each right change touches, and how a point finds its right row.
         if self.kind == "primary-key":  # the right key is the result key
-            by_right = dict((rc, lc) for lc, rc in self.pairs)
-            right_points = right.select(*[F.col(f"`{rc}`").alias(by_right[rc]) for rc in self.right_key], _position().alias(POINT))
-            at_right = reduce(Column.__and__, [F.col(f"p.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs])
+            by_right = {rc: lc for lc, rc in self.pairs}
+            right_points = right.select(
+                *[F.col(f"`{rc}`").alias(by_right[rc]) for rc in self.right_key], _position().alias(POINT)
+            )
+            at_right = reduce(
+                Column.__and__, [F.col(f"p.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs]
+            )
         else:  # every left row pointing at the right key at that position
-            to_left = reduce(Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"r.`{rc}`") for lc, rc in self.pairs])
+            to_left = reduce(
+                Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"r.`{rc}`") for lc, rc in self.pairs]
+            )
             touched = right.alias("r").join(lv, to_left & changelog.valid_at(_position("r"), f"{L}."))
-            right_points = touched.select(*[F.col(f"{L}.`{k}`").alias(k) for k in key_names], _position("r").alias(POINT))
-            at_right = reduce(Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs])
+            right_points = touched.select(
+                *[F.col(f"{L}.`{k}`").alias(k) for k in key_names], _position("r").alias(POINT)
+            )
+            at_right = reduce(
+                Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs]
+            )
         points = left_points.unionByName(right_points).distinct().alias("p")
         at_left = reduce(Column.__and__, [F.col(f"p.`{k}`") == F.col(f"{L}.`{k}`") for k in key_names])
         right_condition = at_right & changelog.valid_at(F.col(f"p.{POINT}"), f"{R}.")
         if self.residual:
             right_condition = right_condition & F.expr(self.residual)
-        joined = (
-            points.join(lv, at_left & changelog.valid_at(F.col(f"p.{POINT}"), f"{L}."), "left_outer")
-            .join(rv, right_condition, "left_outer")
-        )
+        joined = points.join(
+            lv, at_left & changelog.valid_at(F.col(f"p.{POINT}"), f"{L}."), "left_outer"
+        ).join(rv, right_condition, "left_outer")
         has_l, has_r = F.col(f"{L}.{TS}").isNotNull(), F.col(f"{R}.{TS}").isNotNull()
         exists = {"inner": has_l & has_r, "left": has_l, "full": has_l | has_r}[self.type]
         if plan.spec.where:
             exists = exists & F.coalesce(F.expr(plan.spec.where), F.lit(False))
         values = [F.expr(e) for e in plan.select]
         key = F.struct(*[F.col(f"p.`{k}`").alias(k) for k in key_names])
-        rows = joined.select(key.alias(RESULT_KEY), F.col(f"p.{POINT}").alias(POINT), exists.alias(_EXISTS), *values)
+        rows = joined.select(
+            key.alias(RESULT_KEY), F.col(f"p.{POINT}").alias(POINT), exists.alias(_EXISTS), *values
+        )
         outputs = [F.col(f"`{c}`") for c in plan.output_columns]
         rows = rows.select(
-            RESULT_KEY, POINT, _EXISTS, F.when(F.col(_EXISTS), F.to_json(F.struct(*outputs))).alias(_VALUE),
-            *[F.when(F.col(_EXISTS), c).alias(name) for c, name in zip(outputs, plan.output_columns)],
+            RESULT_KEY,
+            POINT,
+            _EXISTS,
+            F.when(F.col(_EXISTS), F.to_json(F.struct(*outputs))).alias(_VALUE),
+            *[
+                F.when(F.col(_EXISTS), c).alias(name)
+                for c, name in zip(outputs, plan.output_columns, strict=False)
+            ],
         )
         by_key = Window.partitionBy(RESULT_KEY).orderBy(POINT)
         before, was = F.lag(_VALUE).over(by_key), F.coalesce(F.lag(_EXISTS).over(by_key), F.lit(False))
-        op = (F.when(F.col(_EXISTS) & (~was | (before != F.col(_VALUE))), F.lit("upsert"))
-              .when(~F.col(_EXISTS) & was, F.lit("delete")))
+        op = F.when(F.col(_EXISTS) & (~was | (before != F.col(_VALUE))), F.lit("upsert")).when(
+            ~F.col(_EXISTS) & was, F.lit("delete")
+        )
         return rows.withColumn(OP, op).where(F.col(OP).isNotNull()).drop(_EXISTS, _VALUE)
 
 
 def _position(alias: str | None = None) -> Column:
     prefix = f"{alias}." if alias else ""
-    return F.struct(F.col(f"{prefix}{TS}").alias("ts"), F.col(f"{prefix}{SRC}").alias("src"), F.col(f"{prefix}{V}").alias("v"))
+    return F.struct(
+        F.col(f"{prefix}{TS}").alias("ts"),
+        F.col(f"{prefix}{SRC}").alias("src"),
+        F.col(f"{prefix}{V}").alias("v"),
+    )
 
 
 def latest(changes: DataFrame, *order: str) -> DataFrame:

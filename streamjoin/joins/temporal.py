@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from streamjoin import changelog
-from streamjoin.arrival import T, TS, CommitStats, watermarks
+from streamjoin.arrival import TS, CommitStats, T, watermarks
 from streamjoin.joins.interval import OUT_T, Evaluation, SideCounts
 from streamjoin.plan import BoundJoin, BoundSource
 from streamjoin.timeutil import to_micros
@@ -50,23 +50,30 @@ _NEAREST = "_sj_nearest"
 class TemporalJoin:
     stream: str
     table: str
-    type: str        # inner | left
-    variant: str     # stream-table | temporal | asof
+    type: str  # inner | left
+    variant: str  # stream-table | temporal | asof
     key: tuple[str, ...]
     versioned_by_column: bool  # version times from the table's `time` column, else commit timestamps
-    grace: int       # microseconds
+    grace: int  # microseconds
     clock_skew: int  # microseconds
     equi: tuple[tuple[str, str], ...]
     residual: str | None
     inequality: tuple[str, str, str] | None
 
     @classmethod
-    def from_plan(cls, join: BoundJoin, table: BoundSource) -> "TemporalJoin":
+    def from_plan(cls, join: BoundJoin, table: BoundSource) -> TemporalJoin:
         spec = join.spec
         return cls(
-            stream=join.left[0], table=join.right, type=spec.type, variant=join.family, key=table.spec.key,
-            versioned_by_column=table.spec.time is not None, grace=to_micros(spec.grace),
-            clock_skew=to_micros(table.spec.clock_skew), equi=join.equi, residual=join.residual,
+            stream=join.left[0],
+            table=join.right,
+            type=spec.type,
+            variant=join.family,
+            key=table.spec.key,
+            versioned_by_column=table.spec.time is not None,
+            grace=to_micros(spec.grace),
+            clock_skew=to_micros(table.spec.clock_skew),
+            equi=join.equi,
+            residual=join.residual,
             inequality=join.inequality,
         )
 
@@ -129,15 +136,21 @@ class TemporalJoin:
         return cond
 
     def evaluate(
-        self, rows: DataFrame, versions: DataFrame, decided: Column,
-        window: tuple[int, int] | None = None, keep_state: bool = False,
+        self,
+        rows: DataFrame,
+        versions: DataFrame,
+        decided: Column,
+        window: tuple[int, int] | None = None,
+        keep_state: bool = False,
     ) -> Evaluation:
         """Join the decided stream rows with the table's versions; keep the rest (live state).
 
         With `window` (a replay slice), only rows whose event time lies in it are emitted and counted.
         """
         S, R = self.stream, self.table
-        inside = F.lit(True) if window is None else (F.col(T) >= F.lit(window[0])) & (F.col(T) < F.lit(window[1]))
+        inside = (
+            F.lit(True) if window is None else (F.col(T) >= F.lit(window[0])) & (F.col(T) < F.lit(window[1]))
+        )
         marked = rows.withColumn(DECIDED, decided)
         ready = marked.where(F.col(DECIDED) & inside).drop(DECIDED)
         joined = ready.alias(S).join(versions.alias(R), self.condition(), "left_outer")
@@ -172,9 +185,11 @@ class TemporalJoin:
         by_row = Window.partitionBy(*[self._col(S, c) for c in stream_columns])
         # left >= right (or >): the largest right value is nearest; left <= right (or <): the smallest.
         best = F.max(order).over(by_row) if op in (">=", ">") else F.min(order).over(by_row)
-        return joined.withColumn(_NEAREST, best).where(
-            self._col(R, TS).isNull() | (F.col(_NEAREST) == order)
-        ).drop(_NEAREST)
+        return (
+            joined.withColumn(_NEAREST, best)
+            .where(self._col(R, TS).isNull() | (F.col(_NEAREST) == order))
+            .drop(_NEAREST)
+        )
 
 
 def _user_columns(joined: DataFrame, alias: str) -> list[str]:

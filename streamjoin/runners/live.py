@@ -20,10 +20,10 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
-from typing import Callable
 
 import pendulum
 from pyspark.sql import DataFrame, SparkSession
@@ -37,7 +37,8 @@ from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
 from streamjoin.joins.interval import MATCHED
-from streamjoin.joins.table_table import count_ops, latest as latest_change
+from streamjoin.joins.table_table import count_ops
+from streamjoin.joins.table_table import latest as latest_change
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -56,7 +57,9 @@ class Progress:
     max_event: int | None
     newest: dict[int, arrival.Position]
     carried: dict[str, int]
-    partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)  # source -> (commit, rows so far)
+    partial: dict[int, tuple[arrival.Position, int]] = field(
+        default_factory=dict
+    )  # source -> (commit, rows so far)
     tables: dict[int, int] = field(default_factory=dict)  # table source -> the version this batch read
     bound: int | None = None  # table-table joins: result changes up to this commit time are written
 
@@ -108,15 +111,21 @@ class LiveRunner:
             self._catch_up()
         streams = []
         for source in self.plan.streams:
-            stream = delta_io.stream_inserts(self.spark, source.spec.location, self.max_files,
-                                             self.starting_versions.get(source.name, 0))
-            streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
+            stream = delta_io.stream_inserts(
+                self.spark, source.spec.location, self.max_files, self.starting_versions.get(source.name, 0)
+            )
+            streams.append(
+                stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
+            )
         for source in self.plan.tables:
             # A table's commits start micro-batches too (rows may be waiting for them); the batch
             # reads the table itself, so these rows carry no payload.
-            stream = delta_io.stream_changes(self.spark, source.spec.location, self.max_files,
-                                             self.starting_versions.get(source.name, 0))
-            streams.append(stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP)))
+            stream = delta_io.stream_changes(
+                self.spark, source.spec.location, self.max_files, self.starting_versions.get(source.name, 0)
+            )
+            streams.append(
+                stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
+            )
         union = reduce(DataFrame.unionByName, streams)
         writer = (
             union.writeStream.foreachBatch(self._process)
@@ -147,7 +156,9 @@ class LiveRunner:
         every commit up to them, writing no output (a replay of the same versions wrote it). The
         streaming query then reads each source from the version after its seed."""
         if self.started():
-            raise JobError(f"checkpoint {self.checkpoint!r} has already run; a hand-off starts a new checkpoint")
+            raise JobError(
+                f"checkpoint {self.checkpoint!r} has already run; a hand-off starts a new checkpoint"
+            )
         missing = sorted(s.name for s in self.plan.sources if s.name not in versions)
         if missing:
             raise JobError(f"a seed needs a version for every source; missing {', '.join(missing)}")
@@ -156,7 +167,9 @@ class LiveRunner:
         self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
         if self.plan.streams:
             batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
-            self._process_streams(batch, SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
+            self._process_streams(
+                batch, SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions
+            )
         else:
             self._process_tables(SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
 
@@ -166,9 +179,11 @@ class LiveRunner:
         change files (through the arrival index: the history at the start, each later commit at
         its own position), processed as one batch with outputs. The stream continues after them."""
         starts = {name: e.version for name, e in self.positions.starts.items()}
-        if all(v == 0 and delta_io.change_files_kept(self.spark, self.plan.source(n).spec.location, 0)
-               for n, v in starts.items()):
-            self._save_marker(starting_versions={name: 0 for name in starts})
+        if all(
+            v == 0 and delta_io.change_files_kept(self.spark, self.plan.source(n).spec.location, 0)
+            for n, v in starts.items()
+        ):
+            self._save_marker(starting_versions=dict.fromkeys(starts, 0))
             return
         versions = dict(self.positions.versions)
         self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
@@ -182,12 +197,17 @@ class LiveRunner:
 
     def _arrivals(self, versions: dict[str, int]) -> DataFrame:
         """Every row of the stream sources up to `versions`, in the micro-batches' shape."""
-        return reduce(DataFrame.unionByName, [
-            self.positions.read_all(s, versions[s.name]).select(
-                *self._payloads(s.index), F.col(V).alias(COMMIT_VERSION), F.timestamp_micros(F.col(TS)).alias(COMMIT_TIMESTAMP),
-            )
-            for s in self.plan.streams
-        ])
+        return reduce(
+            DataFrame.unionByName,
+            [
+                self.positions.read_all(s, versions[s.name]).select(
+                    *self._payloads(s.index),
+                    F.col(V).alias(COMMIT_VERSION),
+                    F.timestamp_micros(F.col(TS)).alias(COMMIT_TIMESTAMP),
+                )
+                for s in self.plan.streams
+            ],
+        )
 
     # ---------------------------------------------------------------- one micro-batch
 
@@ -201,8 +221,16 @@ class LiveRunner:
         else:
             self._process_tables(batch_id, previous, began, started_at)
 
-    def _process_streams(self, batch: DataFrame, batch_id: int, previous: Progress | None, began: float, started_at,
-                         outputs: bool = True, table_versions: dict[str, int] | None = None) -> None:
+    def _process_streams(
+        self,
+        batch: DataFrame,
+        batch_id: int,
+        previous: Progress | None,
+        began: float,
+        started_at,
+        outputs: bool = True,
+        table_versions: dict[str, int] | None = None,
+    ) -> None:
         """One batch of a job with stream sources; `outputs=False` (a seed) decides and keeps the
         state but writes no output, side table or metrics."""
         spark, plan = self.spark, self.plan
@@ -214,16 +242,25 @@ class LiveRunner:
                 own = batch.where(F.col(_IDX) == source.index).select(
                     f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
                 )
-                new[source.name] = arrival.prepare(own, source.index, source.raw_time(), source.event_time(), source.keys)
-            commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
-                r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()
-            ]))
+                new[source.name] = arrival.prepare(
+                    own, source.index, source.raw_time(), source.event_time(), source.keys
+                )
+            commits = arrival.commit_stats(
+                reduce(
+                    DataFrame.unionByName,
+                    [r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()],
+                )
+            )
             # maxFilesPerTrigger may cut a commit into several micro-batches: a source's newest commit
             # in this batch moves the frontier only once all its rows have come (its rows wait till then).
             partial = dict(previous.partial) if previous else {}
             complete = []
-            self._index_upto({s.name: max((c.position[2] for c in commits if c.position[1] == s.index), default=-1)
-                              for s in plan.streams})
+            self._index_upto(
+                {
+                    s.name: max((c.position[2] for c in commits if c.position[1] == s.index), default=-1)
+                    for s in plan.streams
+                }
+            )
             for source in plan.streams:
                 mine = [c for c in commits if c.position[1] == source.index]
                 if not mine:
@@ -248,7 +285,9 @@ class LiveRunner:
                 rejected_parts.append(kernel.rejected_side_rows(name, rejected))
                 pending = accepted.drop(arrival.REJECT)
                 if state is not None:
-                    mine = state.where(F.col(_IDX) == source.index).select(f"_sj_s{source.index}.*", *_STATE_META)
+                    mine = state.where(F.col(_IDX) == source.index).select(
+                        f"_sj_s{source.index}.*", *_STATE_META
+                    )
                     pending = mine.where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
                     open_state[name] = mine.where(~F.col(PENDING)).drop(PENDING)
                 pending = pending.persist()
@@ -257,24 +296,42 @@ class LiveRunner:
                 waiting[name] = pending.where(~settled_test)
                 own = [c for c in commits if c.position[1] == source.index]
                 counts[name] = SourceCounts(
-                    rows_in=sum(c.rows for c in own), rejected=sum(c.rejected for c in own),
+                    rows_in=sum(c.rows for c in own),
+                    rejected=sum(c.rejected for c in own),
                     carried_in=previous.carried.get(name, 0) if previous else 0,
                 )
-            settled_commits = arrival.commit_stats(reduce(DataFrame.unionByName, [
-                s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT)) for s in settled.values()
-            ]))
+            settled_commits = arrival.commit_stats(
+                reduce(
+                    DataFrame.unionByName,
+                    [
+                        s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT))
+                        for s in settled.values()
+                    ],
+                )
+            )
             tables = self._tables(previous, newest, counts, rejected_parts, cached, table_versions)
             timeline = arrival.timeline(settled_commits, previous.max_event if previous else None)
             result = kernel.step(
-                spark, plan, settled, timeline, "exact",
-                state=open_state if state is not None else None, keep_state=True, tables=tables,
+                spark,
+                plan,
+                settled,
+                timeline,
+                "exact",
+                state=open_state if state is not None else None,
+                keep_state=True,
+                tables=tables,
             )
             cached += result.cached
             out = self.spec.output
             rows_out = 0
             if outputs:
                 if any(c.rejected for c in counts.values()):
-                    self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
+                    self._write(
+                        reduce(DataFrame.unionByName, rejected_parts),
+                        out.side("rejected"),
+                        batch_id,
+                        "rejected",
+                    )
                 if any(c.late for c in result.counts.values()):
                     self._write(result.late, out.side("late"), batch_id, "late")
                 output = result.output.persist()
@@ -285,8 +342,14 @@ class LiveRunner:
 
             parts = []
             for source in plan.streams:
-                kept = result.state[source.name].withColumn(PENDING, F.lit(False)).unionByName(
-                    waiting[source.name].withColumn(MATCHED, F.lit(False)).withColumn(PENDING, F.lit(True))
+                kept = (
+                    result.state[source.name]
+                    .withColumn(PENDING, F.lit(False))
+                    .unionByName(
+                        waiting[source.name]
+                        .withColumn(MATCHED, F.lit(False))
+                        .withColumn(PENDING, F.lit(True))
+                    )
                 )
                 parts.append(kept.select(*self._payloads(source.index), *_STATE_META))
             next_state = reduce(DataFrame.unionByName, parts).persist()
@@ -295,42 +358,68 @@ class LiveRunner:
             self.after_write("state", batch_id)
             left_over = {
                 r[_IDX]: (r["open"], r["unsettled"])
-                for r in next_state.groupBy(_IDX).agg(
+                for r in next_state.groupBy(_IDX)
+                .agg(
                     F.count(F.when(~F.col(PENDING) & ~F.col(MATCHED), 1)).alias("open"),
                     F.count(F.when(F.col(PENDING), 1)).alias("unsettled"),
-                ).collect()
+                )
+                .collect()
             }
             carried = {}
             for source in plan.sources:
                 c, decided = counts[source.name], result.counts[source.name]
                 c.late, c.joined, c.applied = decided.late, decided.joined, decided.applied
-                c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
+                c.unmatched_emitted, c.unmatched_dropped = (
+                    decided.unmatched_emitted,
+                    decided.unmatched_dropped,
+                )
                 if source.spec.kind == "stream":
                     c.open, c.unsettled = left_over.get(source.index, (0, 0))
                     carried[source.name] = c.open + c.unsettled
             metrics = RunMetrics(
-                job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
+                job=self.spec.name,
+                runner="live",
+                mode="exact",
+                run_id=self.app_id,
+                started_at=started_at,
                 batch=batch_id,
-                versions={**{s.name: _newest_version(newest, s.index) for s in plan.streams},
-                          **{name: t.version for name, t in tables.items()}},
+                versions={
+                    **{s.name: _newest_version(newest, s.index) for s in plan.streams},
+                    **{name: t.version for name, t in tables.items()},
+                },
                 frontier=None if frontier is None else str(frontier),
                 watermark=None if result.watermark is None else from_micros(result.watermark),
-                sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
+                sources=counts,
+                rows_out=rows_out,
+                duration_s=round(time.monotonic() - began, 3),
             )
             if outputs:
                 self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
-            self._save_progress(Progress(
-                batch_id, result.max_event, newest, carried, partial,
-                {plan.source(name).index: t.version for name, t in tables.items()},
-            ))
+            self._save_progress(
+                Progress(
+                    batch_id,
+                    result.max_event,
+                    newest,
+                    carried,
+                    partial,
+                    {plan.source(name).index: t.version for name, t in tables.items()},
+                )
+            )
             if outputs:
                 self.runs.append(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()
 
-    def _process_tables(self, batch_id: int, previous: Progress | None, began: float, started_at,
-                        outputs: bool = True, table_versions: dict[str, int] | None = None) -> None:
+    def _process_tables(
+        self,
+        batch_id: int,
+        previous: Progress | None,
+        began: float,
+        started_at,
+        outputs: bool = True,
+        table_versions: dict[str, int] | None = None,
+    ) -> None:
         """A table-table batch: the result changes settled since the previous batch's bound, appended
         to <output>_changes and applied to the result table (MERGE by result key). A seed
         (`outputs=False`) records only how far the result is known."""
@@ -338,45 +427,88 @@ class LiveRunner:
         counts, rejected_parts, cached = {}, [], []
         try:
             tables = self._tables(previous, {}, counts, rejected_parts, cached, table_versions)
-            result = kernel.step(spark, plan, {}, arrival.Timeline({}, None), "exact", tables=tables,
-                                 after=previous.bound if previous else None)
-            bound = result.watermark if result.watermark is not None else (previous.bound if previous else None)
+            result = kernel.step(
+                spark,
+                plan,
+                {},
+                arrival.Timeline({}, None),
+                "exact",
+                tables=tables,
+                after=previous.bound if previous else None,
+            )
+            bound = (
+                result.watermark if result.watermark is not None else (previous.bound if previous else None)
+            )
             if not outputs:
-                self._save_progress(Progress(
-                    batch_id, None, {}, {}, {}, {plan.source(name).index: t.version for name, t in tables.items()}, bound,
-                ))
+                self._save_progress(
+                    Progress(
+                        batch_id,
+                        None,
+                        {},
+                        {},
+                        {},
+                        {plan.source(name).index: t.version for name, t in tables.items()},
+                        bound,
+                    )
+                )
                 return
             if any(c.rejected for c in counts.values()):
-                self._write(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected")
+                self._write(
+                    reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected"
+                )
             changes = result.output.persist()
             cached.append(changes)
             ops = count_ops(changes)
             if sum(ops.values()):
                 self._write(changes, out.side("changes"), batch_id, "changes")
-                net = latest_change(changes, out.time, "change_source", "change_version").drop("change_source", "change_version")
+                net = latest_change(changes, out.time, "change_source", "change_version").drop(
+                    "change_source", "change_version"
+                )
                 delta_io.merge_latest(net, out.location, "result_key", "op")
                 self.after_write("output", batch_id)
             for name, decided in result.counts.items():
                 counts[name].applied = decided.applied
             metrics = RunMetrics(
-                job=self.spec.name, runner="live", mode="exact", run_id=self.app_id, started_at=started_at,
-                batch=batch_id, versions={name: t.version for name, t in tables.items()},
-                watermark=None if bound is None else from_micros(bound), sources=counts,
-                rows_out=sum(ops.values()), upserts=ops["upsert"], deletes=ops["delete"],
+                job=self.spec.name,
+                runner="live",
+                mode="exact",
+                run_id=self.app_id,
+                started_at=started_at,
+                batch=batch_id,
+                versions={name: t.version for name, t in tables.items()},
+                watermark=None if bound is None else from_micros(bound),
+                sources=counts,
+                rows_out=sum(ops.values()),
+                upserts=ops["upsert"],
+                deletes=ops["delete"],
                 duration_s=round(time.monotonic() - began, 3),
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
-            self._save_progress(Progress(
-                batch_id, None, {}, {}, {}, {plan.source(name).index: t.version for name, t in tables.items()}, bound,
-            ))
+            self._save_progress(
+                Progress(
+                    batch_id,
+                    None,
+                    {},
+                    {},
+                    {},
+                    {plan.source(name).index: t.version for name, t in tables.items()},
+                    bound,
+                )
+            )
             self.runs.append(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()
 
-    def _tables(self, previous: Progress | None, newest: dict[int, arrival.Position], counts: dict[str, SourceCounts],
-                rejected_parts: list[DataFrame], cached: list[DataFrame],
-                versions: dict[str, int] | None = None) -> dict[str, TableInput]:
+    def _tables(
+        self,
+        previous: Progress | None,
+        newest: dict[int, arrival.Position],
+        counts: dict[str, SourceCounts],
+        rejected_parts: list[DataFrame],
+        cached: list[DataFrame],
+        versions: dict[str, int] | None = None,
+    ) -> dict[str, TableInput]:
         """Each table source as of its newest version now (or the version given); this batch counts the
         changes committed since the version the previous batch read (their rejected rows go to the side table)."""
         tables = {}
@@ -386,21 +518,30 @@ class LiveRunner:
             if version is None:
                 version = delta_io.latest_version(self.spark, source.spec.location)
             first = self.positions.starts[source.name]
-            changes = changelog.read(self.spark, source, version, first.version, from_micros(first.commit_ts)).persist()
+            changes = changelog.read(
+                self.spark, source, version, first.version, from_micros(first.commit_ts)
+            ).persist()
             cached.append(changes)
             seen = previous.tables.get(source.index, -1) if previous else -1
             commits = arrival.commit_stats(changes)
             fresh = [c for c in commits if c.position[2] > seen]
-            counts[source.name] = SourceCounts(rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh))
+            counts[source.name] = SourceCounts(
+                rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh)
+            )
             counted = F.col(V) > F.lit(seen)
-            rejected_parts.append(kernel.rejected_side_rows(source.name, changes.where(counted & F.col(arrival.REJECT).isNotNull())))
+            rejected_parts.append(
+                kernel.rejected_side_rows(
+                    source.name, changes.where(counted & F.col(arrival.REJECT).isNotNull())
+                )
+            )
             tables[source.name] = TableInput(changes, commits, version, counted, stream_clock)
         return tables
 
     # ---------------------------------------------------------------- state
 
-    def _write(self, df: DataFrame, location: str, batch_id: int, table: str,
-               partition_by: tuple[str, ...] = ()) -> None:
+    def _write(
+        self, df: DataFrame, location: str, batch_id: int, table: str, partition_by: tuple[str, ...] = ()
+    ) -> None:
         # Delta skips a transaction whose version is not above the last one of its app id (-1 before
         # any), so the catch-up step (batch -1) writes under an app id of its own, as version 0.
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
@@ -410,8 +551,14 @@ class LiveRunner:
     def _index_upto(self, versions: dict[str, int]) -> None:
         """Extend the arrival index to the newest commits this batch holds (if it is behind)."""
         if any(v > self.positions.versions.get(name, -1) for name, v in versions.items()):
-            self.positions = index.update(self.spark, self.plan, {**self.positions.versions, **{
-                name: max(v, self.positions.versions.get(name, -1)) for name, v in versions.items()}})
+            self.positions = index.update(
+                self.spark,
+                self.plan,
+                {
+                    **self.positions.versions,
+                    **{name: max(v, self.positions.versions.get(name, -1)) for name, v in versions.items()},
+                },
+            )
 
     def _payloads(self, index: int) -> list:
         """The source index and a struct column per source, filled only for `index`: one schema
@@ -419,7 +566,11 @@ class LiveRunner:
         columns = [F.lit(index).alias(_IDX)]
         for other in self.plan.streams:
             schema = self.structs[other.name]
-            payload = F.struct(*[F.col(f"`{c}`") for c in schema.fieldNames()]) if other.index == index else F.lit(None).cast(schema)
+            payload = (
+                F.struct(*[F.col(f"`{c}`") for c in schema.fieldNames()])
+                if other.index == index
+                else F.lit(None).cast(schema)
+            )
             columns.append(payload.alias(f"_sj_s{other.index}"))
         return columns
 
@@ -434,10 +585,13 @@ class LiveRunner:
             return None
         body = json.loads(records[-1].read_text())
         return Progress(
-            batch=body["batch"], max_event=body["max_event"],
-            newest={int(k): tuple(v) for k, v in body["newest"].items()}, carried=body["carried"],
+            batch=body["batch"],
+            max_event=body["max_event"],
+            newest={int(k): tuple(v) for k, v in body["newest"].items()},
+            carried=body["carried"],
             partial={int(k): (tuple(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
-            tables={int(k): v for k, v in body.get("tables", {}).items()}, bound=body.get("bound"),
+            tables={int(k): v for k, v in body.get("tables", {}).items()},
+            bound=body.get("bound"),
         )
 
     def _save_progress(self, progress: Progress) -> None:
@@ -445,10 +599,13 @@ class LiveRunner:
         folder = Path(self.home, "progress")
         folder.mkdir(parents=True, exist_ok=True)
         body = {
-            "batch": progress.batch, "max_event": progress.max_event, "carried": progress.carried,
+            "batch": progress.batch,
+            "max_event": progress.max_event,
+            "carried": progress.carried,
             "newest": {str(k): list(v) for k, v in progress.newest.items()},
             "partial": {str(k): [list(p), n] for k, (p, n) in progress.partial.items()},
-            "tables": {str(k): v for k, v in progress.tables.items()}, "bound": progress.bound,
+            "tables": {str(k): v for k, v in progress.tables.items()},
+            "bound": progress.bound,
         }
         temporary = folder / f".{progress.batch}.json.tmp"
         temporary.write_text(json.dumps(body))
@@ -470,8 +627,14 @@ class LiveRunner:
     def _state_schema(self) -> StructType:
         fields = [StructField(_IDX, IntegerType())]
         fields += [StructField(f"_sj_s{s.index}", self.structs[s.name]) for s in self.plan.streams]
-        fields += [StructField(arrival.T, LongType()), StructField(TS, LongType()), StructField(SRC, IntegerType()),
-                   StructField(V, LongType()), StructField(MATCHED, BooleanType()), StructField(PENDING, BooleanType())]
+        fields += [
+            StructField(arrival.T, LongType()),
+            StructField(TS, LongType()),
+            StructField(SRC, IntegerType()),
+            StructField(V, LongType()),
+            StructField(MATCHED, BooleanType()),
+            StructField(PENDING, BooleanType()),
+        ]
         return StructType(fields)
 
     def _save_marker(self, **fields) -> None:
@@ -487,7 +650,9 @@ class LiveRunner:
         if marker.exists():
             stored = json.loads(marker.read_text())
             if stored.get("job") != self.spec.name:
-                raise JobError(f"checkpoint {self.checkpoint!r} belongs to job {stored.get('job')!r}; give job {self.spec.name!r} its own checkpoint")
+                raise JobError(
+                    f"checkpoint {self.checkpoint!r} belongs to job {stored.get('job')!r}; give job {self.spec.name!r} its own checkpoint"
+                )
             return stored
         marker.parent.mkdir(parents=True, exist_ok=True)
         stored = {"job": self.spec.name, "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}"}

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from functools import reduce
-from typing import Callable
 
 import pendulum
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog, delta_io, index, kernel
-from streamjoin.arrival import T, TS
+from streamjoin.arrival import TS, T
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.table_table import count_ops
@@ -74,11 +74,21 @@ def replay(
         raise HistoryNotRetainedError(f"{error}{delta_io.vacuum_note(spark, locations)}") from None
 
 
-def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime, mode: str,
-            versions: dict[str, int] | None, after_write: Callable[[str], None] | None, checked: bool) -> RunMetrics:
+def _replay(
+    spark: SparkSession,
+    spec: JoinSpec,
+    start: datetime,
+    end: datetime,
+    mode: str,
+    versions: dict[str, int] | None,
+    after_write: Callable[[str], None] | None,
+    checked: bool,
+) -> RunMetrics:
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
-        raise JobError(f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)")
+        raise JobError(
+            f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
+        )
     start, end = pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC")
     if not start < end:
         raise JobError(f"the replay interval [{start}, {end}) is empty; start must be before end")
@@ -113,23 +123,32 @@ def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime,
             F.count(F.when(owned & F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
             F.count(F.when(owned & F.col(arrival.REJECT).isNull() & ~settled, 1)).alias("unsettled"),
         ).first()
-        counts[source.name] = SourceCounts(rows_in=tally["rows_in"], rejected=tally["rejected"], unsettled=tally["unsettled"])
+        counts[source.name] = SourceCounts(
+            rows_in=tally["rows_in"], rejected=tally["rejected"], unsettled=tally["unsettled"]
+        )
     commits = set()
     if settled_rows:
-        on = reduce(DataFrame.unionByName, [r.select(TS, arrival.SRC, arrival.V) for r in settled_rows.values()])
+        on = reduce(
+            DataFrame.unionByName, [r.select(TS, arrival.SRC, arrival.V) for r in settled_rows.values()]
+        )
         commits = {(r[TS], r[arrival.SRC], r[arrival.V]) for r in on.distinct().collect()}
     timeline = positions.timeline(commits, frontier)
 
     tables = {}
     for source in plan.tables:
         first = positions.starts[source.name]
-        changes = changelog.read(spark, source, pinned[source.name], first.version, from_micros(first.commit_ts)).persist()
+        changes = changelog.read(
+            spark, source, pinned[source.name], first.version, from_micros(first.commit_ts)
+        ).persist()
         cached.append(changes)
         commits_of_table = arrival.commit_stats(changes, (lo, hi))
-        rejected_parts.append(kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull())))
+        rejected_parts.append(
+            kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull()))
+        )
         tables[source.name] = TableInput(changes, commits_of_table, pinned[source.name], owned, stream_clock)
         counts[source.name] = SourceCounts(
-            rows_in=sum(c.window_rows for c in commits_of_table), rejected=sum(c.window_rejected for c in commits_of_table),
+            rows_in=sum(c.window_rows for c in commits_of_table),
+            rejected=sum(c.window_rejected for c in commits_of_table),
         )
 
     result = kernel.step(spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables)
@@ -153,7 +172,9 @@ def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime,
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
         after_write(out.side("late"))
     if any(c.rejected for c in counts.values()) or delta_io.exists(spark, out.side("rejected")):
-        delta_io.write_slice(reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end)
+        delta_io.write_slice(
+            reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end
+        )
         after_write(out.side("rejected"))
     for frame in cached:
         frame.unpersist()
@@ -164,12 +185,21 @@ def _replay(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime,
         c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
         c.applied = decided.applied
     metrics = RunMetrics(
-        job=spec.name, runner="replay", mode=mode, run_id=str(uuid.uuid4()), started_at=started_at,
-        slice_start=start, slice_end=end, versions=pinned,
+        job=spec.name,
+        runner="replay",
+        mode=mode,
+        run_id=str(uuid.uuid4()),
+        started_at=started_at,
+        slice_start=start,
+        slice_end=end,
+        versions=pinned,
         frontier=_describe_position(frontier),
         watermark=None if result.watermark is None else from_micros(result.watermark),
-        sources=counts, rows_out=rows_out, duration_s=round(time.monotonic() - began, 3),
-        upserts=upserts, deletes=deletes,
+        sources=counts,
+        rows_out=rows_out,
+        duration_s=round(time.monotonic() - began, 3),
+        upserts=upserts,
+        deletes=deletes,
     )
     delta_io.append(to_frame(spark, metrics), out.side("metrics"))
     return metrics

@@ -1,5 +1,5 @@
 # The two commands of the README. Each one sets up what it needs (idempotent) and then runs.
-.PHONY: setup demo test bench
+.PHONY: setup demo test check bench
 
 setup:
 	bash infra/setup.sh
@@ -7,8 +7,15 @@ setup:
 demo: setup
 	.venv/bin/streamjoin demo
 
-test: setup
-	.venv/bin/python -m pytest -q --durations=25 tests
+# Lint, format and type checks first (seconds), then the tests: two workers, one Spark session
+# each, test files dealt out whole (tests/conftest.py); the 25 slowest are printed.
+test: setup check
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
+
+check: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 # Not a test: the benchmarks (about 30 minutes on 2 cores; bench/README.md). Writes bench/results/.
 bench: setup

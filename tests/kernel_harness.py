@@ -1,0 +1,142 @@
+"""Runs the kernel (streamjoin/kernel.py) directly on in-memory DataFrames, many examples at once.
+
+A property test of the join's decisions (lateness, watermarks, closing, padding) does not need
+Delta tables or a streaming query: the kernel decides from rows tagged with their arrival positions
+and a Timeline. Here the test plays the replay runner's part with the project's own pure functions
+(`arrival.frontier`, `arrival.timeline`) and hands the kernel one step.
+
+Examples are stacked so that one kernel step decides hundreds of them: each example gets keys and
+row ids of its own (so no row meets another example's), commit versions of its own (so each commit
+keeps its own watermark), and its event times shifted so that its largest settled event time is the
+same instant `PIVOT` in every example (so the one closing bound of the step, that largest time
+minus grace, is each example's own). Lateness, matching and closing depend only on differences of
+event times, so the shift changes nothing but the output times, which are shifted back.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from conftest import BASE
+from harness import SCHEMA
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StructField, StructType, TimestampType
+from reference import Event
+
+from streamjoin import arrival, kernel
+from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.plan import Plan
+
+PIVOT = 1_000_000  # seconds after BASE: every example's largest settled event time lands here
+STRIDE = 10_000  # commit versions and commit seconds reserved per example
+SETTLED = "_sj_test_settled"
+
+Commit = tuple[int, list[tuple[str, str | None, int | None, int]]]  # (side, rows (id, key, seconds, v))
+
+_ROWS = StructType(
+    [
+        *SCHEMA.fields,
+        StructField(COMMIT_VERSION, LongType()),
+        StructField(COMMIT_TIMESTAMP, TimestampType()),
+        StructField(SETTLED, BooleanType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """Examples laid side by side: the kernel's input rows, and how to read its output back."""
+
+    rows: dict[int, list[tuple]]  # side -> rows in _ROWS' shape, with the settled flag
+    commits: list[arrival.CommitStats]  # settled commits of every example, in position order per example
+    shift: dict[int, int]  # example -> seconds added to its event times
+    events: list[list[Event]]  # example -> the reference's events (unshifted)
+    any_settled: bool
+    base: int  # BASE in Spark's UTC microseconds
+
+
+def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
+    """The reference's events of one example: commit j of side s at (j seconds, s, its version)."""
+    versions = {0: 0, 1: 0}
+    events = []
+    for j, (side, rows) in enumerate(commits):
+        versions[side] += 1
+        position = (_micros(example * STRIDE + j), side, example * STRIDE + versions[side])
+        events += [Event(side, f"{example}/{i}", k, t, position, v) for i, k, t, v in rows]
+    return events
+
+
+def stack(examples: Sequence[Sequence[Commit]], base: int) -> Stacked:
+    """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
+    Spark's UTC microseconds (harness.base_micros)."""
+    rows: dict[int, list[tuple]] = {0: [], 1: []}
+    commits, shift, all_events, any_settled = [], {}, [], False
+    for example, example_commits in enumerate(examples):
+        events = positioned(example, example_commits)
+        all_events.append(events)
+        newest = arrival.newest_positions(arrival.CommitStats(e.pos, None, 1) for e in events)
+        frontier = arrival.frontier(newest, 2)
+
+        def accepted(e: Event) -> bool:
+            return e.key is not None and e.t is not None
+
+        def settled(e: Event, frontier=frontier) -> bool:
+            return frontier is not None and e.pos <= frontier
+
+        times = [e.t for e in events if accepted(e) and settled(e)]
+        shift[example] = PIVOT - max(times) if times else 0
+        any_settled = any_settled or bool(times)
+        by_commit: dict[tuple[int, int, int], list[Event]] = {}
+        for e in events:
+            t = None if e.t is None else e.t + shift[example]
+            key = None if e.key is None else f"{example}:{e.key}"
+            stamp = BASE + timedelta(microseconds=e.pos[0])
+            at = None if t is None else BASE + timedelta(seconds=t)
+            rows[e.side].append((e.id, key, at, e.v, e.pos[2], stamp, settled(e)))
+            if settled(e):
+                by_commit.setdefault(e.pos, []).append(e)
+        for position in sorted(by_commit):
+            times_here = [e.t + shift[example] for e in by_commit[position] if accepted(e)]
+            largest = base + _micros(max(times_here)) if times_here else None
+            commits.append(arrival.CommitStats(position, largest, 1))
+    return Stacked(rows, commits, shift, all_events, any_settled, base)
+
+
+def replay_step(spark: SparkSession, plan: Plan, stacked: Stacked, mode: str) -> kernel.StepResult:
+    """One kernel step over every settled row of the stacked examples, as a replay of everything."""
+    settled = {}
+    for source in plan.streams:
+        frame = spark.createDataFrame(stacked.rows[source.index], _ROWS)
+        prepared = arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
+        accepted, _ = kernel.split_rejected(prepared)
+        settled[source.name] = accepted.where(F.col(SETTLED)).drop(SETTLED)
+    before: dict[tuple[int, int], int | None] = {}
+    for example_commits in _by_example(stacked.commits):
+        before.update(arrival.timeline(example_commits, None).before)
+    timeline = arrival.Timeline(before, stacked.base + _micros(PIVOT) if stacked.any_settled else None)
+    return kernel.step(spark, plan, settled, timeline, mode)
+
+
+def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
+    """The step's output rows per example, as the reference writes them: (left id, right id, seconds)."""
+    per_example: list[Counter] = [Counter() for _ in stacked.events]
+    base = stacked.base // 1_000_000
+    for r in output.select("lid", "rid", F.unix_seconds("event_time").alias("t")).collect():
+        example = int((r["lid"] or r["rid"]).split("/")[0])
+        per_example[example][(r["lid"], r["rid"], r["t"] - base - stacked.shift[example])] += 1
+    return per_example
+
+
+def _by_example(commits: list[arrival.CommitStats]) -> list[list[arrival.CommitStats]]:
+    groups: dict[int, list[arrival.CommitStats]] = {}
+    for c in commits:
+        groups.setdefault(c.position[2] // STRIDE, []).append(c)
+    return list(groups.values())
+
+
+def _micros(seconds: int) -> int:
+    return seconds * 1_000_000

@@ -1,0 +1,94 @@
+"""The interval join's decisions at the kernel's level, against the plain-Python reference.
+
+Lateness, watermarks, closing, padding and the bucket counts are decided by `kernel.step` from
+positions and a Timeline; tests/kernel_harness.py stacks many generated examples into one step, so
+each Hypothesis example below checks `STACK` scenarios against tests/reference.py in one Spark job.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from harness import base_micros, create_tables, job
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from kernel_harness import replay_step, stack, unstacked_output
+from reference import BUCKETS, reference
+
+from streamjoin.plan import bind
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+STACK = 30  # scenarios decided by one kernel step
+DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
+
+
+@st.composite
+def commits(draw, max_commits: int = 7):
+    """[(side, rows (id, key, seconds | None, v))]: a few keys, times drifting forward with jitter
+    (so some rows arrive out of order or late), NULL keys and times now and then."""
+    out, n = [], 0
+    for c in range(draw(st.integers(1, max_commits))):
+        rows = []
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "a", "c", "b", None)))
+            t = None if draw(st.integers(0, 14)) == 0 else 3 * c + draw(st.integers(-8, 6))
+            rows.append((str(n), key, t, draw(st.integers(0, 2))))
+        out.append((draw(st.sampled_from((0, 1))), rows))
+    return out
+
+
+@st.composite
+def cases(draw):
+    """Join parameters shared by one stack, and the stack's scenarios."""
+    how = draw(st.sampled_from(("inner", "left", "right", "full")))
+    lo = draw(st.integers(-8, 4))
+    hi = draw(st.integers(lo, lo + 8))
+    grace = draw(st.sampled_from((0, 1, 2, 5, 30)))
+    residual = draw(st.booleans())
+    scenarios = draw(st.lists(commits(), min_size=STACK, max_size=STACK))
+    return how, lo, hi, grace, residual, scenarios
+
+
+@pytest.fixture(scope="module")
+def tables(spark, tmp_path_factory):
+    """Two empty source tables: the plan binds against their schemas; no row is ever written."""
+    root = tmp_path_factory.mktemp("kernel_interval")
+    return root, create_tables(spark, root)
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    print_blob=True,
+)
+@given(case=cases())
+def test_one_step_decides_as_the_reference(spark, tables, mode, case):
+    how, lo, hi, grace, residual, scenarios = case
+    root, paths = tables
+    plan = bind(spark, job(root, paths, how, lo, hi, grace, residual))
+    stacked = stack(scenarios, base_micros(spark))
+    result = replay_step(spark, plan, stacked, mode)
+
+    def different_v(left, right):
+        return left.v != right.v
+
+    expected = [
+        reference(events, lo, hi, grace, how, mode, different_v if residual else (lambda left, right: True))
+        for events in stacked.events
+    ]
+    got = unstacked_output(result.output, stacked)
+    for example, ((output, _), actual) in enumerate(zip(expected, got, strict=True)):
+        assert actual == output, f"scenario {example}: {scenarios[example]}"
+    for side, name in enumerate(("l", "r")):
+        totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
+        decided = result.counts[name]
+        assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name

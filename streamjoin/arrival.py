@@ -203,7 +203,8 @@ def is_late() -> Column:
 
 def at_or_before(position: Position) -> Column:
     """Rows whose position is at or before `position`."""
-    return position_le((F.col(TS), F.col(SRC), F.col(V)), tuple(F.lit(x) for x in position))
+    ts, src, version = position
+    return position_le((F.col(TS), F.col(SRC), F.col(V)), (F.lit(ts), F.lit(src), F.lit(version)))
 
 
 def position_le(a: tuple[Column, Column, Column], b: tuple[Column, Column, Column]) -> Column:

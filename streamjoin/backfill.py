@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pendulum
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
@@ -31,6 +32,9 @@ from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import check_inputs, pin_versions, replay
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_spark, parse_duration, to_micros
+
+if TYPE_CHECKING:  # imported where it runs: validation needs Great Expectations
+    from streamjoin.validation import ValidationResult
 
 DAY = timedelta(days=1)
 SUCCEEDED, FAILED, INVALID = "succeeded", "failed", "invalid"
@@ -145,7 +149,11 @@ def plan_backfill(
     slices = cut(start, end, every, timezone)
     plan = bind(spark, spec)
     join = kernel.family(plan)
-    margins = {s.name: tuple(timedelta(microseconds=m) for m in join.margins(s.name)) for s in plan.streams}
+    margins: dict[str, tuple[timedelta, timedelta] | None] = {}
+    for s in plan.streams:
+        assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
+        before, after = join.margins(s.name)
+        margins[s.name] = (timedelta(microseconds=before), timedelta(microseconds=after))
     margins.update({s.name: None for s in plan.tables})
     return Backfill(
         job=spec,
@@ -176,7 +184,7 @@ class SliceOutcome:
     slice: Slice
     status: str
     metrics: RunMetrics | None = None
-    validation: object | None = None  # streamjoin.validation.ValidationResult
+    validation: ValidationResult | None = None
     error: str | None = None
     duration_s: float = 0.0
 
@@ -347,18 +355,18 @@ def unfinished(spark: SparkSession, backfill: Backfill) -> tuple[list[Slice], di
     recorded = attempts(spark, backfill.job)
     if recorded is None:
         return list(backfill.slices), None
-    latest = {}
+    latest: dict[tuple[int, int], Row] = {}
     for row in recorded.where(F.col("mode") == backfill.mode).collect():
         key = (to_micros(from_spark(row.slice_start)), to_micros(from_spark(row.slice_end)))
         if key not in latest or row.finished_at > latest[key].finished_at:
             latest[key] = row
     todo, pinned = [], None
     for piece in backfill.slices:
-        row = latest.get((to_micros(piece.start), to_micros(piece.end)))
-        if row is None or row.status != SUCCEEDED:
+        attempt = latest.get((to_micros(piece.start), to_micros(piece.end)))
+        if attempt is None or attempt.status != SUCCEEDED:
             todo.append(piece)
-        if row is not None and (pinned is None or row.finished_at > pinned[0]):
-            pinned = (row.finished_at, json.loads(row.versions))
+        if attempt is not None and (pinned is None or attempt.finished_at > pinned[0]):
+            pinned = (attempt.finished_at, json.loads(attempt.versions))
     return todo, (pinned[1] if pinned else None)
 
 
@@ -403,6 +411,7 @@ def _versions_of_backfill_ending_at(spark: SparkSession, spec: JoinSpec, at: dat
             f"no exact backfill of job {spec.name} ending at {at.isoformat()} is recorded in {spec.output.side('backfill')}; "
             f"run `streamjoin backfill ... --end {at.isoformat()}` first, or give the versions it used"
         )
+    assert recorded is not None  # `ending` holds rows only when there is a record
     backfill_id = max(ending, key=lambda r: r.finished_at).backfill_id
     latest = {}
     for r in sorted(

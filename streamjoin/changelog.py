@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import overload
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -55,6 +56,10 @@ class TableInput:
         return max((c.position[0] for c in self.commits), default=None)
 
 
+@overload
+def known_until(table_newest: int | None, clock: int, clock_skew: int) -> int: ...
+@overload
+def known_until(table_newest: int | None, clock: int | None, clock_skew: int) -> int | None: ...
 def known_until(table_newest: int | None, clock: int | None, clock_skew: int) -> int | None:
     """The commit timestamp up to which a table's log is complete: its newest commit, or the
     newest commit of another source (`clock`) minus the table's clock skew, whichever is later

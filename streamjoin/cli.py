@@ -6,9 +6,13 @@ import argparse
 import os
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from streamjoin.errors import StreamJoinError
 from streamjoin.timeutil import parse_instant
+
+if TYPE_CHECKING:
+    from streamjoin.index import StartAt
 
 
 def _root(args) -> str:
@@ -35,13 +39,13 @@ def _versions(text: str | None) -> dict[str, int] | None:
     return pinned
 
 
-def _start_at(text: str | None) -> dict[str, object] | None:
+def _start_at(text: str | None) -> dict[str, StartAt] | None:
     """--from: `orders=120,rates=2024-05-01` (per source), or one version or time for every source."""
     if not text:
         return None
     if "=" not in text:
         return {"*": text.strip()}
-    starts = {}
+    starts: dict[str, StartAt] = {}
     for item in text.split(","):
         name, _, value = item.partition("=")
         if not name.strip() or not value.strip():
@@ -52,7 +56,7 @@ def _start_at(text: str | None) -> dict[str, object] | None:
     return starts
 
 
-def _starts_for(spec, text: str | None) -> dict[str, object] | None:
+def _starts_for(spec, text: str | None) -> dict[str, StartAt] | None:
     starts = _start_at(text)
     if starts and "*" in starts:
         return {s.name: starts["*"] for s in spec.sources}

@@ -108,7 +108,9 @@ def _enables_row_tracking(entry) -> bool:
 
 def latest_version(spark: SparkSession, location: str) -> int:
     """The newest version of a table."""
-    return _table(spark, location).history(1).select("version").first().version
+    newest = _table(spark, location).history(1).select("version").first()
+    assert newest is not None  # a table's history always holds at least its newest commit
+    return newest.version
 
 
 def version_at(spark: SparkSession, location: str, when: datetime) -> int:
@@ -122,13 +124,19 @@ def version_at(spark: SparkSession, location: str, when: datetime) -> int:
 def oldest_version(spark: SparkSession, location: str) -> int:
     """The oldest version whose log entry Delta still keeps (older ones were cleaned up), from a
     listing of the log folder: no log entry is read."""
-    root = location if _is_path(location) else spark.sql(f"DESCRIBE DETAIL {location}").first().location
+    if _is_path(location):
+        root = location
+    else:
+        detail = spark.sql(f"DESCRIBE DETAIL {location}").first()
+        assert detail is not None  # DESCRIBE DETAIL returns exactly one row
+        root = detail.location
     log = f"{root.rstrip('/')}/_delta_log"
     parsed = urlparse(log)
     if parsed.scheme in ("", "file"):
         names = os.listdir(parsed.path)
     else:
         jvm = spark.sparkContext._jvm
+        assert jvm is not None  # set while the SparkContext is running, as it is for a live session
         path = jvm.org.apache.hadoop.fs.Path(log)
         names = [
             status.getPath().getName()
@@ -320,10 +328,9 @@ def vacuum_note(spark: SparkSession, locations: list[str]) -> str:
 def row_tracking(spark: SparkSession, location: str, version: int | None = None) -> bool:
     """Whether the table (as of `version`) gives each row the version that inserted it
     (`_metadata.row_commit_version`, Delta row tracking). Reads no data."""
-    fields = (
-        read_snapshot(spark, location, version).select("_metadata").schema["_metadata"].dataType.fieldNames()
-    )
-    return "row_commit_version" in fields
+    metadata = read_snapshot(spark, location, version).select("_metadata").schema["_metadata"].dataType
+    assert isinstance(metadata, StructType)  # Delta's _metadata column is always a struct
+    return "row_commit_version" in metadata.fieldNames()
 
 
 def read_rows(spark: SparkSession, location: str, version: int) -> DataFrame:
@@ -339,6 +346,7 @@ def _file_exists(spark: SparkSession, uri: str) -> bool:
     if parsed.scheme in ("", "file"):
         return os.path.exists(parsed.path)
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while the SparkContext is running, as it is for a live session
     path = jvm.org.apache.hadoop.fs.Path(uri)
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(path)
 
@@ -380,7 +388,9 @@ def _inside(spark: SparkSession, location: str, time_column: str, start: datetim
     aggregates), so this costs no scan of the table. The column is never NULL in streamjoin's outputs.
     """
     column = F.col(f"`{time_column}`")
-    low, high = read_snapshot(spark, location).agg(F.min(column), F.max(column)).first()
+    bounds = read_snapshot(spark, location).agg(F.min(column), F.max(column)).first()
+    assert bounds is not None  # an aggregate without grouping returns exactly one row
+    low, high = bounds
     if low is None:
         return True
     return _naive_utc(start) <= low and high < _naive_utc(end)
@@ -456,7 +466,9 @@ def append(df: DataFrame, location: str) -> None:
 def compact(spark: SparkSession, location: str, max_files: int = 32) -> None:
     """OPTIMIZE a small table that many small appends left in more than `max_files` files (the
     arrival index gets one per update), so that reading it stays as cheap as its size."""
-    if spark.sql(f"DESCRIBE DETAIL {_sql_name(location)}").first().numFiles > max_files:
+    detail = spark.sql(f"DESCRIBE DETAIL {_sql_name(location)}").first()
+    assert detail is not None  # DESCRIBE DETAIL returns exactly one row
+    if detail.numFiles > max_files:
         spark.sql(f"OPTIMIZE {_sql_name(location)}")
 
 

@@ -92,7 +92,7 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     one round's rates arrive a round late."""
     rng = random.Random(seed)
     block_of = lambda t: min(int((t - DAY).total_seconds() // (86_400 / blocks)), blocks - 1)  # noqa: E731
-    streams = {"orders": {}, "payments": {}, "shipments": {}}
+    streams: dict[str, dict[int, list[tuple]]] = {"orders": {}, "payments": {}, "shipments": {}}
 
     def deliver(table: str, block: int, row: tuple) -> None:
         streams[table].setdefault(block, []).append(row)
@@ -142,10 +142,10 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
         for rows in rate_rounds.get(block, []):
             commits.append(Commit("currency_rates", RATES, rows, key=("currency",)))
         for table in ("orders", "payments", "shipments"):
-            rows = streams[table].get(block)
-            if rows:
-                commits.append(Commit(table, schemas[table], rows))
-    tables = {
+            delivered = streams[table].get(block)
+            if delivered:
+                commits.append(Commit(table, schemas[table], delivered))
+    tables: dict[str, tuple[StructType, list[tuple]]] = {
         "customers": (
             CUSTOMERS,
             [(c, f"Customer {c}", rng.choice(["NL", "DE", "FR"]), DAY) for c in customers],

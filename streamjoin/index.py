@@ -128,6 +128,7 @@ def update(
         if wanted is None:
             wanted = source.spec.start_at if source.spec.start_at is not None else plan.spec.start_at
         if source.name in starts:
+            assert stored is not None  # `starts` holds a source only when read from the stored index
             _check_same_start(spark, plan, source, starts[source.name], (start_at or {}).get(source.name))
             if source.spec.kind == "stream" and targets[source.name] > lasts[source.name]:
                 new += _stream_entries(
@@ -351,7 +352,9 @@ class Index:
                 for s in self.plan.sources
             ],
         )
-        return _read(self.spark, self.plan).frame.where(pinned)
+        stored = _read(self.spark, self.plan)
+        assert stored is not None  # `update`, the only maker of an Index, writes the index first
+        return stored.frame.where(pinned)
 
     def start(self, source: str) -> int:
         """The version a source starts at."""

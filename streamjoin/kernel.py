@@ -88,9 +88,10 @@ def step(
     `after` is the bound up to which an earlier step already emitted table-table result changes.
     """
     join = family(plan)
-    if isinstance(join, TableTableJoin):
-        return _join_tables(plan, join, tables, window, after)
-    if isinstance(join, TemporalJoin):
+    if isinstance(join, TableTableJoin | TemporalJoin):
+        assert tables is not None  # the runners always give `tables` for a join with a table source
+        if isinstance(join, TableTableJoin):
+            return _join_tables(plan, join, tables, window, after)
         return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state)
     marks, max_event = timeline.watermarks(join.grace), timeline.max_event
     if mode == "complete":
@@ -206,6 +207,7 @@ def _enrich(
         )
         .first()
     )
+    assert tally is not None  # an aggregate without grouping returns exactly one row
     late_rows = arrival.side_rows(
         changes.where(table.counted & late), join.table, F.lit("late"), F.col(arrival.WM)
     )
@@ -290,6 +292,7 @@ def _join_tables(
             .agg(F.count(F.when(F.col(REJECT).isNull(), 1)).alias("applied"))
             .first()
         )
+        assert tally is not None  # an aggregate without grouping returns exactly one row
         counts[name] = SourceCounts(applied=tally["applied"])
     no_late_rows = arrival.side_rows(tables[join.left].changes.limit(0), join.left, F.lit("late"))
     return StepResult(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, StringType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import BooleanType, DataType, StringType, StructType, TimestampNTZType, TimestampType
 
 from streamjoin import delta_io
 from streamjoin.errors import JobError
@@ -43,14 +43,19 @@ class BoundSource:
     def raw_time(self) -> Column:
         return F.col(f"`{self.spec.time}`")
 
+    def _time_type(self) -> DataType:
+        """The type of the event-time column, asked only of sources that have one (every stream)."""
+        assert self.spec.time is not None
+        return self.schema[self.spec.time].dataType
+
     def time_is_timestamp(self) -> bool:
         """The time column is a TIMESTAMP: a filter on it can skip files by their statistics."""
-        return isinstance(self.schema[self.spec.time].dataType, TimestampType)
+        return isinstance(self._time_type(), TimestampType)
 
     def event_time(self) -> Column:
         """Event time as UTC microseconds; NULL when missing or unparseable."""
         raw = self.raw_time()
-        field = self.schema[self.spec.time].dataType
+        field = self._time_type()
         if isinstance(field, StringType):
             return F.unix_micros(F.try_to_timestamp(raw, F.lit(self.spec.time_format)))
         if isinstance(field, TimestampNTZType):
@@ -117,11 +122,11 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
         left_names = spec.names[: index + 1]
         joins.append(_bind_join(spec, join, left_names, schemas))
     keys: dict[str, list[str]] = {name: [] for name in spec.names}
-    for join in joins:
-        for left_col, right_col in join.equi:
+    for bound in joins:
+        for left_col, right_col in bound.equi:
             owner, column = left_col.split(".", 1)
             keys[owner].append(column)
-            keys[join.right].append(right_col.split(".", 1)[1])
+            keys[bound.right].append(right_col.split(".", 1)[1])
     sources = []
     for index, name in enumerate(spec.names):
         source = spec.source(name)
@@ -330,14 +335,18 @@ def _check_expressions(
         right = frames[join.source]
         current = joined
         if join.on:
-            joined = analyse(
-                f"the condition of the join with {join.source!r} ({join.on})",
-                lambda current=current, right=right, on=join.on: current.crossJoin(right).where(F.expr(on)),
-            )
+
+            def condition(
+                current: DataFrame = current, right: DataFrame = right, on: str = join.on
+            ) -> DataFrame:
+                return current.crossJoin(right).where(F.expr(on))
+
+            joined = analyse(f"the condition of the join with {join.source!r} ({join.on})", condition)
         else:
             joined = current.crossJoin(right)
-    if spec.where:
-        joined = analyse(f"where ({spec.where})", lambda: joined.where(F.expr(spec.where)))
+    where = spec.where
+    if where:
+        joined = analyse(f"where ({where})", lambda: joined.where(F.expr(where)))
     projected = analyse("the select list", lambda: joined.select(*[F.expr(e) for e in select]))
     columns = projected.columns
     duplicates = sorted({c for c in columns if columns.count(c) > 1})
@@ -448,6 +457,7 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
             "(what Delta time travel to that instant returns)"
         )
         if join.family == "asof":
+            assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
             left_col, op, right_col = join.inequality
             nearest = "largest" if op in (">=", ">") else "smallest"
             lines.append(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from streamjoin.backfill import Backfill, SliceOutcome
+from streamjoin.metrics import RunMetrics
 
 _STYLE = {"succeeded": "green", "failed": "bold red", "invalid": "bold yellow"}
 
@@ -71,7 +72,7 @@ def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
     table = Table(
         title=f"backfill {backfill.id} of {backfill.job.name} ({backfill.mode}, {backfill.timezone})"
     )
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("slice", "left"),
         ("status", "left"),
         ("rows in", "right"),
@@ -81,11 +82,11 @@ def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
         ("rejected", "right"),
         ("validation", "left"),
         ("seconds", "right"),
-    ):
+    )
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for o in outcomes:
         m = o.metrics
-        count = (lambda bucket, m=m: str(m.total(bucket))) if m else (lambda bucket: "-")
         if o.validation is None:
             checked = "not run" if o.error is None else o.error
         elif o.validation.success:
@@ -95,12 +96,17 @@ def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
         table.add_row(
             o.slice.label(backfill.timezone),
             Text(o.status, style=_STYLE[o.status]),
-            count("rows_in"),
+            _count(m, "rows_in"),
             str(m.rows_out) if m else "-",
-            count("joined"),
-            count("late"),
-            count("rejected"),
+            _count(m, "joined"),
+            _count(m, "late"),
+            _count(m, "rejected"),
             checked,
             f"{o.duration_s:.1f}",
         )
     return table
+
+
+def _count(metrics: RunMetrics | None, bucket: str) -> str:
+    """A bucket's total over the sources for the table, or "-" without metrics."""
+    return str(metrics.total(bucket)) if metrics else "-"

@@ -444,8 +444,15 @@ def render_page(spec: JoinSpec, slices: list[Slice], live: list[dict], folder: P
     )
 
 
+def _plotted_run(plotted: Slice) -> SliceRun:
+    """The run a plotted slice shows: render_page plots only the slices that have one."""
+    run = plotted.shown
+    assert run is not None
+    return run
+
+
 def _tiles(plotted: list[Slice]) -> str:
-    totals = {name: sum(s.shown.counts[name] for s in plotted) for name in COUNTS}
+    totals = {name: sum(_plotted_run(s).counts[name] for s in plotted) for name in COUNTS}
     costs = [s.lateness_cost for s in plotted if s.lateness_cost is not None]
     tiles = [
         ("slices", _number(len(plotted))),
@@ -469,7 +476,7 @@ def _charts(plotted: list[Slice], timezone: str) -> str:
     labels = [_time(s.start, timezone, pattern) for s in plotted]
     ids = [s.start.isoformat() for s in plotted]
     x_label = f"slice start ({timezone})"
-    counts = [s.shown.counts for s in plotted]
+    counts = [_plotted_run(s).counts for s in plotted]
     costed = [s for s in plotted if s.lateness_cost is not None]
     figures = [
         (
@@ -496,7 +503,7 @@ def _charts(plotted: list[Slice], timezone: str) -> str:
                 x_label,
                 labels,
                 ids,
-                [Series("match_rate", [s.shown.match_rate for s in plotted])],
+                [Series("match_rate", [_plotted_run(s).match_rate for s in plotted])],
                 "lines",
                 percent=True,
             ),

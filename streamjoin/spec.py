@@ -261,7 +261,9 @@ class JoinSpec:
     description: str = ""
     schedule: Schedule = Schedule()
     quality: Quality = Quality()
-    start_at: str | None = None  # the time every source begins at, unless the source says otherwise
+    # the time every source begins at, unless the source says otherwise; a version (an int, as YAML
+    # reads `start_at: 12`) is accepted here only for __post_init__ to refuse it with the job's message
+    start_at: int | str | None = None
 
     def __post_init__(self) -> None:
         _check_start_at(self.start_at, f"job {self.name!r}: start_at", versions=False)

@@ -73,15 +73,16 @@ def parse_instant(text: str | datetime, what: str = "time") -> datetime:
         value = pendulum.instance(text)
     else:
         try:
-            value = pendulum.parse(str(text), tz="UTC")
+            parsed = pendulum.parse(str(text), tz="UTC")
         except Exception as exc:
             raise JobError(f"{what} {text!r} is not an ISO date or datetime: {exc}") from None
-        if isinstance(value, pendulum.Date) and not isinstance(value, pendulum.DateTime):
-            value = pendulum.datetime(value.year, value.month, value.day, tz="UTC")
-        if not isinstance(value, pendulum.DateTime):
+        if isinstance(parsed, pendulum.Date) and not isinstance(parsed, pendulum.DateTime):
+            parsed = pendulum.datetime(parsed.year, parsed.month, parsed.day, tz="UTC")
+        if not isinstance(parsed, pendulum.DateTime):
             raise JobError(
                 f"{what} {text!r} is not a date or datetime, e.g. 2024-05-01 or 2024-05-01T12:00+02:00"
             )
+        value = parsed
     return value.in_timezone("UTC")
 
 

@@ -72,6 +72,7 @@ class IntervalJoin:
     @classmethod
     def from_plan(cls, join: BoundJoin) -> IntervalJoin:
         spec = join.spec
+        assert spec.bounds is not None  # the job is refused when a stream-stream join has no bounds
         return cls(
             left=join.left[0],
             right=join.right,
@@ -172,6 +173,7 @@ class IntervalJoin:
             F.count(F.when(only_r & fresh_r & inside(rt), 1)).alias("r_open"),
             F.count(F.when(only_r & fresh_r & closed_r & inside(rt), 1)).alias("r_closed"),
         ).first()
+        assert stats is not None  # an aggregate without grouping returns exactly one row
         counts = {}
         for side, prefix in ((L, "l"), (R, "r")):
             unmatched, closed = stats[f"{prefix}_open"], stats[f"{prefix}_closed"]

@@ -164,6 +164,7 @@ class TemporalJoin:
             F.count(F.when(F.col(DECIDED) & inside, 1)).alias("decided"),
             F.count(F.when(~F.col(DECIDED) & inside, 1)).alias("open"),
         ).first()
+        assert stats is not None  # an aggregate without grouping returns exactly one row
         unmatched = joined.where(~matched).count()
         counts = {
             S: SideCounts(
@@ -179,6 +180,7 @@ class TemporalJoin:
     def _nearest(self, joined: DataFrame, stream_columns: list[str]) -> DataFrame:
         """Per stream row, keep only its nearest candidate (ties broken by the table row's content)."""
         S, R = self.stream, self.table
+        assert self.inequality is not None  # called for ASOF joins only, which have their inequality
         _, op, right_col = self.inequality
         tie = F.to_json(F.struct(*[self._col(R, c) for c in _user_columns(joined, R)]))
         order = F.struct(F.expr(right_col).alias("v"), tie.alias("t"))

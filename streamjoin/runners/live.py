@@ -139,12 +139,14 @@ class LiveRunner:
         already = len(self.runs)
         query = self.start()
         try:
-            query.awaitTermination(timeout)
+            # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
+            query.awaitTermination(timeout)  # type: ignore[arg-type]
         finally:
             if query.isActive:
                 query.stop()
-        if query.exception() is not None:
-            raise query.exception()
+        error = query.exception()
+        if error is not None:
+            raise error
         return self.runs[already:]
 
     def started(self) -> bool:
@@ -285,19 +287,19 @@ class LiveRunner:
                 rejected_parts.append(kernel.rejected_side_rows(name, rejected))
                 pending = accepted.drop(arrival.REJECT)
                 if state is not None:
-                    mine = state.where(F.col(_IDX) == source.index).select(
+                    held = state.where(F.col(_IDX) == source.index).select(
                         f"_sj_s{source.index}.*", *_STATE_META
                     )
-                    pending = mine.where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
-                    open_state[name] = mine.where(~F.col(PENDING)).drop(PENDING)
+                    pending = held.where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
+                    open_state[name] = held.where(~F.col(PENDING)).drop(PENDING)
                 pending = pending.persist()
                 cached.append(pending)
                 settled[name] = pending.where(settled_test)
                 waiting[name] = pending.where(~settled_test)
-                own = [c for c in commits if c.position[1] == source.index]
+                own_commits = [c for c in commits if c.position[1] == source.index]
                 counts[name] = SourceCounts(
-                    rows_in=sum(c.rows for c in own),
-                    rejected=sum(c.rejected for c in own),
+                    rows_in=sum(c.rows for c in own_commits),
+                    rejected=sum(c.rejected for c in own_commits),
                     carried_in=previous.carried.get(name, 0) if previous else 0,
                 )
             settled_commits = arrival.commit_stats(
@@ -340,6 +342,8 @@ class LiveRunner:
                 if rows_out:
                     self._write(output, out.location, batch_id, "output", out.partition_by)
 
+            # a stream join's step keeps its open rows when asked to (keep_state=True above)
+            assert result.state is not None
             parts = []
             for source in plan.streams:
                 kept = (
@@ -424,7 +428,9 @@ class LiveRunner:
         to <output>_changes and applied to the result table (MERGE by result key). A seed
         (`outputs=False`) records only how far the result is known."""
         spark, plan, out = self.spark, self.plan, self.spec.output
-        counts, rejected_parts, cached = {}, [], []
+        counts: dict[str, SourceCounts] = {}
+        rejected_parts: list[DataFrame] = []
+        cached: list[DataFrame] = []
         try:
             tables = self._tables(previous, {}, counts, rejected_parts, cached, table_versions)
             result = kernel.step(

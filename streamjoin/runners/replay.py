@@ -23,7 +23,7 @@ from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import TS, T
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.joins.table_table import count_ops
+from streamjoin.joins.table_table import TableTableJoin, count_ops
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -112,6 +112,7 @@ def _replay(
     owned = within(F.coalesce(F.col(T), F.col(TS)), lo, hi)
     settled_rows, counts, rejected_parts, cached = {}, {}, [], []
     for source in plan.streams:
+        assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
         before, after = join.margins(source.name)
         rows = positions.read_rows(source, (lo - before, hi + after), (lo, hi)).persist()
         cached.append(rows)
@@ -123,6 +124,7 @@ def _replay(
             F.count(F.when(owned & F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
             F.count(F.when(owned & F.col(arrival.REJECT).isNull() & ~settled, 1)).alias("unsettled"),
         ).first()
+        assert tally is not None  # an aggregate without grouping returns exactly one row
         counts[source.name] = SourceCounts(
             rows_in=tally["rows_in"], rejected=tally["rejected"], unsettled=tally["unsettled"]
         )

@@ -20,6 +20,7 @@ from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType
 
 from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.timeutil import from_spark
 
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -114,8 +115,10 @@ def latest_version(spark: SparkSession, location: str) -> int:
 
 
 def version_at(spark: SparkSession, location: str, when: datetime) -> int:
-    """The newest version committed at or before `when` (Delta time travel by timestamp)."""
-    candidates = [c.version for c in history(spark, location) if c.timestamp <= when.replace(tzinfo=None)]
+    """The newest version committed at or before `when` (Delta time travel by timestamp); a naive
+    `when` is read as Spark hands timestamps back (timeutil.from_spark)."""
+    when = from_spark(when)
+    candidates = [c.version for c in history(spark, location) if from_spark(c.timestamp) <= when]
     if not candidates:
         raise HistoryNotRetainedError(f"{location!r} has no retained version at or before {when.isoformat()}")
     return candidates[-1]
@@ -393,12 +396,7 @@ def _inside(spark: SparkSession, location: str, time_column: str, start: datetim
     low, high = bounds
     if low is None:
         return True
-    return _naive_utc(start) <= low and high < _naive_utc(end)
-
-
-def _naive_utc(when: datetime) -> datetime:
-    """`when` as Spark returns TIMESTAMP values in a UTC session: naive, in UTC."""
-    return when.astimezone(UTC).replace(tzinfo=None) if when.tzinfo else when
+    return from_spark(start) <= from_spark(low) and from_spark(high) < from_spark(end)
 
 
 def write_once(

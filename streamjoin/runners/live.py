@@ -57,11 +57,43 @@ class Progress:
     max_event: int | None
     newest: dict[int, arrival.Position]
     carried: dict[str, int]
-    partial: dict[int, tuple[arrival.Position, int]] = field(
-        default_factory=dict
-    )  # source -> (commit, rows so far)
+    # source -> (a commit cut by maxFilesPerTrigger, its rows so far)
+    partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)
     tables: dict[int, int] = field(default_factory=dict)  # table source -> the version this batch read
     bound: int | None = None  # table-table joins: result changes up to this commit time are written
+
+    def to_json(self) -> str:
+        """The record a batch leaves in <checkpoint>/streamjoin/progress (JSON keys are strings)."""
+        return json.dumps(
+            {
+                "batch": self.batch,
+                "max_event": self.max_event,
+                "carried": self.carried,
+                "newest": {str(k): list(v) for k, v in self.newest.items()},
+                "partial": {str(k): [list(p), n] for k, (p, n) in self.partial.items()},
+                "tables": {str(k): v for k, v in self.tables.items()},
+                "bound": self.bound,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Progress:
+        """The inverse of `to_json`; records written before `partial`, `tables` or `bound` existed read as empty."""
+        body = json.loads(text)
+        return cls(
+            batch=body["batch"],
+            max_event=body["max_event"],
+            newest={int(k): _position(v) for k, v in body["newest"].items()},
+            carried=body["carried"],
+            partial={int(k): (_position(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
+            tables={int(k): v for k, v in body.get("tables", {}).items()},
+            bound=body.get("bound"),
+        )
+
+
+def _position(value: list[int]) -> arrival.Position:
+    ts, src, version = value
+    return ts, src, version
 
 
 class LiveRunner:
@@ -255,28 +287,20 @@ class LiveRunner:
             )
             # maxFilesPerTrigger may cut a commit into several micro-batches: a source's newest commit
             # in this batch moves the frontier only once all its rows have come (its rows wait till then).
-            partial = dict(previous.partial) if previous else {}
-            complete = []
             self._index_upto(
                 {
                     s.name: max((c.position[2] for c in commits if c.position[1] == s.index), default=-1)
                     for s in plan.streams
                 }
             )
-            for source in plan.streams:
-                mine = [c for c in commits if c.position[1] == source.index]
-                if not mine:
-                    continue
-                last = mine[-1]
-                seen, so_far = partial.pop(source.index, (None, 0))
-                got = last.rows + (so_far if seen == last.position else 0)
-                version = last.position[2]
-                if got < self.positions.rows(source.name, version):
-                    partial[source.index] = (last.position, got)
-                    mine = mine[:-1]
-                complete += mine
-            newest = arrival.newest_positions(complete, previous.newest if previous else None)
-            frontier = arrival.frontier(newest, len(plan.streams))
+            names = {s.index: s.name for s in plan.streams}
+            settling = settle(
+                commits,
+                len(plan.streams),
+                previous,
+                lambda source, version: self.positions.rows(names[source], version),
+            )
+            newest, partial, frontier = settling.newest, settling.partial, settling.frontier
             settled_test = arrival.at_or_before(frontier) if frontier else F.lit(False)
 
             state = self._state(previous)
@@ -589,32 +613,14 @@ class LiveRunner:
         records = sorted(folder.glob("*.json"), key=lambda p: int(p.stem)) if folder.exists() else []
         if not records:
             return None
-        body = json.loads(records[-1].read_text())
-        return Progress(
-            batch=body["batch"],
-            max_event=body["max_event"],
-            newest={int(k): tuple(v) for k, v in body["newest"].items()},
-            carried=body["carried"],
-            partial={int(k): (tuple(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
-            tables={int(k): v for k, v in body.get("tables", {}).items()},
-            bound=body.get("bound"),
-        )
+        return Progress.from_json(records[-1].read_text())
 
     def _save_progress(self, progress: Progress) -> None:
         """Write the batch's record atomically (rename), then drop state older than the previous batch."""
         folder = Path(self.home, "progress")
         folder.mkdir(parents=True, exist_ok=True)
-        body = {
-            "batch": progress.batch,
-            "max_event": progress.max_event,
-            "carried": progress.carried,
-            "newest": {str(k): list(v) for k, v in progress.newest.items()},
-            "partial": {str(k): [list(p), n] for k, (p, n) in progress.partial.items()},
-            "tables": {str(k): v for k, v in progress.tables.items()},
-            "bound": progress.bound,
-        }
         temporary = folder / f".{progress.batch}.json.tmp"
-        temporary.write_text(json.dumps(body))
+        temporary.write_text(progress.to_json())
         os.replace(temporary, folder / f"{progress.batch}.json")
         states = Path(self.home, "state")
         for old in sorted(states.iterdir() if states.exists() else [], key=lambda p: int(p.name)):
@@ -664,6 +670,43 @@ class LiveRunner:
         stored = {"job": self.spec.name, "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}"}
         marker.write_text(json.dumps(stored))
         return stored
+
+
+@dataclass(frozen=True)
+class Settling:
+    """Where one micro-batch leaves the sources' clocks (see `settle`)."""
+
+    newest: dict[int, arrival.Position]  # each stream source's newest complete commit so far
+    partial: dict[int, tuple[arrival.Position, int]]  # source -> (its cut commit, rows of it seen so far)
+    frontier: arrival.Position | None  # rows at or before it are settled
+
+
+def settle(
+    commits: list[arrival.CommitStats],
+    sources: int,
+    previous: Progress | None,
+    rows_of: Callable[[int, int], int],
+) -> Settling:
+    """Move the sources' clocks by one micro-batch holding `commits` (position order).
+
+    maxFilesPerTrigger may cut a commit into several micro-batches: a source's newest commit in the
+    batch counts only once all its rows (`rows_of(source, version)`, from the arrival index) have
+    come, adding the rows earlier batches brought (`previous.partial`); until then its rows wait.
+    The frontier is the oldest of the sources' newest complete commits (arrival.frontier).
+    """
+    partial = dict(previous.partial) if previous else {}
+    complete: list[arrival.CommitStats] = []
+    for source in sorted({c.position[1] for c in commits}):
+        mine = [c for c in commits if c.position[1] == source]
+        last = mine[-1]
+        seen, so_far = partial.pop(source, (None, 0))
+        got = last.rows + (so_far if seen == last.position else 0)
+        if got < rows_of(source, last.position[2]):
+            partial[source] = (last.position, got)
+            mine = mine[:-1]
+        complete += mine
+    newest = arrival.newest_positions(complete, previous.newest if previous else None)
+    return Settling(newest, partial, arrival.frontier(newest, sources))
 
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from conftest import BASE
-from harness import SCHEMA
+from harness import SCHEMA, base_micros
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType, TimestampType
@@ -29,7 +29,9 @@ from reference import Event
 
 from streamjoin import arrival, kernel
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.joins.interval import MATCHED
 from streamjoin.plan import Plan
+from streamjoin.runners.live import PENDING, Progress, batch_commits, decide
 
 PIVOT = 1_000_000  # seconds after BASE: every example's largest settled event time lands here
 STRIDE = 10_000  # commit versions and commit seconds reserved per example
@@ -37,14 +39,14 @@ SETTLED = "_sj_test_settled"
 
 Commit = tuple[int, list[tuple[str, str | None, int | None, int]]]  # (side, rows (id, key, seconds, v))
 
-_ROWS = StructType(
+_ARRIVALS = StructType(
     [
         *SCHEMA.fields,
         StructField(COMMIT_VERSION, LongType()),
         StructField(COMMIT_TIMESTAMP, TimestampType()),
-        StructField(SETTLED, BooleanType()),
     ]
 )
+_ROWS = StructType([*_ARRIVALS.fields, StructField(SETTLED, BooleanType())])
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,86 @@ def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
         example = int((r["lid"] or r["rid"]).split("/")[0])
         per_example[example][(r["lid"], r["rid"], r["t"] - base - stacked.shift[example])] += 1
     return per_example
+
+
+@dataclass
+class LiveRun:
+    """What a sequence of live micro-batches decided, summed over the batches."""
+
+    output: Counter
+    counts: dict[int, dict[str, int]]  # side -> the reference's buckets
+    frontiers: list[arrival.Position | None]
+
+
+def live_steps(
+    spark: SparkSession, plan: Plan, events: list[Event], batches: Sequence[dict[int, int]]
+) -> LiveRun:
+    """Run `events` (one example, unshifted) through the live runner's `decide`, micro-batch by
+    micro-batch: batch i brings the next `batches[i][side]` rows of each side in arrival order (a
+    commit may be cut between batches, as maxFilesPerTrigger cuts it). The state a batch leaves
+    is collected and handed to the next as new DataFrames, as the runner's parquet state would be."""
+    rows = {side: sorted((e for e in events if e.side == side), key=lambda e: e.pos) for side in (0, 1)}
+    total = {e.pos: sum(1 for o in events if o.pos == e.pos) for e in events}
+    by_version = {(p[1], p[2]): n for p, n in total.items()}
+    names = {s.index: s.name for s in plan.streams}
+    taken = {0: 0, 1: 0}
+    previous: Progress | None = None
+    state: dict[str, DataFrame] | None = None
+    run = LiveRun(Counter(), {side: Counter() for side in (0, 1)}, [])
+    kept: dict[str, list] = {name: [] for name in names.values()}
+    base = base_micros(spark)
+    for batch_id, take in enumerate(batches):
+        new = {}
+        for side in (0, 1):
+            arrived = rows[side][taken[side] : taken[side] + take[side]]
+            taken[side] += take[side]
+            frame = spark.createDataFrame([_arrival(e, 0) for e in arrived], _ARRIVALS)
+            source = plan.source(names[side])
+            new[source.name] = arrival.prepare(
+                frame, side, source.raw_time(), source.event_time(), source.keys
+            )
+        commits = batch_commits(new)
+        decision = decide(spark, plan, new, commits, state, previous, lambda s, v: by_version[(s, v)])
+        for side, name in names.items():
+            c = decision.counts[name]
+            decided = decision.result.counts[name]
+            run.counts[side].update(
+                {
+                    "rows_in": c.rows_in,
+                    "rejected": c.rejected,
+                    "late": decided.late,
+                    "joined": decided.joined,
+                    "unmatched_emitted": decided.unmatched_emitted,
+                    "unmatched_dropped": decided.unmatched_dropped,
+                }
+            )
+        for r in decision.result.output.select(
+            "lid", "rid", F.unix_micros("event_time").alias("t")
+        ).collect():
+            run.output[(r["lid"], r["rid"], (r["t"] - base) // 1_000_000)] += 1
+        kept = {name: frame.collect() for name, frame in decision.next_state.items()}
+        state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
+        carried = {
+            name: len(kept[name]) - sum(1 for r in kept[name] if r[MATCHED] and not r[PENDING])
+            for name in kept
+        }
+        previous = Progress(
+            batch_id, decision.result.max_event, decision.settling.newest, carried, decision.settling.partial
+        )
+        run.frontiers.append(decision.settling.frontier)
+        for frame in decision.cached:
+            frame.unpersist()
+    for side, name in names.items():
+        left = kept[name]
+        run.counts[side]["open"] = sum(1 for r in left if not r[PENDING] and not r[MATCHED])
+        run.counts[side]["unsettled"] = sum(1 for r in left if r[PENDING])
+    return run
+
+
+def _arrival(e: Event, shift: int) -> tuple:
+    """An event as the row a Delta stream would bring: its columns, commit version and timestamp."""
+    at = None if e.t is None else BASE + timedelta(seconds=e.t + shift)
+    return (e.id, e.key, at, e.v, e.pos[2], BASE + timedelta(microseconds=e.pos[0]))
 
 
 def _by_example(commits: list[arrival.CommitStats]) -> list[list[arrival.CommitStats]]:

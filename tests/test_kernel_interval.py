@@ -13,12 +13,13 @@ import pytest
 from harness import base_micros, create_tables, job
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from kernel_harness import replay_step, stack, unstacked_output
+from kernel_harness import live_steps, positioned, replay_step, stack, unstacked_output
 from reference import BUCKETS, reference
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))  # stacks of STACK scenarios
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "20"))
 STACK = 30  # scenarios decided by one kernel step
 DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 
@@ -92,3 +93,49 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case):
         totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
         decided = result.counts[name]
         assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
+
+
+@st.composite
+def deliveries(draw):
+    """A scenario and its cut into one to four micro-batches: how many of each side's next rows
+    each batch brings (a commit may be cut)."""
+    how = draw(st.sampled_from(("inner", "left", "right", "full")))
+    lo = draw(st.integers(-8, 4))
+    hi = draw(st.integers(lo, lo + 8))
+    grace = draw(st.sampled_from((0, 2, 5)))
+    scenario = draw(commits())
+    rows = {side: sum(len(r) for s, r in scenario if s == side) for side in (0, 1)}
+    count = draw(st.integers(1, 4))
+    cuts = {
+        side: sorted(draw(st.lists(st.integers(0, rows[side]), min_size=count - 1, max_size=count - 1)))
+        for side in (0, 1)
+    }
+    bounds = {side: [0, *cuts[side], rows[side]] for side in (0, 1)}
+    batches = [{side: bounds[side][i + 1] - bounds[side][i] for side in (0, 1)} for i in range(count)]
+    batches = [b for b in batches if any(b.values())]  # Spark runs no batch without rows
+    return how, lo, hi, grace, scenario, batches
+
+
+@settings(
+    max_examples=LIVE_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    print_blob=True,
+)
+@given(case=deliveries())
+def test_micro_batches_decide_as_one_step(spark, tables, case):
+    """The live runner's `decide`, batch after batch with the state each leaves, writes what the
+    reference writes for all rows at once: any cut into batches (commits cut too) gives one result."""
+    how, lo, hi, grace, scenario, batches = case
+    root, paths = tables
+    plan = bind(spark, job(root, paths, how, lo, hi, grace))
+    events = positioned(0, scenario)
+    run = live_steps(spark, plan, events, batches)
+    output, counts = reference(events, lo, hi, grace, how, "exact")
+    assert run.output == output
+    assert {side: {b: run.counts[side][b] for b in BUCKETS} for side in (0, 1)} == counts

@@ -271,22 +271,19 @@ class LiveRunner:
         batch = batch.persist()
         cached = [batch]
         try:
-            new = {}
-            for source in plan.streams:
-                own = batch.where(F.col(_IDX) == source.index).select(
-                    f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+            new = {
+                source.name: arrival.prepare(
+                    batch.where(F.col(_IDX) == source.index).select(
+                        f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+                    ),
+                    source.index,
+                    source.raw_time(),
+                    source.event_time(),
+                    source.keys,
                 )
-                new[source.name] = arrival.prepare(
-                    own, source.index, source.raw_time(), source.event_time(), source.keys
-                )
-            commits = arrival.commit_stats(
-                reduce(
-                    DataFrame.unionByName,
-                    [r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()],
-                )
-            )
-            # maxFilesPerTrigger may cut a commit into several micro-batches: a source's newest commit
-            # in this batch moves the frontier only once all its rows have come (its rows wait till then).
+                for source in plan.streams
+            }
+            commits = batch_commits(new)
             self._index_upto(
                 {
                     s.name: max((c.position[2] for c in commits if c.position[1] == s.index), default=-1)
@@ -294,60 +291,23 @@ class LiveRunner:
                 }
             )
             names = {s.index: s.name for s in plan.streams}
-            settling = settle(
-                commits,
-                len(plan.streams),
-                previous,
-                lambda source, version: self.positions.rows(names[source], version),
-            )
-            newest, partial, frontier = settling.newest, settling.partial, settling.frontier
-            settled_test = arrival.at_or_before(frontier) if frontier else F.lit(False)
-
             state = self._state(previous)
-            counts, rejected_parts, settled, waiting, open_state = {}, [], {}, {}, {}
-            for source in plan.streams:
-                name = source.name
-                accepted, rejected = kernel.split_rejected(new[name])
-                rejected_parts.append(kernel.rejected_side_rows(name, rejected))
-                pending = accepted.drop(arrival.REJECT)
-                if state is not None:
-                    held = state.where(F.col(_IDX) == source.index).select(
-                        f"_sj_s{source.index}.*", *_STATE_META
-                    )
-                    pending = held.where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
-                    open_state[name] = held.where(~F.col(PENDING)).drop(PENDING)
-                pending = pending.persist()
-                cached.append(pending)
-                settled[name] = pending.where(settled_test)
-                waiting[name] = pending.where(~settled_test)
-                own_commits = [c for c in commits if c.position[1] == source.index]
-                counts[name] = SourceCounts(
-                    rows_in=sum(c.rows for c in own_commits),
-                    rejected=sum(c.rejected for c in own_commits),
-                    carried_in=previous.carried.get(name, 0) if previous else 0,
-                )
-            settled_commits = arrival.commit_stats(
-                reduce(
-                    DataFrame.unionByName,
-                    [
-                        s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT))
-                        for s in settled.values()
-                    ],
-                )
-            )
-            tables = self._tables(previous, newest, counts, rejected_parts, cached, table_versions)
-            timeline = arrival.timeline(settled_commits, previous.max_event if previous else None)
-            result = kernel.step(
+            decision = decide(
                 spark,
                 plan,
-                settled,
-                timeline,
-                "exact",
-                state=open_state if state is not None else None,
-                keep_state=True,
-                tables=tables,
+                new,
+                commits,
+                None if state is None else {s.name: self._unpack(state, s.index) for s in plan.streams},
+                previous,
+                lambda source, version: self.positions.rows(names[source], version),
+                lambda newest, counts, rejected, held: self._tables(
+                    previous, newest, counts, rejected, held, table_versions
+                ),
             )
-            cached += result.cached
+            cached += decision.cached
+            result, counts, rejected_parts = decision.result, decision.counts, decision.rejected
+            tables, newest = decision.tables, decision.settling.newest
+            partial, frontier = decision.settling.partial, decision.settling.frontier
             out = self.spec.output
             rows_out = 0
             if outputs:
@@ -366,20 +326,10 @@ class LiveRunner:
                 if rows_out:
                     self._write(output, out.location, batch_id, "output", out.partition_by)
 
-            # a stream join's step keeps its open rows when asked to (keep_state=True above)
-            assert result.state is not None
-            parts = []
-            for source in plan.streams:
-                kept = (
-                    result.state[source.name]
-                    .withColumn(PENDING, F.lit(False))
-                    .unionByName(
-                        waiting[source.name]
-                        .withColumn(MATCHED, F.lit(False))
-                        .withColumn(PENDING, F.lit(True))
-                    )
-                )
-                parts.append(kept.select(*self._payloads(source.index), *_STATE_META))
+            parts = [
+                decision.next_state[source.name].select(*self._payloads(source.index), *_STATE_META)
+                for source in plan.streams
+            ]
             next_state = reduce(DataFrame.unionByName, parts).persist()
             cached.append(next_state)
             next_state.write.mode("overwrite").parquet(self._state_path(batch_id))
@@ -636,6 +586,10 @@ class LiveRunner:
         # An explicit schema: a batch that closed every window leaves an empty folder behind.
         return self.spark.read.schema(self._state_schema()).parquet(self._state_path(previous.batch))
 
+    def _unpack(self, state: DataFrame, index: int) -> DataFrame:
+        """One source's rows of the packed state, in `decide`'s flat form."""
+        return state.where(F.col(_IDX) == index).select(f"_sj_s{index}.*", *_STATE_META)
+
     def _state_schema(self) -> StructType:
         fields = [StructField(_IDX, IntegerType())]
         fields += [StructField(f"_sj_s{s.index}", self.structs[s.name]) for s in self.plan.streams]
@@ -670,6 +624,106 @@ class LiveRunner:
         stored = {"job": self.spec.name, "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}"}
         marker.write_text(json.dumps(stored))
         return stored
+
+
+def batch_commits(new: dict[str, DataFrame]) -> list[arrival.CommitStats]:
+    """The commits a micro-batch brings (position order), from its prepared rows per stream source."""
+    return arrival.commit_stats(
+        reduce(DataFrame.unionByName, [r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()])
+    )
+
+
+@dataclass
+class Decision:
+    """What one micro-batch decides, before anything is written (see `decide`)."""
+
+    result: kernel.StepResult
+    settling: Settling
+    counts: dict[str, SourceCounts]  # rows_in, rejected, carried_in; the rest is the kernel's and the state's
+    rejected: list[DataFrame]  # side rows of the rejected rows, per source
+    next_state: dict[str, DataFrame]  # per stream source: open rows and rows still waiting (PENDING)
+    tables: dict[str, TableInput]
+    cached: list[DataFrame]  # persisted here; unpersist after writing
+
+
+TablesFor = Callable[
+    [dict[int, arrival.Position], dict[str, SourceCounts], list[DataFrame], list[DataFrame]],
+    dict[str, TableInput],
+]
+
+
+def decide(
+    spark: SparkSession,
+    plan: Plan,
+    new: dict[str, DataFrame],
+    commits: list[arrival.CommitStats],
+    state: dict[str, DataFrame] | None,
+    previous: Progress | None,
+    rows_of: Callable[[int, int], int],
+    tables_for: TablesFor | None = None,
+) -> Decision:
+    """One micro-batch of a job with stream sources, as a function of its inputs: the new rows
+    (prepared, per source), the state the previous batch left (per source: open rows and rows
+    waiting for the frontier, flagged PENDING), and the previous batch's progress.
+
+    Moves the clocks (`settle`), settles the waiting and new rows at or before the frontier, takes
+    their watermarks from this batch's Timeline, and runs the kernel with the open state; the rows
+    after the frontier wait in the next state. `tables_for(newest, counts, rejected, cached)` gives
+    the table sources (enrichment joins)."""
+    settling = settle(commits, len(plan.streams), previous, rows_of)
+    settled_test = arrival.at_or_before(settling.frontier) if settling.frontier else F.lit(False)
+    counts: dict[str, SourceCounts] = {}
+    rejected_parts: list[DataFrame] = []
+    cached: list[DataFrame] = []
+    settled, waiting, open_state = {}, {}, {}
+    for source in plan.streams:
+        name = source.name
+        accepted, rejected = kernel.split_rejected(new[name])
+        rejected_parts.append(kernel.rejected_side_rows(name, rejected))
+        pending = accepted.drop(arrival.REJECT)
+        if state is not None:
+            pending = state[name].where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
+            open_state[name] = state[name].where(~F.col(PENDING)).drop(PENDING)
+        pending = pending.persist()
+        cached.append(pending)
+        settled[name] = pending.where(settled_test)
+        waiting[name] = pending.where(~settled_test)
+        own_commits = [c for c in commits if c.position[1] == source.index]
+        counts[name] = SourceCounts(
+            rows_in=sum(c.rows for c in own_commits),
+            rejected=sum(c.rejected for c in own_commits),
+            carried_in=previous.carried.get(name, 0) if previous else 0,
+        )
+    settled_commits = arrival.commit_stats(
+        reduce(
+            DataFrame.unionByName,
+            [
+                s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT))
+                for s in settled.values()
+            ],
+        )
+    )
+    tables = tables_for(settling.newest, counts, rejected_parts, cached) if tables_for else {}
+    timeline = arrival.timeline(settled_commits, previous.max_event if previous else None)
+    result = kernel.step(
+        spark,
+        plan,
+        settled,
+        timeline,
+        "exact",
+        state=open_state if state is not None else None,
+        keep_state=True,
+        tables=tables,
+    )
+    cached += result.cached
+    assert result.state is not None  # a stream join's step keeps its open rows when asked to (keep_state)
+    next_state = {
+        name: result.state[name]
+        .withColumn(PENDING, F.lit(False))
+        .unionByName(waiting[name].withColumn(MATCHED, F.lit(False)).withColumn(PENDING, F.lit(True)))
+        for name in waiting
+    }
+    return Decision(result, settling, counts, rejected_parts, next_state, tables, cached)
 
 
 @dataclass(frozen=True)

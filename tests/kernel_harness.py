@@ -29,7 +29,7 @@ from reference import Event
 
 from streamjoin import arrival, kernel
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
-from streamjoin.joins.interval import MATCHED
+from streamjoin.joins.interval import MATCHED, IntervalJoin
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Progress, batch_commits, decide
 
@@ -108,19 +108,33 @@ def stack(examples: Sequence[Sequence[Commit]], base: int) -> Stacked:
     return Stacked(rows, commits, shift, all_events, any_settled, base)
 
 
-def replay_step(spark: SparkSession, plan: Plan, stacked: Stacked, mode: str) -> kernel.StepResult:
-    """One kernel step over every settled row of the stacked examples, as a replay of everything."""
+def replay_step(
+    spark: SparkSession, plan: Plan, stacked: Stacked, mode: str, window: tuple[int, int] | None = None
+) -> kernel.StepResult:
+    """One kernel step over the settled rows of the stacked examples: a replay of everything, or
+    with `window` (seconds after BASE, [start, end)) a replay of that slice, given only the rows
+    inside the join's margins around it, as the replay runner reads them."""
+    join = kernel.family(plan)
     settled = {}
     for source in plan.streams:
         frame = spark.createDataFrame(stacked.rows[source.index], _ROWS)
         prepared = arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
         accepted, _ = kernel.split_rejected(prepared)
-        settled[source.name] = accepted.where(F.col(SETTLED)).drop(SETTLED)
+        rows = accepted.where(F.col(SETTLED)).drop(SETTLED)
+        if window is not None:
+            assert isinstance(join, IntervalJoin)
+            before, after = join.margins(source.name)
+            low, high = stacked.base + _micros(window[0]) - before, stacked.base + _micros(window[1]) + after
+            rows = rows.where((F.col(arrival.T) >= low) & (F.col(arrival.T) < high))
+        settled[source.name] = rows
     before: dict[tuple[int, int], int | None] = {}
     for example_commits in _by_example(stacked.commits):
         before.update(arrival.timeline(example_commits, None).before)
     timeline = arrival.Timeline(before, stacked.base + _micros(PIVOT) if stacked.any_settled else None)
-    return kernel.step(spark, plan, settled, timeline, mode)
+    micros = (
+        None if window is None else (stacked.base + _micros(window[0]), stacked.base + _micros(window[1]))
+    )
+    return kernel.step(spark, plan, settled, timeline, mode, window=micros)
 
 
 def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:

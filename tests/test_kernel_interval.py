@@ -13,7 +13,7 @@ import pytest
 from harness import base_micros, create_tables, job
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from kernel_harness import live_steps, positioned, replay_step, stack, unstacked_output
+from kernel_harness import PIVOT, live_steps, positioned, replay_step, stack, unstacked_output
 from reference import BUCKETS, reference
 
 from streamjoin.plan import bind
@@ -93,6 +93,38 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case):
         totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
         decided = result.counts[name]
         assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    print_blob=True,
+)
+@given(case=cases(), cut=st.integers(-30, 2))
+def test_slices_add_up_to_the_whole(spark, tables, case, cut):
+    """[a, b) and [b, c), each given only the rows in its margins, write and count what [a, c) does."""
+    how, lo, hi, grace, residual, scenarios = case
+    root, paths = tables
+    plan = bind(spark, job(root, paths, how, lo, hi, grace, residual))
+    stacked = stack(scenarios, base_micros(spark))
+    b = PIVOT + cut
+    whole = replay_step(spark, plan, stacked, "exact")
+    parts = [replay_step(spark, plan, stacked, "exact", window) for window in ((-PIVOT, b), (b, 2 * PIVOT))]
+    sliced = [unstacked_output(part.output, stacked) for part in parts]
+    for example, expected in enumerate(unstacked_output(whole.output, stacked)):
+        got = sliced[0][example] + sliced[1][example]
+        assert got == expected, f"scenario {example}: {scenarios[example]}"
+    for name in ("l", "r"):
+        for bucket in DECIDED:
+            assert sum(getattr(part.counts[name], bucket) for part in parts) == getattr(
+                whole.counts[name], bucket
+            )
 
 
 @st.composite

@@ -8,6 +8,7 @@ same seconds and on the arrival positions read back from each table's change dat
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -15,6 +16,7 @@ from datetime import datetime, timedelta
 
 from conftest import BASE, at
 from delta.tables import DeltaTable
+from hypothesis import HealthCheck, Phase
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 from reference import Event
@@ -32,7 +34,41 @@ SCHEMA = StructType(
     ]
 )
 SIDES = ("l", "r")
+# End-to-end property tests (every example writes Delta tables and runs Spark) draw few examples per
+# case; STREAMJOIN_PROPERTY_EXAMPLES raises it for a longer hunt.
+PROPERTY_SETTINGS = {
+    "max_examples": int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2")),
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would re-run Spark for minutes
+    "print_blob": True,
+}
 EVERYTHING = (BASE - timedelta(days=1), datetime(2100, 1, 1))  # a slice holding every row, NULL times too
+
+
+# The fixed example of the end-to-end tests: a FULL join BETWEEN -2s AND 5s with 3s grace, where
+# later commits bring joins, padded rows on both sides, late rows and rejected rows (NULL key, NULL
+# time), and commits of two files that one-file micro-batches cut in two. Parts of the input, each a
+# list of commits (side, rows (id, key, seconds, v), files). Generated cases are decided at the
+# kernel's level (tests/test_kernel_interval.py); these tests check the wiring around it.
+FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE = "full", -2, 5, 3
+FIXED_PARTS = [
+    [
+        (0, [("l1", "a", 0, 0), ("l2", "b", 1, 0), ("l3", None, 2, 0)], 2),
+        (1, [("r1", "a", 2, 0), ("r2", "b", 9, 0)], 2),
+    ],
+    [
+        (0, [("l4", "a", 10, 0), ("l5", "c", 11, 0)], 2),
+        (1, [("r3", "a", 1, 0), ("r4", "a", 12, 0), ("r5", "c", None, 0)], 2),
+        (0, [("l6", "b", 20, 0), ("l7", "a", 13, 0), ("l8", None, 14, 0)], 2),
+        (1, [("r6", "b", 22, 0), ("r7", "a", 5, 0), ("r8", "a", 30, 0)], 2),
+        (0, [("l9", "a", 31, 0), ("l10", "c", 3, 0)], 1),
+    ],
+    [
+        (1, [("r9", "c", 40, 0)], 1),
+        (0, [("l11", "a", 41, 0), ("l12", "a", 39, 0)], 2),
+    ],
+]
 
 
 def create_tables(spark, root) -> dict[int, str]:

@@ -7,7 +7,6 @@ so Delta itself refuses to read their early change feed, as it would on a produc
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
 from dataclasses import replace
@@ -19,6 +18,11 @@ from aging import age_table, session_conf, write_commits
 from conftest import at
 from harness import (
     EVERYTHING,
+    FIXED_GRACE,
+    FIXED_HI,
+    FIXED_HOW,
+    FIXED_LO,
+    FIXED_PARTS,
     SIDES,
     create_tables,
     events,
@@ -28,8 +32,6 @@ from harness import (
     with_output,
     write_commit,
 )
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 from reference import Event, reference
 
 from streamjoin import delta_io
@@ -242,31 +244,7 @@ def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark
         replay(spark, spec, *EVERYTHING)
 
 
-# ------------------------------------------------------------------------ property tests from a start
-
-EXAMPLES = int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2"))
-
-
-@st.composite
-def with_history(draw):
-    """Commits before the start (history) and after it, as in tests/test_equivalence.py."""
-
-    def commit(c: int, n0: int, side: int | None = None):
-        side = draw(st.sampled_from((0, 1))) if side is None else side
-        rows = []
-        for i in range(draw(st.integers(1, 3))):
-            key = draw(st.sampled_from(("a", "b", "a", "c", None)))
-            t = None if draw(st.integers(0, 14)) == 0 else 3 * c + draw(st.integers(-8, 6))
-            rows.append((f"{SIDES[side]}{n0 + i}", key, t, draw(st.integers(0, 2))))
-        return side, rows
-
-    before = [commit(0, 0, 0), commit(0, 10, 1)] + [
-        commit(c, 100 * c) for c in range(1, draw(st.integers(1, 3)))
-    ]
-    after = [commit(c, 100 * c) for c in range(10, 10 + draw(st.integers(2, 5)))]
-    lo = draw(st.integers(-8, 2))
-    hi = draw(st.integers(lo, lo + 8))
-    return before, after, lo, hi, draw(st.sampled_from((0, 2, 5)))
+# ------------------------------------------------------------------------ live and slices from a start
 
 
 def history_events(spark, paths, written, starts) -> list[Event]:
@@ -281,23 +259,15 @@ def history_events(spark, paths, written, starts) -> list[Event]:
     ]
 
 
-@pytest.mark.parametrize("how", ["left", "full"])
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-)
-@given(data=st.data())
-def test_live_equals_replay_and_slices_add_up_from_a_start_version(spark, tmp_path_factory, how, data):
-    before, after, lo, hi, grace = data.draw(with_history(), label="history, commits, lo, hi, grace")
-    cut = data.draw(st.integers(-4, 40), label="slice boundary (seconds)")
-    trigger = data.draw(st.integers(0, len(after) - 1), label="live run after commit")
-    root = tmp_path_factory.mktemp("start")
+def test_live_equals_replay_and_slices_add_up_from_a_start_version(spark, tmp_path):
+    """The fixed example (tests/harness.py) with its first part as history before the start: the
+    live runner (catch-up, then micro-batches) equals the exact replay and the reference (history
+    at the start's position), and two slices equal one replay."""
+    how, lo, hi, grace = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE
+    before = [(side, rows) for side, rows, _ in FIXED_PARTS[0]]
+    after = [(side, rows) for part in FIXED_PARTS[1:] for side, rows, _ in part]
+    cut, trigger = 12, 2
+    root = tmp_path
     paths = create_tables(spark, root)
     versions, written = {0: 0, 1: 0}, []
     for side, rows in before:

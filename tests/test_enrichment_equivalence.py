@@ -22,6 +22,7 @@ from conftest import append, at
 from harness import (
     EVERYTHING,
     FINAL,
+    PROPERTY_SETTINGS,
     SCHEMA,
     create_tables,
     delete,
@@ -37,7 +38,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event, asof_reference, temporal_reference
-from test_equivalence import SETTINGS
 
 from streamjoin import delta_io
 from streamjoin.runners.live import LiveRunner
@@ -127,7 +127,7 @@ def temporal_scenarios(draw):
 
 
 @pytest.mark.parametrize("how", ("left", "inner"))
-@settings(**SETTINGS)
+@settings(**PROPERTY_SETTINGS)
 @given(data=st.data())
 def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how, data):
     commits, grace = data.draw(temporal_scenarios(), label="commits, grace")
@@ -213,7 +213,7 @@ def asof_scenarios(draw):
 
 
 @pytest.mark.parametrize("how, skew", (("left", 0), ("inner", 3600)))
-@settings(**SETTINGS)
+@settings(**PROPERTY_SETTINGS)
 @given(data=st.data())
 def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
     commits = data.draw(asof_scenarios(), label="commits")

@@ -1,24 +1,26 @@
-"""Property tests of the contracts Equivalence, Determinism, Slice invariance and Nothing is lost.
+"""End-to-end tests of the contracts Equivalence, Determinism, Slice invariance and Nothing is lost,
+on the fixed example of tests/harness.py written as real Delta commits.
 
-Random events on two streams (a few keys, out-of-order times, late rows, NULL keys and times) are
-split into random Delta commits interleaving the two tables. The same final table versions are then
-run live, in available-now runs at random trigger points (some splitting a backlog, commits too,
-into one-file micro-batches), and replayed; both are compared with the plain-Python reference
-(tests/reference.py) computed from the commit positions read back from the change data feed.
-
-Every example starts Spark jobs for real, so each test draws only a few examples.
+The same join's decisions on hundreds of generated cases are tested at the kernel's level
+(tests/test_kernel_interval.py); the live runner in several runs against one is in
+tests/test_restart.py. Here: one replay in each mode and at several shuffle partitionings, and
+slices that add up to the whole, compared with the plain-Python reference (tests/reference.py) on
+the commit positions read back from the change data feed.
 """
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from dataclasses import asdict
 
-import pytest
 from conftest import at
 from harness import (
     EVERYTHING,
+    FIXED_GRACE,
+    FIXED_HI,
+    FIXED_HOW,
+    FIXED_LO,
+    FIXED_PARTS,
     SIDES,
     by_source,
     create_tables,
@@ -30,49 +32,10 @@ from harness import (
     with_output,
     write_commit,
 )
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 from reference import BUCKETS, reference
 
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-
-# Examples per parametrized case; raise it for a longer hunt, e.g. STREAMJOIN_PROPERTY_EXAMPLES=20.
-EXAMPLES = int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2"))
-SETTINGS = {
-    "max_examples": EXAMPLES,
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would re-run Spark for minutes
-    "print_blob": True,
-}
-
-
-@st.composite
-def scenarios(draw, bounds: str, max_commits: int = 6):
-    """Commits [(side, rows, files)] with rows (id, key, seconds | None, v), time bounds and grace."""
-    commits, n = [], 0
-    for c in range(draw(st.integers(2, max_commits))):
-        side = draw(st.sampled_from((0, 1)))
-        rows = []
-        for _ in range(draw(st.integers(1, 3))):
-            n += 1
-            key = draw(st.sampled_from(("a", "b", "a", "c", "b", None)))
-            # Times drift forward with the commits, jittered so that some arrive out of order and late.
-            t = None if draw(st.integers(0, 14)) == 0 else 3 * c + draw(st.integers(-8, 6))
-            rows.append((f"{SIDES[side]}{n}", key, t, draw(st.integers(0, 2))))
-        files = draw(st.sampled_from((1, 2))) if len(rows) > 1 else 1
-        commits.append((side, rows, files))
-    if bounds == "within":
-        hi = draw(st.integers(0, 6))
-        lo = -hi
-    else:  # asymmetric
-        lo = draw(st.integers(-8, 4))
-        hi = draw(st.integers(lo, lo + 8))
-        if lo == -hi:
-            hi += 1
-    grace = draw(st.sampled_from((0, 2, 5, 30)))
-    return commits, lo, hi, grace
 
 
 def write_all(spark, paths, commits, after=None):
@@ -85,10 +48,6 @@ def write_all(spark, paths, commits, after=None):
         if after:
             after(i)
     return written
-
-
-def residual_of(flag: bool):
-    return (lambda l, r: l.v != r.v) if flag else (lambda l, r: True)
 
 
 def counts_of(metrics) -> dict[int, dict[str, int]]:
@@ -130,64 +89,13 @@ def check_live_metrics(rows, expected: dict[int, dict[str, int]]) -> None:
         assert {b: total[b] for b in BUCKETS} == expected[side], name
 
 
-@pytest.mark.parametrize(
-    "how, bounds, residual",
-    [
-        ("inner", "within", False),
-        ("left", "between", True),
-        ("full", "between", False),
-    ],
-)
-@settings(**SETTINGS)
-@given(data=st.data())
-def test_live_equals_exact_replay_and_reference(spark, tmp_path_factory, how, bounds, residual, data):
-    commits, lo, hi, grace = data.draw(scenarios(bounds, max_commits=5), label="commits, lo, hi, grace")
-    triggers = data.draw(
-        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
-    )
-    max_files = data.draw(st.sampled_from((None, 1)), label="max_files_per_trigger")
-    root = tmp_path_factory.mktemp("live")
+def test_replay_modes_partitions_and_slices(spark, tmp_path):
+    how, lo, hi, grace = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE
+    cut = 12  # inside the example: rows on both sides of it, windows open across it
+    root = tmp_path
     paths = create_tables(spark, root)
-    spec = job(root, paths, how, lo, hi, grace, residual)
-
-    def run_live(i=None):
-        if i is None or i in triggers:
-            LiveRunner(spark, spec, f"{root}/checkpoint", max_files_per_trigger=max_files).run()
-
-    written = write_all(spark, paths, commits, after=run_live)
-    run_live()
-
-    replayed = with_output(spec, f"{root}/replay")
-    metrics = replay(spark, replayed, *EVERYTHING, mode="exact")
-    expected, counts = reference(
-        events(spark, paths, written), lo, hi, grace, how, "exact", residual_of(residual)
-    )
-
-    assert read_output(spark, replayed.output.path) == expected, "exact replay differs from the reference"
-    assert read_output(spark, spec.output.path) == expected, "live output differs from the exact replay"
-    for side in ("late", "rejected"):
-        assert read_side(spark, spec.output.side(side)) == read_side(spark, replayed.output.side(side)), side
-    assert metrics.balanced() and counts_of(metrics) == counts
-    check_live_metrics(live_metrics(spark, spec), counts)
-
-
-@pytest.mark.parametrize(
-    "how, bounds, residual",
-    [
-        ("full", "within", True),
-        ("right", "between", False),
-        ("left", "between", False),
-    ],
-)
-@settings(**SETTINGS)
-@given(data=st.data())
-def test_replay_modes_partitions_and_slices(spark, tmp_path_factory, how, bounds, residual, data):
-    commits, lo, hi, grace = data.draw(scenarios(bounds), label="commits, lo, hi, grace")
-    cut = data.draw(st.integers(-4, 3 * len(commits) + 4), label="slice boundary (seconds)")
-    root = tmp_path_factory.mktemp("replay")
-    paths = create_tables(spark, root)
-    spec = job(root, paths, how, lo, hi, grace, residual)
-    written = write_all(spark, paths, commits)
+    spec = job(root, paths, how, lo, hi, grace)
+    written = write_all(spark, paths, [c for part in FIXED_PARTS for c in part])
     positioned = events(spark, paths, written)
     a, c = EVERYTHING
     b = at(cut)
@@ -209,7 +117,7 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path_factory, how, bounds
         spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
     for mode in ("complete", "exact"):
-        expected, counts = reference(positioned, lo, hi, grace, how, mode, residual_of(residual))
+        expected, counts = reference(positioned, lo, hi, grace, how, mode)
         assert read_output(spark, f"{root}/{mode}") == expected, mode
         assert runs[mode][0].balanced() and counts_of(runs[mode][0]) == counts, mode
     assert read_output(spark, f"{root}/sliced") == read_output(spark, f"{root}/exact")

@@ -1,9 +1,7 @@
 """Contract 5, live side: a query stopped or killed and restarted from its checkpoint ends with the
 output of one that never stopped (and of an exact replay), with no duplicate and nothing missing.
 
-The data is fixed: a FULL join BETWEEN -2s AND 5s with 3s grace, where later commits bring joins,
-padded rows on both sides, late rows and rejected rows (NULL key, NULL time), and commits of two
-files that one-file micro-batches cut in two.
+The data is the fixed example of tests/harness.py (FIXED_PARTS).
 """
 
 from __future__ import annotations
@@ -11,6 +9,11 @@ from __future__ import annotations
 import pytest
 from harness import (
     EVERYTHING,
+    FIXED_GRACE,
+    FIXED_HI,
+    FIXED_HOW,
+    FIXED_LO,
+    FIXED_PARTS,
     create_tables,
     events,
     job,
@@ -26,25 +29,7 @@ from test_equivalence import check_live_metrics
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 
-HOW, LO, HI, GRACE = "full", -2, 5, 3
-# Parts of the input, each a list of commits (side, rows (id, key, seconds, v), files).
-PARTS = [
-    [
-        (0, [("l1", "a", 0, 0), ("l2", "b", 1, 0), ("l3", None, 2, 0)], 2),
-        (1, [("r1", "a", 2, 0), ("r2", "b", 9, 0)], 2),
-    ],
-    [
-        (0, [("l4", "a", 10, 0), ("l5", "c", 11, 0)], 2),
-        (1, [("r3", "a", 1, 0), ("r4", "a", 12, 0), ("r5", "c", None, 0)], 2),
-        (0, [("l6", "b", 20, 0), ("l7", "a", 13, 0), ("l8", None, 14, 0)], 2),
-        (1, [("r6", "b", 22, 0), ("r7", "a", 5, 0), ("r8", "a", 30, 0)], 2),
-        (0, [("l9", "a", 31, 0), ("l10", "c", 3, 0)], 1),
-    ],
-    [
-        (1, [("r9", "c", 40, 0)], 1),
-        (0, [("l11", "a", 41, 0), ("l12", "a", 39, 0)], 2),
-    ],
-]
+HOW, LO, HI, GRACE, PARTS = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE, FIXED_PARTS
 
 
 class Tables:

@@ -19,11 +19,10 @@ from types import SimpleNamespace
 import pytest
 from conftest import append
 from delta.tables import DeltaTable
-from harness import EVERYTHING, concurrently, run_live, with_output
+from harness import EVERYTHING, PROPERTY_SETTINGS, concurrently, run_live, with_output
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-from test_equivalence import SETTINGS
 from test_restart import FailOnce
 
 from streamjoin.errors import UnsupportedJobError
@@ -265,7 +264,7 @@ def final_tables(commits) -> tuple[dict, dict]:
 
 
 @pytest.mark.parametrize("how", ("full", "left"))
-@settings(**SETTINGS)
+@settings(**PROPERTY_SETTINGS)
 @given(data=st.data())
 def test_random_changes_live_replay_reference(spark, tmp_path_factory, how, data):
     commits = data.draw(table_scenarios(), label="commits")

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta
 import pytest
 
 os.environ.setdefault("STREAMJOIN_SHUFFLE_PARTITIONS", "2")
-# One driver runs the whole suite, which touches hundreds of Delta tables: 4 GB filled its old
-# generation (hundreds of full GCs) by the middle of the run.
-os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "8g")
+# Each test worker (make test runs two) has one driver for the files it is dealt, which touch
+# hundreds of Delta tables: 4 GB filled its old generation by the middle of a one-worker run.
+os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 
 
 @pytest.fixture(scope="module", autouse=True)

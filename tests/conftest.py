@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from datetime import datetime, timedelta
 
 import pytest
+
+# A pytest-xdist worker runs with a __main__ that has neither a spec nor a file, which
+# pyspark.sql.connect (imported by Great Expectations) takes for its own doctest run and answers
+# with sys.exit(0). Give the worker's __main__ a file name.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "pytest-xdist-worker"
 
 os.environ.setdefault("STREAMJOIN_SHUFFLE_PARTITIONS", "2")
 # Each test worker (make test runs two) has one driver for the files it is dealt, which touch

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import nexmark
 from bench.run import main
 
@@ -20,6 +22,7 @@ def test_generator_rates_scale_with_the_history_not_the_rate():
     assert {t: 4 * n for t, n in one.rows().items()} == four.rows()
 
 
+@pytest.mark.slow
 def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, tmp_path):
     out = tmp_path / "results"
     code = main(
@@ -53,6 +56,7 @@ def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, 
     assert (out / "scaling.svg").read_text().startswith("<svg")
 
 
+@pytest.mark.slow
 def test_tiny_history_benchmark_backfill_equals_one_replay_and_writes_its_report(spark, tmp_path):
     """bench/history.py at a tiny size: two history lengths, one round; its correctness check (the
     backfill's daily slices write exactly the rows of one replay of the same days) holds."""

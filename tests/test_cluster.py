@@ -22,6 +22,8 @@ from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job
 from streamjoin.timeutil import parse_instant
 
+pytestmark = pytest.mark.slow  # a standalone master and worker of their own
+
 PROJECT = Path(__file__).resolve().parent.parent
 SCRIPT = PROJECT / "infra" / "spark-cluster.sh"
 CLI = Path(sys.executable).with_name("streamjoin")

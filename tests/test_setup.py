@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from streamjoin.session import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow  # a clone, a virtual environment, every package: minutes
 
 
 def run(args, cwd, timeout=900):

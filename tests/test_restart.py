@@ -6,6 +6,9 @@ The data is the fixed example of tests/harness.py (FIXED_PARTS).
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
+
 import pytest
 from harness import (
     EVERYTHING,
@@ -51,22 +54,53 @@ class Tables:
         spec = with_output(self.spec, f"{self.root}/{name}")
         LiveRunner(self.spark, spec, f"{self.root}/{name}_checkpoint", **options).run()
 
-    def check_against_uninterrupted(self, name="out"):
-        """`name`'s live output equals one uninterrupted run's, an exact replay's and the reference's."""
+    def check_against(self, uninterrupted: Uninterrupted, name="out") -> None:
+        """`name`'s live output and side tables equal those of one uninterrupted run, and its
+        metrics chain and add up to the reference's accounting."""
         spark, root = self.spark, self.root
-        self.live("single")
-        replay(spark, with_output(self.spec, f"{root}/replay"), *EVERYTHING, mode="exact")
-        expected, counts = reference(events(spark, self.paths, self.written), LO, HI, GRACE, HOW)
         output = read_output(spark, f"{root}/{name}")
-        assert read_output(spark, f"{root}/replay") == expected
-        assert read_output(spark, f"{root}/single") == expected
-        assert output == expected, "restarted live output differs (duplicates or missing rows)"
+        assert output == uninterrupted.output, "restarted live output differs (duplicates or missing rows)"
         for side in ("late", "rejected"):
-            assert read_side(spark, f"{root}/{name}_{side}") == read_side(spark, f"{root}/single_{side}"), (
-                side
-            )
-        check_live_metrics(live_metrics(spark, with_output(self.spec, f"{root}/{name}")), counts)
-        return expected, counts
+            assert read_side(spark, f"{root}/{name}_{side}") == uninterrupted.sides[side], side
+        check_live_metrics(
+            live_metrics(spark, with_output(self.spec, f"{root}/{name}")), uninterrupted.counts
+        )
+
+
+@dataclass(frozen=True)
+class Uninterrupted:
+    """One live run over every part, with its exact replay and the reference's view of the same input."""
+
+    output: Counter
+    replayed: Counter
+    expected: Counter
+    counts: dict[int, dict[str, int]]
+    sides: dict[str, Counter]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(spark, tmp_path_factory) -> Uninterrupted:
+    """Shared by the restart tests: their inputs are the same commits in the same order, so the
+    rows (and the late and rejected rows) an uninterrupted run writes are the same for each."""
+    tables = Tables(spark, tmp_path_factory.mktemp("uninterrupted"))
+    for part in PARTS:
+        tables.write(part)
+    tables.live("single")
+    replay(spark, with_output(tables.spec, f"{tables.root}/replay"), *EVERYTHING, mode="exact")
+    expected, counts = reference(events(spark, tables.paths, tables.written), LO, HI, GRACE, HOW)
+    return Uninterrupted(
+        output=read_output(spark, f"{tables.root}/single"),
+        replayed=read_output(spark, f"{tables.root}/replay"),
+        expected=expected,
+        counts=counts,
+        sides={side: read_side(spark, f"{tables.root}/single_{side}") for side in ("late", "rejected")},
+    )
+
+
+def test_one_uninterrupted_run_equals_the_exact_replay_and_the_reference(uninterrupted):
+    assert uninterrupted.replayed == uninterrupted.expected
+    assert uninterrupted.output == uninterrupted.expected
+    assert uninterrupted.sides["late"] and uninterrupted.sides["rejected"]
 
 
 def test_fixed_data_exercises_every_case():
@@ -82,7 +116,7 @@ def test_fixed_data_exercises_every_case():
         assert counts[side]["late"] and counts[side]["rejected"], counts
 
 
-def test_several_available_now_runs_equal_one(spark, tmp_path):
+def test_several_available_now_runs_equal_one(spark, tmp_path, uninterrupted):
     """Stopped after each part (one-file micro-batches in between) and restarted each time."""
     tables = Tables(spark, tmp_path)
     tables.write(PARTS[0])
@@ -92,7 +126,7 @@ def test_several_available_now_runs_equal_one(spark, tmp_path):
     tables.live()  # nothing new: a restart that runs no batch
     tables.write(PARTS[2])
     tables.live()
-    tables.check_against_uninterrupted()
+    tables.check_against(uninterrupted)
     assert len(live_metrics(spark, tables.spec)) > 3
 
 
@@ -109,7 +143,7 @@ class FailOnce:
 
 
 @pytest.mark.parametrize("table", ["output", "rejected", "late", "state", "metrics"])
-def test_batch_failing_mid_write_is_redone_exactly_once(spark, tmp_path, table):
+def test_batch_failing_mid_write_is_redone_exactly_once(spark, tmp_path, table, uninterrupted):
     tables = Tables(spark, tmp_path)
     tables.write(PARTS[0])
     tables.live()
@@ -121,5 +155,5 @@ def test_batch_failing_mid_write_is_redone_exactly_once(spark, tmp_path, table):
     tables.live()  # a new runner on the same checkpoint redoes batch 1
     tables.write(PARTS[2])
     tables.live()
-    tables.check_against_uninterrupted()
+    tables.check_against(uninterrupted)
     assert [r["batch"] for r in live_metrics(spark, tables.spec)] == [0, 1, 2]

@@ -303,10 +303,11 @@ def test_processing_time_is_deterministic_whatever_the_triggers(spark, tmp_path)
     }
     with ThreadPoolExecutor(2) as pool:
         running = [pool.submit(runner.run, 60) for runner in runners.values()]
+        names = {f"streamjoin_{spec.name}_{runner.app_id[-8:]}" for runner in runners.values()}
         deadline = time.monotonic() + 120
-        while len(spark.streams.active) < 2 and time.monotonic() < deadline:  # both queries up
-            time.sleep(0.2)
-        assert len(spark.streams.active) == 2, "the two live queries did not start"
+        while not names <= {q.name for q in spark.streams.active} and time.monotonic() < deadline:
+            time.sleep(0.2)  # both queries up
+        assert names <= {q.name for q in spark.streams.active}, "the two live queries did not start"
         for n in range(8):
             append(spark, orders, [(f"o{n}a", "EUR", at(n)), (f"o{n}b", "USD", at(n))], RATE_ORDERS)
             upsert(

@@ -21,6 +21,16 @@ from streamjoin.plan import bind
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))  # stacks of STACK scenarios
 LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "20"))
 STACK = 30  # scenarios decided by one kernel step
+SETTINGS = {
+    "deadline": None,
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
+    "print_blob": True,
+}
 DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 
 
@@ -60,17 +70,7 @@ def tables(spark, tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["exact", "complete"])
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    print_blob=True,
-)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(case=cases())
 def test_one_step_decides_as_the_reference(spark, tables, mode, case):
     how, lo, hi, grace, residual, scenarios = case
@@ -95,17 +95,7 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case):
         assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    print_blob=True,
-)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(case=cases(), cut=st.integers(-30, 2))
 def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     """[a, b) and [b, c), each given only the rows in its margins, write and count what [a, c) does."""
@@ -148,17 +138,7 @@ def deliveries(draw):
     return how, lo, hi, grace, scenario, batches
 
 
-@settings(
-    max_examples=LIVE_EXAMPLES,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    print_blob=True,
-)
+@settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
 @given(case=deliveries())
 def test_micro_batches_decide_as_one_step(spark, tables, case):
     """The live runner's `decide`, batch after batch with the state each leaves, writes what the

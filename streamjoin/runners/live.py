@@ -419,18 +419,17 @@ class LiveRunner:
             bound = (
                 result.watermark if result.watermark is not None else (previous.bound if previous else None)
             )
+            progress = Progress(
+                batch_id,
+                None,
+                {},
+                {},
+                {},
+                {plan.source(name).index: t.version for name, t in tables.items()},
+                bound,
+            )
             if not outputs:
-                self._save_progress(
-                    Progress(
-                        batch_id,
-                        None,
-                        {},
-                        {},
-                        {},
-                        {plan.source(name).index: t.version for name, t in tables.items()},
-                        bound,
-                    )
-                )
+                self._save_progress(progress)
                 return
             if any(c.rejected for c in counts.values()):
                 self._write(
@@ -464,17 +463,7 @@ class LiveRunner:
                 duration_s=round(time.monotonic() - began, 3),
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
-            self._save_progress(
-                Progress(
-                    batch_id,
-                    None,
-                    {},
-                    {},
-                    {},
-                    {plan.source(name).index: t.version for name, t in tables.items()},
-                    bound,
-                )
-            )
+            self._save_progress(progress)
             self.runs.append(metrics)
         finally:
             for frame in cached:

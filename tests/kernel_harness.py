@@ -62,13 +62,17 @@ class Stacked:
 
 
 def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
-    """The reference's events of one example: commit j of side s at (j seconds, s, its version)."""
+    """The reference's events of one example: commit j of side s at (j seconds, s, its version);
+    row ids and keys carry the example's number, so that stacked examples never meet."""
     versions = {0: 0, 1: 0}
     events = []
     for j, (side, rows) in enumerate(commits):
         versions[side] += 1
         position = (_micros(example * STRIDE + j), side, example * STRIDE + versions[side])
-        events += [Event(side, f"{example}/{i}", k, t, position, v) for i, k, t, v in rows]
+        events += [
+            Event(side, f"{example}/{i}", None if k is None else f"{example}:{k}", t, position, v)
+            for i, k, t, v in rows
+        ]
     return events
 
 
@@ -94,11 +98,7 @@ def stack(examples: Sequence[Sequence[Commit]], base: int) -> Stacked:
         any_settled = any_settled or bool(times)
         by_commit: dict[tuple[int, int, int], list[Event]] = {}
         for e in events:
-            t = None if e.t is None else e.t + shift[example]
-            key = None if e.key is None else f"{example}:{e.key}"
-            stamp = BASE + timedelta(microseconds=e.pos[0])
-            at = None if t is None else BASE + timedelta(seconds=t)
-            rows[e.side].append((e.id, key, at, e.v, e.pos[2], stamp, settled(e)))
+            rows[e.side].append((*_arrival(e, shift[example]), settled(e)))
             if settled(e):
                 by_commit.setdefault(e.pos, []).append(e)
         for position in sorted(by_commit):
@@ -178,7 +178,7 @@ def live_steps(
         for side in (0, 1):
             arrived = rows[side][taken[side] : taken[side] + take[side]]
             taken[side] += take[side]
-            frame = spark.createDataFrame([_arrival(e, 0) for e in arrived], _ARRIVALS)
+            frame = spark.createDataFrame([_arrival(e) for e in arrived], _ARRIVALS)
             source = plan.source(names[side])
             new[source.name] = arrival.prepare(
                 frame, side, source.raw_time(), source.event_time(), source.keys
@@ -221,8 +221,9 @@ def live_steps(
     return run
 
 
-def _arrival(e: Event, shift: int) -> tuple:
-    """An event as the row a Delta stream would bring: its columns, commit version and timestamp."""
+def _arrival(e: Event, shift: int = 0) -> tuple:
+    """An event as the row a Delta stream would bring: its columns (event time `shift` seconds
+    later), commit version and timestamp."""
     at = None if e.t is None else BASE + timedelta(seconds=e.t + shift)
     return (e.id, e.key, at, e.v, e.pos[2], BASE + timedelta(microseconds=e.pos[0]))
 

@@ -65,23 +65,29 @@ def stats(rows: list[Row]) -> list[arrival.CommitStats]:
     ]
 
 
+def deliveries(files, batches):
+    """The rows each micro-batch brings: the next `take[source]` files of each source."""
+    taken = {0: 0, 1: 0}
+    for take in batches:
+        yield [r for s in (0, 1) for f in files[s][taken[s] : taken[s] + take[s]] for r in f]
+        taken = {s: taken[s] + take[s] for s in (0, 1)}
+
+
+def commit_rows(commits):
+    """Rows per commit by (source, version), as the arrival index answers `settle`'s question."""
+    by_version = {p[1:]: sum(len(f) for f in fs) for p, fs in commits}
+    return lambda source, version: by_version[(source, version)]
+
+
 def run_live(commits, files, batches):
     """Feed the batches through `settle` and the per-batch Timeline the way the live runner does;
     (the frontiers after each batch, every settled row's watermark-before, the last progress)."""
-    total_rows = {p: sum(len(f) for f in fs) for p, fs in commits}
-    taken = {0: 0, 1: 0}
+    rows_of = commit_rows(commits)
     previous: Progress | None = None
     pending: list[Row] = []
     frontiers, before = [], {}
-    for batch_id, take in enumerate(batches):
-        new = [r for s in (0, 1) for f in files[s][taken[s] : taken[s] + take[s]] for r in f]
-        taken = {s: taken[s] + take[s] for s in (0, 1)}
-        settling = settle(
-            stats(new),
-            2,
-            previous,
-            lambda source, version: total_rows[next(p for p in total_rows if p[1:] == (source, version))],
-        )
+    for batch_id, new in enumerate(deliveries(files, batches)):
+        settling = settle(stats(new), 2, previous, rows_of)
         pending += new
         settled = [r for r in pending if settling.frontier is not None and r.position <= settling.frontier]
         pending = [r for r in pending if r not in settled]
@@ -123,19 +129,11 @@ def test_a_cut_commit_waits_for_its_last_file(history):
     commits, files, batches = history
     total_rows = {p: sum(len(f) for f in fs) for p, fs in commits}
     delivered: dict[arrival.Position, int] = {}
-    taken = {0: 0, 1: 0}
     previous = None
-    for batch_id, take in enumerate(batches):
-        new = [r for s in (0, 1) for f in files[s][taken[s] : taken[s] + take[s]] for r in f]
-        taken = {s: taken[s] + take[s] for s in (0, 1)}
+    for batch_id, new in enumerate(deliveries(files, batches)):
         for r in new:
             delivered[r.position] = delivered.get(r.position, 0) + 1
-        settling = settle(
-            stats(new),
-            2,
-            previous,
-            lambda source, version: total_rows[next(p for p in total_rows if p[1:] == (source, version))],
-        )
+        settling = settle(stats(new), 2, previous, commit_rows(commits))
         for source in (0, 1):
             whole = [p for p in delivered if p[1] == source and delivered[p] == total_rows[p]]
             assert settling.newest.get(source) == (max(whole) if whole else None)

@@ -430,7 +430,7 @@ def overwrite(df: DataFrame, location: str, partition_by: tuple[str, ...] = ()) 
 def upsert(df: DataFrame, location: str, key: tuple[str, ...]) -> None:
     """One MERGE commit: update the rows whose `key` matches, insert the others (creates the table)."""
     if not exists(df.sparkSession, location):
-        _save(df.write.format("delta"), location)
+        _save(df.write.format("delta"), location, own=False)  # a source table: the session's defaults
         return
     condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
     _table(df.sparkSession, location).alias("t").merge(
@@ -443,7 +443,7 @@ def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
     rows remove. Applying the same changes twice gives the same table (a retried batch is safe)."""
     columns = df.drop(op).columns
     if not exists(df.sparkSession, location):
-        df.where(F.col(op) == "upsert").drop(op).write.format("delta").save(location)
+        _save(df.where(F.col(op) == "upsert").drop(op).write.format("delta"), location)
         return
     (
         _table(df.sparkSession, location)
@@ -470,7 +470,17 @@ def compact(spark: SparkSession, location: str, max_files: int = 32) -> None:
         spark.sql(f"OPTIMIZE {_sql_name(location)}")
 
 
-def _save(writer, location: str) -> None:
+# Table properties of the tables streamjoin writes (outputs, side tables, its index), set when a
+# write creates one and ignored by Delta on a table that exists. Row tracking, on by default in
+# streamjoin's session for the sources it creates, costs three Spark jobs per commit and nothing
+# reads these tables' rows by the version that wrote them. The change data feed stays on, so
+# that a downstream consumer can follow a live output.
+OWN_TABLE = {"delta.enableRowTracking": "false"}
+
+
+def _save(writer, location: str, own: bool = True) -> None:
+    if own:
+        writer = writer.options(**OWN_TABLE)
     if _is_path(location):
         writer.save(location)
     else:

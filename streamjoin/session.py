@@ -102,8 +102,10 @@ def get_spark(
         .config("spark.ui.retainedTasks", "2000")
         .config("spark.sql.streaming.ui.retainedQueries", "10")
         .config("spark.sql.streaming.numRecentProgressUpdates", "20")
-        # Tables this project creates carry their change data feed, monotonic commit times, and
-        # each row's commit version (row tracking: what lets a replay read a slice from a snapshot).
+        # Tables created with this session (sources of the demo, the tests and the benchmark)
+        # carry their change data feed, monotonic commit times, and each row's commit version
+        # (row tracking: what lets a replay read a slice from a snapshot). streamjoin's own
+        # outputs and side tables turn row tracking off when they are created (delta_io.OWN_TABLE).
         .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
         .config("spark.databricks.delta.properties.defaults.enableInCommitTimestamps", "true")
         .config("spark.databricks.delta.properties.defaults.enableRowTracking", "true")
@@ -111,9 +113,14 @@ def get_spark(
     if local:
         builder = (
             builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "4g"))
-            # Delta rebuilds a table's state (needed by idempotent txn writes) with this many
-            # tasks; its default of 50 costs seconds per write on a small machine.
-            .config("spark.databricks.delta.snapshotPartitions", str(shuffle_partitions))
+            # Delta rebuilds a table's state (its file list, before every write and after
+            # every commit) with this many tasks. Its default of 50 is meant for clusters; on
+            # one machine each task is pure latency, and one task reads the log of a table of
+            # tens of thousands of files in well under a second.
+            .config(
+                "spark.databricks.delta.snapshotPartitions",
+                os.environ.get("STREAMJOIN_SNAPSHOT_PARTITIONS", "1"),
+            )
         )
     for key, value in (extra_conf or {}).items():
         builder = builder.config(key, value)

@@ -35,7 +35,7 @@ ever held.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 
@@ -151,7 +151,7 @@ def update(
     if new:
         delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan))
         delta_io.compact(spark, location(plan))
-    return Index(spark, plan, starts, targets)
+    return Index(spark, plan, starts, targets, {(e.source, e.version): e.rows for e in new})
 
 
 def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> int:
@@ -343,6 +343,9 @@ class Index:
     plan: Plan
     starts: dict[str, Entry]
     versions: dict[str, int]
+    # (source, version) -> rows, of the entries the update that made this index wrote: the live
+    # runner asks for the commits it has just indexed, without a query of the stored table
+    written: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def _frame(self) -> DataFrame:
         pinned = reduce(
@@ -362,6 +365,8 @@ class Index:
 
     def rows(self, source: str, version: int) -> int:
         """How many rows a commit of a stream source inserted (its history, for the start version)."""
+        if (source, version) in self.written:
+            return self.written[(source, version)]
         row = (
             self._frame()
             .where((F.col("source") == source) & (F.col("version") == F.lit(version)))

@@ -183,7 +183,7 @@ def live_steps(
             new[source.name] = arrival.prepare(
                 frame, side, source.raw_time(), source.event_time(), source.keys
             )
-        commits = batch_commits(new)
+        commits = batch_commits(new, state)
         decision = decide(spark, plan, new, commits, state, previous, lambda s, v: by_version[(s, v)])
         for side, name in names.items():
             c = decision.counts[name]

@@ -283,21 +283,24 @@ class LiveRunner:
                 )
                 for source in plan.streams
             }
-            commits = batch_commits(new)
+            stored = self._state(previous)
+            state = None if stored is None else {s.name: self._unpack(stored, s.index) for s in plan.streams}
+            commits = batch_commits(new, state)
             self._index_upto(
                 {
-                    s.name: max((c.position[2] for c in commits if c.position[1] == s.index), default=-1)
+                    s.name: max(
+                        (c.position[2] for c in commits if c.position[1] == s.index and c.rows), default=-1
+                    )
                     for s in plan.streams
                 }
             )
             names = {s.index: s.name for s in plan.streams}
-            state = self._state(previous)
             decision = decide(
                 spark,
                 plan,
                 new,
                 commits,
-                None if state is None else {s.name: self._unpack(state, s.index) for s in plan.streams},
+                state,
                 previous,
                 lambda source, version: self.positions.rows(names[source], version),
                 lambda newest, counts, rejected, held: self._tables(
@@ -615,10 +618,34 @@ class LiveRunner:
         return stored
 
 
-def batch_commits(new: dict[str, DataFrame]) -> list[arrival.CommitStats]:
-    """The commits a micro-batch brings (position order), from its prepared rows per stream source."""
-    return arrival.commit_stats(
-        reduce(DataFrame.unionByName, [r.select(arrival.T, TS, SRC, V, arrival.REJECT) for r in new.values()])
+def batch_commits(
+    new: dict[str, DataFrame], state: dict[str, DataFrame] | None = None
+) -> list[arrival.CommitStats]:
+    """The commits of a micro-batch's rows (position order), in one aggregate: the rows it brings
+    (prepared, per stream source) and the rows earlier batches left waiting (PENDING in `state`).
+    `rows` and `rejected` count the new rows only (0 for a commit only waiting rows hold);
+    `max_event` is the largest event time among all the commit's accepted rows, new or waiting."""
+    columns = (arrival.T, TS, SRC, V, arrival.REJECT)
+    parts = [r.select(*columns, F.lit(True).alias("_sj_new")) for r in new.values()]
+    for rows in (state or {}).values():
+        waiting = rows.where(F.col(PENDING)).withColumn(arrival.REJECT, F.lit(None).cast("string"))
+        parts.append(waiting.select(*columns, F.lit(False).alias("_sj_new")))
+    fresh = F.col("_sj_new")
+    grouped = (
+        reduce(DataFrame.unionByName, parts)
+        .groupBy(TS, SRC, V)
+        .agg(
+            F.max(F.when(F.col(arrival.REJECT).isNull(), F.col(arrival.T))).alias("max_event"),
+            F.count(F.when(fresh, 1)).alias("rows"),
+            F.count(F.when(fresh & F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
+        )
+    )
+    return sorted(
+        (
+            arrival.CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"], r["rejected"])
+            for r in grouped.collect()
+        ),
+        key=lambda c: c.position,
     )
 
 
@@ -653,12 +680,14 @@ def decide(
 ) -> Decision:
     """One micro-batch of a job with stream sources, as a function of its inputs: the new rows
     (prepared, per source), the state the previous batch left (per source: open rows and rows
-    waiting for the frontier, flagged PENDING), and the previous batch's progress.
+    waiting for the frontier, flagged PENDING), `batch_commits(new, state)`, and the previous
+    batch's progress.
 
     Moves the clocks (`settle`), settles the waiting and new rows at or before the frontier, takes
     their watermarks from this batch's Timeline, and runs the kernel with the open state; the rows
     after the frontier wait in the next state. `tables_for(newest, counts, rejected, cached)` gives
     the table sources (enrichment joins)."""
+    arrived, commits = commits, [c for c in commits if c.rows]
     settling = settle(commits, len(plan.streams), previous, rows_of)
     settled_test = arrival.at_or_before(settling.frontier) if settling.frontier else F.lit(False)
     counts: dict[str, SourceCounts] = {}
@@ -683,15 +712,10 @@ def decide(
             rejected=sum(c.rejected for c in own_commits),
             carried_in=previous.carried.get(name, 0) if previous else 0,
         )
-    settled_commits = arrival.commit_stats(
-        reduce(
-            DataFrame.unionByName,
-            [
-                s.select(arrival.T, TS, SRC, V, F.lit(None).cast("string").alias(arrival.REJECT))
-                for s in settled.values()
-            ],
-        )
-    )
+    frontier = settling.frontier
+    settled_commits = [
+        c for c in arrived if c.max_event is not None and frontier is not None and c.position <= frontier
+    ]
     tables = tables_for(settling.newest, counts, rejected_parts, cached) if tables_for else {}
     timeline = arrival.timeline(settled_commits, previous.max_event if previous else None)
     result = kernel.step(

@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import reduce
 
 import pendulum
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog, delta_io, index, kernel
@@ -110,7 +110,8 @@ def _replay(
         return (time_col >= F.lit(a)) & (time_col < F.lit(b))
 
     owned = within(F.coalesce(F.col(T), F.col(TS)), lo, hi)
-    settled_rows, counts, rejected_parts, cached = {}, {}, [], []
+    settled_rows, rejected_parts, cached = {}, [], []
+    counts: dict[str, SourceCounts] = {}
     for source in plan.streams:
         assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
         before, after = join.margins(source.name)
@@ -119,21 +120,9 @@ def _replay(
         accepted, rejected = kernel.split_rejected(rows)
         rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
         settled_rows[source.name] = accepted.where(settled)
-        tally = rows.agg(
-            F.count(F.when(owned, 1)).alias("rows_in"),
-            F.count(F.when(owned & F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
-            F.count(F.when(owned & F.col(arrival.REJECT).isNull() & ~settled, 1)).alias("unsettled"),
-        ).first()
-        assert tally is not None  # an aggregate without grouping returns exactly one row
-        counts[source.name] = SourceCounts(
-            rows_in=tally["rows_in"], rejected=tally["rejected"], unsettled=tally["unsettled"]
-        )
-    commits = set()
-    if settled_rows:
-        on = reduce(
-            DataFrame.unionByName, [r.select(TS, arrival.SRC, arrival.V) for r in settled_rows.values()]
-        )
-        commits = {(r[TS], r[arrival.SRC], r[arrival.V]) for r in on.distinct().collect()}
+    commits: set[arrival.Position] = set()
+    if plan.streams:
+        counts, commits = _tally(cached, plan, owned, frontier)
     timeline = positions.timeline(commits, frontier)
 
     tables = {}
@@ -205,6 +194,41 @@ def _replay(
     )
     delta_io.append(to_frame(spark, metrics), out.side("metrics"))
     return metrics
+
+
+def _tally(
+    rows: list[DataFrame], plan: Plan, owned: Column, frontier: arrival.Position | None
+) -> tuple[dict[str, SourceCounts], set[arrival.Position]]:
+    """The stream sources' counts (rows the slice owns: in, rejected, not settled) and the
+    positions of the settled commits with accepted rows, from one aggregate per commit over every
+    source's rows (all rows of a commit share its position, so whether they are settled is
+    decided here, from the frontier)."""
+    accepted = F.col(arrival.REJECT).isNull()
+    per_commit = (
+        reduce(DataFrame.unionByName, [r.select(TS, arrival.SRC, arrival.V, T, arrival.REJECT) for r in rows])
+        .groupBy(TS, arrival.SRC, arrival.V)
+        .agg(
+            F.count(F.when(owned, 1)).alias("owned"),
+            F.count(F.when(owned & ~accepted, 1)).alias("owned_rejected"),
+            F.count(F.when(owned & accepted, 1)).alias("owned_accepted"),
+            F.count(F.when(accepted, 1)).alias("accepted"),
+        )
+        .collect()
+    )
+    counts = {s.name: SourceCounts() for s in plan.streams}
+    names = {s.index: s.name for s in plan.streams}
+    commits: set[arrival.Position] = set()
+    for r in per_commit:
+        position = (r[TS], r[arrival.SRC], r[arrival.V])
+        is_settled = frontier is not None and position <= frontier
+        c = counts[names[r[arrival.SRC]]]
+        c.rows_in += r["owned"]
+        c.rejected += r["owned_rejected"]
+        if not is_settled:
+            c.unsettled += r["owned_accepted"]
+        elif r["accepted"]:
+            commits.add(position)
+    return counts, commits
 
 
 def _describe_position(position: arrival.Position | None) -> str | None:

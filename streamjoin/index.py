@@ -40,7 +40,7 @@ from datetime import datetime
 from functools import reduce
 
 import pendulum
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
@@ -114,8 +114,7 @@ def update(
     for a new index; an existing index keeps its start, and a different one given is refused.
     """
     stored = _read(spark, plan)
-    starts = {e.source: e for e in stored.where(F.col("start")).collect_entries()} if stored else {}
-    lasts = stored.last_versions() if stored else {}
+    starts, lasts = stored.heads() if stored else ({}, {})
     targets = {}
     for source in plan.sources:
         given = (upto or {}).get(source.name)
@@ -128,16 +127,15 @@ def update(
         if wanted is None:
             wanted = source.spec.start_at if source.spec.start_at is not None else plan.spec.start_at
         if source.name in starts:
-            assert stored is not None  # `starts` holds a source only when read from the stored index
             _check_same_start(spark, plan, source, starts[source.name], (start_at or {}).get(source.name))
-            if source.spec.kind == "stream" and targets[source.name] > lasts[source.name]:
+            if source.spec.kind == "stream" and targets[source.name] > lasts[source.name].version:
                 new += _stream_entries(
                     spark,
                     source,
                     starts[source.name],
-                    lasts[source.name],
+                    lasts[source.name].version,
                     targets[source.name],
-                    stored.last_so_far(source.name),
+                    lasts[source.name].max_so_far,
                 )
             continue
         start = _start_entry(spark, source, resolve_start(spark, source, wanted))
@@ -532,25 +530,20 @@ def _runs(versions: list[int], gap: int = 8) -> list[tuple[int, int]]:
 class _Stored:
     frame: DataFrame
 
-    def where(self, condition: Column) -> _Stored:
-        return _Stored(self.frame.where(condition))
-
-    def collect_entries(self) -> list[Entry]:
-        return _entries(self.frame)
-
-    def last_versions(self) -> dict[str, int]:
-        return {
-            r["source"]: r["v"]
-            for r in self.frame.groupBy("source").agg(F.max("version").alias("v")).collect()
-        }
-
-    def last_so_far(self, source: str) -> int | None:
-        row = (
-            self.frame.where(F.col("source") == source)
-            .agg(F.max_by("max_so_far", "version").alias("m"))
-            .first()
+    def heads(self) -> tuple[dict[str, Entry], dict[str, Entry]]:
+        """Each source's start entry and its newest entry, read in one query."""
+        newest = F.max("version").over(Window.partitionBy("source"))
+        heads = _entries(
+            self.frame.withColumn("_sj_newest", newest)
+            .where(F.col("start") | (F.col("version") == F.col("_sj_newest")))
+            .drop("_sj_newest")
         )
-        return row["m"] if row else None
+        starts = {e.source: e for e in heads if e.start}
+        lasts: dict[str, Entry] = {}
+        for e in heads:
+            if e.source not in lasts or e.version > lasts[e.source].version:
+                lasts[e.source] = e
+        return starts, lasts
 
 
 def _read(spark: SparkSession, plan: Plan) -> _Stored | None:

@@ -82,20 +82,24 @@ def user_columns(rows: DataFrame) -> list[str]:
     return [c for c in rows.columns if not c.startswith("_sj_")]
 
 
-def commit_stats(rows: DataFrame, window: tuple[int, int] | None = None) -> list[CommitStats]:
+def commit_stats(
+    rows: DataFrame, window: tuple[int, int] | None = None, counted: Column | None = None
+) -> list[CommitStats]:
     """Per commit: position, largest accepted event time, row counts (small; collected).
 
     With a slice `window` [start, end), also the rows the slice owns: by event time, or by commit
-    time for rows without one (see `side_rows`).
+    time for rows without one (see `side_rows`). With `counted`, `rows` and `rejected` count only
+    the rows it holds for, while `max_event` still looks at every accepted row.
     """
     owned = F.lit(False)
     if window is not None:
         owner = F.coalesce(F.col(T), F.col(TS))
         owned = (owner >= F.lit(window[0])) & (owner < F.lit(window[1]))
+    counted = F.lit(True) if counted is None else counted
     grouped = rows.groupBy(TS, SRC, V).agg(
         F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"),
-        F.count(F.lit(1)).alias("rows"),
-        F.count(F.when(F.col(REJECT).isNotNull(), 1)).alias("rejected"),
+        F.count(F.when(counted, 1)).alias("rows"),
+        F.count(F.when(counted & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
         F.count(F.when(owned, 1)).alias("window_rows"),
         F.count(F.when(owned & F.col(REJECT).isNotNull(), 1)).alias("window_rejected"),
     )

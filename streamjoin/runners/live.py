@@ -630,23 +630,7 @@ def batch_commits(
     for rows in (state or {}).values():
         waiting = rows.where(F.col(PENDING)).withColumn(arrival.REJECT, F.lit(None).cast("string"))
         parts.append(waiting.select(*columns, F.lit(False).alias("_sj_new")))
-    fresh = F.col("_sj_new")
-    grouped = (
-        reduce(DataFrame.unionByName, parts)
-        .groupBy(TS, SRC, V)
-        .agg(
-            F.max(F.when(F.col(arrival.REJECT).isNull(), F.col(arrival.T))).alias("max_event"),
-            F.count(F.when(fresh, 1)).alias("rows"),
-            F.count(F.when(fresh & F.col(arrival.REJECT).isNotNull(), 1)).alias("rejected"),
-        )
-    )
-    return sorted(
-        (
-            arrival.CommitStats((r[TS], r[SRC], r[V]), r["max_event"], r["rows"], r["rejected"])
-            for r in grouped.collect()
-        ),
-        key=lambda c: c.position,
-    )
+    return arrival.commit_stats(reduce(DataFrame.unionByName, parts), counted=F.col("_sj_new"))
 
 
 @dataclass

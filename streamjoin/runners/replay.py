@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import reduce
 
 import pendulum
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog, delta_io, index, kernel
@@ -122,7 +122,7 @@ def _replay(
         settled_rows[source.name] = accepted.where(settled)
     commits: set[arrival.Position] = set()
     if plan.streams:
-        counts, commits = _tally(cached, plan, owned, frontier)
+        counts, commits = _tally(cached, plan, (lo, hi), frontier)
     timeline = positions.timeline(commits, frontier)
 
     tables = {}
@@ -197,37 +197,27 @@ def _replay(
 
 
 def _tally(
-    rows: list[DataFrame], plan: Plan, owned: Column, frontier: arrival.Position | None
+    rows: list[DataFrame], plan: Plan, window: tuple[int, int], frontier: arrival.Position | None
 ) -> tuple[dict[str, SourceCounts], set[arrival.Position]]:
     """The stream sources' counts (rows the slice owns: in, rejected, not settled) and the
     positions of the settled commits with accepted rows, from one aggregate per commit over every
     source's rows (all rows of a commit share its position, so whether they are settled is
     decided here, from the frontier)."""
-    accepted = F.col(arrival.REJECT).isNull()
-    per_commit = (
-        reduce(DataFrame.unionByName, [r.select(TS, arrival.SRC, arrival.V, T, arrival.REJECT) for r in rows])
-        .groupBy(TS, arrival.SRC, arrival.V)
-        .agg(
-            F.count(F.when(owned, 1)).alias("owned"),
-            F.count(F.when(owned & ~accepted, 1)).alias("owned_rejected"),
-            F.count(F.when(owned & accepted, 1)).alias("owned_accepted"),
-            F.count(F.when(accepted, 1)).alias("accepted"),
-        )
-        .collect()
+    columns = (TS, arrival.SRC, arrival.V, T, arrival.REJECT)
+    per_commit = arrival.commit_stats(
+        reduce(DataFrame.unionByName, [r.select(*columns) for r in rows]), window
     )
     counts = {s.name: SourceCounts() for s in plan.streams}
     names = {s.index: s.name for s in plan.streams}
     commits: set[arrival.Position] = set()
-    for r in per_commit:
-        position = (r[TS], r[arrival.SRC], r[arrival.V])
-        is_settled = frontier is not None and position <= frontier
-        c = counts[names[r[arrival.SRC]]]
-        c.rows_in += r["owned"]
-        c.rejected += r["owned_rejected"]
-        if not is_settled:
-            c.unsettled += r["owned_accepted"]
-        elif r["accepted"]:
-            commits.add(position)
+    for c in per_commit:
+        counted = counts[names[c.position[1]]]
+        counted.rows_in += c.window_rows
+        counted.rejected += c.window_rejected
+        if frontier is None or c.position > frontier:
+            counted.unsettled += c.window_rows - c.window_rejected
+        elif c.max_event is not None:  # it has accepted rows
+            commits.add(c.position)
     return counts, commits
 
 

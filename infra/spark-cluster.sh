@@ -64,6 +64,14 @@ launch() {
     setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' launch "$state/$name.pid" \
     "$home/bin/spark-class" "${main_class[$name]}" "$@" \
     >"$state/$name.log" 2>&1 </dev/null &
+  # The pid file is written by the background process: wait for it, or a busy machine reads its
+  # absence as an exit during start-up.
+  local waited=0
+  until [ -s "$state/$name.pid" ]; do
+    [ "$waited" -lt 100 ] || die "the $name did not start within 10 s; its log: $state/$name.log"
+    sleep 0.1
+    waited=$((waited + 1))
+  done
 }
 
 # The master's view as "<alive workers> <master url>", or nothing while it does not answer.

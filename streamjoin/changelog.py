@@ -95,6 +95,13 @@ def read(
         )
         if upto_version > start:
             raw = raw.unionByName(delta_io.read_changes(spark, spec.location, upto_version, start + 1))
+    return tag(raw, source)
+
+
+def tag(raw: DataFrame, source: BoundSource) -> DataFrame:
+    """Change-feed rows of a table source (its columns, `_change_type`, `_commit_version`,
+    `_commit_timestamp`) tagged with version time, position, tombstone flag and rejection reason."""
+    spec = source.spec
     commit_time = F.unix_micros(F.col(COMMIT_TIMESTAMP))
     deleted = F.col(CHANGE_TYPE) == "delete"
     if spec.changelog:

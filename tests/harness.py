@@ -23,7 +23,7 @@ from reference import Event
 
 from streamjoin import delta_io
 from streamjoin.metrics import BUCKETS
-from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
+from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds, spec_from_dict
 
 SCHEMA = StructType(
     [
@@ -125,6 +125,23 @@ def job(
 
 def with_output(spec: JoinSpec, path: str) -> JoinSpec:
     return replace(spec, output=replace(spec.output, path=path))
+
+
+def enrichment_job(root, paths: dict[int, str], how: str, table: dict, join: dict) -> JoinSpec:
+    """Stream l (side 0) enriched from table r (side 1; its settings `table`), join settings `join`."""
+    return spec_from_dict(
+        {
+            "name": "enrich",
+            "sources": {
+                "l": {"path": paths[0], "time": "t"},
+                "r": {"path": paths[1], "kind": "table", **table},
+            },
+            "from": "l",
+            "joins": [{"join": "r", "type": how, **join}],
+            "select": ["l.id AS lid", "r.id AS rid"],
+            "output": {"path": f"{root}/out"},
+        }
+    )
 
 
 def base_micros(spark) -> int:

@@ -24,14 +24,16 @@ from conftest import BASE
 from harness import SCHEMA, base_micros
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StructField, StructType, TimestampType
-from reference import Event
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
+from reference import Change, Event
 
-from streamjoin import arrival, kernel
-from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin import arrival, changelog, kernel
+from streamjoin.changelog import TableInput
+from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.joins.interval import MATCHED, IntervalJoin
+from streamjoin.metrics import SourceCounts
 from streamjoin.plan import Plan
-from streamjoin.runners.live import PENDING, Progress, batch_commits, decide
+from streamjoin.runners.live import PENDING, Progress, batch_commits, decide, table_input
 
 PIVOT = 1_000_000  # seconds after BASE: every example's largest settled event time lands here
 STRIDE = 10_000  # commit versions and commit seconds reserved per example
@@ -47,6 +49,14 @@ _ARRIVALS = StructType(
     ]
 )
 _ROWS = StructType([*_ARRIVALS.fields, StructField(SETTLED, BooleanType())])
+_CHANGES = StructType(
+    [
+        *SCHEMA.fields,
+        StructField(CHANGE_TYPE, StringType()),
+        StructField(COMMIT_VERSION, LongType()),
+        StructField(COMMIT_TIMESTAMP, TimestampType()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -237,3 +247,175 @@ def _by_example(commits: list[arrival.CommitStats]) -> list[list[arrival.CommitS
 
 def _micros(seconds: int) -> int:
     return seconds * 1_000_000
+
+
+# ---------------------------------------------------------------------------- enrichment joins
+#
+# An enrichment join's decisions are not local to a key: a table's lateness follows its running
+# largest version time over all its commits, and a stream row is decided by the table's horizon
+# (its largest version time, or the newest commit). So examples are not stacked at one instant as
+# above but laid end to end, BAND seconds apart in both commit time and event time: each example
+# then sees only its own history (every earlier example's times lie far below its own), and the
+# whole is itself one valid history, which the reference decides as a whole. Only the last
+# examples' rows can still be open at the end; the live batches then cut the whole history.
+
+BAND = 100_000  # seconds between two examples laid end to end
+TableRow = tuple[str | None, str | None, int | None, int | None, str]  # id, key, seconds, v, change type
+
+
+@dataclass(frozen=True)
+class Laid:
+    """Enrichment examples laid end to end as one history of a stream (side 0) and a table (side 1)."""
+
+    stream: list[Event]  # the reference's view
+    table: list[Change]
+    stream_rows: list[tuple]  # in _ARRIVALS' shape
+    table_rows: list[tuple]  # in _CHANGES' shape, as the change data feed brings them
+    commits: list[tuple[int, int, int]]  # (side, version, rows) of every commit, in arrival order
+
+
+def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: str) -> Laid:
+    """`examples`: each a list of commits (side, rows): stream rows (id, key, seconds, v), table rows
+    TableRow. A table row is a tombstone when its change type is `delete` or its id is None.
+    `table_key`: "k" (the table's primary key is its key) or "k,t" (key and time, for ASOF)."""
+    stream, table, stream_rows, table_rows, commits = [], [], [], [], []
+    versions = {0: 0, 1: 0}
+    for example, example_commits in enumerate(examples):
+        shift = example * BAND
+        for j, (side, rows) in enumerate(example_commits):
+            versions[side] += 1
+            position = (_micros(shift + j), side, versions[side])
+            committed = BASE + timedelta(seconds=shift + j)
+            commits.append((side, versions[side], len(rows)))
+            for row in rows:
+                row_id = None if row[0] is None else f"{example}/{row[0]}"
+                key = None if row[1] is None else f"{example}:{row[1]}"
+                seconds = None if row[2] is None else row[2] + shift
+                at = None if seconds is None else BASE + timedelta(seconds=seconds)
+                if side == 0:
+                    stream.append(Event(0, row_id, key, seconds, position, row[3]))
+                    stream_rows.append((row_id, key, at, row[3], versions[side], committed))
+                    continue
+                deleted = row[4] == "delete" or row_id is None
+                primary = (key,) if table_key == "k" else (key, seconds)
+                table.append(Change(row_id, primary, seconds, position, deleted))
+                table_rows.append((row_id, key, at, row[3], row[4], versions[side], committed))
+    return Laid(stream, table, stream_rows, table_rows, commits)
+
+
+@dataclass
+class Decided:
+    """What a replay or a sequence of live batches decided: output rows (left id, right id,
+    seconds) and counts in the reference's buckets, for the stream and the table."""
+
+    output: Counter
+    stream: Counter
+    table: Counter
+
+
+def enrichment_replay(
+    spark: SparkSession, plan: Plan, laid: Laid, mode: str, window: tuple[int, int]
+) -> Decided:
+    """The replay runner's part for one slice `window` (seconds after BASE, [start, end)): the
+    stream rows it owns, the table's changes with its commits, one kernel step."""
+    stream, table = plan.streams[0], plan.tables[0]
+    base = base_micros(spark)
+    lo, hi = base + _micros(window[0]), base + _micros(window[1])
+    rows = _stream_frame(spark, plan, laid.stream_rows)
+    stream_commits = arrival.commit_stats(rows, (lo, hi))
+    accepted, _ = kernel.split_rejected(rows)
+    inside = (F.col(arrival.T) >= lo) & (F.col(arrival.T) < hi)
+    changes = changelog.tag(spark.createDataFrame(laid.table_rows, _CHANGES), table)
+    table_commits = arrival.commit_stats(changes, (lo, hi))
+    owner = F.coalesce(F.col(arrival.T), F.col(arrival.TS))
+    clock = max((c.position[0] for c in stream_commits), default=None)
+    version = max((v for side, v, _ in laid.commits if side == 1), default=0)
+    owned = (owner >= lo) & (owner < hi)
+    tables = {table.name: TableInput(changes, table_commits, version, owned, clock)}
+    result = kernel.step(
+        spark,
+        plan,
+        {stream.name: accepted.where(inside)},
+        arrival.Timeline({}, None),
+        mode,
+        window=(lo, hi),
+        tables=tables,
+    )
+    decided = Decided(_output(result.output, base), Counter(), Counter())
+    for counts, commits in ((decided.stream, stream_commits), (decided.table, table_commits)):
+        counts["rows_in"] += sum(c.window_rows for c in commits)
+        counts["rejected"] += sum(c.window_rejected for c in commits)
+    _add(decided, plan, result.counts)
+    for frame in result.cached:
+        frame.unpersist()
+    return decided
+
+
+def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[int]) -> Decided:
+    """The live runner's part: micro-batches ending after commits `cuts` (indices into
+    `laid.commits`, and one after the last commit). Each batch brings the stream rows of its
+    commits and reads the table as of its newest commit so far (a table commit starts a batch
+    too), through `live.decide` with the state the previous batch left."""
+    stream, table = plan.streams[0], plan.tables[0]
+    base = base_micros(spark)
+    changes = changelog.tag(spark.createDataFrame(laid.table_rows, _CHANGES), table).persist()
+    sizes = {(side, version): rows for side, version, rows in laid.commits}
+    decided = Decided(Counter(), Counter(), Counter())
+    previous: Progress | None = None
+    state: dict[str, DataFrame] | None = None
+    kept: list = []
+    begin = 0
+    for batch_id, end in enumerate(sorted({*cuts, len(laid.commits) - 1})):
+        batch = laid.commits[begin : end + 1]
+        begin = end + 1
+        versions = {side: {v for s, v, _ in batch if s == side} for side in (0, 1)}
+        table_version = max((v for s, v, _ in laid.commits[:begin] if s == 1), default=0)
+        new = {stream.name: _stream_frame(spark, plan, [r for r in laid.stream_rows if r[4] in versions[0]])}
+        seen = previous.tables.get(table.index, -1) if previous else -1
+
+        def tables_for(newest, counts, rejected, cached, version=table_version, seen=seen):
+            clock = max((p[0] for p in newest.values()), default=None)
+            upto = changes.where(F.col(arrival.V) <= version)
+            return {table.name: table_input(table.name, upto, version, seen, clock, counts, rejected)}
+
+        commits = batch_commits(new, state)
+        decision = decide(spark, plan, new, commits, state, previous, lambda s, v: sizes[(s, v)], tables_for)
+        for name, counts in ((stream.name, decided.stream), (table.name, decided.table)):
+            counts["rows_in"] += decision.counts[name].rows_in
+            counts["rejected"] += decision.counts[name].rejected
+        _add(decided, plan, decision.result.counts, with_open=False)
+        decided.output.update(_output(decision.result.output, base))
+        kept = decision.next_state[stream.name].collect()
+        state = {stream.name: spark.createDataFrame(kept, decision.next_state[stream.name].schema)}
+        previous = Progress(
+            batch_id,
+            decision.result.max_event,
+            decision.settling.newest,
+            {stream.name: len(kept)},
+            decision.settling.partial,
+            {table.index: table_version},
+        )
+        for frame in decision.cached:
+            frame.unpersist()
+    changes.unpersist()
+    decided.stream["open"] = sum(1 for r in kept if not r[PENDING])
+    return decided
+
+
+def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple]) -> DataFrame:
+    stream = plan.streams[0]
+    frame = spark.createDataFrame(rows, _ARRIVALS)
+    return arrival.prepare(frame, stream.index, stream.raw_time(), stream.event_time(), stream.keys)
+
+
+def _output(output: DataFrame, base: int) -> Counter:
+    rows = output.select("lid", "rid", F.unix_micros("event_time").alias("t")).collect()
+    return Counter((r["lid"], r["rid"], (r["t"] - base) // 1_000_000) for r in rows)
+
+
+def _add(decided: Decided, plan: Plan, counts: dict[str, SourceCounts], with_open: bool = True) -> None:
+    stream, table = plan.streams[0].name, plan.tables[0].name
+    for bucket in ("joined", "unmatched_emitted", "unmatched_dropped") + (("open",) if with_open else ()):
+        decided.stream[bucket] += getattr(counts[stream], bucket)
+    for bucket in ("late", "applied"):
+        decided.table[bucket] += getattr(counts[table], bucket)

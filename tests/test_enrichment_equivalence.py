@@ -1,13 +1,11 @@
-"""Property tests of the enrichment joins: live equals the exact replay equals a plain-Python
-reference (tests/reference.py), slices add up to the whole, and every row is accounted for.
+"""The enrichment joins end to end: live equals the exact replay equals the plain-Python reference
+(tests/reference.py) on real Delta commits, slices add up to the whole, every row is accounted for.
 
-- Event-time temporal join of a stream with an append-only changelog (random keys, out-of-order
-  versions, late versions, tombstones, NULL keys and times), in exact and complete mode.
-- ASOF join of a stream with a table updated in place by MERGE and DELETE (random upserts and
-  deletes), with and without a clock skew that keeps the newest rows waiting.
-
-Each example writes real Delta commits and runs Spark for real, so each test draws few examples
-(STREAMJOIN_PROPERTY_EXAMPLES raises it).
+One fixed example per family (its coverage asserted): an event-time temporal join with a changelog,
+and an ASOF join with a table changed in place by MERGE and DELETE. Their decisions are tested on
+hundreds of generated examples at the kernel's level (test_kernel_enrichment.py); this file checks
+the wiring: Delta's change feed, the live runner's batches and state, the replay's slices. Then
+processing-time joins while two live runners with different triggers run.
 """
 
 from __future__ import annotations
@@ -17,15 +15,14 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
-import pytest
 from conftest import append, at
 from harness import (
     EVERYTHING,
     FINAL,
-    PROPERTY_SETTINGS,
     SCHEMA,
     create_tables,
     delete,
+    enrichment_job,
     live_accounting,
     positions,
     read_output,
@@ -34,8 +31,6 @@ from harness import (
     with_output,
     write_commit,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event, asof_reference, temporal_reference
 
@@ -43,22 +38,6 @@ from streamjoin import delta_io
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
-
-
-def enrichment_job(root, paths, how: str, table: dict, join: dict):
-    return spec_from_dict(
-        {
-            "name": "enrich",
-            "sources": {
-                "l": {"path": paths[0], "time": "t"},
-                "r": {"path": paths[1], "kind": "table", **table},
-            },
-            "from": "l",
-            "joins": [{"join": "r", "type": how, **join}],
-            "select": ["l.id AS lid", "r.id AS rid"],
-            "output": {"path": f"{root}/out"},
-        }
-    )
 
 
 def stream_events(spark, paths, written) -> list[Event]:
@@ -102,55 +81,38 @@ def check_slices(spark, spec, root, cut: int, whole) -> None:
 
 # ============================================================================ event-time temporal
 
-
-@st.composite
-def temporal_scenarios(draw):
-    """Commits [(side, rows)]: stream rows (id, key, seconds | None, v); changelog rows
-    (id | None, key, seconds | None, v | None), id and v None for a tombstone; and a grace."""
-    commits, n = [], 0
-    for c in range(draw(st.integers(3, 6))):
-        side = draw(st.sampled_from((0, 1, 1)))
-        rows, keys = [], set()
-        for _ in range(draw(st.integers(1, 3))):
-            n += 1
-            key = draw(st.sampled_from(("a", "b", "c", "a", None) if side == 0 else ("a", "b", "c", None)))
-            if side == 1 and key in keys:
-                continue  # one change per key and commit: their order would be the content's
-            keys.add(key)
-            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
-            if side == 1 and draw(st.integers(0, 4)) == 0:
-                rows.append((None, key, t, None))  # tombstone
-            else:
-                rows.append((f"{'lr'[side]}{n}", key, t, draw(st.integers(0, 2))))
-        commits.append((side, rows))
-    return commits, draw(st.sampled_from((0, 2, 5)))
+# A LEFT event-time temporal join (grace 2s) with a changelog: out-of-order versions, a late version
+# (r5), a tombstone (b at 5), NULL keys and times on both sides, and a row still open at the end
+# (l8). Commits (side, rows (id, key, seconds | None, v)); a tombstone has id and v NULL.
+TEMPORAL = [
+    (1, [("r1", "a", 0, 1), ("r2", "b", 1, 1)]),
+    (0, [("l1", "a", 3, 0), ("l2", "b", 2, 0), ("l3", None, 3, 0)]),
+    (1, [("r3", "a", 6, 2), (None, "b", 5, None), ("r4", "c", None, 1)]),
+    (1, [("r5", "a", 2, 3), ("r6", "c", 4, 1)]),
+    (0, [("l4", "a", 7, 0), ("l5", "b", 6, 0), ("l6", "c", 5, 0), ("l7", "a", None, 0)]),
+    (1, [("r7", "a", 9, 4)]),
+    (0, [("l8", "a", 8, 0), ("l9", "c", 6, 0)]),
+]
 
 
-@pytest.mark.parametrize("how", ("left", "inner"))
-@settings(**PROPERTY_SETTINGS)
-@given(data=st.data())
-def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how, data):
-    commits, grace = data.draw(temporal_scenarios(), label="commits, grace")
-    triggers = data.draw(
-        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
-    )
-    cut = data.draw(st.integers(-4, 3 * len(commits) + 4), label="slice boundary (seconds)")
-    root = tmp_path_factory.mktemp("temporal")
-    paths = create_tables(spark, root)
+def test_event_time_temporal_live_replay_reference(spark, tmp_path):
+    """Live (runs after commits 2 and 4, then to the end) equals the exact replay equals the
+    reference; complete mode applies the late version; two slices add up to the whole."""
+    paths = create_tables(spark, tmp_path)
     spec = enrichment_job(
-        root,
+        tmp_path,
         paths,
-        how,
+        "left",
         {"key": ["k"], "time": "t", "changelog": True},
-        {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"},
+        {"on": "l.k = r.k", "as_of": "event_time", "grace": "2s"},
     )
-    runner = LiveRunner(spark, spec, f"{root}/checkpoint")
+    runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint")
     written, versions = [], {0: 0, 1: 0}
-    for i, (side, rows) in enumerate(commits):
+    for i, (side, rows) in enumerate(TEMPORAL):
         write_commit(spark, paths[side], rows)
         versions[side] += 1
         written.append((side, versions[side], rows))
-        if i in triggers:
+        if i in (2, 4):
             runner.run()
     runner.run()
 
@@ -162,9 +124,11 @@ def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how,
         if side == 1
         for i, k, t, _ in rows
     ]
-    exact = with_output(spec, f"{root}/exact")
+    expected, s_counts, t_counts = temporal_reference(stream, table, 2, "left")
+    assert min(t_counts["late"], t_counts["rejected"], s_counts["open"], s_counts["rejected"]) >= 1
+    assert s_counts["unmatched_emitted"] >= 1 and s_counts["joined"] >= 3  # the fixed data covers it all
+    exact = with_output(spec, f"{tmp_path}/exact")
     whole = replay(spark, exact, *EVERYTHING)
-    expected, s_counts, t_counts = temporal_reference(stream, table, grace, how)
     assert read_output(spark, exact.output.path) == expected, "exact replay differs from the reference"
     assert whole.balanced() and replay_counts(whole) == (s_counts, t_counts)
     assert read_output(spark, spec.output.path) == expected, "live output differs from the exact replay"
@@ -172,67 +136,46 @@ def test_event_time_temporal_live_replay_reference(spark, tmp_path_factory, how,
         assert read_side(spark, spec.output.side(side)) == read_side(spark, exact.output.side(side)), side
     check_live(spark, spec, s_counts)
 
-    complete = with_output(spec, f"{root}/complete")
+    complete = with_output(spec, f"{tmp_path}/complete")
     everything = replay(spark, complete, *EVERYTHING, mode="complete")
-    expected_complete, s_complete, t_complete = temporal_reference(stream, table, grace, how, "complete")
+    expected_complete, s_complete, t_complete = temporal_reference(stream, table, 2, "left", "complete")
+    assert expected_complete != expected  # the late version counts in complete mode
     assert read_output(spark, complete.output.path) == expected_complete
     assert replay_counts(everything) == (s_complete, t_complete)
-    check_slices(spark, spec, root, cut, whole)
+    check_slices(spark, spec, tmp_path, 5, whole)
 
 
 # ============================================================================ ASOF
 
-
-@st.composite
-def asof_scenarios(draw):
-    """Commits [(side, rows, deletes)]: stream rows (id, key, seconds | None, v); table upserts
-    (id, key, seconds, v) by primary key (key, seconds); deletes of existing primary keys."""
-    commits, n, present = [], 0, set()
-    for c in range(draw(st.integers(3, 6))):
-        side = draw(st.sampled_from((0, 1)))
-        if side == 1 and present and draw(st.integers(0, 3)) == 0:
-            victim = draw(st.sampled_from(sorted(present)))
-            present.discard(victim)
-            commits.append((1, [], [victim]))
-            continue
-        rows, keys = [], set()
-        for _ in range(draw(st.integers(1, 3))):
-            n += 1
-            key = draw(st.sampled_from(("a", "b", "a", None) if side == 0 else ("a", "b")))
-            t = None if side == 0 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
-            if side == 1:
-                if (key, t) in keys:
-                    continue
-                keys.add((key, t))
-                present.add((key, t))
-            rows.append((f"{'lr'[side]}{n}", key, t, draw(st.integers(0, 2))))
-        commits.append((side, rows, []))
-    if all(side == 1 for side, _, _ in commits):
-        commits.append((0, [(f"l{n + 1}", "a", 3 * len(commits), 0)], []))
-    return commits
+# An INNER ASOF join (r.t <= l.t) with a table keyed by (k, t) changed in place by MERGE and DELETE,
+# with a clock skew of an hour: l2 finds no row, l4 sees (a, 0) deleted and (a, 2) added, l5 the
+# update of (b, 1), and l7 (after the table's last commit) is still open. Commits (side, rows,
+# deletes): stream rows (id, key, seconds | None, v), table upserts (id, key, seconds, v).
+ASOF = [
+    (1, [("r1", "a", 0, 0), ("r2", "a", 4, 0), ("r3", "b", 1, 0)], []),
+    (0, [("l1", "a", 3, 0), ("l2", "b", 0, 0), ("l3", None, 3, 0)], []),
+    (1, [], [("a", 0)]),
+    (1, [("r4", "b", 1, 1), ("r5", "a", 2, 0)], []),
+    (0, [("l4", "a", 3, 0), ("l5", "b", 5, 0), ("l6", "a", None, 0)], []),
+    (1, [("r6", "c", 0, 0)], []),
+    (0, [("l7", "a", 9, 0)], []),
+]
 
 
-@pytest.mark.parametrize("how, skew", (("left", 0), ("inner", 3600)))
-@settings(**PROPERTY_SETTINGS)
-@given(data=st.data())
-def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
-    commits = data.draw(asof_scenarios(), label="commits")
-    triggers = data.draw(
-        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
-    )
-    cut = data.draw(st.integers(-4, 3 * len(commits) + 4), label="slice boundary (seconds)")
-    root = tmp_path_factory.mktemp("asof")
-    paths = create_tables(spark, root)
+def test_asof_live_replay_reference(spark, tmp_path):
+    """Live (runs after commits 1 and 3, then to the end) equals the exact replay equals the
+    reference, and two slices add up to the whole."""
+    paths = create_tables(spark, tmp_path)
     spec = enrichment_job(
-        root,
+        tmp_path,
         paths,
-        how,
-        {"key": ["k", "t"], "clock_skew": f"{skew}s"},
+        "inner",
+        {"key": ["k", "t"], "clock_skew": "3600s"},
         {"on": "l.k = r.k AND r.t <= l.t", "asof": True},
     )
-    runner = LiveRunner(spark, spec, f"{root}/checkpoint")
+    runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint")
     written, table_writes, version = [], [], {0: 0, 1: 0}
-    for i, (side, rows, deletes) in enumerate(commits):
+    for i, (side, rows, deletes) in enumerate(ASOF):
         version[side] += 1
         if side == 0:
             write_commit(spark, paths[0], rows)
@@ -244,7 +187,7 @@ def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
         else:
             upsert(spark, paths[1], [(i_, k, at(t), v) for i_, k, t, v in rows], SCHEMA, ("k", "t"))
             table_writes.append((version[1], rows, False))
-        if i in triggers:
+        if i in (1, 3):
             runner.run()
     runner.run()
 
@@ -253,14 +196,15 @@ def test_asof_live_replay_reference(spark, tmp_path_factory, how, skew, data):
     table = [
         Change(i, (k, t), t, found[v], deleted=gone) for v, rows, gone in table_writes for i, k, t, _ in rows
     ]
-    exact = with_output(spec, f"{root}/exact")
+    expected, counts = asof_reference(stream, table, "inner", 3600 * 1_000_000)
+    assert counts["joined"] >= 3 and min(counts["unmatched_dropped"], counts["open"], counts["rejected"]) >= 1
+    exact = with_output(spec, f"{tmp_path}/exact")
     whole = replay(spark, exact, *EVERYTHING)
-    expected, counts = asof_reference(stream, table, how, skew * 1_000_000)
     assert read_output(spark, exact.output.path) == expected, "exact replay differs from the reference"
     assert whole.balanced() and replay_counts(whole)[0] == counts
     assert read_output(spark, spec.output.path) == expected, "live output differs from the exact replay"
     check_live(spark, spec, counts)
-    check_slices(spark, spec, root, cut, whole)
+    check_slices(spark, spec, tmp_path, 4, whole)
 
 
 # ============================================================================ processing time, while it runs

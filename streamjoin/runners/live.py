@@ -495,18 +495,9 @@ class LiveRunner:
             ).persist()
             cached.append(changes)
             seen = previous.tables.get(source.index, -1) if previous else -1
-            commits = arrival.commit_stats(changes)
-            fresh = [c for c in commits if c.position[2] > seen]
-            counts[source.name] = SourceCounts(
-                rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh)
+            tables[source.name] = table_input(
+                source.name, changes, version, seen, stream_clock, counts, rejected_parts
             )
-            counted = F.col(V) > F.lit(seen)
-            rejected_parts.append(
-                kernel.rejected_side_rows(
-                    source.name, changes.where(counted & F.col(arrival.REJECT).isNotNull())
-                )
-            )
-            tables[source.name] = TableInput(changes, commits, version, counted, stream_clock)
         return tables
 
     # ---------------------------------------------------------------- state
@@ -631,6 +622,28 @@ def batch_commits(
         waiting = rows.where(F.col(PENDING)).withColumn(arrival.REJECT, F.lit(None).cast("string"))
         parts.append(waiting.select(*columns, F.lit(False).alias("_sj_new")))
     return arrival.commit_stats(reduce(DataFrame.unionByName, parts), counted=F.col("_sj_new"))
+
+
+def table_input(
+    name: str,
+    changes: DataFrame,
+    version: int,
+    seen: int,
+    stream_clock: int | None,
+    counts: dict[str, SourceCounts],
+    rejected_parts: list[DataFrame],
+) -> TableInput:
+    """Table source `name` as of `version` (its tagged `changes`) for a batch that counts the
+    changes committed after version `seen`, the one the previous batch read: their rows go to
+    `counts`, their rejected rows to `rejected_parts`."""
+    commits = arrival.commit_stats(changes)
+    fresh = [c for c in commits if c.position[2] > seen]
+    counts[name] = SourceCounts(rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh))
+    counted = F.col(V) > F.lit(seen)
+    rejected_parts.append(
+        kernel.rejected_side_rows(name, changes.where(counted & F.col(arrival.REJECT).isNotNull()))
+    )
+    return TableInput(changes, commits, version, counted, stream_clock)
 
 
 @dataclass

@@ -1,0 +1,231 @@
+"""The enrichment joins' decisions at the kernel's level, against the plain-Python reference.
+
+Event-time temporal join with a changelog (out-of-order and late versions, tombstones, NULL keys
+and times; exact and complete mode) and ASOF join with a table updated in place (upserts, updates,
+deletes; with and without a clock skew that keeps the newest rows open). tests/kernel_harness.py
+lays `STACK` generated examples end to end as one history; each Hypothesis example decides it with
+one replay step, replays it in three slices that must add up to the whole, and runs it as live
+micro-batches cut at random commits.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from harness import create_tables, enrichment_job
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from kernel_harness import BAND, Decided, Laid, enrichment_live, enrichment_replay, lay_end_to_end
+from reference import STREAM_BUCKETS, TABLE_BUCKETS, asof_reference, temporal_reference
+
+from streamjoin.plan import bind
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
+STACK = 40
+SETTINGS = {
+    "max_examples": EXAMPLES,
+    "deadline": None,
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
+    "print_blob": True,
+}
+
+
+@pytest.fixture(scope="module")
+def paths(spark, tmp_path_factory):
+    """Two empty source tables: the plan binds against their schemas; no row is ever written."""
+    root = tmp_path_factory.mktemp("kernel_enrichment")
+    return root, create_tables(spark, root)
+
+
+# ---------------------------------------------------------------------------- examples
+
+
+@st.composite
+def temporal_commits(draw):
+    """Commits (side, rows) of a stream and a changelog: stream rows (id, key, seconds | None, v);
+    changelog rows (id, key, seconds | None, v, "insert"), id and v None for a tombstone; one
+    change per key and commit (their order would otherwise be the content's)."""
+    commits, n = [], 0
+    for c in range(draw(st.integers(1, 6))):
+        side = draw(st.sampled_from((0, 1, 1)))
+        rows, keys = [], set()
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "c", "a", None) if side == 0 else ("a", "b", "c", None)))
+            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            if side == 0:
+                rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
+            elif key not in keys:
+                keys.add(key)
+                tombstone = draw(st.integers(0, 4)) == 0
+                rows.append((None, key, t, None, "insert") if tombstone else (f"r{n}", key, t, 0, "insert"))
+        commits.append((side, rows))
+    return commits
+
+
+@st.composite
+def asof_commits(draw):
+    """Commits (side, rows) of a stream and a table keyed by (key, time) changed in place:
+    stream rows (id, key, seconds | None, v); table rows (id, key, seconds, v, change type):
+    inserts, update post-images of present keys, and single deletes (with the deleted row)."""
+    commits, n, present = [], 0, {}
+    for c in range(draw(st.integers(1, 6))):
+        side = draw(st.sampled_from((0, 1)))
+        if side == 1 and present and draw(st.integers(0, 3)) == 0:
+            victim = draw(st.sampled_from(sorted(present)))
+            commits.append((1, [(*present.pop(victim), "delete")]))
+            continue
+        rows, keys = [], set()
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "a", None) if side == 0 else ("a", "b")))
+            t = None if side == 0 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            if side == 0:
+                rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
+            elif (key, t) not in keys:
+                keys.add((key, t))
+                change = "update_postimage" if (key, t) in present else "insert"
+                present[(key, t)] = (f"r{n}", key, t, 0)
+                rows.append((*present[(key, t)], change))
+        commits.append((side, rows))
+    return commits
+
+
+def slices(draw, examples: int) -> list[tuple[int, int]]:
+    """The whole history [-BAND, examples * BAND) cut in three slices, inside two examples."""
+    cuts = sorted(
+        draw(st.integers(0, examples - 1)) * BAND + draw(st.integers(-8, 22), label="cut offset")
+        for _ in range(2)
+    )
+    bounds = [-BAND, *cuts, examples * BAND]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+def add_up(spark, plan, laid: Laid, mode: str, windows: list[tuple[int, int]]) -> Decided:
+    """The slices' replays, summed."""
+    total = Decided(Counter(), Counter(), Counter())
+    for window in windows:
+        part = enrichment_replay(spark, plan, laid, mode, window)
+        total.output.update(part.output)
+        total.stream.update(part.stream)
+        total.table.update(part.table)
+    return total
+
+
+def buckets(counts: Counter, names: tuple[str, ...]) -> dict[str, int]:
+    return {b: counts[b] for b in names}
+
+
+def first_difference(got: Counter, expected: Counter) -> str:
+    """The example whose output differs first, for the failure message."""
+    extra, missing = got - expected, expected - got
+    rows = sorted({*extra, *missing}, key=lambda r: str(r))
+    example = str(rows[0][0] or rows[0][1]).split("/")[0]
+    return (
+        f"example {example}: extra {[r for r in extra if str(r[0] or r[1]).startswith(example + '/')]}, "
+        f"missing {[r for r in missing if str(r[0] or r[1]).startswith(example + '/')]}"
+    )
+
+
+# ---------------------------------------------------------------------------- event-time temporal
+
+
+def temporal_plan(spark, paths, how: str, grace: int):
+    root, tables = paths
+    return bind(
+        spark,
+        enrichment_job(
+            root,
+            tables,
+            how,
+            {"key": ["k"], "time": "t", "changelog": True},
+            {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"},
+        ),
+    )
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
+    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
+    grace = data.draw(st.sampled_from((0, 2, 5)), label="grace")
+    laid = lay_end_to_end(data.draw(st.lists(temporal_commits(), min_size=STACK, max_size=STACK)), "k")
+    windows = slices(data.draw, STACK)
+    plan = temporal_plan(spark, paths, how, grace)
+    whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]))
+    expected, stream_counts, table_counts = temporal_reference(laid.stream, laid.table, grace, how, mode)
+    assert whole.output == expected, first_difference(whole.output, expected)
+    assert buckets(whole.stream, STREAM_BUCKETS) == stream_counts
+    assert buckets(whole.table, TABLE_BUCKETS) == table_counts
+    sliced = add_up(spark, plan, laid, mode, windows)
+    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
+    assert sliced.stream == whole.stream and sliced.table == whole.table
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
+    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
+    grace = data.draw(st.sampled_from((0, 2, 5)), label="grace")
+    laid = lay_end_to_end(data.draw(st.lists(temporal_commits(), min_size=STACK, max_size=STACK)), "k")
+    cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
+    live = enrichment_live(spark, temporal_plan(spark, paths, how, grace), laid, sorted(cuts))
+    expected, stream_counts, table_counts = temporal_reference(laid.stream, laid.table, grace, how)
+    assert live.output == expected, first_difference(live.output, expected)
+    assert buckets(live.stream, STREAM_BUCKETS) == stream_counts
+    assert buckets(live.table, TABLE_BUCKETS) == table_counts
+
+
+# ---------------------------------------------------------------------------- ASOF
+
+
+def asof_plan(spark, paths, how: str, skew: int):
+    root, tables = paths
+    return bind(
+        spark,
+        enrichment_job(
+            root,
+            tables,
+            how,
+            {"key": ["k", "t"], "clock_skew": f"{skew}s"},
+            {"on": "l.k = r.k AND r.t <= l.t", "asof": True},
+        ),
+    )
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_asof_replay_and_slices_decide_as_the_reference(spark, paths, data):
+    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
+    skew = data.draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
+    laid = lay_end_to_end(data.draw(st.lists(asof_commits(), min_size=STACK, max_size=STACK)), "k,t")
+    windows = slices(data.draw, STACK)
+    plan = asof_plan(spark, paths, how, skew)
+    whole = enrichment_replay(spark, plan, laid, "exact", (windows[0][0], windows[-1][1]))
+    expected, counts = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
+    assert whole.output == expected, first_difference(whole.output, expected)
+    assert buckets(whole.stream, STREAM_BUCKETS) == counts
+    sliced = add_up(spark, plan, laid, "exact", windows)
+    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
+    assert sliced.stream == whole.stream and sliced.table == whole.table
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_asof_live_batches_decide_as_the_reference(spark, paths, data):
+    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
+    skew = data.draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
+    laid = lay_end_to_end(data.draw(st.lists(asof_commits(), min_size=STACK, max_size=STACK)), "k,t")
+    cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
+    live = enrichment_live(spark, asof_plan(spark, paths, how, skew), laid, sorted(cuts))
+    expected, counts = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
+    assert live.output == expected, first_difference(live.output, expected)
+    assert buckets(live.stream, STREAM_BUCKETS) == counts

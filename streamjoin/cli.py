@@ -25,6 +25,17 @@ def _job(args):
     return load_job(args.job, root=_root(args))
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (`--timeout`)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds; give e.g. 60")
+    return seconds
+
+
 def _versions(text: str | None) -> dict[str, int] | None:
     if not text:
         return None
@@ -333,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     handoff.add_argument("--versions", help="the versions the backfill read (default: from its record)")
     handoff.add_argument("--trigger", default="available-now", help="available-now or processing-time:30s")
     handoff.add_argument(
-        "--timeout", type=float, help="stop after this many seconds (processing-time triggers)"
+        "--timeout", type=_seconds, help="stop after this many seconds (processing-time triggers)"
     )
     handoff.set_defaults(func=cmd_handoff)
 
@@ -353,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream.add_argument("--checkpoint", help="checkpoint folder (default <output>_checkpoint)")
     stream.add_argument(
-        "--timeout", type=float, help="stop after this many seconds (processing-time triggers)"
+        "--timeout", type=_seconds, help="stop after this many seconds (processing-time triggers)"
     )
     stream.add_argument("--from", dest="from_", help=_FROM_HELP)
     stream.set_defaults(func=cmd_stream)

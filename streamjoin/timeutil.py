@@ -73,7 +73,7 @@ def parse_instant(text: str | datetime, what: str = "time") -> datetime:
         value = pendulum.instance(text)
     else:
         try:
-            parsed = pendulum.parse(str(text), tz="UTC")
+            parsed = pendulum.parse(str(text), tz="UTC", exact=True)  # a bare time is not today's
         except Exception as exc:
             raise JobError(f"{what} {text!r} is not an ISO date or datetime: {exc}") from None
         if isinstance(parsed, pendulum.Date) and not isinstance(parsed, pendulum.DateTime):

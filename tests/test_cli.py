@@ -147,6 +147,16 @@ def test_help_on_each_command(capsys):
         assert "usage: streamjoin" in capsys.readouterr().out
 
 
+def test_a_timeout_that_is_not_positive_is_refused_before_anything_runs(capsys):
+    for command in ("stream", "handoff"):
+        extra = ["--at", "2024-05-01"] if command == "handoff" else []
+        for timeout in ("0", "-5", "soon"):
+            with pytest.raises(SystemExit) as done:
+                main([command, "any.yaml", *extra, "--timeout", timeout])
+            assert done.value.code == 2
+            assert f"{timeout!r} is not a positive number of seconds; give e.g. 60" in capsys.readouterr().err
+
+
 def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
     root, _ = demo
     assert main(["--root", str(root), "stream", str(JOBS_BY_NAME["payments_shipments"])]) == 0

@@ -123,6 +123,9 @@ def test_durations_and_instants():
     assert parse_instant("2024-05-01T02:00+02:00").isoformat() == "2024-05-01T00:00:00+00:00"
     with pytest.raises(JobError, match="not an ISO date"):
         parse_instant("yesterday-ish")
+    for without_a_date in ("12:00", "P1D"):  # a time of day is not taken as today's, nor a duration
+        with pytest.raises(JobError, match="is not a date or datetime, e.g. 2024-05-01"):
+            parse_instant(without_a_date)
 
 
 def test_conjuncts_split_at_top_level_only():

@@ -163,10 +163,6 @@ class Join:
             )
         if self.emit not in ("final", "eager"):
             raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
-        if self.emit == "eager" and self.type == "inner":
-            raise JobError(
-                f"{where}: 'emit: eager' applies to outer joins only; remove it or make the join left, right or full"
-            )
         if self.as_of not in (None, "arrival", "event_time"):
             raise JobError(
                 f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
@@ -353,6 +349,12 @@ def _validate(spec: JoinSpec) -> None:
             allowed = ", ".join(SUPPORTED_TYPES[pair]) or "none"
             raise JobError(
                 f"{link}: a {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
+            )
+        if pair == ("stream", "stream") and join.asof:
+            raise JobError(
+                f"{link}: ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two "
+                f"append-only relations); declare {join.source!r} as a table (kind: table, key: [...]) to join "
+                "each stream row with the nearest row that had arrived before it"
             )
         if pair == ("stream", "stream") and join.bounds is None:
             raise JobError(

@@ -99,6 +99,7 @@ def job(
     grace: int,
     residual: bool = False,
     output: str = "out",
+    emit: str = "final",
 ) -> JoinSpec:
     """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids."""
     on = "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
@@ -116,6 +117,7 @@ def job(
                 on=on,
                 bounds=TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
                 grace=timedelta(seconds=grace),
+                emit=emit,
             ),
         ),
         output=Output(path=f"{root}/{output}"),

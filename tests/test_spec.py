@@ -67,7 +67,10 @@ def test_a_valid_job_builds():
         ({"joins__0__type": "sideways"}, "type 'sideways' is unknown"),
         ({"joins__0__on": None}, "give exactly one condition"),
         ({"joins__0__emit": "soon"}, "emit is 'soon'"),
-        ({"joins__0__type": "inner", "joins__0__emit": "eager"}, "'emit: eager' applies to outer joins only"),
+        (
+            {"joins__0__within": None, "joins__0__asof": True, "joins__0__on": "a.id = b.id AND b.t <= a.t"},
+            "ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two append-only",
+        ),
         ({"sources__b__time": None}, "a stream needs 'time'"),
         ({"sources__b__kind": "river"}, "kind is 'river'"),
         ({"sources__b__path": None}, "give exactly one of 'path'"),

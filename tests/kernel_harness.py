@@ -277,7 +277,7 @@ class Laid:
 def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: str) -> Laid:
     """`examples`: each a list of commits (side, rows): stream rows (id, key, seconds, v), table rows
     TableRow. A table row is a tombstone when its change type is `delete` or its id is None.
-    `table_key`: "k" (the table's primary key is its key) or "k,t" (key and time, for ASOF)."""
+    `table_key`: the table's primary key: "k" (its key), "k,t" (key and time) or "k,id"."""
     stream, table, stream_rows, table_rows, commits = [], [], [], [], []
     versions = {0: 0, 1: 0}
     for example, example_commits in enumerate(examples):
@@ -297,7 +297,7 @@ def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: st
                     stream_rows.append((row_id, key, at, row[3], versions[side], committed))
                     continue
                 deleted = row[4] == "delete" or row_id is None
-                primary = (key,) if table_key == "k" else (key, seconds)
+                primary = {"k": (key,), "k,t": (key, seconds), "k,id": (key, row_id)}[table_key]
                 table.append(Change(row_id, primary, seconds, position, deleted))
                 table_rows.append((row_id, key, at, row[3], row[4], versions[side], committed))
     return Laid(stream, table, stream_rows, table_rows, commits)
@@ -419,3 +419,67 @@ def _add(decided: Decided, plan: Plan, counts: dict[str, SourceCounts], with_ope
         decided.stream[bucket] += getattr(counts[stream], bucket)
     for bucket in ("late", "applied"):
         decided.table[bucket] += getattr(counts[table], bucket)
+
+
+# ---------------------------------------------------------------------------- table-table joins
+#
+# A table-table result row changes only with its own key's rows, so examples (keys and row ids of
+# their own) laid end to end (BAND seconds of commit time apart) decide as they would alone.
+
+KV_CHANGES = StructType(
+    [
+        StructField("k", StringType()),
+        StructField("v", StringType()),
+        StructField(CHANGE_TYPE, StringType()),
+        StructField(COMMIT_VERSION, LongType()),
+        StructField(COMMIT_TIMESTAMP, TimestampType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class LaidTables:
+    """Examples of two changelogs laid end to end: each side's rows (KV_CHANGES' shape) and every
+    commit (side, version, rows (key, value | None)) in arrival order."""
+
+    rows: dict[int, list[tuple]]
+    commits: list[tuple[int, int, list[tuple[str, str | None]]]]
+
+
+def lay_tables_end_to_end(
+    examples: Sequence[Sequence[tuple[int, list[tuple[str, str | None]]]]],
+) -> LaidTables:
+    """`examples`: each a list of commits (side, rows (key, value | None)); None deletes the key."""
+    rows: dict[int, list[tuple]] = {0: [], 1: []}
+    commits = []
+    versions = {0: 0, 1: 0}
+    for example, example_commits in enumerate(examples):
+        for j, (side, changes) in enumerate(example_commits):
+            versions[side] += 1
+            seconds = example * BAND + j
+            keyed = [(f"{example}:{k}", v) for k, v in changes]
+            commits.append((side, versions[side], keyed))
+            committed = BASE + timedelta(seconds=seconds)
+            rows[side] += [(k, v, "insert", versions[side], committed) for k, v in keyed]
+    return LaidTables(rows, commits)
+
+
+def tables_step(
+    spark: SparkSession,
+    plan: Plan,
+    laid: LaidTables,
+    upto: dict[int, int],
+    seen: dict[int, int],
+    after: int | None,
+) -> kernel.StepResult:
+    """One table-table step over each table up to version `upto[side]`, counting the changes after
+    `seen[side]`, emitting the result changes settled after `after` (a live batch; a replay of
+    everything is upto = the last versions, seen = -1, after = None)."""
+    tables, counts, rejected = {}, {}, []
+    for source in plan.tables:
+        frame = spark.createDataFrame(laid.rows[source.index], KV_CHANGES)
+        changes = changelog.tag(frame, source).where(F.col(arrival.V) <= upto[source.index])
+        tables[source.name] = table_input(
+            source.name, changes, upto[source.index], seen[source.index], None, counts, rejected
+        )
+    return kernel.step(spark, plan, {}, arrival.Timeline({}, None), "exact", tables=tables, after=after)

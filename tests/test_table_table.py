@@ -3,11 +3,12 @@
 1. ksqlDB's primary-key semantics table (INNER, LEFT, OUTER, with output tombstones) and its
    foreign-key table (INNER, LEFT), each reproduced as the sequence of result changes, live (runs
    between the commits) and replayed, plus the final result table.
-2. Property test: random upserts and deletes on both tables in random commits; the final result
-   table equals a plain-Python join of the two final tables, and live writes the same sequence of
-   changes per key as the replay.
-3. A live batch killed after writing its changes is redone without duplicate changes.
-4. Many-to-many joins are refused with a message.
+2. A live batch killed after writing its changes is redone without duplicate changes.
+3. Many-to-many joins are refused with a message.
+
+Random upserts and deletes are decided at the kernel's level (test_kernel_table_table.py); this
+file checks the wiring: Delta's change feed, the live runner's MERGE into the result table, the
+replay's overwrite.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import append
 from delta.tables import DeltaTable
-from harness import EVERYTHING, PROPERTY_SETTINGS, concurrently, run_live, with_output
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from harness import EVERYTHING, concurrently, run_live, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from test_restart import FailOnce
 
@@ -230,74 +229,7 @@ def test_ksqldb_foreign_key_semantics_both_runners(spark, fk, how):
     assert sum(1 for e in expected if e[0] == 8) == 2
 
 
-# ============================================================================ 2. property
-
-
-@st.composite
-def table_scenarios(draw):
-    """Commits [(side, rows)] of (key, value | None): value None deletes the key; one change per key and commit."""
-    commits = []
-    for _ in range(draw(st.integers(2, 7))):
-        side = draw(st.sampled_from((0, 1)))
-        keys = draw(st.lists(st.sampled_from("abcd"), min_size=1, max_size=3, unique=True))
-        commits.append(
-            (
-                side,
-                [
-                    (k, None if draw(st.integers(0, 3)) == 0 else f"{'lr'[side]}{draw(st.integers(0, 9))}")
-                    for k in keys
-                ],
-            )
-        )
-    return commits
-
-
-def final_tables(commits) -> tuple[dict, dict]:
-    tables = ({}, {})
-    for side, rows in commits:
-        for key, value in rows:
-            if value is None:
-                tables[side].pop(key, None)
-            else:
-                tables[side][key] = value
-    return tables
-
-
-@pytest.mark.parametrize("how", ("full", "left"))
-@settings(**PROPERTY_SETTINGS)
-@given(data=st.data())
-def test_random_changes_live_replay_reference(spark, tmp_path_factory, how, data):
-    commits = data.draw(table_scenarios(), label="commits")
-    triggers = data.draw(
-        st.sets(st.integers(0, len(commits) - 2), max_size=2), label="live runs after commits"
-    )
-    root = tmp_path_factory.mktemp("tt")
-    paths = {0: f"{root}/left", 1: f"{root}/right"}
-    for side in (0, 1):
-        spark.createDataFrame([], KV).write.format("delta").save(paths[side])
-    spec = table_job(root, "tt", paths[0], paths[1], "k", "k", how, "l.k = r.k", ["l.v AS lv", "r.v AS rv"])
-    runner = LiveRunner(spark, spec, f"{root}/checkpoint")
-    for index, (side, rows) in enumerate(commits):
-        append(spark, paths[side], rows, KV)
-        if index in triggers:
-            runner.run()
-    runner.run()
-    replayed = with_output(spec, f"{root}/replay")
-    metrics = replay(spark, replayed, *EVERYTHING)
-
-    left, right = final_tables(commits)
-    keys = set(left) | set(right) if how == "full" else set(left)
-    expected = {
-        json.dumps({"result_key": {"k": k}, "lv": left.get(k), "rv": right.get(k)}, sort_keys=True)
-        for k in keys
-    }
-    assert result_table(spark, replayed) == expected, "replay differs from the reference"
-    assert result_table(spark, spec) == expected, "live result table differs from the reference"
-    assert change_log(spark, spec) == change_log(spark, replayed), "live and replay wrote different changes"
-    assert metrics.balanced() and metrics.sources["l"].applied == sum(len(r) for s, r in commits if s == 0)
-
-
-# ============================================================================ 3. restart, 4. refusals
+# ============================================================================ 2. restart, 3. refusals
 
 
 def test_batch_killed_after_writing_changes_is_redone_once(spark, tmp_path):

@@ -1,0 +1,148 @@
+"""The table-table join's result changes at the kernel's level, against a plain-Python reference.
+
+Random upserts and deletes of two changelogs keyed alike (a primary-key join, INNER, LEFT, FULL);
+tests/kernel_harness.py lays `STACK` examples end to end as one history. The reference recomputes,
+after every commit in arrival order, the result row of each key the commit touched: an `upsert`
+when it appears or its values change, a `delete` when it disappears. A replay of everything must
+write exactly those changes and the final result table; live batches cut after random commits,
+each emitting what settled after the previous batch's bound, must write them too, once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from kernel_harness import LaidTables, lay_tables_end_to_end, tables_step
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from streamjoin.plan import bind
+from streamjoin.spec import spec_from_dict
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
+STACK = 40
+SETTINGS = {
+    "max_examples": EXAMPLES,
+    "deadline": None,
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
+    "print_blob": True,
+}
+KV = StructType([StructField("k", StringType()), StructField("v", StringType())])
+
+
+@pytest.fixture(scope="module")
+def paths(spark, tmp_path_factory):
+    """Two empty changelogs: the plan binds against their schemas; no row is ever written."""
+    root = tmp_path_factory.mktemp("kernel_table_table")
+    for side in ("left", "right"):
+        spark.createDataFrame([], KV).write.format("delta").save(f"{root}/{side}")
+    return root
+
+
+def plan_for(spark, root, how: str):
+    table = {"kind": "table", "key": ["k"], "changelog": True, "clock_skew": "0s"}
+    return bind(
+        spark,
+        spec_from_dict(
+            {
+                "name": "tt",
+                "sources": {"l": {"path": f"{root}/left", **table}, "r": {"path": f"{root}/right", **table}},
+                "from": "l",
+                "joins": [{"join": "r", "type": how, "on": "l.k = r.k"}],
+                "select": ["l.v AS lv", "r.v AS rv"],
+                "output": {"path": f"{root}/out"},
+            }
+        ),
+    )
+
+
+@st.composite
+def table_commits(draw):
+    """Commits (side, rows (key, value | None)): None deletes the key; one change per key and commit."""
+    commits = []
+    for _ in range(draw(st.integers(1, 7))):
+        side = draw(st.sampled_from((0, 1)))
+        keys = draw(st.lists(st.sampled_from("abcd"), min_size=1, max_size=3, unique=True))
+        rows = [
+            (k, None if draw(st.integers(0, 3)) == 0 else f"{'lr'[side]}{draw(st.integers(0, 9))}")
+            for k in keys
+        ]
+        commits.append((side, rows))
+    return commits
+
+
+def reference(laid: LaidTables, how: str) -> tuple[Counter, set]:
+    """(result changes (key, op, lv, rv, source, version), final result rows (key, lv, rv))."""
+    tables: tuple[dict, dict] = ({}, {})
+    result: dict[str, tuple] = {}
+    changes: Counter = Counter()
+    for side, version, rows in laid.commits:
+        for key, value in rows:
+            if value is None:
+                tables[side].pop(key, None)
+            else:
+                tables[side][key] = value
+        for key in {k for k, _ in rows}:
+            lv, rv = tables[0].get(key), tables[1].get(key)
+            exists = {
+                "inner": lv is not None and rv is not None,
+                "left": lv is not None,
+                "full": lv is not None or rv is not None,
+            }[how]
+            now = (lv, rv) if exists else None
+            if now is not None and now != result.get(key):
+                changes[(key, "upsert", lv, rv, side, version)] += 1
+                result[key] = now
+            elif now is None and key in result:
+                changes[(key, "delete", None, None, side, version)] += 1
+                del result[key]
+    return changes, {(key, *values) for key, values in result.items()}
+
+
+def written(output) -> Counter:
+    rows = output.select(
+        F.col("result_key.k").alias("k"), "op", "lv", "rv", "change_source", "change_version"
+    ).collect()
+    return Counter(tuple(r) for r in rows)
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
+    how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")
+    laid = lay_tables_end_to_end(data.draw(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
+    last = {side: max((v for s, v, _ in laid.commits if s == side), default=0) for side in (0, 1)}
+    result = tables_step(spark, plan_for(spark, paths, how), laid, last, {0: -1, 1: -1}, None)
+    expected, final = reference(laid, how)
+    assert written(result.output) == expected
+    assert result.result is not None
+    assert {(r["result_key"]["k"], r["lv"], r["rv"]) for r in result.result.collect()} == final
+    assert result.counts["l"].applied == sum(len(rows) for s, _, rows in laid.commits if s == 0)
+
+
+@settings(**SETTINGS)
+@given(data=st.data())
+def test_live_batches_write_each_change_once(spark, paths, data):
+    how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")
+    laid = lay_tables_end_to_end(data.draw(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
+    cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
+    plan = plan_for(spark, paths, how)
+    got: Counter = Counter()
+    seen, bound = {0: -1, 1: -1}, None
+    for end in sorted({*cuts, len(laid.commits) - 1}):
+        upto = {
+            side: max((v for s, v, _ in laid.commits[: end + 1] if s == side), default=0) for side in (0, 1)
+        }
+        result = tables_step(spark, plan, laid, upto, seen, bound)
+        got.update(written(result.output))
+        seen, bound = upto, result.watermark if result.watermark is not None else bound
+    assert got == reference(laid, how)[0]

@@ -11,7 +11,7 @@ A `table` source comes in one of two physical forms, and both become the same ch
 
 Each change carries its *version time* `_sj_t`: the declared `time` column, or the commit
 timestamp when the table declares none (a delete of an in-place table has no time of its own and
-takes its commit timestamp); its arrival position (`_sj_ts`, `_sj_src`, `_sj_v`); `_sj_del` for a
+takes the table's event-time clock at its commit, `_on_the_table_clock`); its arrival position (`_sj_ts`, `_sj_src`, `_sj_v`); `_sj_del` for a
 tombstone; and a rejection reason (NULL primary key, NULL or unparseable version time).
 
 `versions` turns accepted changes into validity intervals per primary key, ordered either by
@@ -112,11 +112,8 @@ def tag(raw: DataFrame, source: BoundSource) -> DataFrame:
             deleted = F.lit(bool(values))
             for column in values:
                 deleted = deleted & F.col(f"`{column}`").isNull()
-    if spec.time:
+    if spec.time:  # an in-place delete brings the deleted row's time; `_on_the_table_clock` moves it
         raw_time, version_time = source.raw_time(), source.event_time()
-        if not spec.changelog:  # a delete has no time of its own: it happens at its commit
-            raw_time = F.when(deleted, F.col(COMMIT_TIMESTAMP)).otherwise(raw_time)
-            version_time = F.when(deleted, commit_time).otherwise(version_time)
     else:
         raw_time, version_time = F.col(COMMIT_TIMESTAMP), commit_time
     null_key = F.lit(False)
@@ -127,7 +124,7 @@ def tag(raw: DataFrame, source: BoundSource) -> DataFrame:
         .when(raw_time.isNull(), F.lit(NULL_TIME))
         .when(version_time.isNull(), F.lit(BAD_TIME))
     )
-    return raw.select(
+    tagged = raw.select(
         *[F.col(f"`{c}`") for c in source.schema.fieldNames()],
         version_time.alias(T),
         commit_time.alias(TS),
@@ -136,6 +133,28 @@ def tag(raw: DataFrame, source: BoundSource) -> DataFrame:
         deleted.alias(DELETED),
         reason.alias(REJECT),
     )
+    return _on_the_table_clock(tagged) if spec.time and not spec.changelog else tagged
+
+
+def _on_the_table_clock(changes: DataFrame) -> DataFrame:
+    """A DELETE of a table updated in place has no version time of its own (the change feed brings
+    the deleted row). It takes the table's event-time clock at its commit: the largest version time
+    of the accepted changes committed before it, or the deleted row's own while there is none. So
+    it is never late and never moves the table's watermark, whatever its wall-clock commit time
+    (docs/semantics.md); a changelog's tombstone carries its own time instead."""
+    top = F.max(F.when(F.col(REJECT).isNull() & ~F.col(DELETED), F.col(T)))
+    per_commit = changes.groupBy(TS, V).agg(top.alias("_sj_top"))
+    earlier = Window.orderBy(TS, V).rowsBetween(Window.unboundedPreceding, -1)
+    clock = per_commit.select(
+        F.col(TS).alias("_sj_cts"),
+        F.col(V).alias("_sj_cv"),
+        F.max("_sj_top").over(earlier).alias("_sj_clock"),
+    )
+    joined = changes.join(
+        F.broadcast(clock), (F.col(TS) == F.col("_sj_cts")) & (F.col(V) == F.col("_sj_cv")), "left"
+    )
+    on_clock = F.when(F.col(DELETED) & F.col(REJECT).isNull(), F.greatest(F.col(T), F.col("_sj_clock")))
+    return joined.withColumn(T, on_clock.otherwise(F.col(T))).drop("_sj_cts", "_sj_cv", "_sj_clock")
 
 
 def versions(changes: DataFrame, key: tuple[str, ...], order: str) -> DataFrame:

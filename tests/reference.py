@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 BUCKETS = (
     "rows_in",
@@ -131,9 +131,14 @@ def temporal_reference(
     grace: int,
     how: str,
     mode: str = "exact",
+    in_place: bool = False,
 ) -> tuple[Counter, dict[str, int], dict[str, int]]:
     """Event-time temporal join (FOR SYSTEM_TIME AS OF l.t) of `stream` with a changelog keyed by
     key[0] whose version times are `t`: (output, stream counts, table counts).
+
+    - `in_place`: the table is updated in place, and a delete's `t` is the deleted row's time. Its
+      version time is the largest `t` of the accepted non-delete changes at earlier positions (or
+      its own, if larger or without any).
 
     - Table changes with a NULL key or time are rejected. A change is late (exact mode) iff its
       time is below the table's watermark at its position: the largest time of accepted changes
@@ -151,6 +156,13 @@ def temporal_reference(
             t_counts["rejected"] += 1
         else:
             accepted.append(c)
+    if in_place:
+        accepted = [
+            replace(c, t=max([c.t] + [o.t for o in accepted if o.pos < c.pos and not o.deleted]))
+            if c.deleted
+            else c
+            for c in accepted
+        ]
     applied = []
     for c in accepted:
         before = [o.t for o in accepted if o.pos < c.pos]
@@ -193,11 +205,12 @@ def asof_reference(
     how: str,
     skew: int = 0,
 ) -> tuple[Counter, dict[str, int]]:
-    """ASOF join ON l.k = r.k AND r.t <= l.t against a table keyed by (k, t), updated in place:
-    (output, stream counts). A stream row sees the table as committed at or before its own commit
-    timestamp (per primary key, the change at the latest position; tombstones delete), and joins
-    the row of its key with the largest t <= its own. It is decided iff its commit timestamp is at
-    most the newest table commit timestamp or the newest stream commit timestamp minus `skew`."""
+    """ASOF join ON l.k = r.k AND r.t <= l.t against a table whose primary key starts with k
+    (key[0]), updated in place: (output, stream counts). A stream row sees the table as committed
+    at or before its own commit timestamp (per primary key, the change at the latest position;
+    tombstones delete), and joins the row of its key with the largest t <= its own; of rows with
+    equal t, the latest arrival. It is decided iff its commit timestamp is at most the newest
+    table commit timestamp or the newest stream commit timestamp minus `skew`."""
     counts = dict.fromkeys(STREAM_BUCKETS, 0)
     clock = [max(e.pos[0] for e in stream) - skew] if stream else []
     known = max([c.pos[0] for c in table] + clock)
@@ -214,5 +227,5 @@ def asof_reference(
         for c in sorted((c for c in table if c.pos[0] <= e.pos[0]), key=lambda c: c.pos):
             state[c.key] = c
         candidates = [c for c in state.values() if not c.deleted and c.key[0] == e.key and c.t <= e.t]
-        _enrich(e, max(candidates, key=lambda c: c.t, default=None), how, out, counts)
+        _enrich(e, max(candidates, key=lambda c: (c.t, c.pos), default=None), how, out, counts)
     return out, counts

@@ -31,7 +31,7 @@ from harness import (
     with_output,
     write_commit,
 )
-from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import DoubleType, IntegerType, StringType, StructField, StructType, TimestampType
 from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event, asof_reference, temporal_reference
 
 from streamjoin import delta_io
@@ -205,6 +205,76 @@ def test_asof_live_replay_reference(spark, tmp_path):
     assert read_output(spark, spec.output.path) == expected, "live output differs from the exact replay"
     check_live(spark, spec, counts)
     check_slices(spark, spec, tmp_path, 4, whole)
+
+
+# ============================================================================ a DELETE in event time
+
+RATES_AT = StructType(
+    [StructField("k", StringType()), StructField("v", IntegerType()), StructField("t", TimestampType())]
+)
+ORDERS_AT = StructType(
+    [StructField("id", StringType()), StructField("k", StringType()), StructField("t", TimestampType())]
+)
+
+
+def test_a_delete_neither_moves_the_watermark_nor_is_late_in_either_form(spark, tmp_path):
+    """Issue 15's rates: a=1 (version time 5 s), b=7 (6 s), b deleted, a=2 (8 s), then an order for
+    a at 10 s and one for b at 7 s, LEFT, as of event time. The DELETE is committed now, years after
+    those event times: in place it takes the table's event-time clock (6 s), so a=2 is on time and
+    the order joins it; as a changelog the tombstone carries its time (6 s). Both forms, both runners,
+    the same rows."""
+    orders = f"{tmp_path}/orders"
+    spark.createDataFrame([], ORDERS_AT).write.format("delta").save(orders)
+    results = {}
+    for form in ("in_place", "changelog"):
+        rates = f"{tmp_path}/rates_{form}"
+        table = {"path": rates, "kind": "table", "key": ["k"], "time": "t", "changelog": form == "changelog"}
+        spec = spec_from_dict(
+            {
+                "name": f"rated_{form}",
+                "sources": {"orders": {"path": orders, "time": "t"}, "rates": table},
+                "from": "orders",
+                "joins": [
+                    {
+                        "join": "rates",
+                        "type": "left",
+                        "on": "orders.k = rates.k",
+                        "as_of": "event_time",
+                        "grace": "2s",
+                    }
+                ],
+                "select": ["orders.id AS id", "rates.v AS v"],
+                "output": {"path": f"{tmp_path}/out_{form}"},
+            }
+        )
+
+        def write(rows, rates=rates, form=form):
+            if form == "in_place":
+                upsert(spark, rates, rows, RATES_AT, ("k",))
+            else:
+                append(spark, rates, rows, RATES_AT)
+
+        write([("a", 1, at(5)), ("b", 7, at(6))])
+        if form == "in_place":
+            delete(spark, rates, "k = 'b'")
+        else:
+            write([("b", None, at(6))])  # a tombstone: its value is NULL
+        runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint_{form}")
+        write([("a", 2, at(8))])
+        if form == "in_place":  # one orders table for both jobs
+            append(spark, orders, [("o1", "a", at(10)), ("o2", "b", at(7))], ORDERS_AT)
+        runner.run()
+        write([("a", 3, at(20))])  # moves the table's watermark past the orders
+        runner.run()
+        replayed = with_output(spec, f"{tmp_path}/replay_{form}")
+        metrics = replay(spark, replayed, *EVERYTHING)
+        assert metrics.sources["rates"].late == 0, form
+        live = {r.id: r.v for r in spark.read.format("delta").load(spec.output.location).collect()}
+        assert live == {
+            r.id: r.v for r in spark.read.format("delta").load(replayed.output.location).collect()
+        }
+        results[form] = live
+    assert results["in_place"] == results["changelog"] == {"o1": 2, "o2": None}
 
 
 # ============================================================================ processing time, while it runs

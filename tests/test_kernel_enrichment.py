@@ -1,8 +1,9 @@
 """The enrichment joins' decisions at the kernel's level, against the plain-Python reference.
 
-Event-time temporal join with a changelog (out-of-order and late versions, tombstones, NULL keys
-and times; exact and complete mode) and ASOF join with a table updated in place (upserts, updates,
-deletes; with and without a clock skew that keeps the newest rows open). tests/kernel_harness.py
+Event-time temporal join with a changelog or a table updated in place (out-of-order and late
+versions, tombstones and deletes, NULL keys and times; exact and complete mode) and ASOF join with a table updated in place (upserts, updates,
+deletes; with and without a clock skew that keeps the newest rows open; rows of equal time that
+tie). tests/kernel_harness.py
 lays `STACK` generated examples end to end as one history; each Hypothesis example decides it with
 one replay step, replays it in three slices that must add up to the whole, and runs it as live
 micro-batches cut at random commits.
@@ -48,11 +49,13 @@ def paths(spark, tmp_path_factory):
 
 
 @st.composite
-def temporal_commits(draw):
-    """Commits (side, rows) of a stream and a changelog: stream rows (id, key, seconds | None, v);
-    changelog rows (id, key, seconds | None, v, "insert"), id and v None for a tombstone; one
-    change per key and commit (their order would otherwise be the content's)."""
-    commits, n = [], 0
+def temporal_commits(draw, in_place: bool):
+    """Commits (side, rows) of a stream and a versioned table: stream rows (id, key, seconds |
+    None, v); table rows (id, key, seconds | None, v, change type), one change per key and commit
+    (their order would otherwise be the content's). A changelog's tombstone has id and v None and
+    its own time; a table updated in place inserts, updates (post-image) and deletes (the change
+    feed brings the deleted row, its time too)."""
+    commits, n, present = [], 0, {}
     for c in range(draw(st.integers(1, 6))):
         side = draw(st.sampled_from((0, 1, 1)))
         rows, keys = [], set()
@@ -62,19 +65,31 @@ def temporal_commits(draw):
             t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
             if side == 0:
                 rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
-            elif key not in keys:
-                keys.add(key)
-                tombstone = draw(st.integers(0, 4)) == 0
+                continue
+            if key in keys:
+                continue
+            keys.add(key)
+            tombstone = draw(st.integers(0, 4)) == 0
+            if not in_place:
                 rows.append((None, key, t, None, "insert") if tombstone else (f"r{n}", key, t, 0, "insert"))
+            elif tombstone and key in present:
+                rows.append((*present.pop(key), "delete"))
+            elif not tombstone:
+                change = "update_postimage" if key in present else "insert"
+                if key is not None:
+                    present[key] = (f"r{n}", key, t, 0)
+                rows.append((f"r{n}", key, t, 0, change))
         commits.append((side, rows))
     return commits
 
 
 @st.composite
-def asof_commits(draw):
-    """Commits (side, rows) of a stream and a table keyed by (key, time) changed in place:
-    stream rows (id, key, seconds | None, v); table rows (id, key, seconds, v, change type):
-    inserts, update post-images of present keys, and single deletes (with the deleted row)."""
+def asof_commits(draw, ties: bool):
+    """Commits (side, rows) of a stream and a table changed in place: stream rows (id, key,
+    seconds | None, v); table rows (id, key, seconds, v, change type): inserts, update post-images
+    of present keys, and single deletes (with the deleted row). The table's primary key is (key,
+    time), or with `ties` (key, id) over a few ids and coarse times, so that rows of one key tie
+    across commits (inside one commit their order would be the content's)."""
     commits, n, present = [], 0, {}
     for c in range(draw(st.integers(1, 6))):
         side = draw(st.sampled_from((0, 1)))
@@ -86,14 +101,18 @@ def asof_commits(draw):
         for _ in range(draw(st.integers(1, 3))):
             n += 1
             key = draw(st.sampled_from(("a", "b", "a", None) if side == 0 else ("a", "b")))
-            t = None if side == 0 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
             if side == 0:
+                t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
                 rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
-            elif (key, t) not in keys:
-                keys.add((key, t))
-                change = "update_postimage" if (key, t) in present else "insert"
-                present[(key, t)] = (f"r{n}", key, t, 0)
-                rows.append((*present[(key, t)], change))
+                continue
+            row_id = draw(st.sampled_from(("x", "y", "z"))) if ties else f"r{n}"
+            t = 3 * c + draw(st.sampled_from((-3, 0)) if ties else st.integers(-6, 5))
+            primary = (key, row_id) if ties else (key, t)
+            if primary not in keys and (key, t) not in keys:  # no tie inside one commit
+                keys |= {primary, (key, t)}
+                change = "update_postimage" if primary in present else "insert"
+                present[primary] = (row_id, key, t, 0)
+                rows.append((*present[primary], change))
         commits.append((side, rows))
     return commits
 
@@ -137,7 +156,7 @@ def first_difference(got: Counter, expected: Counter) -> str:
 # ---------------------------------------------------------------------------- event-time temporal
 
 
-def temporal_plan(spark, paths, how: str, grace: int):
+def temporal_plan(spark, paths, how: str, grace: int, in_place: bool):
     root, tables = paths
     return bind(
         spark,
@@ -145,7 +164,7 @@ def temporal_plan(spark, paths, how: str, grace: int):
             root,
             tables,
             how,
-            {"key": ["k"], "time": "t", "changelog": True},
+            {"key": ["k"], "time": "t", "changelog": not in_place},
             {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"},
         ),
     )
@@ -157,11 +176,15 @@ def temporal_plan(spark, paths, how: str, grace: int):
 def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
     how = data.draw(st.sampled_from(("left", "inner")), label="join type")
     grace = data.draw(st.sampled_from((0, 2, 5)), label="grace")
-    laid = lay_end_to_end(data.draw(st.lists(temporal_commits(), min_size=STACK, max_size=STACK)), "k")
+    in_place = data.draw(st.booleans(), label="table updated in place")
+    examples = data.draw(st.lists(temporal_commits(in_place), min_size=STACK, max_size=STACK))
+    laid = lay_end_to_end(examples, "k")
     windows = slices(data.draw, STACK)
-    plan = temporal_plan(spark, paths, how, grace)
+    plan = temporal_plan(spark, paths, how, grace, in_place)
     whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]))
-    expected, stream_counts, table_counts = temporal_reference(laid.stream, laid.table, grace, how, mode)
+    expected, stream_counts, table_counts = temporal_reference(
+        laid.stream, laid.table, grace, how, mode, in_place
+    )
     assert whole.output == expected, first_difference(whole.output, expected)
     assert buckets(whole.stream, STREAM_BUCKETS) == stream_counts
     assert buckets(whole.table, TABLE_BUCKETS) == table_counts
@@ -175,10 +198,15 @@ def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, 
 def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
     how = data.draw(st.sampled_from(("left", "inner")), label="join type")
     grace = data.draw(st.sampled_from((0, 2, 5)), label="grace")
-    laid = lay_end_to_end(data.draw(st.lists(temporal_commits(), min_size=STACK, max_size=STACK)), "k")
+    in_place = data.draw(st.booleans(), label="table updated in place")
+    laid = lay_end_to_end(
+        data.draw(st.lists(temporal_commits(in_place), min_size=STACK, max_size=STACK)), "k"
+    )
     cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
-    live = enrichment_live(spark, temporal_plan(spark, paths, how, grace), laid, sorted(cuts))
-    expected, stream_counts, table_counts = temporal_reference(laid.stream, laid.table, grace, how)
+    live = enrichment_live(spark, temporal_plan(spark, paths, how, grace, in_place), laid, sorted(cuts))
+    expected, stream_counts, table_counts = temporal_reference(
+        laid.stream, laid.table, grace, how, in_place=in_place
+    )
     assert live.output == expected, first_difference(live.output, expected)
     assert buckets(live.stream, STREAM_BUCKETS) == stream_counts
     assert buckets(live.table, TABLE_BUCKETS) == table_counts
@@ -187,7 +215,7 @@ def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
 # ---------------------------------------------------------------------------- ASOF
 
 
-def asof_plan(spark, paths, how: str, skew: int):
+def asof_plan(spark, paths, how: str, skew: int, ties: bool):
     root, tables = paths
     return bind(
         spark,
@@ -195,7 +223,7 @@ def asof_plan(spark, paths, how: str, skew: int):
             root,
             tables,
             how,
-            {"key": ["k", "t"], "clock_skew": f"{skew}s"},
+            {"key": ["k", "id"] if ties else ["k", "t"], "clock_skew": f"{skew}s"},
             {"on": "l.k = r.k AND r.t <= l.t", "asof": True},
         ),
     )
@@ -206,9 +234,11 @@ def asof_plan(spark, paths, how: str, skew: int):
 def test_asof_replay_and_slices_decide_as_the_reference(spark, paths, data):
     how = data.draw(st.sampled_from(("left", "inner")), label="join type")
     skew = data.draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
-    laid = lay_end_to_end(data.draw(st.lists(asof_commits(), min_size=STACK, max_size=STACK)), "k,t")
+    ties = data.draw(st.booleans(), label="table keyed by (key, id): equal times tie")
+    examples = data.draw(st.lists(asof_commits(ties), min_size=STACK, max_size=STACK))
+    laid = lay_end_to_end(examples, "k,id" if ties else "k,t")
     windows = slices(data.draw, STACK)
-    plan = asof_plan(spark, paths, how, skew)
+    plan = asof_plan(spark, paths, how, skew, ties)
     whole = enrichment_replay(spark, plan, laid, "exact", (windows[0][0], windows[-1][1]))
     expected, counts = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
     assert whole.output == expected, first_difference(whole.output, expected)
@@ -223,9 +253,11 @@ def test_asof_replay_and_slices_decide_as_the_reference(spark, paths, data):
 def test_asof_live_batches_decide_as_the_reference(spark, paths, data):
     how = data.draw(st.sampled_from(("left", "inner")), label="join type")
     skew = data.draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
-    laid = lay_end_to_end(data.draw(st.lists(asof_commits(), min_size=STACK, max_size=STACK)), "k,t")
+    ties = data.draw(st.booleans(), label="table keyed by (key, id): equal times tie")
+    examples = data.draw(st.lists(asof_commits(ties), min_size=STACK, max_size=STACK))
+    laid = lay_end_to_end(examples, "k,id" if ties else "k,t")
     cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
-    live = enrichment_live(spark, asof_plan(spark, paths, how, skew), laid, sorted(cuts))
+    live = enrichment_live(spark, asof_plan(spark, paths, how, skew, ties), laid, sorted(cuts))
     expected, counts = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
     assert live.output == expected, first_difference(live.output, expected)
     assert buckets(live.stream, STREAM_BUCKETS) == counts

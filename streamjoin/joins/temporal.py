@@ -11,7 +11,8 @@ that state that satisfy the condition. Only stream rows trigger output; table ch
   version whose validity holds the row's event time, versions ordered by version time.
 - **ASOF** (`asof: true`, RisingWave): among the rows the table held when the row arrived, those
   with equal keys that satisfy the one inequality, and of them the nearest (`right <= left` and
-  `right < left` pick the largest right value, `>=` and `>` the smallest).
+  `right < left` pick the largest right value, `>=` and `>` the smallest; of equal values, the
+  latest arrival).
 
 A row is *decided* once the table can no longer change the answer:
 - arrival and ASOF: once the table's log is known up to the row's commit timestamp: the table has
@@ -37,7 +38,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from streamjoin import changelog
-from streamjoin.arrival import TS, CommitStats, T, watermarks
+from streamjoin.arrival import TS, CommitStats, T, V, watermarks
 from streamjoin.joins.interval import OUT_T, Evaluation, SideCounts
 from streamjoin.plan import BoundJoin, BoundSource
 from streamjoin.timeutil import to_micros
@@ -178,15 +179,25 @@ class TemporalJoin:
         return Evaluation([emitted], counts, state, cached=[joined])
 
     def _nearest(self, joined: DataFrame, stream_columns: list[str]) -> DataFrame:
-        """Per stream row, keep only its nearest candidate (ties broken by the table row's content)."""
+        """Per stream row, keep only its nearest candidate; of candidates with the same value, the
+        latest arrival (RisingWave), then, within one commit, the table row's content."""
         S, R = self.stream, self.table
         assert self.inequality is not None  # called for ASOF joins only, which have their inequality
         _, op, right_col = self.inequality
         tie = F.to_json(F.struct(*[self._col(R, c) for c in _user_columns(joined, R)]))
-        order = F.struct(F.expr(right_col).alias("v"), tie.alias("t"))
+        commit, version = self._col(R, TS), self._col(R, V)
         by_row = Window.partitionBy(*[self._col(S, c) for c in stream_columns])
         # left >= right (or >): the largest right value is nearest; left <= right (or <): the smallest.
-        best = F.max(order).over(by_row) if op in (">=", ">") else F.min(order).over(by_row)
+        if op in (">=", ">"):
+            order = F.struct(
+                F.expr(right_col).alias("v"), commit.alias("ts"), version.alias("cv"), tie.alias("t")
+            )
+            best = F.max(order).over(by_row)
+        else:
+            order = F.struct(
+                F.expr(right_col).alias("v"), (-commit).alias("ts"), (-version).alias("cv"), tie.alias("t")
+            )
+            best = F.min(order).over(by_row)
         return (
             joined.withColumn(_NEAREST, best)
             .where(self._col(R, TS).isNull() | (F.col(_NEAREST) == order))

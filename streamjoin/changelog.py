@@ -11,8 +11,9 @@ A `table` source comes in one of two physical forms, and both become the same ch
 
 Each change carries its *version time* `_sj_t`: the declared `time` column, or the commit
 timestamp when the table declares none (a delete of an in-place table has no time of its own and
-takes the table's event-time clock at its commit, `_on_the_table_clock`); its arrival position (`_sj_ts`, `_sj_src`, `_sj_v`); `_sj_del` for a
-tombstone; and a rejection reason (NULL primary key, NULL or unparseable version time).
+takes the table's event-time clock at its commit, `_on_the_table_clock`); its arrival position
+(`_sj_ts`, `_sj_src`, `_sj_v`); `_sj_del` for a tombstone; and a rejection reason (NULL primary
+key, NULL or unparseable version time).
 
 `versions` turns accepted changes into validity intervals per primary key, ordered either by
 arrival (what the table held when a row arrived) or by version time (what was valid at an event

@@ -22,6 +22,7 @@ from datetime import timedelta
 
 from conftest import BASE
 from harness import SCHEMA, base_micros
+from hypothesis import HealthCheck, Phase
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
@@ -35,6 +36,16 @@ from streamjoin.metrics import SourceCounts
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Progress, batch_commits, decide, table_input
 
+SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets max_examples)
+    "deadline": None,
+    "suppress_health_check": [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
+    "print_blob": True,
+}
 PIVOT = 1_000_000  # seconds after BASE: every example's largest settled event time lands here
 STRIDE = 10_000  # commit versions and commit seconds reserved per example
 SETTLED = "_sj_test_settled"
@@ -260,7 +271,6 @@ def _micros(seconds: int) -> int:
 # examples' rows can still be open at the end; the live batches then cut the whole history.
 
 BAND = 100_000  # seconds between two examples laid end to end
-TableRow = tuple[str | None, str | None, int | None, int | None, str]  # id, key, seconds, v, change type
 
 
 @dataclass(frozen=True)
@@ -276,7 +286,8 @@ class Laid:
 
 def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: str) -> Laid:
     """`examples`: each a list of commits (side, rows): stream rows (id, key, seconds, v), table rows
-    TableRow. A table row is a tombstone when its change type is `delete` or its id is None.
+    (id, key, seconds, v, change type). A table row is a tombstone when its change type is `delete`
+    or its id is None.
     `table_key`: the table's primary key: "k" (its key), "k,t" (key and time) or "k,id"."""
     stream, table, stream_rows, table_rows, commits = [], [], [], [], []
     versions = {0: 0, 1: 0}

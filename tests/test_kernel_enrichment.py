@@ -16,26 +16,23 @@ from collections import Counter
 
 import pytest
 from harness import create_tables, enrichment_job
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import BAND, Decided, Laid, enrichment_live, enrichment_replay, lay_end_to_end
+from kernel_harness import (
+    BAND,
+    SETTINGS,
+    Decided,
+    Laid,
+    enrichment_live,
+    enrichment_replay,
+    lay_end_to_end,
+)
 from reference import STREAM_BUCKETS, TABLE_BUCKETS, asof_reference, temporal_reference
 
 from streamjoin.plan import bind
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
 STACK = 40
-SETTINGS = {
-    "max_examples": EXAMPLES,
-    "deadline": None,
-    "suppress_health_check": [
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
-    "print_blob": True,
-}
 
 
 @pytest.fixture(scope="module")
@@ -127,15 +124,40 @@ def slices(draw, examples: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:], strict=False))
 
 
-def add_up(spark, plan, laid: Laid, mode: str, windows: list[tuple[int, int]]) -> Decided:
-    """The slices' replays, summed."""
-    total = Decided(Counter(), Counter(), Counter())
+def cuts(laid: Laid):
+    """Where live micro-batches end: after one to five random commits (and after the last)."""
+    return st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5).map(sorted)
+
+
+def check_replay(
+    spark, plan, laid: Laid, mode: str, windows, expected: Counter, stream: dict, table: dict | None = None
+) -> None:
+    """A replay of the whole history decides as the reference (output, counts); the slices'
+    replays, summed, write and count what it does."""
+    whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]))
+    assert whole.output == expected, first_difference(whole.output, expected)
+    assert buckets(whole.stream, STREAM_BUCKETS) == stream
+    if table is not None:
+        assert buckets(whole.table, TABLE_BUCKETS) == table
+    sliced = Decided(Counter(), Counter(), Counter())
     for window in windows:
         part = enrichment_replay(spark, plan, laid, mode, window)
-        total.output.update(part.output)
-        total.stream.update(part.stream)
-        total.table.update(part.table)
-    return total
+        sliced.output.update(part.output)
+        sliced.stream.update(part.stream)
+        sliced.table.update(part.table)
+    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
+    assert sliced.stream == whole.stream and sliced.table == whole.table
+
+
+def check_live(
+    spark, plan, laid: Laid, ends: list[int], expected: Counter, stream: dict, table: dict | None = None
+) -> None:
+    """Live micro-batches ending after commits `ends` decide, summed, as the reference."""
+    live = enrichment_live(spark, plan, laid, ends)
+    assert live.output == expected, first_difference(live.output, expected)
+    assert buckets(live.stream, STREAM_BUCKETS) == stream
+    if table is not None:
+        assert buckets(live.table, TABLE_BUCKETS) == table
 
 
 def buckets(counts: Counter, names: tuple[str, ...]) -> dict[str, int]:
@@ -157,107 +179,73 @@ def first_difference(got: Counter, expected: Counter) -> str:
 
 
 def temporal_plan(spark, paths, how: str, grace: int, in_place: bool):
-    root, tables = paths
+    table = {"key": ["k"], "time": "t", "changelog": not in_place}
     return bind(
         spark,
-        enrichment_job(
-            root,
-            tables,
-            how,
-            {"key": ["k"], "time": "t", "changelog": not in_place},
-            {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"},
-        ),
+        enrichment_job(*paths, how, table, {"on": "l.k = r.k", "as_of": "event_time", "grace": f"{grace}s"}),
     )
+
+
+@st.composite
+def temporal_cases(draw):
+    """(join type, grace, in place, a history of STACK examples laid end to end)."""
+    how = draw(st.sampled_from(("left", "inner")), label="join type")
+    grace = draw(st.sampled_from((0, 2, 5)), label="grace")
+    in_place = draw(st.booleans(), label="table updated in place")
+    examples = draw(st.lists(temporal_commits(in_place), min_size=STACK, max_size=STACK))
+    return how, grace, in_place, lay_end_to_end(examples, "k")
 
 
 @pytest.mark.parametrize("mode", ["exact", "complete"])
-@settings(**SETTINGS)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
-    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
-    grace = data.draw(st.sampled_from((0, 2, 5)), label="grace")
-    in_place = data.draw(st.booleans(), label="table updated in place")
-    examples = data.draw(st.lists(temporal_commits(in_place), min_size=STACK, max_size=STACK))
-    laid = lay_end_to_end(examples, "k")
-    windows = slices(data.draw, STACK)
+    how, grace, in_place, laid = data.draw(temporal_cases())
     plan = temporal_plan(spark, paths, how, grace, in_place)
-    whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]))
-    expected, stream_counts, table_counts = temporal_reference(
-        laid.stream, laid.table, grace, how, mode, in_place
-    )
-    assert whole.output == expected, first_difference(whole.output, expected)
-    assert buckets(whole.stream, STREAM_BUCKETS) == stream_counts
-    assert buckets(whole.table, TABLE_BUCKETS) == table_counts
-    sliced = add_up(spark, plan, laid, mode, windows)
-    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
-    assert sliced.stream == whole.stream and sliced.table == whole.table
+    expected = temporal_reference(laid.stream, laid.table, grace, how, mode, in_place)
+    check_replay(spark, plan, laid, mode, slices(data.draw, STACK), *expected)
 
 
-@settings(**SETTINGS)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
-    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
-    grace = data.draw(st.sampled_from((0, 2, 5)), label="grace")
-    in_place = data.draw(st.booleans(), label="table updated in place")
-    laid = lay_end_to_end(
-        data.draw(st.lists(temporal_commits(in_place), min_size=STACK, max_size=STACK)), "k"
-    )
-    cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
-    live = enrichment_live(spark, temporal_plan(spark, paths, how, grace, in_place), laid, sorted(cuts))
-    expected, stream_counts, table_counts = temporal_reference(
-        laid.stream, laid.table, grace, how, in_place=in_place
-    )
-    assert live.output == expected, first_difference(live.output, expected)
-    assert buckets(live.stream, STREAM_BUCKETS) == stream_counts
-    assert buckets(live.table, TABLE_BUCKETS) == table_counts
+    how, grace, in_place, laid = data.draw(temporal_cases())
+    plan = temporal_plan(spark, paths, how, grace, in_place)
+    expected = temporal_reference(laid.stream, laid.table, grace, how, in_place=in_place)
+    check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), *expected)
 
 
 # ---------------------------------------------------------------------------- ASOF
 
 
 def asof_plan(spark, paths, how: str, skew: int, ties: bool):
-    root, tables = paths
-    return bind(
-        spark,
-        enrichment_job(
-            root,
-            tables,
-            how,
-            {"key": ["k", "id"] if ties else ["k", "t"], "clock_skew": f"{skew}s"},
-            {"on": "l.k = r.k AND r.t <= l.t", "asof": True},
-        ),
-    )
+    table = {"key": ["k", "id"] if ties else ["k", "t"], "clock_skew": f"{skew}s"}
+    return bind(spark, enrichment_job(*paths, how, table, {"on": "l.k = r.k AND r.t <= l.t", "asof": True}))
 
 
-@settings(**SETTINGS)
+@st.composite
+def asof_cases(draw):
+    """(join type, clock skew in seconds, ties, a history of STACK examples laid end to end)."""
+    how = draw(st.sampled_from(("left", "inner")), label="join type")
+    skew = draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
+    ties = draw(st.booleans(), label="table keyed by (key, id): equal times tie")
+    examples = draw(st.lists(asof_commits(ties), min_size=STACK, max_size=STACK))
+    return how, skew, ties, lay_end_to_end(examples, "k,id" if ties else "k,t")
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_asof_replay_and_slices_decide_as_the_reference(spark, paths, data):
-    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
-    skew = data.draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
-    ties = data.draw(st.booleans(), label="table keyed by (key, id): equal times tie")
-    examples = data.draw(st.lists(asof_commits(ties), min_size=STACK, max_size=STACK))
-    laid = lay_end_to_end(examples, "k,id" if ties else "k,t")
-    windows = slices(data.draw, STACK)
+    how, skew, ties, laid = data.draw(asof_cases())
     plan = asof_plan(spark, paths, how, skew, ties)
-    whole = enrichment_replay(spark, plan, laid, "exact", (windows[0][0], windows[-1][1]))
-    expected, counts = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
-    assert whole.output == expected, first_difference(whole.output, expected)
-    assert buckets(whole.stream, STREAM_BUCKETS) == counts
-    sliced = add_up(spark, plan, laid, "exact", windows)
-    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
-    assert sliced.stream == whole.stream and sliced.table == whole.table
+    expected = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
+    check_replay(spark, plan, laid, "exact", slices(data.draw, STACK), *expected)
 
 
-@settings(**SETTINGS)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_asof_live_batches_decide_as_the_reference(spark, paths, data):
-    how = data.draw(st.sampled_from(("left", "inner")), label="join type")
-    skew = data.draw(st.sampled_from((0, 3, 3600)), label="clock skew (seconds)")
-    ties = data.draw(st.booleans(), label="table keyed by (key, id): equal times tie")
-    examples = data.draw(st.lists(asof_commits(ties), min_size=STACK, max_size=STACK))
-    laid = lay_end_to_end(examples, "k,id" if ties else "k,t")
-    cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
-    live = enrichment_live(spark, asof_plan(spark, paths, how, skew, ties), laid, sorted(cuts))
-    expected, counts = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
-    assert live.output == expected, first_difference(live.output, expected)
-    assert buckets(live.stream, STREAM_BUCKETS) == counts
+    how, skew, ties, laid = data.draw(asof_cases())
+    plan = asof_plan(spark, paths, how, skew, ties)
+    expected = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
+    check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), *expected)

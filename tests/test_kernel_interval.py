@@ -11,9 +11,9 @@ import os
 
 import pytest
 from harness import base_micros, create_tables, job
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import PIVOT, live_steps, positioned, replay_step, stack, unstacked_output
+from kernel_harness import PIVOT, SETTINGS, live_steps, positioned, replay_step, stack, unstacked_output
 from reference import BUCKETS, reference
 
 from streamjoin.plan import bind
@@ -21,16 +21,6 @@ from streamjoin.plan import bind
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))  # stacks of STACK scenarios
 LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "20"))
 STACK = 30  # scenarios decided by one kernel step
-SETTINGS = {
-    "deadline": None,
-    "suppress_health_check": [
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
-    "print_blob": True,
-}
 DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 
 

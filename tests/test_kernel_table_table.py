@@ -14,9 +14,9 @@ import os
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import LaidTables, lay_tables_end_to_end, tables_step
+from kernel_harness import SETTINGS, LaidTables, lay_tables_end_to_end, tables_step
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -25,17 +25,6 @@ from streamjoin.spec import spec_from_dict
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
 STACK = 40
-SETTINGS = {
-    "max_examples": EXAMPLES,
-    "deadline": None,
-    "suppress_health_check": [
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.function_scoped_fixture,
-    ],
-    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
-    "print_blob": True,
-}
 KV = StructType([StructField("k", StringType()), StructField("v", StringType())])
 
 
@@ -115,7 +104,7 @@ def written(output) -> Counter:
     return Counter(tuple(r) for r in rows)
 
 
-@settings(**SETTINGS)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
     how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")
@@ -129,7 +118,7 @@ def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
     assert result.counts["l"].applied == sum(len(rows) for s, _, rows in laid.commits if s == 0)
 
 
-@settings(**SETTINGS)
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_live_batches_write_each_change_once(spark, paths, data):
     how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")

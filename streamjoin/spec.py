@@ -366,7 +366,9 @@ def _validate(spec: JoinSpec) -> None:
                 f"{link}: 'within'/'between' apply to stream-stream joins only; remove them from this {left_kind}-{right_kind} join"
             )
         if pair != ("stream", "stream") and join.emit == "eager":
-            raise JobError(f"{link}: 'emit: eager' applies to stream-stream outer joins only")
+            raise JobError(
+                f"{link}: 'emit: eager' applies to stream-stream joins only; remove it from this {left_kind}-{right_kind} join"
+            )
         if pair != ("stream", "table") and (join.as_of or join.asof):
             raise JobError(
                 f"{link}: 'as_of' and 'asof' apply to stream-table joins only; remove them from this {left_kind}-{right_kind} join"

@@ -82,6 +82,13 @@ def user_columns(rows: DataFrame) -> list[str]:
     return [c for c in rows.columns if not c.startswith("_sj_")]
 
 
+def owned_by(window: tuple[int, int]) -> Column:
+    """The rows a replay slice [start, end) owns: by event time, or by commit time for rows
+    without one (the `slice_time` of `side_rows`)."""
+    owner = F.coalesce(F.col(T), F.col(TS))
+    return (owner >= F.lit(window[0])) & (owner < F.lit(window[1]))
+
+
 def commit_stats(
     rows: DataFrame, window: tuple[int, int] | None = None, counted: Column | None = None
 ) -> list[CommitStats]:
@@ -91,10 +98,7 @@ def commit_stats(
     time for rows without one (see `side_rows`). With `counted`, `rows` and `rejected` count only
     the rows it holds for, while `max_event` still looks at every accepted row.
     """
-    owned = F.lit(False)
-    if window is not None:
-        owner = F.coalesce(F.col(T), F.col(TS))
-        owned = (owner >= F.lit(window[0])) & (owner < F.lit(window[1]))
+    owned = F.lit(False) if window is None else owned_by(window)
     counted = F.lit(True) if counted is None else counted
     grouped = rows.groupBy(TS, SRC, V).agg(
         F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"),

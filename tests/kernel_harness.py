@@ -338,11 +338,9 @@ def enrichment_replay(
     inside = (F.col(arrival.T) >= lo) & (F.col(arrival.T) < hi)
     changes = changelog.tag(spark.createDataFrame(laid.table_rows, _CHANGES), table)
     table_commits = arrival.commit_stats(changes, (lo, hi))
-    owner = F.coalesce(F.col(arrival.T), F.col(arrival.TS))
     clock = max((c.position[0] for c in stream_commits), default=None)
     version = max((v for side, v, _ in laid.commits if side == 1), default=0)
-    owned = (owner >= lo) & (owner < hi)
-    tables = {table.name: TableInput(changes, table_commits, version, owned, clock)}
+    tables = {table.name: TableInput(changes, table_commits, version, arrival.owned_by((lo, hi)), clock)}
     result = kernel.step(
         spark,
         plan,

@@ -105,11 +105,7 @@ def _replay(
     frontier = arrival.frontier(newest, len(plan.streams))
     stream_clock = max((p[0] for p in newest.values()), default=None)
     settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
-
-    def within(time_col, a: int, b: int):
-        return (time_col >= F.lit(a)) & (time_col < F.lit(b))
-
-    owned = within(F.coalesce(F.col(T), F.col(TS)), lo, hi)
+    owned = arrival.owned_by((lo, hi))
     settled_rows, rejected_parts, cached = {}, [], []
     counts: dict[str, SourceCounts] = {}
     for source in plan.streams:

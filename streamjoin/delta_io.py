@@ -76,15 +76,23 @@ class Commit:
         ).lower() in ("overwrite", "complete")
 
 
-def history(spark: SparkSession, location: str, since: int | None = None) -> list[Commit]:
+def history(
+    spark: SparkSession, location: str, since: int | None = None, upto: int | None = None
+) -> list[Commit]:
     """The retained commits of a table, oldest first; with `since`, only those from that version on
-    (which reads only the newest entries of the log, not all of it)."""
+    (which reads only the newest entries of the log, not all of it). `upto`, when the caller knows
+    the table's newest version, saves looking it up (if the table has moved on, it is looked up)."""
     table = _table(spark, location)
+
+    def newest(count: int) -> list:
+        return table.history(count).select("version", "timestamp", "operation", "operationParameters").collect()
+
     if since is None:
-        entries = table.history()
+        rows = table.history().select("version", "timestamp", "operation", "operationParameters").collect()
     else:
-        entries = table.history(max(latest_version(spark, location) - since + 1, 1))
-    rows = entries.select("version", "timestamp", "operation", "operationParameters").collect()
+        rows = newest(max((upto if upto is not None else latest_version(spark, location)) - since + 1, 1))
+        if upto is not None and min((r.version for r in rows), default=since) > since:
+            rows = newest(max(latest_version(spark, location) - since + 1, 1))
     commits = (
         Commit(
             r.version,
@@ -456,18 +464,9 @@ def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
     )
 
 
-def append(df: DataFrame, location: str) -> None:
-    """A plain append (run logs)."""
-    _save(df.write.format("delta").mode("append"), location)
-
-
-def compact(spark: SparkSession, location: str, max_files: int = 32) -> None:
-    """OPTIMIZE a small table that many small appends left in more than `max_files` files (the
-    arrival index gets one per update), so that reading it stays as cheap as its size."""
-    detail = spark.sql(f"DESCRIBE DETAIL {_sql_name(location)}").first()
-    assert detail is not None  # DESCRIBE DETAIL returns exactly one row
-    if detail.numFiles > max_files:
-        spark.sql(f"OPTIMIZE {_sql_name(location)}")
+def append(df: DataFrame, location: str, properties: dict[str, str] | None = None) -> None:
+    """A plain append (run logs, the arrival index); `properties` are set if it creates the table."""
+    _save(df.write.format("delta").mode("append").options(**(properties or {})), location)
 
 
 # Table properties of the tables streamjoin writes (outputs, side tables, its index), set when a

@@ -97,6 +97,10 @@ def location(plan: Plan) -> str:
 
 StartAt = int | datetime | str | None
 
+# One small file per update: Delta's auto compaction (run after a commit once 50 small files have
+# accumulated) keeps reading the index as cheap as its size, with no check of our own per update.
+SMALL_TABLE = {"delta.autoOptimize.autoCompact": "true"}
+
 
 # ---------------------------------------------------------------------------- keeping it up to date
 
@@ -106,15 +110,22 @@ def update(
     plan: Plan,
     upto: dict[str, int] | None = None,
     start_at: dict[str, StartAt] | None = None,
+    known: Index | None = None,
 ) -> Index:
     """Extend the index of `plan`'s job to `upto` (default: each source's latest version), creating
     it at each source's start if it does not exist yet; return it as of those versions.
 
     `start_at` (by source name: a version, a timestamp, or None) overrides the job's `start_at`
     for a new index; an existing index keeps its start, and a different one given is refused.
+    `known`: the index as this process last updated it (the live runner, batch after batch), whose
+    heads spare a query of the stored table. Another writer may have extended the table since:
+    the entries appended again are identical to its own, and readers drop duplicates.
     """
-    stored = _read(spark, plan)
-    starts, lasts = stored.heads() if stored else ({}, {})
+    if known is not None:
+        starts, lasts = dict(known.starts), dict(known.lasts)
+    else:
+        stored = _read(spark, plan)
+        starts, lasts = stored.heads() if stored else ({}, {})
     targets = {}
     for source in plan.sources:
         given = (upto or {}).get(source.name)
@@ -147,9 +158,13 @@ def update(
                 spark, source, start, start.version - 1, max(targets[source.name], start.version)
             )
     if new:
-        delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan))
-        delta_io.compact(spark, location(plan))
-    return Index(spark, plan, starts, targets, {(e.source, e.version): e.rows for e in new})
+        delta_io.append(
+            spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan), SMALL_TABLE
+        )
+    for e in new:
+        if e.source not in lasts or e.version > lasts[e.source].version:
+            lasts[e.source] = e
+    return Index(spark, plan, starts, targets, lasts, {(e.source, e.version): e.rows for e in new})
 
 
 def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> int:
@@ -224,7 +239,8 @@ def _stream_entries(
     before the start); refuses commits that update or delete rows of an append-only source.
     `so_far` is the source's largest accepted event time up to `after`."""
     commits = {
-        c.version: c for c in delta_io.history(spark, source.spec.location, since=max(after, start.version))
+        c.version: c
+        for c in delta_io.history(spark, source.spec.location, since=max(after, start.version), upto=upto)
     }
     rewrites = [c for c in commits.values() if c.version > max(after, start.version) and c.rewrites_rows]
     if rewrites:
@@ -341,6 +357,7 @@ class Index:
     plan: Plan
     starts: dict[str, Entry]
     versions: dict[str, int]
+    lasts: dict[str, Entry]  # each source's newest entry (what the next `update` continues from)
     # (source, version) -> rows, of the entries the update that made this index wrote: the live
     # runner asks for the commits it has just indexed, without a query of the stored table
     written: dict[tuple[str, int], int] = field(default_factory=dict)

@@ -183,7 +183,7 @@ class IntervalJoin:
                 unmatched_dropped=0 if self.preserves(side) else closed,
                 open=unmatched - closed,
             )
-        state = self._next_state(rows, watermark) if keep_state else None
+        state = self._next_state(rows, joined, watermark) if keep_state else None
         return Evaluation(emitted, counts, state, cached=[joined])
 
     def _eager_pads(self, left: DataFrame, right: DataFrame, inside) -> list[DataFrame]:
@@ -202,14 +202,22 @@ class IntervalJoin:
             pads.append(padded.where(inside(F.col(OUT_T))))
         return pads
 
-    def _next_state(self, rows: dict[str, DataFrame], watermark: int | None) -> dict[str, DataFrame]:
-        """Rows whose window is still open, with `_sj_matched` updated; closed rows are evicted."""
+    def _next_state(
+        self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None
+    ) -> dict[str, DataFrame]:
+        """Rows whose window is still open, with `_sj_matched` updated; closed rows are evicted.
+
+        A row without a partner is in the full outer `joined` exactly once, padded, so it is taken
+        from there (with the `_sj_matched` it had); a row with partners is in it once per partner,
+        so those are found with one semi join (identical rows must stay as many as they were)."""
         state = {}
         for side, other in ((self.left, self.right), (self.right, self.left)):
             mine, theirs = rows[side].alias(side), rows[other].alias(other)
             open_ = ~self.closed(side, F.col(T), watermark)
             with_partner = mine.join(theirs, self.condition(), "left_semi")
-            without = mine.join(theirs, self.condition(), "left_anti")
+            without = joined.where(
+                self._col(side, TS).isNotNull() & self._col(other, TS).isNull()
+            ).select(*[self._col(side, c) for c in rows[side].columns])
             state[side] = (
                 with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
             )

@@ -521,6 +521,7 @@ class LiveRunner:
                     **self.positions.versions,
                     **{name: max(v, self.positions.versions.get(name, -1)) for name, v in versions.items()},
                 },
+                known=self.positions,
             )
 
     def _payloads(self, index: int) -> list:

@@ -131,7 +131,9 @@ def cmd_replay(args) -> int:
     spec = _job(args)
     start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
     spark = get_spark(master=args.master)
-    metrics = replay(spark, spec, start, end, mode=args.mode, versions=_versions(args.versions))
+    metrics = replay(
+        spark, spec, start, end, mode=args.mode, versions=_versions(args.versions), closed=args.closed
+    )
     print(metrics.summary())
     print(
         f"output: {spec.output.location} (late rows: {spec.output.side('late')}, rejected: {spec.output.side('rejected')})"
@@ -303,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="exact: late rows excluded as live excluded them; complete: every row on time",
     )
     replay.add_argument("--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)")
+    replay.add_argument(
+        "--closed",
+        action="store_true",
+        help="the input ends at the pinned versions: close every window and write its last padded rows "
+        "(live never writes them until more data comes)",
+    )
     replay.set_defaults(func=cmd_replay)
 
     backfill = commands.add_parser(

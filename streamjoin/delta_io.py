@@ -84,11 +84,12 @@ def history(
     the table's newest version, saves looking it up (if the table has moved on, it is looked up)."""
     table = _table(spark, location)
 
-    def newest(count: int) -> list:
-        return table.history(count).select("version", "timestamp", "operation", "operationParameters").collect()
+    def newest(count: int | None = None) -> list:
+        entries = table.history() if count is None else table.history(count)
+        return entries.select("version", "timestamp", "operation", "operationParameters").collect()
 
     if since is None:
-        rows = table.history().select("version", "timestamp", "operation", "operationParameters").collect()
+        rows = newest()
     else:
         rows = newest(max((upto if upto is not None else latest_version(spark, location)) - since + 1, 1))
         if upto is not None and min((r.version for r in rows), default=since) > since:

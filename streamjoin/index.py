@@ -149,7 +149,9 @@ def update(
                     lasts[source.name].max_so_far,
                 )
             continue
-        start = _start_entry(spark, source, resolve_start(spark, source, wanted))
+        latest = targets[source.name] if (upto or {}).get(source.name) is None else None
+        version = resolve_start(spark, source, wanted, latest)
+        start = _start_entry(spark, source, version, targets[source.name])
         starts[source.name] = start
         if source.spec.kind == "table":
             new.append(start)
@@ -167,12 +169,15 @@ def update(
     return Index(spark, plan, starts, targets, lasts, {(e.source, e.version): e.rows for e in new})
 
 
-def resolve_start(spark: SparkSession, source: BoundSource, wanted: StartAt) -> int:
+def resolve_start(
+    spark: SparkSession, source: BoundSource, wanted: StartAt, latest: int | None = None
+) -> int:
     """The start version of a source: a version given, the version current at a time given, or
-    version 0 while the log still holds it."""
+    version 0 while the log still holds it. `latest`: the source's newest version, if known."""
     where = f"source {source.name!r} ({source.spec.location})"
     oldest = delta_io.oldest_version(spark, source.spec.location)
-    latest = delta_io.latest_version(spark, source.spec.location)
+    if latest is None:
+        latest = delta_io.latest_version(spark, source.spec.location)
     if wanted is None:
         if oldest > 0:
             first = delta_io.oldest_retained(spark, source.spec.location)
@@ -222,8 +227,9 @@ def _check_same_start(
         )
 
 
-def _start_entry(spark: SparkSession, source: BoundSource, version: int) -> Entry:
-    commits = delta_io.history(spark, source.spec.location, since=version)
+def _start_entry(spark: SparkSession, source: BoundSource, version: int, newest: int) -> Entry:
+    """The start entry at `version`; `newest`: the newest version the caller knows of (a hint)."""
+    commits = delta_io.history(spark, source.spec.location, since=version, upto=newest)
     first = commits[0]
     enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
     tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start
@@ -393,7 +399,17 @@ class Index:
     # -- time
 
     def newest(self) -> dict[int, Position]:
-        """Each stream source's newest position with rows, up to the pinned versions."""
+        """Each stream source's newest position with rows, up to the pinned versions (no query when
+        every source's newest entry is its pinned version and holds rows, as it usually does)."""
+        newest = {
+            s.index: self.lasts[s.name].position(s.index)
+            for s in self.plan.streams
+            if s.name in self.lasts
+            and self.lasts[s.name].version == self.versions[s.name]
+            and self.lasts[s.name].rows
+        }
+        if len(newest) == len(self.plan.streams):
+            return newest
         newest = {}
         rows = (
             self._frame()

@@ -25,6 +25,8 @@ from streamjoin.metrics import SourceCounts
 from streamjoin.plan import Plan
 
 MODES = ("exact", "complete")
+# The watermark of an input that has ended (Flink's final watermark): every window is closed.
+END_OF_INPUT = 2**62
 ENRICHMENT = ("stream-table", "temporal", "asof")
 
 
@@ -78,6 +80,7 @@ def step(
     keep_state: bool = False,
     tables: dict[str, TableInput] | None = None,
     after: int | None = None,
+    final: bool = False,
 ) -> StepResult:
     """Run accepted, settled rows (by source name) through lateness and the join.
 
@@ -86,13 +89,15 @@ def step(
     replay); `state` holds the rows an earlier step left open (live runner only);
     `tables` holds what is known of each table source (enrichment and table-table joins);
     `after` is the bound up to which an earlier step already emitted table-table result changes.
+    `final`: the input has ended (a replay of a closed history): every window closes, every stream
+    row is decided and every table change settled, as if a last watermark at infinity had passed.
     """
     join = family(plan)
     if isinstance(join, TableTableJoin | TemporalJoin):
         assert tables is not None  # the runners always give `tables` for a join with a table source
         if isinstance(join, TableTableJoin):
-            return _join_tables(plan, join, tables, window, after)
-        return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state)
+            return _join_tables(plan, join, tables, window, after, final)
+        return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state, final)
     marks, max_event = timeline.watermarks(join.grace), timeline.max_event
     if mode == "complete":
         marks = {}
@@ -148,7 +153,7 @@ def step(
 
     evaluation = join.evaluate(
         on_time,
-        closing,
+        END_OF_INPUT if final else closing,
         {name: tallied(name, "candidates") for name in settled},
         window=window,
         keep_state=keep_state,
@@ -187,6 +192,7 @@ def _enrich(
     table: TableInput,
     window: tuple[int, int] | None,
     keep_state: bool,
+    final: bool,
 ) -> StepResult:
     """A stream row against a table's versions: table lateness, versions, the lookup, accounting.
 
@@ -220,9 +226,8 @@ def _enrich(
             .unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
         )
     known = join.known_until(table.newest_ts, table.stream_clock)
-    evaluation = join.evaluate(
-        rows, versions, join.decided(known, largest), window=window, keep_state=keep_state
-    )
+    is_decided = F.lit(True) if final else join.decided(known, largest)
+    evaluation = join.evaluate(rows, versions, is_decided, window=window, keep_state=keep_state)
     decided = evaluation.counts[join.stream]
     counts = {
         join.stream: SourceCounts(
@@ -254,14 +259,16 @@ def _join_tables(
     tables: dict[str, TableInput],
     window: tuple[int, int] | None,
     after: int | None,
+    final: bool,
 ) -> StepResult:
     """Table-table: the result's changes settled after `after` (and, in a replay, inside the slice)
     and the result table as of the settled bound. Nothing is late: tables have no lateness."""
     known = join.known_until({name: t.newest_ts for name, t in tables.items()})
+    bound = END_OF_INPUT if final else known
     applied = {name: t.changes.where(F.col(REJECT).isNull()).drop(REJECT) for name, t in tables.items()}
     changes = join.changes(plan, applied[join.left], applied[join.right])
     when = F.col(f"{POINT}.ts")
-    settled = changes.where(F.lit(False) if known is None else when <= F.lit(known))
+    settled = changes.where(F.lit(False) if bound is None else when <= F.lit(bound))
     emitted = settled
     if after is not None:
         emitted = emitted.where(when > F.lit(after))

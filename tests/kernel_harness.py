@@ -97,9 +97,10 @@ def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
     return events
 
 
-def stack(examples: Sequence[Sequence[Commit]], base: int) -> Stacked:
+def stack(examples: Sequence[Sequence[Commit]], base: int, closed: bool = False) -> Stacked:
     """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
-    Spark's UTC microseconds (harness.base_micros)."""
+    Spark's UTC microseconds (harness.base_micros). `closed`: each example's input has ended, so
+    all its rows are settled."""
     rows: dict[int, list[tuple]] = {0: [], 1: []}
     commits, shift, all_events, any_settled = [], {}, [], False
     for example, example_commits in enumerate(examples):
@@ -112,7 +113,7 @@ def stack(examples: Sequence[Sequence[Commit]], base: int) -> Stacked:
             return e.key is not None and e.t is not None
 
         def settled(e: Event, frontier=frontier) -> bool:
-            return frontier is not None and e.pos <= frontier
+            return closed or (frontier is not None and e.pos <= frontier)
 
         times = [e.t for e in events if accepted(e) and settled(e)]
         shift[example] = PIVOT - max(times) if times else 0
@@ -130,11 +131,17 @@ def stack(examples: Sequence[Sequence[Commit]], base: int) -> Stacked:
 
 
 def replay_step(
-    spark: SparkSession, plan: Plan, stacked: Stacked, mode: str, window: tuple[int, int] | None = None
+    spark: SparkSession,
+    plan: Plan,
+    stacked: Stacked,
+    mode: str,
+    window: tuple[int, int] | None = None,
+    final: bool = False,
 ) -> kernel.StepResult:
     """One kernel step over the settled rows of the stacked examples: a replay of everything, or
     with `window` (seconds after BASE, [start, end)) a replay of that slice, given only the rows
-    inside the join's margins around it, as the replay runner reads them."""
+    inside the join's margins around it, as the replay runner reads them. `final`: a replay of a
+    closed input (stack the examples `closed`)."""
     join = kernel.family(plan)
     settled = {}
     for source in plan.streams:
@@ -155,7 +162,7 @@ def replay_step(
     micros = (
         None if window is None else (stacked.base + _micros(window[0]), stacked.base + _micros(window[1]))
     )
-    return kernel.step(spark, plan, settled, timeline, mode, window=micros)
+    return kernel.step(spark, plan, settled, timeline, mode, window=micros, final=final)
 
 
 def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
@@ -325,10 +332,11 @@ class Decided:
 
 
 def enrichment_replay(
-    spark: SparkSession, plan: Plan, laid: Laid, mode: str, window: tuple[int, int]
+    spark: SparkSession, plan: Plan, laid: Laid, mode: str, window: tuple[int, int], final: bool = False
 ) -> Decided:
     """The replay runner's part for one slice `window` (seconds after BASE, [start, end)): the
-    stream rows it owns, the table's changes with its commits, one kernel step."""
+    stream rows it owns, the table's changes with its commits, one kernel step (`final`: of a
+    closed input)."""
     stream, table = plan.streams[0], plan.tables[0]
     base = base_micros(spark)
     lo, hi = base + _micros(window[0]), base + _micros(window[1])
@@ -349,6 +357,7 @@ def enrichment_replay(
         mode,
         window=(lo, hi),
         tables=tables,
+        final=final,
     )
     decided = Decided(_output(result.output, base), Counter(), Counter())
     for counts, commits in ((decided.stream, stream_commits), (decided.table, table_commits)):

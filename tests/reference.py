@@ -15,6 +15,7 @@ Deliberately naive (nested loops over every row) so that it is obviously the spe
   M_end - grace > r.t - lo (side 1), M_end being the largest time of all accepted settled rows.
   Closed rows of a preserved side come out padded (unmatched_emitted), of the other side are
   dropped (unmatched_dropped); rows not closed stay open.
+- A closed input (`closed`: it has ended) settles every row and closes every window.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def reference(
     how: str,
     mode: str = "exact",
     residual: Callable[[Event, Event], bool] = lambda l, r: True,
+    closed: bool = False,
 ) -> tuple[Counter, dict[int, dict[str, int]]]:
     """(output multiset of (left id | None, right id | None, output time), bucket counts per side)."""
     assert mode in ("exact", "complete") and how in PRESERVED
@@ -68,7 +70,7 @@ def reference(
         counts[e.side]["rows_in"] += 1
         if e.key is None or e.t is None:
             counts[e.side]["rejected"] += 1
-        elif frontier is None or e.pos > frontier:
+        elif not closed and (frontier is None or e.pos > frontier):
             counts[e.side]["unsettled"] += 1
         else:
             settled.append(e)
@@ -97,7 +99,7 @@ def reference(
                 counts[side]["joined"] += 1
                 continue
             edge = e.t + hi if side == 0 else e.t - lo
-            if m_end - grace > edge:
+            if closed or m_end - grace > edge:
                 if side in PRESERVED[how]:
                     counts[side]["unmatched_emitted"] += 1
                     out[(e.id, None, e.t) if side == 0 else (None, e.id, e.t)] += 1
@@ -132,6 +134,7 @@ def temporal_reference(
     how: str,
     mode: str = "exact",
     in_place: bool = False,
+    closed: bool = False,
 ) -> tuple[Counter, dict[str, int], dict[str, int]]:
     """Event-time temporal join (FOR SYSTEM_TIME AS OF l.t) of `stream` with a changelog keyed by
     key[0] whose version times are `t`: (output, stream counts, table counts).
@@ -146,7 +149,7 @@ def temporal_reference(
     - A stream row (NULL key or time: rejected) is decided iff its time is below the largest
       accepted change time minus grace; then it joins the version of its key valid at its time:
       the applied change with the largest (t, position) among those with t <= l.t, unless that is
-      a tombstone. Undecided rows are open.
+      a tombstone. Undecided rows are open. A `closed` input (it has ended) decides every row.
     """
     s_counts, t_counts = dict.fromkeys(STREAM_BUCKETS, 0), dict.fromkeys(TABLE_BUCKETS, 0)
     accepted = []
@@ -178,7 +181,7 @@ def temporal_reference(
         if e.key is None or e.t is None:
             s_counts["rejected"] += 1
             continue
-        if horizon is None or not e.t < horizon - grace:
+        if not closed and (horizon is None or not e.t < horizon - grace):
             s_counts["open"] += 1
             continue
         valid = [c for c in applied if c.key[0] == e.key and c.t <= e.t]

@@ -104,6 +104,7 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path):
     try:
         for name, mode, shuffle, start, end in [
             ("complete", "complete", 1, a, c),
+            ("closed", "complete", 2, a, c),
             ("exact", "exact", 3, a, c),
             ("sliced", "exact", 1, a, b),
             ("sliced", "exact", 5, b, c),
@@ -111,7 +112,9 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path):
         ]:
             spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
             runs.setdefault(name, []).append(
-                replay(spark, with_output(spec, f"{root}/{name}"), start, end, mode=mode)
+                replay(
+                    spark, with_output(spec, f"{root}/{name}"), start, end, mode=mode, closed=name == "closed"
+                )
             )
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", partitions)
@@ -120,6 +123,13 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path):
         expected, counts = reference(positioned, lo, hi, grace, how, mode)
         assert read_output(spark, f"{root}/{mode}") == expected, mode
         assert runs[mode][0].balanced() and counts_of(runs[mode][0]) == counts, mode
+    # A closed history (issue 15, item 5): the input ends at the pinned versions, so the rows the
+    # open windows and the unsettled commits held come out too, padded where their side is kept.
+    expected, counts = reference(positioned, lo, hi, grace, how, "complete", closed=True)
+    closed = read_output(spark, f"{root}/closed")
+    assert closed == expected and runs["closed"][0].balanced() and counts_of(runs["closed"][0]) == counts
+    assert sum(closed.values()) > sum(read_output(spark, f"{root}/complete").values())
+    assert runs["closed"][0].frontier.startswith("input closed at ")
     assert read_output(spark, f"{root}/sliced") == read_output(spark, f"{root}/exact")
     for side in ("late", "rejected"):
         assert read_side(spark, f"{root}/sliced_{side}") == read_side(spark, f"{root}/exact_{side}"), side

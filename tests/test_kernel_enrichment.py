@@ -130,18 +130,26 @@ def cuts(laid: Laid):
 
 
 def check_replay(
-    spark, plan, laid: Laid, mode: str, windows, expected: Counter, stream: dict, table: dict | None = None
+    spark,
+    plan,
+    laid: Laid,
+    mode: str,
+    windows,
+    expected: Counter,
+    stream: dict,
+    table: dict | None = None,
+    final: bool = False,
 ) -> None:
     """A replay of the whole history decides as the reference (output, counts); the slices'
-    replays, summed, write and count what it does."""
-    whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]))
+    replays, summed, write and count what it does (`final`: of a closed input)."""
+    whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]), final)
     assert whole.output == expected, first_difference(whole.output, expected)
     assert buckets(whole.stream, STREAM_BUCKETS) == stream
     if table is not None:
         assert buckets(whole.table, TABLE_BUCKETS) == table
     sliced = Decided(Counter(), Counter(), Counter())
     for window in windows:
-        part = enrichment_replay(spark, plan, laid, mode, window)
+        part = enrichment_replay(spark, plan, laid, mode, window, final)
         sliced.output.update(part.output)
         sliced.stream.update(part.stream)
         sliced.table.update(part.table)
@@ -201,9 +209,10 @@ def temporal_cases(draw):
 @given(data=st.data())
 def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
     how, grace, in_place, laid = data.draw(temporal_cases())
+    closed = data.draw(st.booleans(), label="closed input")
     plan = temporal_plan(spark, paths, how, grace, in_place)
-    expected = temporal_reference(laid.stream, laid.table, grace, how, mode, in_place)
-    check_replay(spark, plan, laid, mode, slices(data.draw, STACK), *expected)
+    expected = temporal_reference(laid.stream, laid.table, grace, how, mode, in_place, closed)
+    check_replay(spark, plan, laid, mode, slices(data.draw, STACK), *expected, final=closed)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)

@@ -61,21 +61,24 @@ def tables(spark, tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["exact", "complete"])
 @settings(max_examples=EXAMPLES, **SETTINGS)
-@given(case=cases(), eager=st.booleans())
-def test_one_step_decides_as_the_reference(spark, tables, mode, case, eager):
-    """`eager` applies to INNER joins only, where it changes nothing (SQLstream templates carry it)."""
+@given(case=cases(), eager=st.booleans(), closed=st.booleans())
+def test_one_step_decides_as_the_reference(spark, tables, mode, case, eager, closed):
+    """`eager` applies to INNER joins only, where it changes nothing (SQLstream templates carry it);
+    `closed`: a replay of an input that has ended (every row settled, every window closed)."""
     how, lo, hi, grace, residual, scenarios = case
     root, paths = tables
     emit = "eager" if eager and how == "inner" else "final"
     plan = bind(spark, job(root, paths, how, lo, hi, grace, residual, emit=emit))
-    stacked = stack(scenarios, base_micros(spark))
-    result = replay_step(spark, plan, stacked, mode)
+    stacked = stack(scenarios, base_micros(spark), closed)
+    result = replay_step(spark, plan, stacked, mode, final=closed)
 
     def different_v(left, right):
         return left.v != right.v
 
     expected = [
-        reference(events, lo, hi, grace, how, mode, different_v if residual else (lambda left, right: True))
+        reference(
+            events, lo, hi, grace, how, mode, different_v if residual else (lambda left, right: True), closed
+        )
         for events in stacked.events
     ]
     got = unstacked_output(result.output, stacked)

@@ -215,9 +215,9 @@ class IntervalJoin:
             mine, theirs = rows[side].alias(side), rows[other].alias(other)
             open_ = ~self.closed(side, F.col(T), watermark)
             with_partner = mine.join(theirs, self.condition(), "left_semi")
-            without = joined.where(
-                self._col(side, TS).isNotNull() & self._col(other, TS).isNull()
-            ).select(*[self._col(side, c) for c in rows[side].columns])
+            without = joined.where(self._col(side, TS).isNotNull() & self._col(other, TS).isNull()).select(
+                *[self._col(side, c) for c in rows[side].columns]
+            )
             state[side] = (
                 with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
             )

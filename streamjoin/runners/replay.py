@@ -55,6 +55,7 @@ def replay(
     versions: dict[str, int] | None = None,
     after_write: Callable[[str], None] | None = None,
     checked: bool = False,
+    closed: bool = False,
 ) -> RunMetrics:
     """Replay [start, end) of `spec` over pinned versions and replace that slice of its outputs.
 
@@ -62,12 +63,14 @@ def replay(
     rows without event time it owns) from the pinned snapshot, lateness from the arrival index
     (extended first to the pinned versions), each table source from its start. `checked`: the
     caller (a backfill) has already run `check_inputs` on these versions. `after_write(location)`
-    is called after each table is written (tests inject faults there).
+    is called after each table is written (tests inject faults there). `closed`: the input ends at
+    the pinned versions (a closed history), so every row is settled and every window closes, as if
+    a last watermark at infinity had passed; live writes those last rows only if more data comes.
     """
     locations = [s.location for s in spec.sources]
     try:
         with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
-            return _replay(spark, spec, start, end, mode, versions, after_write, checked)
+            return _replay(spark, spec, start, end, mode, versions, after_write, checked, closed)
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
             raise
@@ -83,6 +86,7 @@ def _replay(
     versions: dict[str, int] | None,
     after_write: Callable[[str], None] | None,
     checked: bool,
+    closed: bool,
 ) -> RunMetrics:
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
@@ -103,6 +107,8 @@ def _replay(
     lo, hi = to_micros(start), to_micros(end)
     newest = positions.newest()
     frontier = arrival.frontier(newest, len(plan.streams))
+    if closed:  # every commit is settled: nothing more will come
+        frontier = max(newest.values(), default=None)
     stream_clock = max((p[0] for p in newest.values()), default=None)
     settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
     owned = arrival.owned_by((lo, hi))
@@ -138,7 +144,9 @@ def _replay(
             rejected=sum(c.window_rejected for c in commits_of_table),
         )
 
-    result = kernel.step(spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables)
+    result = kernel.step(
+        spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables, final=closed
+    )
     cached += result.cached
     out = spec.output
     output = result.output.persist()
@@ -180,7 +188,9 @@ def _replay(
         slice_start=start,
         slice_end=end,
         versions=pinned,
-        frontier=_describe_position(frontier),
+        frontier=f"input closed at {_describe_position(frontier)}"
+        if closed
+        else _describe_position(frontier),
         watermark=None if result.watermark is None else from_micros(result.watermark),
         sources=counts,
         rows_out=rows_out,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from streamjoin import delta_io
-from streamjoin.cli import main
+from streamjoin.cli import build_parser, main
 from streamjoin.demo import run_demo
 
 JOBS = sorted(Path(__file__).resolve().parent.parent.joinpath("jobs").glob("*.yaml"))
@@ -101,6 +101,13 @@ def test_replay_command_replaces_its_slice(spark, demo, capsys):
     out = capsys.readouterr().out
     assert "orders_payments replay/exact" in out and "adds up: yes" in out
     assert delta_io.read_snapshot(spark, output).count() == before
+
+
+def test_replay_takes_a_closed_input_only_when_told():
+    """`--closed` (docs/semantics.md, "Replays") reaches the replay; without it nothing is assumed."""
+    base = ["replay", "job.yaml", "--start", "2024-05-01", "--end", "2024-05-02"]
+    assert build_parser().parse_args([*base, "--closed"]).closed is True
+    assert build_parser().parse_args(base).closed is False
 
 
 def test_errors_exit_with_a_message(demo, capsys, tmp_path):

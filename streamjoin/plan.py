@@ -221,7 +221,7 @@ def _bind_join(
                     f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which"
                 )
             equi.append((f"{owners[0]}.{column}", f"{right}.{column}"))
-    if not equi:
+    if not equi and join.type != "cross":
         raise JobError(
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
             f"{right}; this {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
@@ -385,10 +385,12 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
     for step, join in enumerate(plan.joins, 1):
         j = join.spec
         equalities = " AND ".join(f"{a} = {b}" for a, b in join.equi)
-        lines.append(
-            f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}] ON {equalities}"
-            + (f" AND {join.residual}" if join.residual else "")
+        condition = (
+            " (every pair in the time bounds)"
+            if j.type == "cross"
+            else f" ON {equalities}" + (f" AND {join.residual}" if join.residual else "")
         )
+        lines.append(f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}")
         if j.bounds is not None:
             span = j.bounds.upper - j.bounds.lower
             lines.append(

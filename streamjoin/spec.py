@@ -21,7 +21,7 @@ from streamjoin.errors import JobError
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
 SourceKind = Literal["stream", "table"]
-JoinType = Literal["inner", "left", "right", "full"]
+JoinType = Literal["inner", "left", "right", "full", "cross"]
 Emit = Literal["final", "eager"]
 AsOf = Literal["arrival", "event_time"]
 
@@ -40,13 +40,15 @@ _JOIN_TYPES = {
     "full outer": "full",
     "full_outer": "full",
     "outer": "full",
+    "cross": "cross",
+    "cross join": "cross",
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Which join types each pair of source kinds supports (ksqlDB's and Lenses' compatibility tables),
 # and why the others are refused.
 SUPPORTED_TYPES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("stream", "stream"): ("inner", "left", "right", "full"),
+    ("stream", "stream"): ("inner", "left", "right", "full", "cross"),
     ("stream", "table"): ("inner", "left"),
     ("table", "table"): ("inner", "left", "full"),
     ("table", "stream"): (),
@@ -59,6 +61,10 @@ _REFUSALS = {
     ("table", "table", "right"): "RIGHT table-table joins are not supported (ksqlDB): swap the two "
     "tables and use LEFT",
     ("table", "stream"): "a table cannot drive a stream: put the stream first (stream JOIN table)",
+    ("stream", "table", "cross"): "a CROSS join pairs rows of two streams within time bounds (SQLstream); "
+    "a table's rows have no window to bound the pairs",
+    ("table", "table", "cross"): "a CROSS join pairs rows of two streams within time bounds (SQLstream); "
+    "the product of two tables has no key to update it by",
 }
 
 
@@ -144,11 +150,17 @@ class Join:
         where = f"join with {self.source!r}"
         kind = _JOIN_TYPES.get(str(self.type).lower().strip())
         if kind is None:
-            raise JobError(f"{where}: type {self.type!r} is unknown; write inner, left, right or full")
+            raise JobError(f"{where}: type {self.type!r} is unknown; write inner, left, right, full or cross")
         object.__setattr__(self, "type", kind)
         object.__setattr__(self, "using", tuple(self.using))
         conditions = sum([bool(self.on), bool(self.using), bool(self.natural)])
-        if conditions != 1:
+        if kind == "cross" and conditions:
+            raise JobError(
+                f"{where}: a CROSS join pairs every row with every row of the other side within its time "
+                "bounds and takes no condition; remove 'on'/'using'/'natural' (filters go in 'where'), or "
+                "use type inner with the condition"
+            )
+        if kind != "cross" and conditions != 1:
             raise JobError(
                 f"{where}: give exactly one condition: 'on' (an expression), 'using' (columns) or 'natural: true'"
             )
@@ -355,6 +367,12 @@ def _validate(spec: JoinSpec) -> None:
                 f"{link}: ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two "
                 f"append-only relations); declare {join.source!r} as a table (kind: table, key: [...]) to join "
                 "each stream row with the nearest row that had arrived before it"
+            )
+        if pair == ("stream", "stream") and join.bounds is None and join.type == "cross":
+            raise JobError(
+                f"{link}: a CROSS join of two streams needs time bounds, or every row would pair with every "
+                "row of the other stream forever; add 'within: 1m' (SQLstream's RANGE INTERVAL '1' MINUTE on "
+                "both sides) or 'between: [-1m, 0s]'"
             )
         if pair == ("stream", "stream") and join.bounds is None:
             raise JobError(

@@ -101,8 +101,9 @@ def job(
     output: str = "out",
     emit: str = "final",
 ) -> JoinSpec:
-    """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids."""
-    on = "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
+    """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids (a CROSS
+    join: no condition)."""
+    on = None if how == "cross" else "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
     return JoinSpec(
         name="eq",
         sources=(

@@ -97,10 +97,14 @@ def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
     return events
 
 
-def stack(examples: Sequence[Sequence[Commit]], base: int, closed: bool = False) -> Stacked:
+def stack(
+    examples: Sequence[Sequence[Commit]], base: int, closed: bool = False, spread: bool = False
+) -> Stacked:
     """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
     Spark's UTC microseconds (harness.base_micros). `closed`: each example's input has ended, so
-    all its rows are settled."""
+    all its rows are settled. `spread`: example e's largest time lands at PIVOT + e x STRIDE instead
+    of PIVOT, so that examples lie far apart in time too (for joins without keys, CROSS; the step's
+    one closing bound then fits only closed inputs)."""
     rows: dict[int, list[tuple]] = {0: [], 1: []}
     commits, shift, all_events, any_settled = [], {}, [], False
     for example, example_commits in enumerate(examples):
@@ -116,7 +120,7 @@ def stack(examples: Sequence[Sequence[Commit]], base: int, closed: bool = False)
             return closed or (frontier is not None and e.pos <= frontier)
 
         times = [e.t for e in events if accepted(e) and settled(e)]
-        shift[example] = PIVOT - max(times) if times else 0
+        shift[example] = PIVOT + (example * STRIDE if spread else 0) - max(times) if times else 0
         any_settled = any_settled or bool(times)
         by_commit: dict[tuple[int, int, int], list[Event]] = {}
         for e in events:

@@ -16,6 +16,8 @@ Deliberately naive (nested loops over every row) so that it is obviously the spe
   Closed rows of a preserved side come out padded (unmatched_emitted), of the other side are
   dropped (unmatched_dropped); rows not closed stay open.
 - A closed input (`closed`: it has ended) settles every row and closes every window.
+- A CROSS join has no keys (a NULL key is not rejected) and pairs every two on-time rows in the
+  bounds; like INNER it pads nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ BUCKETS = (
     "open",
     "unsettled",
 )
-PRESERVED = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1)}
+PRESERVED = {"inner": (), "left": (0,), "right": (1,), "full": (0, 1), "cross": ()}
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def reference(
     settled = []
     for e in events:
         counts[e.side]["rows_in"] += 1
-        if e.key is None or e.t is None:
+        if (e.key is None and how != "cross") or e.t is None:
             counts[e.side]["rejected"] += 1
         elif not closed and (frontier is None or e.pos > frontier):
             counts[e.side]["unsettled"] += 1
@@ -84,7 +86,7 @@ def reference(
             on_time[e.side].append(e)
 
     def match(l: Event, r: Event) -> bool:
-        return l.key == r.key and lo <= r.t - l.t <= hi and residual(l, r)
+        return (how == "cross" or l.key == r.key) and lo <= r.t - l.t <= hi and residual(l, r)
 
     out = Counter()
     for l in on_time[0]:

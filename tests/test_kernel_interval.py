@@ -91,6 +91,27 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case, eager, clo
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
+@given(case=cases(), mode=st.sampled_from(("exact", "complete")))
+def test_a_cross_join_pairs_every_row_in_the_bounds_as_the_reference(spark, tables, case, mode):
+    """CROSS (SQLstream): no keys, every pair of on-time rows in the bounds, nothing padded. The
+    examples cannot share an instant (nothing keeps their rows apart but time), so they are spread
+    in time, and replayed as closed inputs (the one closing bound of the step fits only those)."""
+    _, lo, hi, grace, _, scenarios = case
+    root, paths = tables
+    plan = bind(spark, job(root, paths, "cross", lo, hi, grace))
+    stacked = stack(scenarios, base_micros(spark), closed=True, spread=True)
+    result = replay_step(spark, plan, stacked, mode, final=True)
+    expected = [reference(events, lo, hi, grace, "cross", mode, closed=True) for events in stacked.events]
+    got = unstacked_output(result.output, stacked)
+    for example, ((output, _), actual) in enumerate(zip(expected, got, strict=True)):
+        assert actual == output, f"scenario {example}: {scenarios[example]}"
+    for side, name in enumerate(("l", "r")):
+        totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
+        decided = result.counts[name]
+        assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
 @given(case=cases(), cut=st.integers(-30, 2))
 def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     """[a, b) and [b, c), each given only the rows in its margins, write and count what [a, c) does."""

@@ -10,7 +10,7 @@ from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin.errors import JobError
-from streamjoin.plan import bind, split_conjuncts
+from streamjoin.plan import bind, describe, split_conjuncts
 from streamjoin.spec import load_job, spec_from_dict
 from streamjoin.timeutil import parse_duration, parse_instant
 
@@ -76,6 +76,11 @@ def test_a_valid_job_builds():
         ({"sources__b__path": None}, "give exactly one of 'path'"),
         ({"joins__0__window": "1h"}, "unknown setting(s) 'window'"),
         ({"joins__0__within": "soon"}, "is not a duration"),
+        ({"joins__0__type": "cross"}, "a CROSS join pairs every row with every row"),
+        (
+            {"joins__0__type": "cross", "joins__0__on": None, "joins__0__within": None},
+            "a CROSS join of two streams needs time bounds",
+        ),
     ],
 )
 def test_structural_errors_name_the_problem(changes, message):
@@ -95,6 +100,23 @@ def test_stream_table_full_outer_is_refused_with_the_seeds_reason():
     assert "FULL join of a stream with a table is refused" in text
     assert "table updates never trigger output" in text
     assert "Supported: inner, left" in text
+
+
+def test_a_cross_join_takes_no_condition_and_pairs_streams_only(spark, tables):
+    spec = job(joins__0__type="CROSS JOIN", joins__0__on=None)
+    assert spec.joins[0].type == "cross"
+    assert "CROSS JOIN b [interval] (every pair in the time bounds)" in describe(
+        bind(spark, spec.with_root(tables))
+    )
+    with pytest.raises(
+        JobError, match="CROSS join of a stream with a table is refused: a CROSS join pairs rows"
+    ):
+        job(
+            sources__b={"path": "b", "kind": "table", "key": ["id"]},
+            joins__0__within=None,
+            joins__0__type="cross",
+            joins__0__on=None,
+        )
 
 
 def test_table_first_and_bounds_on_non_stream_joins_are_refused():

@@ -1,8 +1,9 @@
 """Interval (windowed) stream-stream joins: ksqlDB WITHIN, Flink/RisingWave interval, SQLstream RANGE.
 
 A left row l and a right row r join when their keys are equal, the residual predicate holds, both
-are on time, and  lower <= r.time - l.time <= upper  (both ends included). A joined row's event time
-is the later of the two; an unmatched row's is its own.
+are on time, and  lower <= r.time - l.time <= upper  (both ends included). A joined row's event
+time is the later of the two; an unmatched row's is its own. A CROSS join (SQLstream) has no keys
+and no residual: every pair in the time bounds joins, and no side is padded.
 
 Final emission (default): an outer row padded with NULLs is written once its window has closed,
 that is once the watermark has passed the last time a partner could have: for a left row,

@@ -134,8 +134,13 @@ def version_at(spark: SparkSession, location: str, when: datetime) -> int:
 
 
 def oldest_version(spark: SparkSession, location: str) -> int:
-    """The oldest version whose log entry Delta still keeps (older ones were cleaned up), from a
-    listing of the log folder: no log entry is read."""
+    """The oldest version whose log entry Delta still keeps (older ones were cleaned up)."""
+    return logged_versions(spark, location)[0]
+
+
+def logged_versions(spark: SparkSession, location: str) -> tuple[int, int]:
+    """(oldest, newest) version whose log entry Delta keeps, from a listing of the log folder: no
+    log entry is read."""
     if _is_path(location):
         root = location
     else:
@@ -159,7 +164,7 @@ def oldest_version(spark: SparkSession, location: str) -> int:
         raise JobError(
             f"{location!r} is not a Delta table (no commits in its _delta_log); create it or fix the path"
         )
-    return min(versions)
+    return min(versions), max(versions)
 
 
 def oldest_retained(spark: SparkSession, location: str) -> Commit:
@@ -243,11 +248,16 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
     Only the snapshot a run reads is checked (its log entry and its files), never the table's
     whole history: a run reads a pinned snapshot, not the commits before it.
     """
-    if version < oldest_version(spark, location):
-        oldest = oldest_retained(spark, location)
+    oldest, newest = logged_versions(spark, location)
+    if not 0 <= version <= newest:
+        raise JobError(
+            f"{location!r} has no version {version}: its versions run from {oldest} to {newest}; pin one of those"
+        )
+    if version < oldest:
+        first = oldest_retained(spark, location)
         raise HistoryNotRetainedError(
-            f"{location!r} no longer retains version {version} in its log (oldest retained: {oldest.version}, "
-            f"committed {oldest.timestamp}); pin version {oldest.version} or newer, or keep the log longer "
+            f"{location!r} no longer retains version {version} in its log (oldest retained: {first.version}, "
+            f"committed {first.timestamp}); pin version {first.version} or newer, or keep the log longer "
             "with delta.logRetentionDuration"
         )
     with translated_errors(location, f"version {version}"):

@@ -138,6 +138,14 @@ def test_errors_exit_with_a_message(demo, capsys, tmp_path):
         == 2
     )
     assert "start must be before end" in capsys.readouterr().err
+    replay_day = ["--root", str(root), "replay", str(JOBS_BY_NAME["orders_payments"])]
+    replay_day += ["--start", "2024-05-01", "--end", "2024-05-02", "--versions"]
+    assert main([*replay_day, "orders=1,x=1"]) == 2  # issue 20, item 4: refused before data moves
+    assert (
+        "versions are given for 'x', which job 'orders_payments' has no source of" in capsys.readouterr().err
+    )
+    assert main([*replay_day, "orders=99999"]) == 2
+    assert "has no version 99999: its versions run from 0 to " in capsys.readouterr().err
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "sources: {a: {path: a, time: t}, b: {path: b, time: t}}\nfrom: a\njoins: [{join: b, using: [id]}]\noutput: {path: o}\n"

@@ -31,8 +31,16 @@ from streamjoin.timeutil import from_micros, to_micros
 
 
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
-    """The versions a replay reads: those given, else each source's latest."""
+    """The versions a replay reads: those given, else each source's latest. A version given for a
+    name that is not one of the job's sources is refused (a typo would otherwise go unnoticed);
+    `check_inputs` refuses versions a source does not have."""
     pinned = dict(versions or {})
+    unknown = sorted(set(pinned) - {s.name for s in plan.sources})
+    if unknown:
+        raise JobError(
+            f"versions are given for {', '.join(map(repr, unknown))}, which job {plan.spec.name!r} has no source "
+            f"of; its sources are {', '.join(s.name for s in plan.sources)}"
+        )
     for source in plan.sources:
         pinned.setdefault(source.name, delta_io.latest_version(spark, source.spec.location))
     return pinned

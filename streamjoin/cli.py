@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from streamjoin.errors import StreamJoinError
+from streamjoin.errors import JobError, StreamJoinError
 from streamjoin.timeutil import parse_instant
 
 if TYPE_CHECKING:
@@ -100,12 +100,15 @@ def cmd_validate(args) -> int:
     spec = _job(args)
     print(f"job {spec.name}: structure ok ({len(spec.sources)} sources, {len(spec.joins)} join(s))")
     spark = get_spark(master=args.master)
-    missing = [s.name for s in spec.sources if not delta_io.exists(spark, s.location)]
-    if missing:
-        print(
-            f"job {spec.name}: sources {', '.join(missing)} do not exist yet; columns and types not checked"
-        )
+    missing = [s for s in spec.sources if not delta_io.exists(spark, s.location)]
+    if missing and args.structure_only:
+        print(f"job {spec.name}: columns and types not checked (--structure-only; sources missing)")
         return 0
+    if missing:
+        raise JobError(
+            f"job {spec.name}: no Delta table at {', '.join(f'{s.location} (source {s.name})' for s in missing)}; "
+            "create the table(s) or fix the path, or check the file alone with --structure-only"
+        )
     plan = bind(spark, spec)
     print(
         f"job {spec.name}: columns, types and expressions ok; output columns {', '.join(plan.output_columns)}"
@@ -275,9 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     validate = commands.add_parser(
-        "validate-job", help="check a job file (and, when its sources exist, their columns and types)"
+        "validate-job", help="check a job file, its sources' columns and types, and its expressions"
     )
     validate.add_argument("job", help="path of a YAML job file, e.g. jobs/orders_payments.yaml")
+    validate.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="check the file alone (sources that do not exist yet are not an error)",
+    )
     validate.set_defaults(func=cmd_validate)
 
     explain = commands.add_parser(

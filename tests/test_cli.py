@@ -152,6 +152,15 @@ def test_errors_exit_with_a_message(demo, capsys, tmp_path):
     )
     assert main(["validate-job", str(bad)]) == 2
     assert "needs time bounds" in capsys.readouterr().err
+    missing = tmp_path / "missing.yaml"  # issue 20, item 7: a source that is not there fails
+    missing.write_text(
+        "sources: {a: {path: nowhere_a, time: t}, b: {path: nowhere_b, time: t}}\nfrom: a\n"
+        "joins: [{join: b, using: [id], within: 1h}]\noutput: {path: o}\n"
+    )
+    assert main(["--root", str(tmp_path), "validate-job", str(missing)]) == 2
+    assert f"no Delta table at {tmp_path}/nowhere_a (source a)" in capsys.readouterr().err
+    assert main(["--root", str(tmp_path), "validate-job", str(missing), "--structure-only"]) == 0
+    assert "columns and types not checked (--structure-only" in capsys.readouterr().out
 
 
 def test_help_on_each_command(capsys):

@@ -212,6 +212,18 @@ FINAL = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatche
 ACCOUNTED = FINAL + ("open", "unsettled")
 
 
+class FailOnce:
+    """A live runner's after_write hook that raises once, right after `table` is written by a batch >= 1."""
+
+    def __init__(self, table: str):
+        self.table, self.fired = table, None
+
+    def __call__(self, table: str, batch: int) -> None:
+        if self.fired is None and table == self.table and batch >= 1:
+            self.fired = batch
+            raise RuntimeError(f"injected failure after writing {table} in batch {batch}")
+
+
 def concurrently(calls: dict) -> dict:
     """Run independent jobs (zero-argument callables, by name) at once and return their results.
 

@@ -20,9 +20,8 @@ from types import SimpleNamespace
 import pytest
 from conftest import append
 from delta.tables import DeltaTable
-from harness import EVERYTHING, concurrently, run_live, with_output
+from harness import EVERYTHING, FailOnce, concurrently, run_live, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
-from test_restart import FailOnce
 
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.kernel import family

@@ -98,13 +98,18 @@ def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
 
 
 def stack(
-    examples: Sequence[Sequence[Commit]], base: int, closed: bool = False, spread: bool = False
+    examples: Sequence[Sequence[Commit]],
+    base: int,
+    closed: bool = False,
+    spread: bool = False,
+    keyed: bool = True,
 ) -> Stacked:
     """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
     Spark's UTC microseconds (harness.base_micros). `closed`: each example's input has ended, so
     all its rows are settled. `spread`: example e's largest time lands at PIVOT + e x STRIDE instead
     of PIVOT, so that examples lie far apart in time too (for joins without keys, CROSS; the step's
-    one closing bound then fits only closed inputs)."""
+    one closing bound then fits only closed inputs). `keyed=False`: a join without keys (CROSS), in
+    which a NULL key rejects nothing."""
     rows: dict[int, list[tuple]] = {0: [], 1: []}
     commits, shift, all_events, any_settled = [], {}, [], False
     for example, example_commits in enumerate(examples):
@@ -114,7 +119,7 @@ def stack(
         frontier = arrival.frontier(newest, 2)
 
         def accepted(e: Event) -> bool:
-            return e.key is not None and e.t is not None
+            return (e.key is not None or not keyed) and e.t is not None
 
         def settled(e: Event, frontier=frontier) -> bool:
             return closed or (frontier is not None and e.pos <= frontier)

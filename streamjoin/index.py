@@ -163,10 +163,9 @@ def update(
         delta_io.append(
             spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan), SMALL_TABLE
         )
-    for e in new:
-        if e.source not in lasts or e.version > lasts[e.source].version:
-            lasts[e.source] = e
-    return Index(spark, plan, starts, targets, lasts, {(e.source, e.version): e.rows for e in new})
+    return Index(
+        spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
+    )
 
 
 def resolve_start(
@@ -572,11 +571,7 @@ class _Stored:
             .drop("_sj_newest")
         )
         starts = {e.source: e for e in heads if e.start}
-        lasts: dict[str, Entry] = {}
-        for e in heads:
-            if e.source not in lasts or e.version > lasts[e.source].version:
-                lasts[e.source] = e
-        return starts, lasts
+        return starts, _newest({}, heads)
 
 
 def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
@@ -584,6 +579,15 @@ def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
     if not delta_io.exists(spark, where):
         return None
     return _Stored(delta_io.read_snapshot(spark, where).dropDuplicates(["source", "version"]))
+
+
+def _newest(lasts: dict[str, Entry], entries: list[Entry]) -> dict[str, Entry]:
+    """Each source's newest entry among `lasts` (one per source) and `entries`."""
+    newest = dict(lasts)
+    for e in entries:
+        if e.source not in newest or e.version > newest[e.source].version:
+            newest[e.source] = e
+    return newest
 
 
 def _entries(frame: DataFrame) -> list[Entry]:

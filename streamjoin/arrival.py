@@ -89,6 +89,15 @@ def owned_by(window: tuple[int, int]) -> Column:
     return (owner >= F.lit(window[0])) & (owner < F.lit(window[1]))
 
 
+def in_reach(time_range: tuple[int, int], owned: tuple[int, int]) -> Column:
+    """The rows a slice reads: event time in `time_range` (the slice and its margins), or no
+    event time and a commit time in `owned` (the slice itself)."""
+    low, high = time_range
+    timed = (F.col(T) >= F.lit(low)) & (F.col(T) < F.lit(high))
+    untimed = F.col(T).isNull() & (F.col(TS) >= F.lit(owned[0])) & (F.col(TS) < F.lit(owned[1]))
+    return timed | untimed
+
+
 def commit_stats(
     rows: DataFrame, window: tuple[int, int] | None = None, counted: Column | None = None
 ) -> list[CommitStats]:

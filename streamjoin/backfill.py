@@ -29,7 +29,7 @@ from streamjoin.joins.table_table import TableTableJoin
 from streamjoin.metrics import RunMetrics, spark_value
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
-from streamjoin.runners.replay import check_inputs, pin_versions, replay
+from streamjoin.runners.replay import check_inputs, pin_versions, replay, replay_slices
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_spark, parse_duration, to_micros
 
@@ -211,41 +211,93 @@ def run_slice(
     A job that cannot run at all (a JobError before any data moves) still raises: every slice would
     fail the same way, and the message says what to change.
     """
-    began = time.monotonic()
     piece = Slice(pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC"))
-    metrics = result = error = None
+    (outcome,) = run_slices(
+        spark, spec, [piece], mode, versions, validate, site, backfill_id, after_write, checked
+    )
+    return outcome
+
+
+def run_slices(
+    spark: SparkSession,
+    spec: JoinSpec,
+    pieces: list[Slice],
+    mode: str = "exact",
+    versions: dict[str, int] | None = None,
+    validate: bool = True,
+    site: str | None = None,
+    backfill_id: str | None = None,
+    after_write: Callable[[str], None] | None = None,
+    checked: bool = False,
+) -> list[SliceOutcome]:
+    """Replay consecutive slices together (`replay_slices`: one read, one write of each table, a
+    metrics row per slice), validate each slice's output, and record every attempt in one append.
+
+    Never raises for the slices' failure: if the replay fails, every slice of it failed (none was
+    written: the writes are Delta commits of all of them at once, and a re-run replaces them); a
+    slice whose validation fails or cannot run is `invalid` or `failed` alone. A JobError (the job
+    cannot run at all) still raises.
+    """
+    began = time.monotonic()
+    outcomes: list[SliceOutcome] = []
     try:
-        metrics = replay(
+        runs = replay_slices(
             spark,
             spec,
-            piece.start,
-            piece.end,
+            [(p.start, p.end) for p in pieces],
             mode=mode,
             versions=versions,
             after_write=after_write,
             checked=checked,
         )
-        if validate:
-            from streamjoin.validation import validate_slice
-
-            result = validate_slice(
-                spark, spec, slice_output(spark, spec, piece), piece.start, piece.end, site
-            )
-        status = SUCCEEDED if result is None or result.success else INVALID
     except JobError:
         raise
-    except Exception as exc:  # a Spark or I/O failure: the slice failed, the backfill goes on
-        status, error = FAILED, _short_error(exc)
-    outcome = SliceOutcome(piece, status, metrics, result, error, round(time.monotonic() - began, 3))
-    _record(
-        spark,
-        spec,
-        outcome,
-        backfill_id or str(uuid.uuid4()),
-        mode,
-        metrics.versions if metrics else versions,
-    )
-    return outcome
+    except Exception as exc:  # a Spark or I/O failure: these slices failed, the backfill goes on
+        error = _short_error(exc)
+        share = round((time.monotonic() - began) / len(pieces), 3)
+        outcomes = [SliceOutcome(p, FAILED, error=error, duration_s=share) for p in pieces]
+        runs = []
+    for piece, metrics in zip(pieces, runs, strict=False):
+        checking = time.monotonic()
+        result, status, problem = None, SUCCEEDED, None
+        if validate:
+            try:
+                from streamjoin.validation import validate_slice
+
+                result = validate_slice(
+                    spark, spec, slice_output(spark, spec, piece), piece.start, piece.end, site
+                )
+                status = SUCCEEDED if result.success else INVALID
+            except JobError:
+                raise
+            except Exception as exc:
+                status, problem = FAILED, _short_error(exc)
+        took = metrics.duration_s + time.monotonic() - checking
+        outcomes.append(SliceOutcome(piece, status, metrics, result, problem, round(took, 3)))
+    pinned = runs[0].versions if runs else versions
+    _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), mode, pinned)
+    return outcomes
+
+
+def batches(pieces: list[Slice], size: int) -> list[list[Slice]]:
+    """Consecutive runs of slices (each starting where the one before ended), at most `size` long:
+    the groups a backfill replays together."""
+    if size < 1:
+        raise JobError(f"a batch of {size} slices is empty; give 1 (one replay per slice) or more")
+    groups: list[list[Slice]] = []
+    for piece in pieces:
+        last = groups[-1] if groups else None
+        if last and len(last) < size and last[-1].end == piece.start:
+            last.append(piece)
+        else:
+            groups.append([piece])
+    return groups
+
+
+# How many consecutive slices a backfill replays together by default: a day of hourly slices, or
+# about a month of daily ones. Together they pay the fixed cost of a replay (reading the index, the
+# Delta log, the commits) once; the batch's inputs and outputs are held in memory until written.
+BATCH = 24
 
 
 def run_backfill(
@@ -256,17 +308,18 @@ def run_backfill(
     site: str | None = None,
     on_slice: Callable[[SliceOutcome], None] | None = None,
     after_write: Callable[[str], None] | None = None,
+    batch: int = BATCH,
 ) -> list[SliceOutcome]:
     """Run the backfill's slices (or the given subset) in order, each over the pinned versions
-    (checked and indexed once, before the first slice)."""
+    (checked and indexed once, before the first slice), up to `batch` consecutive slices per replay."""
+    groups = batches(list(slices if slices is not None else backfill.slices), batch)
     prepare(spark, backfill)
     outcomes = []
-    for piece in slices if slices is not None else backfill.slices:
-        outcome = run_slice(
+    for group in groups:
+        for outcome in run_slices(
             spark,
             backfill.job,
-            piece.start,
-            piece.end,
+            group,
             mode=backfill.mode,
             versions=backfill.versions,
             validate=validate,
@@ -274,10 +327,10 @@ def run_backfill(
             backfill_id=backfill.id,
             after_write=after_write,
             checked=True,
-        )
-        outcomes.append(outcome)
-        if on_slice:
-            on_slice(outcome)
+        ):
+            outcomes.append(outcome)
+            if on_slice:
+                on_slice(outcome)
     return outcomes
 
 
@@ -318,29 +371,35 @@ RECORD_SCHEMA = StructType(
 def _record(
     spark: SparkSession,
     spec: JoinSpec,
-    outcome: SliceOutcome,
+    outcomes: list[SliceOutcome],
     backfill_id: str,
     mode: str,
     versions: dict[str, int] | None,
 ) -> None:
-    metrics, validation = outcome.metrics, outcome.validation
-    row = (
-        spec.name,
-        backfill_id,
-        spark_value(outcome.slice.start),
-        spark_value(outcome.slice.end),
-        mode,
-        json.dumps(versions or {}, sort_keys=True),
-        outcome.status,
-        outcome.error,
-        metrics.total("rows_in") if metrics else None,
-        metrics.rows_out if metrics else None,
-        json.dumps(list(validation.failed)) if validation else None,
-        validation.docs if validation else None,
-        spark_value(pendulum.now("UTC")),
-        outcome.duration_s,
-    )
-    delta_io.append(spark.createDataFrame([row], RECORD_SCHEMA), spec.output.side("backfill"))
+    """One row per slice attempt, appended together."""
+    finished = spark_value(pendulum.now("UTC"))
+    rows = []
+    for outcome in outcomes:
+        metrics, validation = outcome.metrics, outcome.validation
+        rows.append(
+            (
+                spec.name,
+                backfill_id,
+                spark_value(outcome.slice.start),
+                spark_value(outcome.slice.end),
+                mode,
+                json.dumps(versions or {}, sort_keys=True),
+                outcome.status,
+                outcome.error,
+                metrics.total("rows_in") if metrics else None,
+                metrics.rows_out if metrics else None,
+                json.dumps(list(validation.failed)) if validation else None,
+                validation.docs if validation else None,
+                finished,
+                outcome.duration_s,
+            )
+        )
+    delta_io.append(spark.createDataFrame(rows, RECORD_SCHEMA), spec.output.side("backfill"))
 
 
 def attempts(spark: SparkSession, spec: JoinSpec) -> DataFrame | None:

@@ -145,7 +145,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_backfill(args) -> int:
-    from streamjoin.backfill import plan_backfill, run_backfill, unfinished
+    from streamjoin.backfill import BATCH, plan_backfill, run_backfill, unfinished
     from streamjoin.progress import BackfillProgress, outcome_table
     from streamjoin.session import get_spark
 
@@ -177,7 +177,13 @@ def cmd_backfill(args) -> int:
         return 0
     with BackfillProgress(backfill, len(slices)) as progress:
         outcomes = run_backfill(
-            spark, backfill, slices, validate=not args.no_validate, site=args.site, on_slice=progress.advance
+            spark,
+            backfill,
+            slices,
+            validate=not args.no_validate,
+            site=args.site,
+            on_slice=progress.advance,
+            batch=BATCH if args.batch is None else args.batch,
         )
     _console().print(outcome_table(backfill, outcomes))
     failed = [o for o in outcomes if not o.ok]
@@ -349,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-validate", action="store_true", help="skip the Great Expectations validation of each slice"
     )
     backfill.add_argument("--site", help="folder for Data Docs (default <output>_quality/data_docs)")
+    backfill.add_argument(
+        "--batch",
+        type=int,
+        help="consecutive slices replayed together, each still decided, validated and recorded alone "
+        "(default 24, streamjoin.backfill.BATCH; 1: one replay per slice)",
+    )
     backfill.set_defaults(func=cmd_backfill)
 
     handoff = commands.add_parser(

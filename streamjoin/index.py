@@ -464,10 +464,7 @@ class Index:
             rows = _tagged(snapshot, source).withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
         else:
             rows = self._rows_from_change_feed(source, time_range, owned)
-        rows = self._with_commit_times(source, rows)
-        in_range = (F.col(T) >= F.lit(low)) & (F.col(T) < F.lit(high))
-        untimed_owned = F.col(T).isNull() & (F.col(TS) >= F.lit(owned[0])) & (F.col(TS) < F.lit(owned[1]))
-        return rows.where(in_range | untimed_owned)
+        return self._with_commit_times(source, rows).where(arrival.in_reach(time_range, owned))
 
     def read_all(self, source: BoundSource, version: int | None = None) -> DataFrame:
         """Every row of the source up to `version` (default: pinned), tagged and positioned."""

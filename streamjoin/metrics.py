@@ -169,10 +169,13 @@ SCHEMA = StructType(
 )
 
 
-def to_frame(spark: SparkSession, metrics: RunMetrics):
-    """The metrics as a one-row DataFrame of the metrics table's schema."""
-    row = metrics.row()
-    return spark.createDataFrame([tuple(spark_value(row[f.name]) for f in SCHEMA.fields)], SCHEMA)
+def to_frame(spark: SparkSession, metrics: RunMetrics | list[RunMetrics]):
+    """The metrics (one run, or several) as a DataFrame of the metrics table's schema, a row each."""
+    runs = metrics if isinstance(metrics, list) else [metrics]
+    rows = [run.row() for run in runs]
+    return spark.createDataFrame(
+        [tuple(spark_value(row[f.name]) for f in SCHEMA.fields) for row in rows], SCHEMA
+    )
 
 
 def spark_value(value):

@@ -16,6 +16,7 @@ from streamjoin.backfill import FAILED, SUCCEEDED, attempts, cut, plan_backfill,
 from streamjoin.cli import main
 from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
 from streamjoin.errors import JobError
+from streamjoin.metrics import BUCKETS
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job
 
@@ -120,34 +121,32 @@ def write_job(root, name: str, output: str) -> str:
     return str(file)
 
 
-def test_three_hourly_and_daily_backfills_equal_one_replay(spark, demo_data, capsys):
-    """Two cuts of the same 12 hours (5 slices on 3-hour boundaries, the first one hour long; 2 local
-    days, the second partial) write what one replay writes. Cuts at every hour and across daylight
-    saving are decided by `cut`, tested above without Spark; slices at any boundary add up at the
-    kernel's level (tests/test_kernel_interval.py)."""
+def metrics_by_slice(spark, spec) -> dict:
+    """Each slice's metrics row without what differs between runs (ids, start and run times)."""
+    varying = {"run_id", "started_at", "duration_s"}
+    rows = delta_io.read_snapshot(spark, spec.output.side("metrics")).collect()
+    assert len({(r.slice_start, r.slice_end) for r in rows}) == len(rows)  # one row per slice
+    return {
+        (r.slice_start, r.slice_end): {k: v for k, v in r.asDict().items() if k not in varying} for r in rows
+    }
+
+
+def test_slices_replayed_together_or_apart_equal_one_replay(spark, demo_data, capsys):
+    """The same 12 hours cut into 5 slices on 3-hour boundaries (the first one hour long), replayed
+    all together (the default batch) and in batches of 2, 2 and 1: both write what one replay
+    writes, and every slice's metrics row is the same whichever slices shared its replay, with its
+    rows_out the rows of its interval. Cuts at every hour and across daylight saving are decided by
+    `cut`, tested above without Spark; slices at any boundary add up at the kernel's level
+    (tests/test_kernel_interval.py)."""
     root = demo_data
-    three_hourly, daily = (
+    together, in_pairs, daily = (
         write_job(root, "orders_payments", "every3h"),
+        write_job(root, "orders_payments", "every3h_pairs"),
         write_job(root, "orders_payments", "daily"),
     )
     window = ["--start", "2024-04-30T20:00Z", "--end", "2024-05-01T08:00Z"]
-    assert (
-        main(
-            [
-                "--root",
-                str(root),
-                "backfill",
-                daily,
-                *window,
-                "--every",
-                "1d",
-                "--timezone",
-                "Europe/Berlin",
-                "--dry-run",
-            ]
-        )
-        == 0
-    )
+    dry_run = ["backfill", daily, *window, "--every", "1d", "--timezone", "Europe/Berlin", "--dry-run"]
+    assert main(["--root", str(root), *dry_run]) == 0
     out = capsys.readouterr().out
     assert "2 slice(s)" in out and "orders: version" in out and "payments: version" in out
     assert "payments: 0s before, 1h after" in out and "orders: 1h before, 0s after" in out
@@ -156,39 +155,35 @@ def test_three_hourly_and_daily_backfills_equal_one_replay(spark, demo_data, cap
     )  # the second, partial slice, local time
     assert not delta_io.exists(spark, str(root / "daily"))  # a dry run writes nothing
 
-    assert (
-        main(["--root", str(root), "backfill", three_hourly, *window, "--every", "3h", "--no-validate"]) == 0
-    )
-    out = capsys.readouterr().out
-    assert "5 of 5 slice(s) succeeded" in out
-    assert (
-        main(
-            [
-                "--root",
-                str(root),
-                "backfill",
-                daily,
-                *window,
-                "--every",
-                "1d",
-                "--timezone",
-                "Europe/Berlin",
-                "--no-validate",
-            ]
-        )
-        == 0
-    )
-    assert "2 of 2 slice(s) succeeded" in capsys.readouterr().out
+    three_hourly = [*window, "--every", "3h", "--no-validate"]
+    assert main(["--root", str(root), "backfill", together, *three_hourly]) == 0
+    assert "5 of 5 slice(s) succeeded" in capsys.readouterr().out
+    assert main(["--root", str(root), "backfill", in_pairs, *three_hourly, "--batch", "2"]) == 0
+    assert "5 of 5 slice(s) succeeded" in capsys.readouterr().out
+    assert main(["--root", str(root), "backfill", in_pairs, *three_hourly, "--batch", "0"]) == 2
+    assert "a batch of 0 slices is empty" in capsys.readouterr().err
 
     whole = job_with_output(root, "orders_payments", "whole")
     replay(spark, whole, datetime(2024, 4, 30, 20, tzinfo=UTC), datetime(2024, 5, 1, 8, tzinfo=UTC))
     expected = rows(spark, whole.output.location)
     assert sum(expected.values()) > 20
     assert rows(spark, str(root / "every3h")) == expected
-    assert rows(spark, str(root / "daily")) == expected
-    recorded = attempts(spark, load_job(three_hourly, root=root)).collect()
+    assert rows(spark, str(root / "every3h_pairs")) == expected
+
+    spec = load_job(together, root=root)
+    by_slice = metrics_by_slice(spark, spec)
+    assert by_slice == metrics_by_slice(spark, load_job(in_pairs, root=root))
+    output = delta_io.read_snapshot(spark, spec.output.location).collect()
+    for (start, end), m in by_slice.items():
+        assert m["rows_out"] == sum(start <= r[spec.output.time] < end for r in output)
+        assert m["rows_in"] + m["carried_in"] == sum(m[b] for b in BUCKETS)
+    assert sum(m["rows_out"] for m in by_slice.values()) == sum(expected.values())
+    recorded = attempts(spark, spec).collect()
     assert len(recorded) == 5 and {r.status for r in recorded} == {SUCCEEDED}
     assert len({r.versions for r in recorded}) == 1 and len({r.backfill_id for r in recorded}) == 1
+    assert {(r.slice_start, r.slice_end): r.rows_out for r in recorded} == {
+        k: m["rows_out"] for k, m in by_slice.items()
+    }
 
 
 def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys):

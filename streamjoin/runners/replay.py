@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import reduce
 
@@ -23,7 +23,7 @@ from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import TS, T
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.joins.table_table import TableTableJoin, count_ops
+from streamjoin.joins.table_table import OP, TableTableJoin
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -75,35 +75,74 @@ def replay(
     the pinned versions (a closed history), so every row is settled and every window closes, as if
     a last watermark at infinity had passed; live writes those last rows only if more data comes.
     """
+    (metrics,) = replay_slices(
+        spark, spec, [(start, end)], mode, versions, after_write=after_write, checked=checked, closed=closed
+    )
+    return metrics
+
+
+def replay_slices(
+    spark: SparkSession,
+    spec: JoinSpec,
+    slices: Sequence[tuple[datetime, datetime]],
+    mode: str = "exact",
+    versions: dict[str, int] | None = None,
+    after_write: Callable[[str], None] | None = None,
+    checked: bool = False,
+    closed: bool = False,
+) -> list[RunMetrics]:
+    """Replay consecutive slices [a, b), [b, c), ... as one run: each slice is decided and accounted
+    for as its own `replay` would (one metrics row per slice), but the inputs are read, the index
+    consulted and each table written once for all of them. A backfill's way of paying its fixed
+    costs once rather than per slice; either all the slices are written or none is."""
     locations = [s.location for s in spec.sources]
     try:
         with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
-            return _replay(spark, spec, start, end, mode, versions, after_write, checked, closed)
+            return _replay(spark, spec, slices, mode, versions, after_write, checked, closed)
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
             raise
         raise HistoryNotRetainedError(f"{error}{delta_io.vacuum_note(spark, locations)}") from None
 
 
+SLICE = "_sj_slice"  # which slice of the run an output row belongs to (dropped before writing)
+
+
+def _windows(slices: Sequence[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """The slices in UTC, refused unless each is non-empty and each starts where the last ended."""
+    utc: list[tuple[datetime, datetime]] = [
+        (pendulum.instance(a).in_timezone("UTC"), pendulum.instance(b).in_timezone("UTC")) for a, b in slices
+    ]
+    if not utc:
+        raise JobError("a replay needs at least one slice")
+    for a, b in utc:
+        if not a < b:
+            raise JobError(f"the replay interval [{a}, {b}) is empty; start must be before end")
+    for (_, b), (a, _) in zip(utc, utc[1:], strict=False):
+        if a != b:
+            raise JobError(
+                f"slices replayed together must follow each other; one ends at {b}, the next starts at {a}"
+            )
+    return utc
+
+
 def _replay(
     spark: SparkSession,
     spec: JoinSpec,
-    start: datetime,
-    end: datetime,
+    slices: Sequence[tuple[datetime, datetime]],
     mode: str,
     versions: dict[str, int] | None,
     after_write: Callable[[str], None] | None,
     checked: bool,
     closed: bool,
-) -> RunMetrics:
+) -> list[RunMetrics]:
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
         raise JobError(
             f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
         )
-    start, end = pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC")
-    if not start < end:
-        raise JobError(f"the replay interval [{start}, {end}) is empty; start must be before end")
+    windows = _windows(slices)
+    start, end = windows[0][0], windows[-1][1]
     began = time.monotonic()
     started_at = pendulum.now("UTC")
     plan = bind(spark, spec)
@@ -112,69 +151,104 @@ def _replay(
     if not checked:
         check_inputs(spark, plan, pinned)
     positions = index.update(spark, plan, pinned)
-    lo, hi = to_micros(start), to_micros(end)
     newest = positions.newest()
     frontier = arrival.frontier(newest, len(plan.streams))
     if closed:  # every commit is settled: nothing more will come
         frontier = max(newest.values(), default=None)
     stream_clock = max((p[0] for p in newest.values()), default=None)
     settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
-    owned = arrival.owned_by((lo, hi))
-    settled_rows, rejected_parts, cached = {}, [], []
-    counts: dict[str, SourceCounts] = {}
+    lo_all, hi_all = to_micros(start), to_micros(end)
+
+    cached: list[DataFrame] = []
+    stream_rows: dict[str, DataFrame] = {}
+    margins: dict[str, tuple[int, int]] = {}
     for source in plan.streams:
         assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
-        before, after = join.margins(source.name)
-        rows = positions.read_rows(source, (lo - before, hi + after), (lo, hi)).persist()
+        margins[source.name] = before, after = join.margins(source.name)
+        rows = positions.read_rows(source, (lo_all - before, hi_all + after), (lo_all, hi_all)).persist()
         cached.append(rows)
-        accepted, rejected = kernel.split_rejected(rows)
-        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
-        settled_rows[source.name] = accepted.where(settled)
-    commits: set[arrival.Position] = set()
-    if plan.streams:
-        counts, commits = _tally(cached, plan, (lo, hi), frontier)
-    timeline = positions.timeline(commits, frontier)
-
-    tables = {}
+        stream_rows[source.name] = rows
+    table_changes: dict[str, DataFrame] = {}
     for source in plan.tables:
         first = positions.starts[source.name]
         changes = changelog.read(
             spark, source, pinned[source.name], first.version, from_micros(first.commit_ts)
         ).persist()
         cached.append(changes)
-        commits_of_table = arrival.commit_stats(changes, (lo, hi))
-        rejected_parts.append(
-            kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull()))
-        )
-        tables[source.name] = TableInput(changes, commits_of_table, pinned[source.name], owned, stream_clock)
-        counts[source.name] = SourceCounts(
-            rows_in=sum(c.window_rows for c in commits_of_table),
-            rejected=sum(c.window_rejected for c in commits_of_table),
-        )
+        table_changes[source.name] = changes
 
-    result = kernel.step(
-        spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables, final=closed
-    )
-    cached += result.cached
+    outputs, lates, rejected_parts, decided = [], [], [], []
+    result_table = None
+    for number, (a, b) in enumerate(windows):
+        lo, hi = to_micros(a), to_micros(b)
+        owned = arrival.owned_by((lo, hi))
+        settled_rows, slice_rows = {}, []
+        counts: dict[str, SourceCounts] = {}
+        for source in plan.streams:
+            before, after = margins[source.name]
+            rows = stream_rows[source.name].where(arrival.in_reach((lo - before, hi + after), (lo, hi)))
+            slice_rows.append(rows)
+            accepted, rejected = kernel.split_rejected(rows)
+            rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
+            settled_rows[source.name] = accepted.where(settled)
+        commits: set[arrival.Position] = set()
+        if plan.streams:
+            counts, commits = _tally(slice_rows, plan, (lo, hi), frontier)
+        timeline = positions.timeline(commits, frontier)
+        tables = {}
+        for source in plan.tables:
+            changes = table_changes[source.name]
+            commits_of_table = arrival.commit_stats(changes, (lo, hi))
+            rejected_parts.append(
+                kernel.rejected_side_rows(
+                    source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull())
+                )
+            )
+            tables[source.name] = TableInput(
+                changes, commits_of_table, pinned[source.name], owned, stream_clock
+            )
+            counts[source.name] = SourceCounts(
+                rows_in=sum(c.window_rows for c in commits_of_table),
+                rejected=sum(c.window_rejected for c in commits_of_table),
+            )
+        result = kernel.step(
+            spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables, final=closed
+        )
+        cached += result.cached
+        outputs.append(result.output.withColumn(SLICE, F.lit(number)))
+        lates.append(result.late)
+        result_table = result.result
+        for name, step_counts in result.counts.items():
+            c = counts[name]
+            c.late, c.joined, c.open = step_counts.late, step_counts.joined, step_counts.open
+            c.unmatched_emitted, c.unmatched_dropped = (
+                step_counts.unmatched_emitted,
+                step_counts.unmatched_dropped,
+            )
+            c.applied = step_counts.applied
+        decided.append((counts, result.watermark))
+
     out = spec.output
-    output = result.output.persist()
+    output = reduce(DataFrame.unionByName, outputs).persist()
     cached.append(output)
-    upserts = deletes = 0
-    if result.result is None:
-        delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
+    written = output.drop(SLICE)
+    if result_table is None:
+        delta_io.write_slice(written, out.location, out.time, start, end, out.partition_by)
         after_write(out.location)
-    else:  # table-table: the slice's result changes, and the result table as of the pinned versions
-        delta_io.write_slice(output, out.side("changes"), out.time, start, end)
+    else:  # table-table: the slices' result changes, and the result table as of the pinned versions
+        delta_io.write_slice(written, out.side("changes"), out.time, start, end)
         after_write(out.side("changes"))
-        delta_io.overwrite(result.result, out.location, out.partition_by)
+        delta_io.overwrite(result_table, out.location, out.partition_by)
         after_write(out.location)
-        ops = count_ops(output)
-        upserts, deletes = ops["upsert"], ops["delete"]
-    rows_out = output.count()
-    if any(c.late for c in result.counts.values()) or delta_io.exists(spark, out.side("late")):
-        delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
+    tallied = _count_output(output, with_ops=result_table is not None)
+    if any(c.late for counts, _ in decided for c in counts.values()) or delta_io.exists(
+        spark, out.side("late")
+    ):
+        delta_io.write_slice(reduce(DataFrame.unionByName, lates), out.side("late"), "slice_time", start, end)
         after_write(out.side("late"))
-    if any(c.rejected for c in counts.values()) or delta_io.exists(spark, out.side("rejected")):
+    if any(c.rejected for counts, _ in decided for c in counts.values()) or delta_io.exists(
+        spark, out.side("rejected")
+    ):
         delta_io.write_slice(
             reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end
         )
@@ -182,32 +256,45 @@ def _replay(
     for frame in cached:
         frame.unpersist()
 
-    for name, decided in result.counts.items():
-        c = counts[name]
-        c.late, c.joined, c.open = decided.late, decided.joined, decided.open
-        c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
-        c.applied = decided.applied
-    metrics = RunMetrics(
-        job=spec.name,
-        runner="replay",
-        mode=mode,
-        run_id=str(uuid.uuid4()),
-        started_at=started_at,
-        slice_start=start,
-        slice_end=end,
-        versions=pinned,
-        frontier=f"input closed at {_describe_position(frontier)}"
-        if closed
-        else _describe_position(frontier),
-        watermark=None if result.watermark is None else from_micros(result.watermark),
-        sources=counts,
-        rows_out=rows_out,
-        duration_s=round(time.monotonic() - began, 3),
-        upserts=upserts,
-        deletes=deletes,
+    duration = round((time.monotonic() - began) / len(windows), 3)  # slices run together share the time
+    frontier_text = (
+        f"input closed at {_describe_position(frontier)}" if closed else _describe_position(frontier)
     )
-    delta_io.append(to_frame(spark, metrics), out.side("metrics"))
-    return metrics
+    runs = []
+    for number, ((a, b), (counts, watermark)) in enumerate(zip(windows, decided, strict=True)):
+        rows_out, upserts, deletes = tallied.get(number, (0, 0, 0))
+        runs.append(
+            RunMetrics(
+                job=spec.name,
+                runner="replay",
+                mode=mode,
+                run_id=str(uuid.uuid4()),
+                started_at=started_at,
+                slice_start=a,
+                slice_end=b,
+                versions=pinned,
+                frontier=frontier_text,
+                watermark=None if watermark is None else from_micros(watermark),
+                sources=counts,
+                rows_out=rows_out,
+                duration_s=duration,
+                upserts=upserts,
+                deletes=deletes,
+            )
+        )
+    delta_io.append(to_frame(spark, runs), out.side("metrics"))
+    return runs
+
+
+def _count_output(output: DataFrame, with_ops: bool) -> dict[int, tuple[int, int, int]]:
+    """Per slice number: rows written, and (table-table result changes) how many are upserts and deletes."""
+    op = F.col(OP) if with_ops else F.lit(None)
+    counted = output.groupBy(SLICE).agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.when(op == "upsert", 1)).alias("upserts"),
+        F.count(F.when(op == "delete", 1)).alias("deletes"),
+    )
+    return {r[SLICE]: (r["rows"], r["upserts"], r["deletes"]) for r in counted.collect()}
 
 
 def _tally(

@@ -17,7 +17,7 @@ into micro-batches, which is what makes a live run and a replay write the same r
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -43,14 +43,63 @@ BAD_TIME = "unparseable_event_time"
 @dataclass(frozen=True)
 class CommitStats:
     """One source commit, as far as time goes: its position and the largest accepted event time,
-    and how many of its rows (and rejected rows) a replay slice owns."""
+    and how many of its rows (and rejected rows) each replay slice owns (slice number -> (rows,
+    rejected))."""
 
     position: Position
     max_event: int | None
     rows: int
     rejected: int = 0
-    window_rows: int = 0
-    window_rejected: int = 0
+    owned: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def owned_rows(self, slice_number: int = 0) -> int:
+        return self.owned.get(slice_number, (0, 0))[0]
+
+    def owned_rejected(self, slice_number: int = 0) -> int:
+        return self.owned.get(slice_number, (0, 0))[1]
+
+
+@dataclass(frozen=True)
+class Slices:
+    """The replay slices one step decides: consecutive intervals [b0, b1), [b1, b2), ... of UTC
+    microseconds, each accounted for on its own (a backfill's group of slices, or one replay's
+    single slice). `bounds` None: one slice holding every time, as a live micro-batch has."""
+
+    bounds: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, windows: Iterable[tuple[int, int]]) -> Slices:
+        """From consecutive windows [(b0, b1), (b1, b2), ...]."""
+        windows = list(windows)
+        assert windows and all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False))
+        return cls((windows[0][0], *(w[1] for w in windows)))
+
+    def __len__(self) -> int:
+        return 1 if self.bounds is None else len(self.bounds) - 1
+
+    def inside(self, time: Column) -> Column:
+        """`time` lies in one of the slices."""
+        if self.bounds is None:
+            return F.lit(True)
+        return (time >= F.lit(self.bounds[0])) & (time < F.lit(self.bounds[-1]))
+
+    def number(self, time: Column) -> Column:
+        """The number of the slice `time` lies in (0, 1, ...); NULL outside them all."""
+        if self.bounds is None:
+            return F.lit(0)
+        pairs = list(zip(self.bounds, self.bounds[1:], strict=False))
+        chosen = F.when((time >= F.lit(pairs[0][0])) & (time < F.lit(pairs[0][1])), F.lit(0))
+        for k, (low, high) in enumerate(pairs[1:], start=1):
+            chosen = chosen.when((time >= F.lit(low)) & (time < F.lit(high)), F.lit(k))
+        return chosen
+
+    def owner(self) -> Column:
+        """The slice that owns a row: by its event time, or by its commit time when it has none
+        (the `slice_time` of `side_rows`); NULL when no slice does."""
+        return self.number(F.coalesce(F.col(T), F.col(TS)))
+
+
+ALL_TIME = Slices()  # one slice holding every time: a live micro-batch's
 
 
 def prepare(
@@ -82,13 +131,6 @@ def user_columns(rows: DataFrame) -> list[str]:
     return [c for c in rows.columns if not c.startswith("_sj_")]
 
 
-def owned_by(window: tuple[int, int]) -> Column:
-    """The rows a replay slice [start, end) owns: by event time, or by commit time for rows
-    without one (the `slice_time` of `side_rows`)."""
-    owner = F.coalesce(F.col(T), F.col(TS))
-    return (owner >= F.lit(window[0])) & (owner < F.lit(window[1]))
-
-
 def in_reach(time_range: tuple[int, int], owned: tuple[int, int]) -> Column:
     """The rows a slice reads: event time in `time_range` (the slice and its margins), or no
     event time and a commit time in `owned` (the slice itself)."""
@@ -99,37 +141,42 @@ def in_reach(time_range: tuple[int, int], owned: tuple[int, int]) -> Column:
 
 
 def commit_stats(
-    rows: DataFrame, window: tuple[int, int] | None = None, counted: Column | None = None
+    rows: DataFrame, slices: Slices | None = None, counted: Column | None = None
 ) -> list[CommitStats]:
     """Per commit: position, largest accepted event time, row counts (small; collected).
 
-    With a slice `window` [start, end), also the rows the slice owns: by event time, or by commit
-    time for rows without one (see `side_rows`). With `counted`, `rows` and `rejected` count only
-    the rows it holds for, while `max_event` still looks at every accepted row.
+    With `slices`, also the rows each slice owns (`Slices.owner`). With `counted`, `rows` and
+    `rejected` count only the rows it holds for, while `max_event` still looks at every accepted row.
     """
-    owned = F.lit(False) if window is None else owned_by(window)
+    owner = F.lit(None).cast("int") if slices is None else slices.owner()
     counted = F.lit(True) if counted is None else counted
-    grouped = rows.groupBy(TS, SRC, V).agg(
+    grouped = rows.groupBy(TS, SRC, V, owner.alias("_sj_slice")).agg(
         F.max(F.when(F.col(REJECT).isNull(), F.col(T))).alias("max_event"),
         F.count(F.when(counted, 1)).alias("rows"),
         F.count(F.when(counted & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
-        F.count(F.when(owned, 1)).alias("window_rows"),
-        F.count(F.when(owned & F.col(REJECT).isNotNull(), 1)).alias("window_rejected"),
+        F.count(F.lit(1)).alias("owned_rows"),
+        F.count(F.when(F.col(REJECT).isNotNull(), 1)).alias("owned_rejected"),
     )
-    return sorted(
-        (
+    parts: dict[Position, list] = {}
+    for r in grouped.collect():
+        parts.setdefault((r[TS], r[SRC], r[V]), []).append(r)
+    stats = []
+    for position, groups in sorted(parts.items()):
+        events = [g["max_event"] for g in groups if g["max_event"] is not None]
+        stats.append(
             CommitStats(
-                (r[TS], r[SRC], r[V]),
-                r["max_event"],
-                r["rows"],
-                r["rejected"],
-                r["window_rows"],
-                r["window_rejected"],
+                position,
+                max(events) if events else None,
+                sum(g["rows"] for g in groups),
+                sum(g["rejected"] for g in groups),
+                {
+                    g["_sj_slice"]: (g["owned_rows"], g["owned_rejected"])
+                    for g in groups
+                    if g["_sj_slice"] is not None
+                },
             )
-            for r in grouped.collect()
-        ),
-        key=lambda c: c.position,
-    )
+        )
+    return stats
 
 
 def frontier(newest: dict[int, Position], sources: int) -> Position | None:

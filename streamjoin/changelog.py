@@ -42,14 +42,15 @@ VALID_TO = "_sj_to"
 @dataclass(frozen=True)
 class TableInput:
     """What a step knows of one table source: every change committed up to `version`, which of them
-    this run counts in its metrics (`counted`), the table's commits, and the newest commit
+    this run counts in its metrics and in which slice (`owner`: the slice number, NULL for a change
+    counted by an earlier run or another slice), the table's commits, and the newest commit
     timestamp among the job's stream sources (`stream_clock`), which bounds what the table can
     still add before it (docs/semantics.md, clock skew)."""
 
     changes: DataFrame
     commits: list[CommitStats]
     version: int
-    counted: Column
+    owner: Column
     stream_clock: int | None
 
     @property

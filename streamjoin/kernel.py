@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog
-from streamjoin.arrival import REJECT, T, Timeline
+from streamjoin.arrival import ALL_TIME, REJECT, Slices, T, Timeline
 from streamjoin.changelog import TableInput
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins.interval import MATCHED, NEW, OUT_T, IntervalJoin
@@ -51,12 +51,18 @@ class StepResult:
 
     output: DataFrame
     late: DataFrame
-    counts: dict[str, SourceCounts]
+    by_slice: list[dict[str, SourceCounts]]  # per slice of the step (`Slices`), by source name
     state: dict[str, DataFrame] | None
     max_event: int | None
     watermark: int | None = None
     result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
     cached: list[DataFrame] = field(default_factory=list)  # persisted by the step; unpersist after writing
+
+    @property
+    def counts(self) -> dict[str, SourceCounts]:
+        """The counts of a step over one slice (a live micro-batch, or a one-slice replay)."""
+        (only,) = self.by_slice
+        return only
 
 
 def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -76,7 +82,7 @@ def step(
     timeline: Timeline,
     mode: str,
     state: dict[str, DataFrame] | None = None,
-    window: tuple[int, int] | None = None,
+    slices: Slices = ALL_TIME,
     keep_state: bool = False,
     tables: dict[str, TableInput] | None = None,
     after: int | None = None,
@@ -89,6 +95,8 @@ def step(
     replay); `state` holds the rows an earlier step left open (live runner only);
     `tables` holds what is known of each table source (enrichment and table-table joins);
     `after` is the bound up to which an earlier step already emitted table-table result changes.
+    `slices`: a replay's slices; only rows inside them are emitted, and each is accounted for
+    apart (`StepResult.by_slice`). The default, one slice of every time, is the live runner's.
     `final`: the input has ended (a replay of a closed history): every window closes, every stream
     row is decided and every table change settled, as if a last watermark at infinity had passed.
     """
@@ -96,15 +104,12 @@ def step(
     if isinstance(join, TableTableJoin | TemporalJoin):
         assert tables is not None  # the runners always give `tables` for a join with a table source
         if isinstance(join, TableTableJoin):
-            return _join_tables(plan, join, tables, window, after, final)
-        return _enrich(spark, plan, join, settled, mode, state, tables[join.table], window, keep_state, final)
+            return _join_tables(plan, join, tables, slices, after, final)
+        return _enrich(spark, plan, join, settled, mode, state, tables[join.table], slices, keep_state, final)
     marks, max_event = timeline.watermarks(join.grace), timeline.max_event
     if mode == "complete":
         marks = {}
     closing = None if max_event is None else max_event - join.grace
-
-    def inside(time):
-        return F.lit(True) if window is None else (time >= F.lit(window[0])) & (time < F.lit(window[1]))
 
     on_time, late_parts, tally_parts = {}, [], []
     table = arrival.watermark_table(spark, marks)
@@ -112,13 +117,13 @@ def step(
         marked = arrival.with_watermark(rows, table)
         late = arrival.is_late()
         late_parts.append(
-            arrival.side_rows(marked.where(late & inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM))
+            arrival.side_rows(
+                marked.where(late & slices.inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)
+            )
         )
         tally_parts.append(
             marked.select(
-                F.lit(name).alias("name"),
-                (late & inside(F.col(T))).alias("late"),
-                (~late & inside(F.col(T))).alias("candidate"),
+                F.lit(name).alias("name"), slices.number(F.col(T)).alias("slice"), late.alias("late")
             )
         )
         fresh = (
@@ -129,44 +134,51 @@ def step(
         )
         if state is not None:
             tally_parts.append(
-                state[name].select(
+                state[name]
+                .where(~F.col(MATCHED))
+                .select(
                     F.lit(name).alias("name"),
+                    slices.number(F.col(T)).alias("slice"),
                     F.lit(False).alias("late"),
-                    (~F.col(MATCHED) & inside(F.col(T))).alias("candidate"),
                 )
             )
             fresh = state[name].withColumn(NEW, F.lit(False)).unionByName(fresh)
         on_time[name] = fresh
-    tally = {
-        r["name"]: r
+    tally: dict[tuple[str, int], Row] = {
+        (r["name"], r["slice"]): r
         for r in reduce(DataFrame.unionByName, tally_parts)
-        .groupBy("name")
+        .where(F.col("slice").isNotNull())
+        .groupBy("name", "slice")
         .agg(
             F.count(F.when(F.col("late"), 1)).alias("late"),
-            F.count(F.when(F.col("candidate"), 1)).alias("candidates"),
+            F.count(F.when(~F.col("late"), 1)).alias("candidates"),
         )
         .collect()
     }
 
-    def tallied(name: str, field: str) -> int:
-        return tally[name][field] if name in tally else 0
+    def tallied(name: str, k: int, field: str) -> int:
+        return tally[(name, k)][field] if (name, k) in tally else 0
 
     evaluation = join.evaluate(
         on_time,
         END_OF_INPUT if final else closing,
-        {name: tallied(name, "candidates") for name in settled},
-        window=window,
+        {name: [tallied(name, k, "candidates") for k in range(len(slices))] for name in settled},
+        slices=slices,
         keep_state=keep_state,
     )
-    counts = {}
-    for name, side in evaluation.counts.items():
-        counts[name] = SourceCounts(
-            late=tallied(name, "late"),
-            joined=side.joined,
-            unmatched_emitted=side.unmatched_emitted,
-            unmatched_dropped=side.unmatched_dropped,
-            open=side.open,
-        )
+    by_slice = [
+        {
+            name: SourceCounts(
+                late=tallied(name, k, "late"),
+                joined=side.joined,
+                unmatched_emitted=side.unmatched_emitted,
+                unmatched_dropped=side.unmatched_dropped,
+                open=side.open,
+            )
+            for name, side in sides.items()
+        }
+        for k, sides in enumerate(evaluation.counts)
+    ]
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
     next_state = None
     if evaluation.state is not None:
@@ -174,7 +186,7 @@ def step(
     return StepResult(
         output=output,
         late=reduce(DataFrame.unionByName, late_parts),
-        counts=counts,
+        by_slice=by_slice,
         state=next_state,
         max_event=max_event,
         watermark=closing,
@@ -190,7 +202,7 @@ def _enrich(
     mode: str,
     state: dict[str, DataFrame] | None,
     table: TableInput,
-    window: tuple[int, int] | None,
+    slices: Slices,
     keep_state: bool,
     final: bool,
 ) -> StepResult:
@@ -205,17 +217,14 @@ def _enrich(
     versions = changelog.versions(
         changes.where(accepted & ~late).drop(arrival.WM, REJECT), join.key, join.order
     )
-    tally = (
-        changes.where(table.counted)
-        .agg(
-            F.count(F.when(late, 1)).alias("late"),
-            F.count(F.when(accepted & ~late, 1)).alias("applied"),
-        )
-        .first()
+    tally = _by_slice(
+        changes,
+        table.owner,
+        late=F.count(F.when(late, 1)),
+        applied=F.count(F.when(accepted & ~late, 1)),
     )
-    assert tally is not None  # an aggregate without grouping returns exactly one row
     late_rows = arrival.side_rows(
-        changes.where(table.counted & late), join.table, F.lit("late"), F.col(arrival.WM)
+        changes.where(table.owner.isNotNull() & late), join.table, F.lit("late"), F.col(arrival.WM)
     )
 
     rows = settled[join.stream]
@@ -227,17 +236,21 @@ def _enrich(
         )
     known = join.known_until(table.newest_ts, table.stream_clock)
     is_decided = F.lit(True) if final else join.decided(known, largest)
-    evaluation = join.evaluate(rows, versions, is_decided, window=window, keep_state=keep_state)
-    decided = evaluation.counts[join.stream]
-    counts = {
-        join.stream: SourceCounts(
-            joined=decided.joined,
-            unmatched_emitted=decided.unmatched_emitted,
-            unmatched_dropped=decided.unmatched_dropped,
-            open=decided.open,
-        ),
-        join.table: SourceCounts(late=tally["late"], applied=tally["applied"]),
-    }
+    evaluation = join.evaluate(rows, versions, is_decided, slices=slices, keep_state=keep_state)
+    by_slice = []
+    for k, sides in enumerate(evaluation.counts):
+        decided = sides[join.stream]
+        by_slice.append(
+            {
+                join.stream: SourceCounts(
+                    joined=decided.joined,
+                    unmatched_emitted=decided.unmatched_emitted,
+                    unmatched_dropped=decided.unmatched_dropped,
+                    open=decided.open,
+                ),
+                join.table: SourceCounts(**tally.get(k, {"late": 0, "applied": 0})),
+            }
+        )
     output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted])
     next_state = None
     if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
@@ -245,7 +258,7 @@ def _enrich(
     return StepResult(
         output=output,
         late=late_rows,
-        counts=counts,
+        by_slice=by_slice,
         state=next_state,
         max_event=None,
         watermark=join.horizon(known, largest),
@@ -257,7 +270,7 @@ def _join_tables(
     plan: Plan,
     join: TableTableJoin,
     tables: dict[str, TableInput],
-    window: tuple[int, int] | None,
+    slices: Slices,
     after: int | None,
     final: bool,
 ) -> StepResult:
@@ -272,8 +285,7 @@ def _join_tables(
     emitted = settled
     if after is not None:
         emitted = emitted.where(when > F.lit(after))
-    if window is not None:
-        emitted = emitted.where((when >= F.lit(window[0])) & (when < F.lit(window[1])))
+    emitted = emitted.where(slices.inside(when))
     out_time = plan.spec.output.time
     output = emitted.select(
         RESULT_KEY,
@@ -292,22 +304,32 @@ def _join_tables(
             F.timestamp_micros(when).alias(out_time),
         )
     )
-    counts = {}
-    for name, table in tables.items():
-        tally = (
-            table.changes.where(table.counted)
-            .agg(F.count(F.when(F.col(REJECT).isNull(), 1)).alias("applied"))
-            .first()
-        )
-        assert tally is not None  # an aggregate without grouping returns exactly one row
-        counts[name] = SourceCounts(applied=tally["applied"])
+    applied_by_slice = {
+        name: _by_slice(table.changes, table.owner, applied=F.count(F.when(F.col(REJECT).isNull(), 1)))
+        for name, table in tables.items()
+    }
+    by_slice = [
+        {name: SourceCounts(**tally.get(k, {"applied": 0})) for name, tally in applied_by_slice.items()}
+        for k in range(len(slices))
+    ]
     no_late_rows = arrival.side_rows(tables[join.left].changes.limit(0), join.left, F.lit("late"))
     return StepResult(
         output=output,
         late=no_late_rows,
-        counts=counts,
+        by_slice=by_slice,
         state=None,
         max_event=None,
         watermark=known,
         result=result,
     )
+
+
+def _by_slice(rows: DataFrame, owner: Column, **aggregates: Column) -> dict[int, dict[str, int]]:
+    """`aggregates` over the rows each slice owns, by slice number (rows without an owner are not
+    counted); a slice that owns no row is absent."""
+    grouped = (
+        rows.where(owner.isNotNull())
+        .groupBy(owner.alias("_sj_slice"))
+        .agg(*[column.alias(name) for name, column in aggregates.items()])
+    )
+    return {r["_sj_slice"]: {name: r[name] for name in aggregates} for r in grouped.collect()}

@@ -144,13 +144,13 @@ def replay_step(
     plan: Plan,
     stacked: Stacked,
     mode: str,
-    window: tuple[int, int] | None = None,
+    windows: Sequence[tuple[int, int]] = (),
     final: bool = False,
 ) -> kernel.StepResult:
     """One kernel step over the settled rows of the stacked examples: a replay of everything, or
-    with `window` (seconds after BASE, [start, end)) a replay of that slice, given only the rows
-    inside the join's margins around it, as the replay runner reads them. `final`: a replay of a
-    closed input (stack the examples `closed`)."""
+    with `windows` (consecutive slices, seconds after BASE, [start, end)) a replay of those slices
+    together, given only the rows inside the join's margins around them, as the replay runner
+    reads them. `final`: a replay of a closed input (stack the examples `closed`)."""
     join = kernel.family(plan)
     settled = {}
     for source in plan.streams:
@@ -158,20 +158,23 @@ def replay_step(
         prepared = arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
         accepted, _ = kernel.split_rejected(prepared)
         rows = accepted.where(F.col(SETTLED)).drop(SETTLED)
-        if window is not None:
+        if windows:
             assert isinstance(join, IntervalJoin)
             before, after = join.margins(source.name)
-            low, high = stacked.base + _micros(window[0]) - before, stacked.base + _micros(window[1]) + after
+            low = stacked.base + _micros(windows[0][0]) - before
+            high = stacked.base + _micros(windows[-1][1]) + after
             rows = rows.where((F.col(arrival.T) >= low) & (F.col(arrival.T) < high))
         settled[source.name] = rows
     before: dict[tuple[int, int], int | None] = {}
     for example_commits in _by_example(stacked.commits):
         before.update(arrival.timeline(example_commits, None).before)
     timeline = arrival.Timeline(before, stacked.base + _micros(PIVOT) if stacked.any_settled else None)
-    micros = (
-        None if window is None else (stacked.base + _micros(window[0]), stacked.base + _micros(window[1]))
+    slices = (
+        arrival.Slices.of([(stacked.base + _micros(a), stacked.base + _micros(b)) for a, b in windows])
+        if windows
+        else arrival.ALL_TIME
     )
-    return kernel.step(spark, plan, settled, timeline, mode, window=micros, final=final)
+    return kernel.step(spark, plan, settled, timeline, mode, slices=slices, final=final)
 
 
 def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
@@ -341,41 +344,51 @@ class Decided:
 
 
 def enrichment_replay(
-    spark: SparkSession, plan: Plan, laid: Laid, mode: str, window: tuple[int, int], final: bool = False
-) -> Decided:
-    """The replay runner's part for one slice `window` (seconds after BASE, [start, end)): the
-    stream rows it owns, the table's changes with its commits, one kernel step (`final`: of a
-    closed input)."""
+    spark: SparkSession,
+    plan: Plan,
+    laid: Laid,
+    mode: str,
+    windows: Sequence[tuple[int, int]],
+    final: bool = False,
+) -> list[Decided]:
+    """The replay runner's part for consecutive slices `windows` (whole seconds after BASE,
+    [start, end)) replayed together: the stream rows they own, the table's changes with its
+    commits, one kernel step (`final`: of a closed input); what each slice decided."""
     stream, table = plan.streams[0], plan.tables[0]
     base = base_micros(spark)
-    lo, hi = base + _micros(window[0]), base + _micros(window[1])
+    slices = arrival.Slices.of([(base + _micros(a), base + _micros(b)) for a, b in windows])
     rows = _stream_frame(spark, plan, laid.stream_rows)
-    stream_commits = arrival.commit_stats(rows, (lo, hi))
+    stream_commits = arrival.commit_stats(rows, slices)
     accepted, _ = kernel.split_rejected(rows)
-    inside = (F.col(arrival.T) >= lo) & (F.col(arrival.T) < hi)
     changes = changelog.tag(spark.createDataFrame(laid.table_rows, _CHANGES), table)
-    table_commits = arrival.commit_stats(changes, (lo, hi))
+    table_commits = arrival.commit_stats(changes, slices)
     clock = max((c.position[0] for c in stream_commits), default=None)
     version = max((v for side, v, _ in laid.commits if side == 1), default=0)
-    tables = {table.name: TableInput(changes, table_commits, version, arrival.owned_by((lo, hi)), clock)}
+    tables = {table.name: TableInput(changes, table_commits, version, slices.owner(), clock)}
     result = kernel.step(
         spark,
         plan,
-        {stream.name: accepted.where(inside)},
+        {stream.name: accepted.where(slices.inside(F.col(arrival.T)))},
         arrival.Timeline({}, None),
         mode,
-        window=(lo, hi),
+        slices=slices,
         tables=tables,
         final=final,
     )
-    decided = Decided(_output(result.output, base), Counter(), Counter())
-    for counts, commits in ((decided.stream, stream_commits), (decided.table, table_commits)):
-        counts["rows_in"] += sum(c.window_rows for c in commits)
-        counts["rejected"] += sum(c.window_rejected for c in commits)
-    _add(decided, plan, result.counts)
+    output = _output(result.output, base)
+    per_slice = []
+    for k, (a, b) in enumerate(windows):
+        assert isinstance(a, int) and isinstance(b, int)  # output times are whole seconds after BASE
+        decided = Decided(Counter({r: n for r, n in output.items() if a <= r[2] < b}), Counter(), Counter())
+        for counts, commits in ((decided.stream, stream_commits), (decided.table, table_commits)):
+            counts["rows_in"] += sum(c.owned_rows(k) for c in commits)
+            counts["rejected"] += sum(c.owned_rejected(k) for c in commits)
+        _add(decided, plan, result.by_slice[k])
+        per_slice.append(decided)
+    assert sum(output.values()) == sum(sum(d.output.values()) for d in per_slice)  # no row outside them
     for frame in result.cached:
         frame.unpersist()
-    return decided
+    return per_slice
 
 
 def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[int]) -> Decided:

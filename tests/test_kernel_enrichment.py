@@ -141,20 +141,24 @@ def check_replay(
     final: bool = False,
 ) -> None:
     """A replay of the whole history decides as the reference (output, counts); the slices'
-    replays, summed, write and count what it does (`final`: of a closed input)."""
-    whole = enrichment_replay(spark, plan, laid, mode, (windows[0][0], windows[-1][1]), final)
+    replays, summed, write and count what it does, and one replay of the slices together decides
+    each as its own replay does (`final`: of a closed input)."""
+    (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], final)
     assert whole.output == expected, first_difference(whole.output, expected)
     assert buckets(whole.stream, STREAM_BUCKETS) == stream
     if table is not None:
         assert buckets(whole.table, TABLE_BUCKETS) == table
     sliced = Decided(Counter(), Counter(), Counter())
+    parts = []
     for window in windows:
-        part = enrichment_replay(spark, plan, laid, mode, window, final)
+        (part,) = enrichment_replay(spark, plan, laid, mode, [window], final)
+        parts.append(part)
         sliced.output.update(part.output)
         sliced.stream.update(part.stream)
         sliced.table.update(part.table)
     assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
     assert sliced.stream == whole.stream and sliced.table == whole.table
+    assert enrichment_replay(spark, plan, laid, mode, windows, final) == parts
 
 
 def check_live(

@@ -114,18 +114,25 @@ def test_a_cross_join_pairs_every_row_in_the_bounds_as_the_reference(spark, tabl
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(case=cases(), cut=st.integers(-30, 2))
 def test_slices_add_up_to_the_whole(spark, tables, case, cut):
-    """[a, b) and [b, c), each given only the rows in its margins, write and count what [a, c) does."""
+    """[a, b) and [b, c), each given only the rows in its margins, write and count what [a, c) does;
+    and one step over both slices together writes what they write and counts each as it counts."""
     how, lo, hi, grace, residual, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, how, lo, hi, grace, residual))
     stacked = stack(scenarios, base_micros(spark))
     b = PIVOT + cut
+    windows = [(-PIVOT, b), (b, 2 * PIVOT)]
     whole = replay_step(spark, plan, stacked, "exact")
-    parts = [replay_step(spark, plan, stacked, "exact", window) for window in ((-PIVOT, b), (b, 2 * PIVOT))]
+    parts = [replay_step(spark, plan, stacked, "exact", [window]) for window in windows]
+    together = replay_step(spark, plan, stacked, "exact", windows)
     sliced = [unstacked_output(part.output, stacked) for part in parts]
-    for example, expected in enumerate(unstacked_output(whole.output, stacked)):
+    for example, (expected, both) in enumerate(
+        zip(unstacked_output(whole.output, stacked), unstacked_output(together.output, stacked), strict=True)
+    ):
         got = sliced[0][example] + sliced[1][example]
         assert got == expected, f"scenario {example}: {scenarios[example]}"
+        assert both == got, f"scenario {example}, slices together: {scenarios[example]}"
+    assert together.by_slice == [part.counts for part in parts]
     for name in ("l", "r"):
         for bucket in DECIDED:
             assert sum(getattr(part.counts[name], bucket) for part in parts) == getattr(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from streamjoin.arrival import SRC, TS, T, V, position_le
+from streamjoin.arrival import ALL_TIME, SRC, TS, Slices, T, V, position_le
 from streamjoin.plan import BoundJoin
 from streamjoin.timeutil import to_micros
 
@@ -51,7 +51,7 @@ class Evaluation:
     """The rows a step emits (in joined form, aliased by source name) and what they account for."""
 
     emitted: list[DataFrame]
-    counts: dict[str, SideCounts]
+    counts: list[dict[str, SideCounts]]  # per slice of the step, by side
     state: dict[str, DataFrame] | None
     cached: list[DataFrame] = field(
         default_factory=list
@@ -130,24 +130,21 @@ class IntervalJoin:
         self,
         rows: dict[str, DataFrame],
         watermark: int | None,
-        candidates: dict[str, int],
-        window: tuple[int, int] | None = None,
+        candidates: dict[str, list[int]],
+        slices: Slices = ALL_TIME,
         keep_state: bool = False,
     ) -> Evaluation:
         """Join on-time rows; emit pairs involving a new row and padded rows whose window closed.
 
         `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched`; `watermark`
-        is the watermark after every settled row; `candidates[side]` counts the side's rows not
-        matched before this step. With `window` (a replay slice [start, end)), only output rows
-        and accounting whose event time lies in it are kept.
+        is the watermark after every settled row; `candidates[side][k]` counts the side's rows in
+        slice k not matched before this step. With replay `slices`, only output rows whose event
+        time lies in them are kept, and each row is accounted for in the slice of its event time.
         """
         L, R = self.left, self.right
         left, right = rows[L].alias(L), rows[R].alias(R)
         lt, rt = self._col(L, T), self._col(R, T)
         has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
-
-        def inside(time: Column) -> Column:
-            return F.lit(True) if window is None else (time >= F.lit(window[0])) & (time < F.lit(window[1]))
 
         joined = left.join(right, self.condition(), "full_outer")
         out_t = F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt)
@@ -164,30 +161,45 @@ class IntervalJoin:
                 keep = keep | (only_l & closed_l & fresh_l)
             if self.preserves(R):
                 keep = keep | (only_r & closed_r & fresh_r)
-        emitted = [joined.where(keep & inside(F.col(OUT_T)))]
+        emitted = [joined.where(keep & slices.inside(F.col(OUT_T)))]
         if self.emit == "eager":
-            emitted += self._eager_pads(left, right, inside)
+            emitted += self._eager_pads(left, right, slices)
 
-        stats = joined.agg(
-            F.count(F.when(only_l & fresh_l & inside(lt), 1)).alias("l_open"),
-            F.count(F.when(only_l & fresh_l & closed_l & inside(lt), 1)).alias("l_closed"),
-            F.count(F.when(only_r & fresh_r & inside(rt), 1)).alias("r_open"),
-            F.count(F.when(only_r & fresh_r & closed_r & inside(rt), 1)).alias("r_closed"),
-        ).first()
-        assert stats is not None  # an aggregate without grouping returns exactly one row
-        counts = {}
-        for side, prefix in ((L, "l"), (R, "r")):
-            unmatched, closed = stats[f"{prefix}_open"], stats[f"{prefix}_closed"]
-            counts[side] = SideCounts(
-                joined=candidates[side] - unmatched,
-                unmatched_emitted=closed if self.preserves(side) else 0,
-                unmatched_dropped=0 if self.preserves(side) else closed,
-                open=unmatched - closed,
+        # The rows still without a partner, by side and slice, and how many of them closed.
+        unmatched_rows = [
+            joined.where(only & fresh).select(
+                F.lit(prefix).alias("side"), slices.number(time).alias("slice"), closed.alias("closed")
             )
+            for prefix, only, fresh, time, closed in (
+                ("l", only_l, fresh_l, lt, closed_l),
+                ("r", only_r, fresh_r, rt, closed_r),
+            )
+        ]
+        stats = {
+            (r["side"], r["slice"]): (r["unmatched"], r["closed"])
+            for r in unmatched_rows[0]
+            .unionByName(unmatched_rows[1])
+            .where(F.col("slice").isNotNull())
+            .groupBy("side", "slice")
+            .agg(F.count(F.lit(1)).alias("unmatched"), F.count(F.when(F.col("closed"), 1)).alias("closed"))
+            .collect()
+        }
+        counts = []
+        for k in range(len(slices)):
+            sides = {}
+            for side, prefix in ((L, "l"), (R, "r")):
+                unmatched, closed = stats.get((prefix, k), (0, 0))
+                sides[side] = SideCounts(
+                    joined=candidates[side][k] - unmatched,
+                    unmatched_emitted=closed if self.preserves(side) else 0,
+                    unmatched_dropped=0 if self.preserves(side) else closed,
+                    open=unmatched - closed,
+                )
+            counts.append(sides)
         state = self._next_state(rows, joined, watermark) if keep_state else None
         return Evaluation(emitted, counts, state, cached=[joined])
 
-    def _eager_pads(self, left: DataFrame, right: DataFrame, inside) -> list[DataFrame]:
+    def _eager_pads(self, left: DataFrame, right: DataFrame, slices: Slices) -> list[DataFrame]:
         """New outer rows with no partner at or before their own arrival position, padded now."""
         L, R = self.left, self.right
         pads = []
@@ -195,12 +207,12 @@ class IntervalJoin:
             earlier = position_le(self._position(R), self._position(L))
             padded = left.where(F.col(f"{L}.{NEW}")).join(right, self.condition() & earlier, "left_outer")
             padded = padded.where(self._col(R, TS).isNull()).withColumn(OUT_T, self._col(L, T))
-            pads.append(padded.where(inside(F.col(OUT_T))))
+            pads.append(padded.where(slices.inside(F.col(OUT_T))))
         if self.preserves(R):
             earlier = position_le(self._position(L), self._position(R))
             padded = left.join(right.where(F.col(f"{R}.{NEW}")), self.condition() & earlier, "right_outer")
             padded = padded.where(self._col(L, TS).isNull()).withColumn(OUT_T, self._col(R, T))
-            pads.append(padded.where(inside(F.col(OUT_T))))
+            pads.append(padded.where(slices.inside(F.col(OUT_T))))
         return pads
 
     def _next_state(

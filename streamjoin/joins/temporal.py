@@ -38,7 +38,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from streamjoin import changelog
-from streamjoin.arrival import TS, CommitStats, T, V, watermarks
+from streamjoin.arrival import ALL_TIME, TS, CommitStats, Slices, T, V, watermarks
 from streamjoin.joins.interval import OUT_T, Evaluation, SideCounts
 from streamjoin.plan import BoundJoin, BoundSource
 from streamjoin.timeutil import to_micros
@@ -141,19 +141,17 @@ class TemporalJoin:
         rows: DataFrame,
         versions: DataFrame,
         decided: Column,
-        window: tuple[int, int] | None = None,
+        slices: Slices = ALL_TIME,
         keep_state: bool = False,
     ) -> Evaluation:
         """Join the decided stream rows with the table's versions; keep the rest (live state).
 
-        With `window` (a replay slice), only rows whose event time lies in it are emitted and counted.
+        With replay `slices`, only rows whose event time lies in them are emitted, and each is
+        counted in the slice of its event time.
         """
         S, R = self.stream, self.table
-        inside = (
-            F.lit(True) if window is None else (F.col(T) >= F.lit(window[0])) & (F.col(T) < F.lit(window[1]))
-        )
         marked = rows.withColumn(DECIDED, decided)
-        ready = marked.where(F.col(DECIDED) & inside).drop(DECIDED)
+        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T))).drop(DECIDED)
         joined = ready.alias(S).join(versions.alias(R), self.condition(), "left_outer")
         if self.inequality:
             joined = self._nearest(joined, ready.columns)
@@ -161,20 +159,36 @@ class TemporalJoin:
         # Persisted: the counts below and the runner's write read the join once, not twice.
         joined = joined.withColumn(OUT_T, self._col(S, T)).persist()
         emitted = joined if self.type == "left" else joined.where(matched)
-        stats = marked.agg(
-            F.count(F.when(F.col(DECIDED) & inside, 1)).alias("decided"),
-            F.count(F.when(~F.col(DECIDED) & inside, 1)).alias("open"),
-        ).first()
-        assert stats is not None  # an aggregate without grouping returns exactly one row
-        unmatched = joined.where(~matched).count()
-        counts = {
-            S: SideCounts(
-                joined=stats["decided"] - unmatched,
-                unmatched_emitted=unmatched if self.type == "left" else 0,
-                unmatched_dropped=0 if self.type == "left" else unmatched,
-                open=stats["open"],
-            ),
+        stats = {
+            r["slice"]: r
+            for r in marked.groupBy(slices.number(F.col(T)).alias("slice"))
+            .agg(
+                F.count(F.when(F.col(DECIDED), 1)).alias("decided"),
+                F.count(F.when(~F.col(DECIDED), 1)).alias("open"),
+            )
+            .collect()
         }
+        unmatched_by_slice = {
+            r["slice"]: r["count"]
+            for r in joined.where(~matched)
+            .groupBy(slices.number(F.col(OUT_T)).alias("slice"))
+            .count()
+            .collect()
+        }
+        counts = []
+        for k in range(len(slices)):
+            decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
+            unmatched = unmatched_by_slice.get(k, 0)
+            counts.append(
+                {
+                    S: SideCounts(
+                        joined=decided_rows - unmatched,
+                        unmatched_emitted=unmatched if self.type == "left" else 0,
+                        unmatched_dropped=0 if self.type == "left" else unmatched,
+                        open=open_rows,
+                    )
+                }
+            )
         state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
         return Evaluation([emitted], counts, state, cached=[joined])
 

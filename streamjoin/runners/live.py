@@ -644,7 +644,7 @@ def table_input(
     rejected_parts.append(
         kernel.rejected_side_rows(name, changes.where(counted & F.col(arrival.REJECT).isNotNull()))
     )
-    return TableInput(changes, commits, version, counted, stream_clock)
+    return TableInput(changes, commits, version, F.when(counted, F.lit(0)), stream_clock)
 
 
 @dataclass

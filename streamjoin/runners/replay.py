@@ -91,10 +91,11 @@ def replay_slices(
     checked: bool = False,
     closed: bool = False,
 ) -> list[RunMetrics]:
-    """Replay consecutive slices [a, b), [b, c), ... as one run: each slice is decided and accounted
-    for as its own `replay` would (one metrics row per slice), but the inputs are read, the index
-    consulted and each table written once for all of them. A backfill's way of paying its fixed
-    costs once rather than per slice; either all the slices are written or none is."""
+    """Replay consecutive slices [a, b), [b, c), ... as one run: one read of the inputs, one kernel
+    step and one write of each table for all of them, yet a metrics row per slice, counted as a
+    replay of that slice alone counts it (slice invariance makes the rows the same). A backfill's
+    way of paying a replay's fixed costs once rather than per slice; the slices are written
+    together, so either all of them are or none is."""
     locations = [s.location for s in spec.sources]
     try:
         with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
@@ -103,9 +104,6 @@ def replay_slices(
         if "VACUUM ran at" in str(error):
             raise
         raise HistoryNotRetainedError(f"{error}{delta_io.vacuum_note(spark, locations)}") from None
-
-
-SLICE = "_sj_slice"  # which slice of the run an output row belongs to (dropped before writing)
 
 
 def _windows(slices: Sequence[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
@@ -129,7 +127,7 @@ def _windows(slices: Sequence[tuple[datetime, datetime]]) -> list[tuple[datetime
 def _replay(
     spark: SparkSession,
     spec: JoinSpec,
-    slices: Sequence[tuple[datetime, datetime]],
+    intervals: Sequence[tuple[datetime, datetime]],
     mode: str,
     versions: dict[str, int] | None,
     after_write: Callable[[str], None] | None,
@@ -141,7 +139,7 @@ def _replay(
         raise JobError(
             f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
         )
-    windows = _windows(slices)
+    windows = _windows(intervals)
     start, end = windows[0][0], windows[-1][1]
     began = time.monotonic()
     started_at = pendulum.now("UTC")
@@ -157,96 +155,65 @@ def _replay(
         frontier = max(newest.values(), default=None)
     stream_clock = max((p[0] for p in newest.values()), default=None)
     settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
-    lo_all, hi_all = to_micros(start), to_micros(end)
-
-    cached: list[DataFrame] = []
-    stream_rows: dict[str, DataFrame] = {}
-    margins: dict[str, tuple[int, int]] = {}
+    lo, hi = to_micros(start), to_micros(end)
+    slices = arrival.Slices.of((to_micros(a), to_micros(b)) for a, b in windows)
+    owned = slices.owner().isNotNull()
+    settled_rows, rejected_parts, cached = {}, [], []
     for source in plan.streams:
         assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
-        margins[source.name] = before, after = join.margins(source.name)
-        rows = positions.read_rows(source, (lo_all - before, hi_all + after), (lo_all, hi_all)).persist()
+        before, after = join.margins(source.name)
+        rows = positions.read_rows(source, (lo - before, hi + after), (lo, hi)).persist()
         cached.append(rows)
-        stream_rows[source.name] = rows
-    table_changes: dict[str, DataFrame] = {}
+        accepted, rejected = kernel.split_rejected(rows)
+        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
+        settled_rows[source.name] = accepted.where(settled)
+    by_slice: list[dict[str, SourceCounts]] = [{} for _ in windows]
+    commits: set[arrival.Position] = set()
+    if plan.streams:
+        by_slice, commits = _tally(cached, plan, slices, frontier)
+    timeline = positions.timeline(commits, frontier)
+
+    tables = {}
     for source in plan.tables:
         first = positions.starts[source.name]
         changes = changelog.read(
             spark, source, pinned[source.name], first.version, from_micros(first.commit_ts)
         ).persist()
         cached.append(changes)
-        table_changes[source.name] = changes
-
-    outputs, lates, rejected_parts, decided = [], [], [], []
-    result_table = None
-    for number, (a, b) in enumerate(windows):
-        lo, hi = to_micros(a), to_micros(b)
-        owned = arrival.owned_by((lo, hi))
-        settled_rows, slice_rows = {}, []
-        counts: dict[str, SourceCounts] = {}
-        for source in plan.streams:
-            before, after = margins[source.name]
-            rows = stream_rows[source.name].where(arrival.in_reach((lo - before, hi + after), (lo, hi)))
-            slice_rows.append(rows)
-            accepted, rejected = kernel.split_rejected(rows)
-            rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
-            settled_rows[source.name] = accepted.where(settled)
-        commits: set[arrival.Position] = set()
-        if plan.streams:
-            counts, commits = _tally(slice_rows, plan, (lo, hi), frontier)
-        timeline = positions.timeline(commits, frontier)
-        tables = {}
-        for source in plan.tables:
-            changes = table_changes[source.name]
-            commits_of_table = arrival.commit_stats(changes, (lo, hi))
-            rejected_parts.append(
-                kernel.rejected_side_rows(
-                    source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull())
-                )
-            )
-            tables[source.name] = TableInput(
-                changes, commits_of_table, pinned[source.name], owned, stream_clock
-            )
-            counts[source.name] = SourceCounts(
-                rows_in=sum(c.window_rows for c in commits_of_table),
-                rejected=sum(c.window_rejected for c in commits_of_table),
-            )
-        result = kernel.step(
-            spark, plan, settled_rows, timeline, mode, window=(lo, hi), tables=tables, final=closed
+        commits_of_table = arrival.commit_stats(changes, slices)
+        rejected_parts.append(
+            kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull()))
         )
-        cached += result.cached
-        outputs.append(result.output.withColumn(SLICE, F.lit(number)))
-        lates.append(result.late)
-        result_table = result.result
-        for name, step_counts in result.counts.items():
-            c = counts[name]
-            c.late, c.joined, c.open = step_counts.late, step_counts.joined, step_counts.open
-            c.unmatched_emitted, c.unmatched_dropped = (
-                step_counts.unmatched_emitted,
-                step_counts.unmatched_dropped,
+        tables[source.name] = TableInput(
+            changes, commits_of_table, pinned[source.name], slices.owner(), stream_clock
+        )
+        for k, counts in enumerate(by_slice):
+            counts[source.name] = SourceCounts(
+                rows_in=sum(c.owned_rows(k) for c in commits_of_table),
+                rejected=sum(c.owned_rejected(k) for c in commits_of_table),
             )
-            c.applied = step_counts.applied
-        decided.append((counts, result.watermark))
 
+    result = kernel.step(
+        spark, plan, settled_rows, timeline, mode, slices=slices, tables=tables, final=closed
+    )
+    cached += result.cached
     out = spec.output
-    output = reduce(DataFrame.unionByName, outputs).persist()
+    output = result.output.persist()
     cached.append(output)
-    written = output.drop(SLICE)
-    if result_table is None:
-        delta_io.write_slice(written, out.location, out.time, start, end, out.partition_by)
+    if result.result is None:
+        delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
         after_write(out.location)
     else:  # table-table: the slices' result changes, and the result table as of the pinned versions
-        delta_io.write_slice(written, out.side("changes"), out.time, start, end)
+        delta_io.write_slice(output, out.side("changes"), out.time, start, end)
         after_write(out.side("changes"))
-        delta_io.overwrite(result_table, out.location, out.partition_by)
+        delta_io.overwrite(result.result, out.location, out.partition_by)
         after_write(out.location)
-    tallied = _count_output(output, with_ops=result_table is not None)
-    if any(c.late for counts, _ in decided for c in counts.values()) or delta_io.exists(
-        spark, out.side("late")
-    ):
-        delta_io.write_slice(reduce(DataFrame.unionByName, lates), out.side("late"), "slice_time", start, end)
+    written = _count_output(output, slices, out.time, with_ops=result.result is not None)
+    any_late = any(c.late for counts in result.by_slice for c in counts.values())
+    if any_late or delta_io.exists(spark, out.side("late")):
+        delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
         after_write(out.side("late"))
-    if any(c.rejected for counts, _ in decided for c in counts.values()) or delta_io.exists(
+    if any(c.rejected for counts in by_slice for c in counts.values()) or delta_io.exists(
         spark, out.side("rejected")
     ):
         delta_io.write_slice(
@@ -261,8 +228,14 @@ def _replay(
         f"input closed at {_describe_position(frontier)}" if closed else _describe_position(frontier)
     )
     runs = []
-    for number, ((a, b), (counts, watermark)) in enumerate(zip(windows, decided, strict=True)):
-        rows_out, upserts, deletes = tallied.get(number, (0, 0, 0))
+    for k, (a, b) in enumerate(windows):
+        counts = by_slice[k]
+        for name, decided in result.by_slice[k].items():
+            c = counts[name]
+            c.late, c.joined, c.open = decided.late, decided.joined, decided.open
+            c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
+            c.applied = decided.applied
+        rows_out, upserts, deletes = written.get(k, (0, 0, 0))
         runs.append(
             RunMetrics(
                 job=spec.name,
@@ -274,7 +247,7 @@ def _replay(
                 slice_end=b,
                 versions=pinned,
                 frontier=frontier_text,
-                watermark=None if watermark is None else from_micros(watermark),
+                watermark=None if result.watermark is None else from_micros(result.watermark),
                 sources=counts,
                 rows_out=rows_out,
                 duration_s=duration,
@@ -286,40 +259,44 @@ def _replay(
     return runs
 
 
-def _count_output(output: DataFrame, with_ops: bool) -> dict[int, tuple[int, int, int]]:
+def _count_output(
+    output: DataFrame, slices: arrival.Slices, time_column: str, with_ops: bool
+) -> dict[int, tuple[int, int, int]]:
     """Per slice number: rows written, and (table-table result changes) how many are upserts and deletes."""
     op = F.col(OP) if with_ops else F.lit(None)
-    counted = output.groupBy(SLICE).agg(
+    counted = output.groupBy(slices.number(F.unix_micros(F.col(f"`{time_column}`"))).alias("slice")).agg(
         F.count(F.lit(1)).alias("rows"),
         F.count(F.when(op == "upsert", 1)).alias("upserts"),
         F.count(F.when(op == "delete", 1)).alias("deletes"),
     )
-    return {r[SLICE]: (r["rows"], r["upserts"], r["deletes"]) for r in counted.collect()}
+    return {r["slice"]: (r["rows"], r["upserts"], r["deletes"]) for r in counted.collect()}
 
 
 def _tally(
-    rows: list[DataFrame], plan: Plan, window: tuple[int, int], frontier: arrival.Position | None
-) -> tuple[dict[str, SourceCounts], set[arrival.Position]]:
-    """The stream sources' counts (rows the slice owns: in, rejected, not settled) and the
-    positions of the settled commits with accepted rows, from one aggregate per commit over every
-    source's rows (all rows of a commit share its position, so whether they are settled is
+    rows: list[DataFrame], plan: Plan, slices: arrival.Slices, frontier: arrival.Position | None
+) -> tuple[list[dict[str, SourceCounts]], set[arrival.Position]]:
+    """The stream sources' counts per slice (rows each slice owns: in, rejected, not settled) and
+    the positions of the settled commits with accepted rows, from one aggregate per commit over
+    every source's rows (all rows of a commit share its position, so whether they are settled is
     decided here, from the frontier)."""
     columns = (TS, arrival.SRC, arrival.V, T, arrival.REJECT)
     per_commit = arrival.commit_stats(
-        reduce(DataFrame.unionByName, [r.select(*columns) for r in rows]), window
+        reduce(DataFrame.unionByName, [r.select(*columns) for r in rows]), slices
     )
-    counts = {s.name: SourceCounts() for s in plan.streams}
+    by_slice = [{s.name: SourceCounts() for s in plan.streams} for _ in range(len(slices))]
     names = {s.index: s.name for s in plan.streams}
     commits: set[arrival.Position] = set()
     for c in per_commit:
-        counted = counts[names[c.position[1]]]
-        counted.rows_in += c.window_rows
-        counted.rejected += c.window_rejected
-        if frontier is None or c.position > frontier:
-            counted.unsettled += c.window_rows - c.window_rejected
-        elif c.max_event is not None:  # it has accepted rows
+        settled = frontier is not None and c.position <= frontier
+        for k, counts in enumerate(by_slice):
+            counted = counts[names[c.position[1]]]
+            counted.rows_in += c.owned_rows(k)
+            counted.rejected += c.owned_rejected(k)
+            if not settled:
+                counted.unsettled += c.owned_rows(k) - c.owned_rejected(k)
+        if settled and c.max_event is not None:  # it has accepted rows
             commits.add(c.position)
-    return counts, commits
+    return by_slice, commits
 
 
 def _describe_position(position: arrival.Position | None) -> str | None:

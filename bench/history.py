@@ -503,8 +503,8 @@ def write_report(path: Path, saved: dict) -> None:
         + (" after an untimed warm-up replay" if run.get("warmup") else "")
         + f") on {run['machine']}; "
         f"{len(rounds)} rounds. Load average {run['load_before']} before, {run['load_after']} after: "
-        "the machine was shared with another engineer's Spark tests, so read the ratios (both sides of each "
-        "ratio ran in the same round), not the seconds.",
+        "on a machine others may share, read the ratios (both sides of each ratio ran in the same round), "
+        "not the seconds.",
         "",
         f"Workload: tables `l` and `r` (id, k, t, v; row tracking and change data feed on), {w.rate:,} rows an hour each, "
         f"one commit per table every {w.every} hours of event time ({w.per_commit:,} rows), keys from {w.keys:,} values, "

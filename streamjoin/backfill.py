@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io, index, kernel
-from streamjoin.errors import JobError
+from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.table_table import TableTableJoin
 from streamjoin.metrics import RunMetrics, spark_value
 from streamjoin.plan import bind
@@ -236,7 +236,8 @@ def run_slices(
     Never raises for the slices' failure: if the replay fails, every slice of it failed (none was
     written: the writes are Delta commits of all of them at once, and a re-run replaces them); a
     slice whose validation fails or cannot run is `invalid` or `failed` alone. A JobError (the job
-    cannot run at all) still raises.
+    cannot run at all) or a HistoryNotRetainedError (the pinned versions' log or files are gone,
+    so no slice over them can run) still raises, and nothing is recorded.
     """
     began = time.monotonic()
     outcomes: list[SliceOutcome] = []
@@ -250,7 +251,7 @@ def run_slices(
             after_write=after_write,
             checked=checked,
         )
-    except JobError:
+    except (JobError, HistoryNotRetainedError):  # no slice can run: stop, with the message
         raise
     except Exception as exc:  # a Spark or I/O failure: these slices failed, the backfill goes on
         error = _short_error(exc)

@@ -288,9 +288,10 @@ _NOT_RETAINED = (
 
 
 @contextmanager
-def translated_errors(location: str, what: str):
+def translated_errors(location: str, what: str, advice: str | None = None):
     """Turn Delta's refusals to read history it no longer keeps into a HistoryNotRetainedError that
-    says what to change (Spark's own message is a page of Java frames)."""
+    says what to change (Spark's own message is a page of Java frames); `advice` replaces the
+    default of what to do."""
     try:
         yield
     except HistoryNotRetainedError:
@@ -303,9 +304,13 @@ def translated_errors(location: str, what: str):
         raise HistoryNotRetainedError(
             f"{location!r} no longer retains {what} ({reason}). Delta removes data files older than "
             "delta.deletedFileRetentionDuration (7 days by default) and log entries older than "
-            "delta.logRetentionDuration (30 days). Read newer versions, start the job later (start_at), or "
-            "enable row tracking on the source (ALTER TABLE ... SET TBLPROPERTIES (delta.enableRowTracking = true)) "
-            "so that streamjoin reads rows from the latest snapshot instead of old change files"
+            "delta.logRetentionDuration (30 days). "
+            + (
+                advice
+                or "Read newer versions, start the job later (start_at), or enable row tracking on the source "
+                "(ALTER TABLE ... SET TBLPROPERTIES (delta.enableRowTracking = true)) so that streamjoin reads "
+                "rows from the latest snapshot instead of old change files"
+            )
         ) from None
 
 

@@ -11,6 +11,7 @@ import socket
 import sys
 from pathlib import Path
 
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from streamjoin.errors import SetupError
@@ -126,4 +127,14 @@ def get_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("STREAMJOIN_LOG_LEVEL", "ERROR"))
+    silence_query_context_loggers()
     return spark
+
+
+def silence_query_context_loggers() -> None:
+    """PySpark logs every analysis error it raises, as a page of JSON with a Java stack trace, on
+    loggers of its own (`pyspark.errors.exceptions.base`). The error is raised all the same, and
+    streamjoin turns the ones a job can cause into messages that say what to change, so the log
+    line only buries that message; it is turned off."""
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True

@@ -35,6 +35,7 @@ from harness import (
 from reference import Event, reference
 
 from streamjoin import delta_io
+from streamjoin.backfill import attempts, run_slice
 from streamjoin.cli import main
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.index import update
@@ -309,5 +310,34 @@ def test_a_vacuumed_source_is_reported_before_reading(spark, tmp_path):
         spark.sql(f"VACUUM delta.`{paths[0]}` RETAIN 0 HOURS")
     with pytest.raises(HistoryNotRetainedError, match="data file"):
         replay(spark, spec, *EVERYTHING, versions={"l": 2, "r": 1})
+    # A backfill slice whose files vanish after the backfill checked them: it stops the backfill
+    # with the same message instead of being recorded as one more failed slice.
+    with pytest.raises(HistoryNotRetainedError, match="data file"):
+        run_slice(spark, spec, *EVERYTHING, versions={"l": 2, "r": 1}, validate=False, checked=True)
+    assert attempts(spark, spec) is None
     replay(spark, spec, *EVERYTHING)  # the latest versions are whole
     assert read_output(spark, spec.output.path) == Counter({("l1", "r1", 1): 1, ("l2", "r1", 2): 1})
+
+
+def test_a_live_checkpoint_whose_next_commits_left_the_log_says_how_to_go_on(spark, tmp_path):
+    """Live stopped after the first commits; later commits were written, then the log was cleaned
+    up past them (a checkpoint left stopped longer than the log retention). Restarting it cannot
+    read them: one streamjoin message says what to do, not Delta's page of Java frames."""
+    plan = commit_plan(3)
+    paths = {name: str(tmp_path / name) for name in SIDES}
+    for name in SIDES:
+        write_commits(
+            spark, paths[name], plan[name][:2], SCHEMA, {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"}
+        )
+    spec = load_job(job_file(tmp_path, "stopped", paths, str(tmp_path / "out"), None))
+    checkpoint = str(tmp_path / "checkpoint")
+    assert LiveRunner(spark, spec, checkpoint).run()
+    for name in SIDES:
+        write_commits(spark, paths[name], plan[name][2:7], SCHEMA)
+        age_table(spark, paths[name], log_retention="interval 5 days")
+        assert delta_io.oldest_retained(spark, paths[name]).version > 2
+    with pytest.raises(HistoryNotRetainedError) as error:
+        LiveRunner(spark, spec, checkpoint).run()
+    message = str(error.value)
+    assert "streamjoin handoff" in message and checkpoint in message
+    assert "at org.apache" not in message and len(message) < 1200

@@ -35,6 +35,13 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
         hand_off(spark, spec, at, str(root / "unused_checkpoint"))
     backfill = plan_backfill(spark, spec, start, at, every="1d")
     assert [o.status for o in run_backfill(spark, backfill, validate=False)] == ["succeeded"] * 2
+    # A live runner on a new checkpoint would write the backfilled rows again: refused, output untouched.
+    backfilled = rows(spark, spec.output.location)
+    with pytest.raises(
+        JobError, match="already holds rows that checkpoint .* did not write.*streamjoin handoff"
+    ):
+        LiveRunner(spark, spec, str(root / "fresh_checkpoint")).run()
+    assert rows(spark, spec.output.location) == backfilled
 
     checkpoint = str(root / "checkpoint")
     args = [

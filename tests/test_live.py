@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
+import pytest
 from conftest import append, at
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
+from streamjoin.lease import CheckpointInUseError
 from streamjoin.runners.live import LiveRunner
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
 
@@ -40,6 +43,8 @@ def spec(root) -> JoinSpec:
 
 
 def test_processing_time_trigger_picks_up_new_commits(spark, tmp_path):
+    """A query left running picks up commits as they land; a second runner on its checkpoint is
+    refused with one line naming the holder, and the first goes on unharmed."""
     append(spark, tmp_path / "l", [("a", "A", at(0))], EVENTS)
     append(spark, tmp_path / "r", [("a", "a", at(3))], EVENTS)
     runner = LiveRunner(spark, spec(tmp_path), str(tmp_path / "ck"), trigger="processing-time:1s")
@@ -48,6 +53,8 @@ def test_processing_time_trigger_picks_up_new_commits(spark, tmp_path):
         deadline = time.monotonic() + 120
         while not runner.runs and time.monotonic() < deadline:
             time.sleep(1)
+        with pytest.raises(CheckpointInUseError, match=rf"in use by process {os.getpid()} on .* since "):
+            LiveRunner(spark, spec(tmp_path), str(tmp_path / "ck")).run()
         # Commits made while the query runs: a partner for nobody, and rows that close A's window.
         append(spark, tmp_path / "l", [("b", "B", at(40))], EVENTS)
         append(spark, tmp_path / "r", [("c", "c", at(41))], EVENTS)
@@ -55,10 +62,13 @@ def test_processing_time_trigger_picks_up_new_commits(spark, tmp_path):
             time.sleep(1)
     finally:
         query.stop()
+    assert query.exception() is None
     assert sum(r.total("rows_in") for r in runner.runs) == 4
     rows = sorted((r.lv, r.rv) for r in delta_io.read_snapshot(spark, str(tmp_path / "out")).collect())
     assert rows == [("A", "a")]  # B is open (window not closed); A joined a, so never padded
     assert all(r.balanced() for r in runner.runs)
+    # Once the query has stopped, its lease is free: another runner goes on from its checkpoint.
+    assert LiveRunner(spark, spec(tmp_path), str(tmp_path / "ck")).run() == []
 
 
 def test_state_stays_bounded_as_history_grows(spark, tmp_path):

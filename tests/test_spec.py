@@ -178,11 +178,15 @@ def bound(tables, **changes):
     return job(**changes).with_root(tables)
 
 
-def test_unknown_column_in_condition(spark, tables):
+def test_unknown_column_in_condition(spark, tables, capfd):
+    """The message names the join and the column, and nothing else is printed first (PySpark logs
+    each analysis error as a page of JSON and Java frames unless told not to)."""
     with pytest.raises(JobError) as error:
         bind(spark, bound(tables, joins__0__on="a.id = b.idd"))
     assert "condition of the join with 'b'" in str(error.value)
     assert "idd" in str(error.value)
+    printed = capfd.readouterr()
+    assert "idd" not in printed.err + printed.out
 
 
 def test_unknown_column_in_select_and_ambiguous_names(spark, tables):

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, changelog, delta_io, index, kernel
+from streamjoin import arrival, changelog, delta_io, index, kernel, lease
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
@@ -129,6 +129,8 @@ class LiveRunner:
         self.starting_versions: dict[str, int] = marker.get("starting_versions", {})
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
         self.structs = {s.name: s.schema for s in self.plan.streams}
+        self._lease: str | None = None  # the token of the checkpoint's lease, while this runner holds it
+        self._query: StreamingQuery | None = None
 
     # ---------------------------------------------------------------- query
 
@@ -138,8 +140,33 @@ class LiveRunner:
         A new checkpoint whose stream sources start at version 0 and still hold every change file
         since streams from version 0. Otherwise it first catches up (`_catch_up`) and streams the
         commits after. Either way the output is the same: it does not depend on how commits are
-        divided into batches (docs/architecture.md)."""
+        divided into batches (docs/architecture.md). Takes the checkpoint's lease first (released
+        when `run` returns, or once the query has ended)."""
+        self._take_lease()
+        try:
+            query = self._start()
+        except BaseException:
+            self._release_lease()
+            raise
+        self._query = query
+        return query
+
+    def _take_lease(self) -> None:
+        if self._lease is not None and self._query is not None and self._query.isActive:
+            raise lease.CheckpointInUseError(f"this runner's query on {self.checkpoint} is still running")
+        self._query = None
+        self._lease = lease.acquire(
+            Path(self.home, "lease.json"), lambda: self._query is None or self._query.isActive
+        )
+
+    def _release_lease(self) -> None:
+        if self._lease is not None:
+            lease.release(Path(self.home, "lease.json"), self._lease)
+            self._lease = None
+
+    def _start(self) -> StreamingQuery:
         if not self.started():
+            self._claim_output()
             self._catch_up()
         streams = []
         for source in self.plan.streams:
@@ -169,21 +196,49 @@ class LiveRunner:
     def run(self, timeout: float | None = None) -> list[RunMetrics]:
         """Start and wait (available-now: until every committed row is processed); the batches' metrics."""
         already = len(self.runs)
-        query = self.start()
-        try:
-            # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
-            query.awaitTermination(timeout)  # type: ignore[arg-type]
-        finally:
-            if query.isActive:
-                query.stop()
-        error = query.exception()
-        if error is not None:
-            raise error
+        advice = (
+            f"Checkpoint {self.checkpoint} stopped before them and cannot go on. Backfill the job up to a "
+            "recent time T over the sources' current versions (`streamjoin backfill JOB --start ... --end T`), "
+            "then continue live on a new checkpoint with `streamjoin handoff JOB --at T --checkpoint NEW`"
+        )
+        locations = ", ".join(s.location for s in self.spec.sources)
+        with delta_io.translated_errors(locations, "the commits this checkpoint has still to read", advice):
+            query = self.start()
+            try:
+                # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
+                query.awaitTermination(timeout)  # type: ignore[arg-type]
+            finally:
+                if query.isActive:
+                    query.stop()
+                self._release_lease()
+            error = query.exception()
+            if error is not None:
+                raise error
         return self.runs[already:]
 
     def started(self) -> bool:
         """Whether this checkpoint has processed (or been seeded with) anything."""
         return self._progress() is not None or Path(self.checkpoint, "spark").exists()
+
+    def _claim_output(self) -> None:
+        """A new checkpoint takes the job's output only if no other run has written rows to it:
+        it would write them again (it reads every source from its start), so the output would
+        hold them twice. Claimed once (recorded in the checkpoint's marker), before any write, so
+        the checkpoint's own rows never count against it on a restart."""
+        if self._marker().get("owns_output"):
+            return
+        out = self.spec.output
+        locations = [out.location, out.side("changes")]
+        written = [loc for loc in locations if delta_io.exists(self.spark, loc)]
+        if any(not delta_io.read_snapshot(self.spark, loc).isEmpty() for loc in written):
+            raise JobError(
+                f"output {out.location} already holds rows that checkpoint {self.checkpoint} did not write "
+                "(a backfill, a replay, or a live checkpoint since removed); a new live checkpoint would write "
+                "them again. To continue live where a backfill ended, run `streamjoin handoff JOB --at END`; "
+                "to start over, delete the output and its side tables (_late, _rejected, _metrics, _index) "
+                "or give the job another output"
+            )
+        self._save_marker(owns_output=True)
 
     def seed(self, versions: dict[str, int]) -> None:
         """Start this new checkpoint at `versions`: the state and progress the runner would have after
@@ -198,7 +253,10 @@ class LiveRunner:
             raise JobError(f"a seed needs a version for every source; missing {', '.join(missing)}")
         began, started_at = time.monotonic(), pendulum.now("UTC")
         self.positions = index.update(self.spark, self.plan, versions)
-        self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
+        # The output holds what a replay of these versions wrote: this checkpoint continues it.
+        self._save_marker(
+            starting_versions={name: version + 1 for name, version in versions.items()}, owns_output=True
+        )
         if self.plan.streams:
             batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
             self._process_streams(

@@ -11,6 +11,7 @@ Airflow DAG files that import it.
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from dataclasses import dataclass
@@ -191,6 +192,7 @@ def validate_slice(
         output.unpersist()
     identifier, validation = next(iter(result.run_results.items()))  # one validation definition, one result
     failed = tuple(_describe(r) for r in validation.results if not r.success)
+    _publish(context, identifier, validation)
     return ValidationResult(
         suite=suite["name"],
         success=bool(validation.success),
@@ -255,9 +257,8 @@ def _context(site: str):
 
 
 def _checkpoint(context, suite: dict, path: Path):
-    """A checkpoint that validates a Spark DataFrame against `suite` and then updates the Data Docs."""
+    """A checkpoint that validates a Spark DataFrame against `suite` (its result is stored)."""
     import great_expectations as gx
-    from great_expectations.checkpoint import UpdateDataDocsAction
     from great_expectations.core.expectation_suite import ExpectationSuite
     from great_expectations.exceptions import GreatExpectationsError
 
@@ -286,10 +287,32 @@ def _checkpoint(context, suite: dict, path: Path):
         gx.Checkpoint(
             name=suite["name"],
             validation_definitions=[definition],
-            actions=[UpdateDataDocsAction(name="data_docs", site_names=[_SITE])],
+            actions=[],  # Data Docs are built after the values are escaped (`_publish`)
             result_format="SUMMARY",
         )
     )
+
+
+def _publish(context, identifier, validation) -> None:
+    """Store the validation with every value taken from the data HTML-escaped, then build its Data
+    Docs page. Great Expectations writes some of those values (the unexpected values of a failed
+    expectation) into its pages as they are, so a value such as `<script>...</script>` in the
+    output would run in the reader's browser."""
+    for item in validation.results:
+        item.result = _escaped(item.result)
+    context.validation_results_store.set(identifier, validation)
+    context.build_data_docs(site_names=[_SITE], resource_identifiers=[identifier])
+
+
+def _escaped(value: Any) -> Any:
+    """`value` with every string in it HTML-escaped (dicts and lists walked)."""
+    if isinstance(value, str):
+        return html.escape(value, quote=True)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_escaped(v) for v in value)
+    return value
 
 
 def _page(context, identifier, site: str) -> str | None:

@@ -54,3 +54,26 @@ def at(seconds: float) -> datetime:
 def append(spark, path, rows, schema) -> None:
     """One Delta commit holding `rows` (a list of tuples)."""
     spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(str(path))
+
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium, headless, with its console log kept."""
+    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
+        pytest.fail(
+            f"{CHROMIUM} or {CHROMEDRIVER} is missing: run `bash infra/setup.sh` (installs chromium and chromium-driver)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1000"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import defaultdict
 from pathlib import Path
@@ -21,7 +20,6 @@ from streamjoin.runners.replay import replay
 from streamjoin.session import PROJECT_ROOT
 from streamjoin.timeutil import from_spark
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SLICES = [(at(0), at(100)), (at(100), at(200)), (at(200), at(300))]
 FIELDS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected")
 
@@ -38,26 +36,6 @@ COMMITS = [
     (0, [("a13", "k1", 500, 1)]),  # the tail moves the frontier past every slice
     (1, [("b10", "k1", 500, 1)]),
 ]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium, headless, with its console log kept."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.fail(
-            f"{CHROMIUM} or {CHROMEDRIVER} is missing: run `bash infra/setup.sh` (installs chromium and chromium-driver)"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1000"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture(scope="module")

@@ -293,3 +293,21 @@ def test_an_expectation_of_unknown_type_in_an_edited_suite_is_a_job_error(spark,
             END,
             str(tmp_path / "site"),
         )
+
+
+def test_values_from_the_data_reach_the_data_docs_page_as_text(spark, tmp_path, browser):
+    """A key value that is HTML (here a script) and breaks the uniqueness expectation: the Data Docs
+    page shows it as text, in a real browser, and the script never runs."""
+    payload = "<script>document.title='xss-data'</script>"
+    rows = good_rows() + [
+        (payload, "c8", "p8", 80.0, datetime(2024, 5, 1, 11)),
+        (payload, "c9", "p9", 90.0, datetime(2024, 5, 1, 12)),
+    ]
+    result = validate_slice(spark, shop_job(tmp_path), spark.createDataFrame(rows, OUTPUT), START, END)
+    assert not result.success and any(payload in line for line in result.failed)  # our own message: raw text
+    page = Path(result.docs)
+    assert payload not in page.read_text()
+    browser.get(page.as_uri())
+    assert browser.title != "xss-data"
+    shown = browser.find_element("tag name", "body").text
+    assert "document.title='xss-data'" in shown  # the value is there, to be read

@@ -21,6 +21,7 @@ import pendulum
 from pyspark.sql import SparkSession
 
 from streamjoin import delta_io
+from streamjoin.arrival import BAD_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_spark
@@ -150,8 +151,28 @@ def build_report(spark: SparkSession, spec: JoinSpec, folder: str | None = None)
     target = Path(folder or f"{spec.output.location}_quality/report")
     target.mkdir(parents=True, exist_ok=True)
     page = target / "index.html"
-    page.write_text(render_page(spec, slices, live, target), encoding="utf-8")
+    page.write_text(render_page(spec, slices, live, target, stopped_rows(spark, spec)), encoding="utf-8")
     return page
+
+
+# What each guard that stops an input row means (the `reason` column of the side tables).
+GUARDS = {
+    "late": "arrived behind the watermark (side table _late)",
+    NULL_KEY: "a join key is NULL (side table _rejected)",
+    NULL_TIME: "the event time is NULL (side table _rejected)",
+    BAD_TIME: "the event time does not parse (side table _rejected)",
+}
+
+
+def stopped_rows(spark: SparkSession, spec: JoinSpec) -> list[dict]:
+    """The rows the guards stopped, as the side tables hold them now: a count per guard and source."""
+    counts: list[dict] = []
+    for side in ("late", "rejected"):
+        location = spec.output.side(side)
+        if delta_io.exists(spark, location):
+            grouped = delta_io.read_snapshot(spark, location).groupBy("reason", "source").count()
+            counts += [r.asDict() for r in grouped.orderBy("reason", "source").collect()]
+    return counts
 
 
 def _attempt_rows(spark: SparkSession, spec: JoinSpec) -> list[dict]:
@@ -406,7 +427,9 @@ dl.definitions dd { margin: 2px 0 0 0; color: #3b4252; }
 """
 
 
-def render_page(spec: JoinSpec, slices: list[Slice], live: list[dict], folder: Path) -> str:
+def render_page(
+    spec: JoinSpec, slices: list[Slice], live: list[dict], folder: Path, stopped: list[dict]
+) -> str:
     """The whole HTML page."""
     timezone = spec.schedule.timezone
     generated = pendulum.now(timezone).strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -428,6 +451,7 @@ def render_page(spec: JoinSpec, slices: list[Slice], live: list[dict], folder: P
         body.append(_slice_table(slices, timezone, folder))
     if live:
         body.append(_live_table(live, timezone))
+    body.append(_guard_table(stopped))
     body.append(
         "<h2>Definitions</h2><dl class='definitions'>"
         f"<dt>match rate</dt><dd>{_e(MATCH_RATE)}</dd><dt>lateness cost</dt><dd>{_e(LATENESS_COST)}</dd>"
@@ -619,6 +643,23 @@ def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
     return (
         f"<td class='text' data-field='status'><span class='status {_e(attempt.status)}'>{_e(attempt.status)}</span></td>"
         f"<td class='wrap' data-field='validation'>{detail}</td><td class='text' data-field='docs'>{link}</td>"
+    )
+
+
+def _guard_table(stopped: list[dict]) -> str:
+    """How many input rows each guard stopped, per source, from the side tables."""
+    if not stopped:
+        return "<h2>Rows stopped by the guards</h2><p class='empty'>None: no row was late or rejected.</p>"
+    rows = "".join(
+        f"<tr data-guard='{_e(r['reason'])}' data-source='{_e(r['source'])}'>"
+        f"<td class='text'>{_e(r['reason'])}</td><td class='text'>{_e(GUARDS.get(r['reason'], ''))}</td>"
+        f"<td class='text'>{_e(r['source'])}</td><td data-field='rows'>{_number(r['count'])}</td></tr>"
+        for r in stopped
+    )
+    return (
+        "<h2>Rows stopped by the guards</h2><div class='table-wrap'><table id='guards'><thead><tr>"
+        "<th class='text'>guard</th><th class='text'>what it stops</th><th class='text'>source</th><th>rows</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table></div>"
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -197,6 +197,20 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     assert link.get_attribute("href").startswith("file://")
     assert Path(unquote(urlparse(link.get_attribute("href")).path)).is_file()
     assert not link.get_dom_attribute("href").startswith("/")
+
+    # Every row a guard stopped is counted by guard and source, as the side tables hold them.
+    held = Counter()
+    for side in ("late", "rejected"):
+        for r in delta_io.read_snapshot(spark, spec.output.side(side)).collect():
+            held[(r.reason, r.source)] += 1
+    assert {("null_key", "l"), ("null_event_time", "r"), ("late", "l")} <= set(held)
+    rows = browser.find_elements(By.CSS_SELECTOR, "table#guards tbody tr")
+    assert {
+        (r.get_attribute("data-guard"), r.get_attribute("data-source")): number(
+            r.find_element(By.CSS_SELECTOR, "td[data-field='rows']").text
+        )
+        for r in rows
+    } == dict(held)
 
     # The live run: one row per checkpoint, its totals over the micro-batches.
     live = delta_io.read_snapshot(spark, spec.output.side("metrics")).where("runner = 'live'").collect()

@@ -202,6 +202,21 @@ def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None
                 spark.conf.set(key, value)
 
 
+def vacuum(spark: SparkSession, path: str | os.PathLike[str]) -> None:
+    """VACUUM RETAIN 0 HOURS: every file no longer in the latest snapshot is deleted now. Delta's
+    retention check is off for this call only, and VACUUM lists the table's files with as many
+    tasks as the session has shuffle partitions (its default of 10,000 tasks takes about a minute
+    on a small machine)."""
+    settings = {
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get(
+            "spark.sql.shuffle.partitions"
+        ),
+    }
+    with session_conf(spark, settings):
+        spark.sql(f"VACUUM delta.`{_local_dir(path)}` RETAIN 0 HOURS")
+
+
 def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 days") -> None:
     """Do to a table what months of production do: compaction, vacuum and log clean-up.
 
@@ -222,15 +237,7 @@ def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 d
     table_dir = _local_dir(path)
     table = f"delta.`{table_dir}`"
     spark.sql(f"OPTIMIZE {table}")
-    vacuum_settings = {
-        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
-        # VACUUM lists files with this many tasks (10000 by default: a minute on a small machine).
-        "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get(
-            "spark.sql.shuffle.partitions"
-        ),
-    }
-    with session_conf(spark, vacuum_settings):
-        spark.sql(f"VACUUM {table} RETAIN 0 HOURS")
+    vacuum(spark, table_dir)
 
     # Delta's own commits above kept its cached state of the table current.
     delta_log = _delta_log(spark, table_dir)

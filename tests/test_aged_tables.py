@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
-from aging import age_table, session_conf, write_commits
+from aging import age_table, vacuum, write_commits
 from conftest import at
 from harness import (
     EVERYTHING,
@@ -47,7 +47,6 @@ from streamjoin.timeutil import from_spark, to_micros
 
 SCHEMA = "id string, k string, t timestamp, v int"
 ROW_TRACKING = {"delta.enableRowTracking": "true"}
-NO_RETENTION_CHECK = {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}
 NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None)
 DAY = timedelta(days=1)
 
@@ -230,9 +229,8 @@ def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark
     replay(spark, spec, *EVERYTHING)  # the job's index now holds versions 0 and 1
     for side in (0, 1):
         spark.sql(f"OPTIMIZE delta.`{paths[side]}`")
-    with session_conf(spark, NO_RETENTION_CHECK):
-        for side in (0, 1):
-            spark.sql(f"VACUUM delta.`{paths[side]}` RETAIN 0 HOURS")
+    for side in (0, 1):
+        vacuum(spark, paths[side])
     write_commit(spark, paths[0], [("l2", "b", 500, 0)])
     write_commit(spark, paths[1], [("r2", "b", 501, 0)])
     write_commit(spark, paths[0], [("l3", "c", 2000, 0)])  # moves the frontier past r2
@@ -306,8 +304,7 @@ def test_a_vacuumed_source_is_reported_before_reading(spark, tmp_path):
     write_commit(spark, paths[1], [("r2", "b", 100, 0)])  # moves the frontier past l2
     spec = job(tmp_path, paths, "left", -5, 5, 0)
     spark.sql(f"OPTIMIZE delta.`{paths[0]}`")
-    with session_conf(spark, NO_RETENTION_CHECK):
-        spark.sql(f"VACUUM delta.`{paths[0]}` RETAIN 0 HOURS")
+    vacuum(spark, paths[0])
     with pytest.raises(HistoryNotRetainedError, match="data file"):
         replay(spark, spec, *EVERYTHING, versions={"l": 2, "r": 1})
     # A backfill slice whose files vanish after the backfill checked them: it stops the backfill

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from aging import vacuum
 from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
@@ -67,11 +68,7 @@ def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
     append(spark, path, [("b", 2, at(2))], EVENTS)
     delta_io.check_retained(spark, path, 1)  # all there
     spark.sql(f"OPTIMIZE delta.`{path}`")
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
-        spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
-    finally:
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+    vacuum(spark, path)
     with pytest.raises(HistoryNotRetainedError) as error:
         delta_io.check_retained(spark, path, 1)
     assert "no longer retains" in str(error.value)

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from aging import vacuum
 from conftest import append, at
 from harness import FINAL, concurrently, delete, live_accounting, read, run_live, upsert, with_output
 from pyspark.sql.types import (
@@ -514,11 +515,7 @@ def test_replay_of_a_vacuumed_table_is_refused_before_data_moves(spark, tmp_path
     append(spark, prices, STOCK_PRICES[:3], PRICES)
     upsert(spark, market, MARKET_DATA[:3], MARKET, ("stock_name", "market_time"))
     upsert(spark, market, [("TSLA", day("09:00"), 0.1)], MARKET, ("stock_name", "market_time"))
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
-        spark.sql(f"VACUUM delta.`{market}` RETAIN 0 HOURS")
-    finally:
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+    vacuum(spark, market)
     spec = job(
         tmp_path,
         "vacuumed",

@@ -152,8 +152,9 @@ class LiveRunner:
         return query
 
     def _take_lease(self) -> None:
-        if self._lease is not None and self._query is not None and self._query.isActive:
+        if self._query is not None and self._query.isActive:
             raise lease.CheckpointInUseError(f"this runner's query on {self.checkpoint} is still running")
+        self._release_lease()  # held for a query this runner started earlier, which has ended
         self._query = None
         self._lease = lease.acquire(
             Path(self.home, "lease.json"), lambda: self._query is None or self._query.isActive

@@ -38,6 +38,25 @@ Position = tuple[int, int, int]  # (commit timestamp micros, source index, commi
 NULL_KEY = "null_key"
 NULL_TIME = "null_event_time"
 BAD_TIME = "unparseable_event_time"
+FUTURE_TIME = "future_event_time"
+
+
+def too_far_ahead(time: Column, commit_time: Column, max_future: int | None) -> Column:
+    """An event time leads its commit time by more than `max_future` (microseconds; None: never).
+    NULL while the commit time is not known yet (`guard_future` decides once it is)."""
+    if max_future is None:
+        return F.lit(False)
+    return time > commit_time + F.lit(max_future)
+
+
+def guard_future(rows: DataFrame, max_future: int | None) -> DataFrame:
+    """Reject, with reason `future_event_time`, the accepted rows whose event time leads their
+    commit time (`TS`) by more than `max_future`: one clock error must not lift the watermark past
+    every row still to come (docs/semantics.md, "Bad input")."""
+    if max_future is None:
+        return rows
+    ahead = F.when(too_far_ahead(F.col(T), F.col(TS), max_future), F.lit(FUTURE_TIME))
+    return rows.withColumn(REJECT, F.coalesce(F.col(REJECT), ahead))
 
 
 @dataclass(frozen=True)
@@ -94,32 +113,40 @@ class Slices:
         return chosen
 
     def owner(self) -> Column:
-        """The slice that owns a row: by its event time, or by its commit time when it has none
-        (the `slice_time` of `side_rows`); NULL when no slice does."""
-        return self.number(F.coalesce(F.col(T), F.col(TS)))
+        """The slice that owns a row (by `slice_time`); NULL when no slice does."""
+        return self.number(slice_time())
 
 
 ALL_TIME = Slices()  # one slice holding every time: a live micro-batch's
 
 
 def prepare(
-    changes: DataFrame, index: int, raw_time: Column, event_time: Column, keys: Iterable[str]
+    changes: DataFrame,
+    index: int,
+    raw_time: Column,
+    event_time: Column,
+    keys: Iterable[str],
+    max_future: int | None = None,
 ) -> DataFrame:
-    """Tag change-feed rows with event time, position and rejection reason; keep user columns."""
+    """Tag change-feed rows with event time, position and rejection reason; keep user columns.
+    Rows read without their commit time (NULL `_commit_timestamp`) get the `max_future` guard
+    from `guard_future` once it is attached."""
     keys = list(keys)
     null_key = F.lit(False)
     for key in keys:
         null_key = null_key | F.col(key).isNull()
+    commit_time = F.unix_micros(F.col(COMMIT_TIMESTAMP))
     reason = (
         F.when(raw_time.isNull(), F.lit(NULL_TIME))
         .when(event_time.isNull(), F.lit(BAD_TIME))
         .when(null_key, F.lit(NULL_KEY))
+        .when(too_far_ahead(event_time, commit_time, max_future), F.lit(FUTURE_TIME))
     )
     user = [c for c in changes.columns if c not in (COMMIT_VERSION, COMMIT_TIMESTAMP)]
     return changes.select(
         *[F.col(f"`{c}`") for c in user],
         event_time.alias(T),
-        F.unix_micros(F.col(COMMIT_TIMESTAMP)).alias(TS),
+        commit_time.alias(TS),
         F.lit(index).alias(SRC),
         F.col(COMMIT_VERSION).cast("long").alias(V),
         reason.alias(REJECT),
@@ -131,13 +158,22 @@ def user_columns(rows: DataFrame) -> list[str]:
     return [c for c in rows.columns if not c.startswith("_sj_")]
 
 
+def slice_time(rejected: bool = True) -> Column:
+    """The time that places a row in a replay slice: its event time; its commit time when it has
+    none, or when the row was rejected for leading it too far (an event time not to be trusted,
+    and one no replay of the rows' own period would otherwise read). `rejected` False: rows
+    without a REJECT column (accepted rows)."""
+    if not rejected:
+        return F.coalesce(F.col(T), F.col(TS))
+    return F.when(F.col(REJECT) == F.lit(FUTURE_TIME), F.col(TS)).otherwise(F.coalesce(F.col(T), F.col(TS)))
+
+
 def in_reach(time_range: tuple[int, int], owned: tuple[int, int]) -> Column:
-    """The rows a slice reads: event time in `time_range` (the slice and its margins), or no
-    event time and a commit time in `owned` (the slice itself)."""
+    """The rows a slice reads: event time in `time_range` (the slice and its margins), or a slice
+    time (`slice_time`) in `owned` (the slice itself)."""
     low, high = time_range
     timed = (F.col(T) >= F.lit(low)) & (F.col(T) < F.lit(high))
-    untimed = F.col(T).isNull() & (F.col(TS) >= F.lit(owned[0])) & (F.col(TS) < F.lit(owned[1]))
-    return timed | untimed
+    return timed | ((slice_time() >= F.lit(owned[0])) & (slice_time() < F.lit(owned[1])))
 
 
 def commit_stats(
@@ -280,8 +316,8 @@ def position_le(a: tuple[Column, Column, Column], b: tuple[Column, Column, Colum
 def side_rows(rows: DataFrame, source: str, reason: Column, watermark: Column | None = None) -> DataFrame:
     """Late or rejected rows in the side-table form: the row as JSON, why, and when it arrived.
 
-    `slice_time` (the event time, or the commit time when there is none) decides which replay
-    slice owns the row, so re-running a slice replaces its side rows too.
+    `slice_time` (`slice_time()`) decides which replay slice owns the row, so re-running a slice
+    replaces its side rows too.
     """
     return rows.select(
         F.lit(source).alias("source"),
@@ -293,5 +329,5 @@ def side_rows(rows: DataFrame, source: str, reason: Column, watermark: Column | 
         F.col(V).alias("commit_version"),
         F.timestamp_micros(F.col(TS)).alias("commit_timestamp"),
         F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])).alias("row"),
-        F.timestamp_micros(F.coalesce(F.col(T), F.col(TS))).alias("slice_time"),
+        F.timestamp_micros(slice_time(REJECT in rows.columns)).alias("slice_time"),
     )

@@ -30,7 +30,20 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamjoin import delta_io
-from streamjoin.arrival import BAD_TIME, NULL_KEY, NULL_TIME, REJECT, SRC, TS, CommitStats, T, V, user_columns
+from streamjoin.arrival import (
+    BAD_TIME,
+    FUTURE_TIME,
+    NULL_KEY,
+    NULL_TIME,
+    REJECT,
+    SRC,
+    TS,
+    CommitStats,
+    T,
+    V,
+    too_far_ahead,
+    user_columns,
+)
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.plan import BoundSource
 
@@ -118,6 +131,7 @@ def tag(raw: DataFrame, source: BoundSource) -> DataFrame:
         raw_time, version_time = source.raw_time(), source.event_time()
     else:
         raw_time, version_time = F.col(COMMIT_TIMESTAMP), commit_time
+    in_place_delete = F.lit(False) if spec.changelog else deleted
     null_key = F.lit(False)
     for column in spec.key:
         null_key = null_key | F.col(f"`{column}`").isNull()
@@ -125,6 +139,8 @@ def tag(raw: DataFrame, source: BoundSource) -> DataFrame:
         F.when(null_key, F.lit(NULL_KEY))
         .when(raw_time.isNull(), F.lit(NULL_TIME))
         .when(version_time.isNull(), F.lit(BAD_TIME))
+        .when(in_place_delete, F.lit(None))  # its time is the table's clock (`_on_the_table_clock`)
+        .when(too_far_ahead(version_time, commit_time, source.max_future()), F.lit(FUTURE_TIME))
     )
     tagged = raw.select(
         *[F.col(f"`{c}`") for c in source.schema.fieldNames()],

@@ -11,6 +11,8 @@ it goes, one row per stream-source commit, in the Delta table `<output>_index`:
     max_event, max_so_far          largest accepted event time in the commit; in the source so far
     min_time, max_time, untimed    range of parseable event times (accepted or not); rows without one
     start, row_tracking            the source's start entry; whether its rows carry their version
+    max_future                     on a start entry: the source's `max_future` (micros) the entries
+                                   were computed with (NULL: no bound)
 
 **The start.** Every source begins at a start version S (`start_at` in the job, `--from`, default
 version 0 while the log holds it). The rows a stream source holds at S are its *history*: they
@@ -36,7 +38,7 @@ ever held.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import reduce
 
 import pendulum
@@ -49,7 +51,7 @@ from streamjoin.arrival import REJECT, TS, Position, T, Timeline, V
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import BoundSource, Plan
-from streamjoin.timeutil import from_micros, from_spark, parse_instant, to_micros
+from streamjoin.timeutil import format_duration, from_micros, from_spark, parse_instant, to_micros
 
 SCHEMA = StructType(
     [
@@ -65,6 +67,7 @@ SCHEMA = StructType(
         StructField("untimed", LongType()),
         StructField("start", BooleanType()),
         StructField("row_tracking", BooleanType()),
+        StructField("max_future", LongType()),
     ]
 )
 
@@ -85,6 +88,7 @@ class Entry:
     untimed: int = 0
     start: bool = False
     row_tracking: bool | None = None
+    max_future: int | None = None
 
     def position(self, src: int) -> Position:
         return (self.commit_ts, src, self.version)
@@ -100,6 +104,8 @@ StartAt = int | datetime | str | None
 # One small file per update: Delta's auto compaction (run after a commit once 50 small files have
 # accumulated) keeps reading the index as cheap as its size, with no check of our own per update.
 SMALL_TABLE = {"delta.autoOptimize.autoCompact": "true"}
+# An index written before a column was added takes appends with it (its rows read it as NULL).
+_APPEND = {**SMALL_TABLE, "mergeSchema": "true"}
 
 
 # ---------------------------------------------------------------------------- keeping it up to date
@@ -139,6 +145,8 @@ def update(
             wanted = source.spec.start_at if source.spec.start_at is not None else plan.spec.start_at
         if source.name in starts:
             _check_same_start(spark, plan, source, starts[source.name], (start_at or {}).get(source.name))
+            if known is None:
+                _check_same_future_bound(spark, plan, source, starts[source.name])
             if source.spec.kind == "stream" and targets[source.name] > lasts[source.name].version:
                 new += _stream_entries(
                     spark,
@@ -161,7 +169,7 @@ def update(
             )
     if new:
         delta_io.append(
-            spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan), SMALL_TABLE
+            spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan), _APPEND
         )
     return Index(
         spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
@@ -233,7 +241,40 @@ def _start_entry(spark: SparkSession, source: BoundSource, version: int, newest:
     enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
     tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start
     return Entry(
-        source.name, version, to_micros(from_spark(first.timestamp)), start=True, row_tracking=tracked
+        source.name,
+        version,
+        to_micros(from_spark(first.timestamp)),
+        start=True,
+        row_tracking=tracked,
+        max_future=source.max_future(),
+    )
+
+
+def _check_same_future_bound(spark: SparkSession, plan: Plan, source: BoundSource, start: Entry) -> None:
+    """Refuse a `max_future` under which the index's entries would differ from those stored: a
+    tighter bound that an accepted row exceeds, or a looser one beyond which rows were rejected.
+    (An index written before the bound existed was computed without one.)"""
+    stored, wanted = start.max_future, source.max_future()
+    if source.spec.kind != "stream" or stored == wanted:
+        return
+    stored_frame = _read(spark, plan)
+    assert stored_frame is not None
+    mine = stored_frame.frame.where(F.col("source") == source.name)
+    if wanted is not None and (stored is None or wanted < stored):
+        conflict = mine.where(F.col("max_event") > F.col("commit_ts") + F.lit(wanted))
+    else:
+        assert stored is not None
+        conflict = mine.where(F.col("max_time") > F.col("commit_ts") + F.lit(stored))
+    clash = conflict.orderBy("version").first()
+    if clash is None:
+        return
+    said = "none" if wanted is None else format_duration(timedelta(microseconds=wanted))
+    was = "none" if stored is None else format_duration(timedelta(microseconds=stored))
+    raise JobError(
+        f"job {plan.spec.name!r}: source {source.name!r} has max_future {said}, but {location(plan)} was computed "
+        f"with {was}, and version {clash['version']} holds rows the two bounds treat differently: the watermarks "
+        f"of every output so far would change. Keep max_future: {was}, or start the job afresh (new output, "
+        "or delete its outputs and its index)"
     )
 
 
@@ -259,6 +300,9 @@ def _stream_entries(
                 raise
     if rows is None:
         rows = _all_rows(spark, source, start, upto).where(F.col(V) > F.lit(after))
+    if source.max_future() is not None:  # the guard needs each row's commit time
+        times = [(v, _commit_ts(start, commits, v)) for v in commits if v > after]
+        rows = _positioned(rows, spark.createDataFrame(times, "version long, commit_ts long"), source)
     insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
     accepted = insert & F.col(REJECT).isNull()
     stats = (
@@ -285,9 +329,7 @@ def _stream_entries(
         max_event = r["max_event"] if r else None
         if max_event is not None and (so_far is None or max_event > so_far):
             so_far = max_event
-        ts = (
-            start.commit_ts if version == start.version else to_micros(from_spark(commits[version].timestamp))
-        )
+        ts = _commit_ts(start, commits, version)
         entries.append(
             Entry(
                 source.name,
@@ -302,9 +344,24 @@ def _stream_entries(
                 r["untimed"] if r else 0,
                 start=version == start.version,
                 row_tracking=start.row_tracking if version == start.version else None,
+                max_future=start.max_future if version == start.version else None,
             )
         )
     return entries
+
+
+def _commit_ts(start: Entry, commits: dict, version: int) -> int:
+    """A commit's time in UTC micros: the start entry's for the start version (its history)."""
+    return start.commit_ts if version == start.version else to_micros(from_spark(commits[version].timestamp))
+
+
+def _positioned(rows: DataFrame, times: DataFrame, source: BoundSource) -> DataFrame:
+    """Rows with the commit time of their version from `times` (version, commit_ts), and the
+    `max_future` guard that needs it."""
+    times = times.select(F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
+    joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
+    positioned = joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
+    return arrival.guard_future(positioned, source.max_future())
 
 
 def _refuse_rewrites(source: BoundSource, what: str) -> None:
@@ -366,6 +423,8 @@ class Index:
     # (source, version) -> rows, of the entries the update that made this index wrote: the live
     # runner asks for the commits it has just indexed, without a query of the stored table
     written: dict[tuple[str, int], int] = field(default_factory=dict)
+    # (source, version, commit_ts) of the commits holding rows too far ahead; asked once, when needed
+    leading: list[tuple[str, int, int]] | None = None
 
     def _frame(self) -> DataFrame:
         pinned = reduce(
@@ -451,8 +510,8 @@ class Index:
         self, source: BoundSource, time_range: tuple[int, int], owned: tuple[int, int]
     ) -> DataFrame:
         """The source's rows up to its pinned version whose event time lies in `time_range`, and
-        the rows without a usable event time whose commit time lies in `owned` (the slice owns them),
-        tagged and positioned (`arrival.prepare`'s columns)."""
+        the rows without a usable event time, or rejected for leading it too far, whose commit time
+        lies in `owned` (the slice owns them), tagged and positioned (`arrival.prepare`'s columns)."""
         start, version = self.starts[source.name], self.versions[source.name]
         low, high = time_range
         raw_low, raw_high = from_micros(low), from_micros(high)
@@ -460,11 +519,41 @@ class Index:
             snapshot = delta_io.read_rows(self.spark, source.spec.location, version)
             raw = source.raw_time()
             if source.time_is_timestamp():  # lets Delta skip files by the time column's statistics
-                snapshot = snapshot.where(raw.isNull() | ((raw >= F.lit(raw_low)) & (raw < F.lit(raw_high))))
-            rows = _tagged(snapshot, source).withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
+                near = raw.isNull() | ((raw >= F.lit(raw_low)) & (raw < F.lit(raw_high)))
+                ahead = self._ahead_versions(source, owned)
+                rows = _tagged(snapshot.where(near), source)
+                if ahead:  # and the rows this slice owns by commit time for leading it too far
+                    far = _tagged(snapshot.where(~near), source)
+                    rows = rows.unionByName(far.where(F.greatest(F.col(V), F.lit(start.version)).isin(ahead)))
+            else:
+                rows = _tagged(snapshot, source)
+            rows = rows.withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
         else:
             rows = self._rows_from_change_feed(source, time_range, owned)
         return self._with_commit_times(source, rows).where(arrival.in_reach(time_range, owned))
+
+    def _leading(self, source: BoundSource) -> Column:
+        """Index rows of commits holding a row whose event time leads the commit by more than
+        `max_future` (rows rejected as `future_event_time`, owned by their commit time)."""
+        bound = source.max_future()
+        if bound is None:
+            return F.lit(False)
+        return F.col("max_time") > F.col("commit_ts") + F.lit(bound)
+
+    def _ahead_versions(self, source: BoundSource, owned: tuple[int, int]) -> list[int]:
+        """The versions, committed in `owned`, of commits holding rows too far ahead (`_leading`);
+        the index is asked once for every source's such commits (rare: a clock error's)."""
+        if source.max_future() is None:
+            return []
+        if self.leading is None:
+            leading = reduce(
+                Column.__or__, [(F.col("source") == s.name) & self._leading(s) for s in self.plan.streams]
+            )
+            self.leading = [
+                (r["source"], r["version"], r["commit_ts"])
+                for r in self._frame().where(leading).select("source", "version", "commit_ts").collect()
+            ]
+        return [v for name, v, ts in self.leading if name == source.name and owned[0] <= ts < owned[1]]
 
     def read_all(self, source: BoundSource, version: int | None = None) -> DataFrame:
         """Every row of the source up to `version` (default: pinned), tagged and positioned."""
@@ -481,7 +570,7 @@ class Index:
         low, high = time_range
         meets = (F.col("max_time") >= F.lit(low)) & (F.col("min_time") < F.lit(high))
         untimed = (
-            (F.col("untimed") > 0)
+            ((F.col("untimed") > 0) | self._leading(source))
             & (F.col("commit_ts") >= F.lit(owned[0]))
             & (F.col("commit_ts") < F.lit(owned[1]))
         )
@@ -506,13 +595,7 @@ class Index:
 
     def _with_commit_times(self, source: BoundSource, rows: DataFrame) -> DataFrame:
         """Each row's commit time, from the index (the same value live reads from the change feed)."""
-        times = (
-            self._frame()
-            .where(F.col("source") == source.name)
-            .select(F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
-        )
-        joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
-        return joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
+        return _positioned(rows, self._frame().where(F.col("source") == source.name), source)
 
 
 def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], frontier: Position) -> Timeline:
@@ -572,10 +655,17 @@ class _Stored:
 
 
 def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
-    where = location(plan)
+    return _read_at(spark, location(plan))
+
+
+def _read_at(spark: SparkSession, where: str) -> _Stored | None:
     if not delta_io.exists(spark, where):
         return None
-    return _Stored(delta_io.read_snapshot(spark, where).dropDuplicates(["source", "version"]))
+    frame = delta_io.read_snapshot(spark, where)
+    for column in SCHEMA:  # an index written before a column was added
+        if column.name not in frame.columns:
+            frame = frame.withColumn(column.name, F.lit(None).cast(column.dataType))
+    return _Stored(frame.dropDuplicates(["source", "version"]))
 
 
 def _newest(lasts: dict[str, Entry], entries: list[Entry]) -> dict[str, Entry]:
@@ -608,7 +698,26 @@ def _row(e: Entry) -> tuple:
         e.untimed,
         e.start,
         e.row_tracking,
+        e.max_future,
     )
+
+
+def clock_jumps(spark: SparkSession, where: str, count: int = 10) -> list[dict]:
+    """The `count` commits that moved the job's event-time clock (the largest accepted event time
+    of all its streams so far; every watermark is it minus a grace) furthest, from the index at
+    `where`, in commit order: source, version, commit_ts, before, after (UTC micros)."""
+    stored = _read_at(spark, where)
+    if stored is None:
+        return []
+    so_far = Window.orderBy("commit_ts", "source", "version")
+    clock = (
+        stored.frame.where(F.col("max_event").isNotNull())
+        .withColumn("before", F.max("max_event").over(so_far.rowsBetween(Window.unboundedPreceding, -1)))
+        .where(F.col("max_event") > F.col("before"))
+        .select("source", "version", "commit_ts", "before", F.col("max_event").alias("after"))
+    )
+    top = clock.orderBy((F.col("after") - F.col("before")).desc(), "commit_ts").limit(count).collect()
+    return sorted((r.asDict() for r in top), key=lambda r: (r["commit_ts"], r["source"], r["version"]))
 
 
 def describe(index: Index) -> str:

@@ -17,7 +17,7 @@ from pyspark.sql.types import BooleanType, DataType, StringType, StructType, Tim
 from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.spec import Join, JoinSpec, Source
-from streamjoin.timeutil import format_duration
+from streamjoin.timeutil import format_duration, to_micros
 
 _IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
 _EQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*==?\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
@@ -42,6 +42,13 @@ class BoundSource:
 
     def raw_time(self) -> Column:
         return F.col(f"`{self.spec.time}`")
+
+    def max_future(self) -> int | None:
+        """How far (UTC microseconds) an event time may lead its commit time; None: no bound, or
+        no event-time column (the commit time is the time)."""
+        if not self.spec.time or self.spec.max_future is None:
+            return None
+        return to_micros(self.spec.max_future)
 
     def _time_type(self) -> DataType:
         """The type of the event-time column, asked only of sources that have one (every stream)."""
@@ -380,7 +387,14 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
             else ""
         )
         keys = f", join keys {', '.join(source.keys)}" if source.keys else ""
-        lines.append(f"  [{source.index}] {s.name}: {s.kind} at {s.location}{time}{keys}{version}")
+        future = (
+            ""
+            if not s.time
+            else ", no bound on future event times"
+            if s.max_future is None
+            else f", rows more than {format_duration(s.max_future)} ahead of their commit rejected (max_future)"
+        )
+        lines.append(f"  [{source.index}] {s.name}: {s.kind} at {s.location}{time}{keys}{version}{future}")
     lines.append("join chain (applied in the order written):")
     for step, join in enumerate(plan.joins, 1):
         j = join.spec

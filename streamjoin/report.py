@@ -14,17 +14,17 @@ import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pendulum
 from pyspark.sql import SparkSession
 
-from streamjoin import delta_io
-from streamjoin.arrival import BAD_TIME, NULL_KEY, NULL_TIME
+from streamjoin import delta_io, index
+from streamjoin.arrival import BAD_TIME, FUTURE_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
 from streamjoin.spec import JoinSpec
-from streamjoin.timeutil import from_spark
+from streamjoin.timeutil import format_duration, from_micros, from_spark
 
 COUNTS = (
     "rows_in",
@@ -151,7 +151,10 @@ def build_report(spark: SparkSession, spec: JoinSpec, folder: str | None = None)
     target = Path(folder or f"{spec.output.location}_quality/report")
     target.mkdir(parents=True, exist_ok=True)
     page = target / "index.html"
-    page.write_text(render_page(spec, slices, live, target, stopped_rows(spark, spec)), encoding="utf-8")
+    jumps = index.clock_jumps(spark, spec.output.side("index"))
+    page.write_text(
+        render_page(spec, slices, live, target, stopped_rows(spark, spec), jumps), encoding="utf-8"
+    )
     return page
 
 
@@ -161,6 +164,7 @@ GUARDS = {
     NULL_KEY: "a join key is NULL (side table _rejected)",
     NULL_TIME: "the event time is NULL (side table _rejected)",
     BAD_TIME: "the event time does not parse (side table _rejected)",
+    FUTURE_TIME: "the event time leads its commit time by more than max_future (side table _rejected)",
 }
 
 
@@ -428,7 +432,12 @@ dl.definitions dd { margin: 2px 0 0 0; color: #3b4252; }
 
 
 def render_page(
-    spec: JoinSpec, slices: list[Slice], live: list[dict], folder: Path, stopped: list[dict]
+    spec: JoinSpec,
+    slices: list[Slice],
+    live: list[dict],
+    folder: Path,
+    stopped: list[dict],
+    jumps: list[dict] | None = None,
 ) -> str:
     """The whole HTML page."""
     timezone = spec.schedule.timezone
@@ -452,6 +461,7 @@ def render_page(
     if live:
         body.append(_live_table(live, timezone))
     body.append(_guard_table(stopped))
+    body.append(_jump_table(jumps or [], timezone))
     body.append(
         "<h2>Definitions</h2><dl class='definitions'>"
         f"<dt>match rate</dt><dd>{_e(MATCH_RATE)}</dd><dt>lateness cost</dt><dd>{_e(LATENESS_COST)}</dd>"
@@ -661,6 +671,40 @@ def _guard_table(stopped: list[dict]) -> str:
         "<th class='text'>guard</th><th class='text'>what it stops</th><th class='text'>source</th><th>rows</th>"
         f"</tr></thead><tbody>{rows}</tbody></table></div>"
     )
+
+
+def _jump_table(jumps: list[dict], timezone: str) -> str:
+    """The commits that moved the event-time clock (and so every watermark) furthest at once."""
+    head = (
+        "<h2>Largest jumps of the event-time clock</h2><p>The clock is the largest accepted event time of "
+        "the job's streams so far; each join's watermark is the clock minus its grace, and rows behind it "
+        "are late. A jump far ahead of its commit time makes every row after it late: see max_future in "
+        "docs/job-spec.md.</p>"
+    )
+    if not jumps:
+        return head + "<p class='empty'>None recorded yet (the arrival index is empty or absent).</p>"
+    rows = []
+    for j in jumps:
+        lead = j["after"] - j["commit_ts"]
+        rows.append(
+            f"<tr data-source='{_e(j['source'])}' data-version='{j['version']}'>"
+            f"<td class='text'>{_e(_time(from_micros(j['commit_ts']), timezone))}</td>"
+            f"<td class='text'>{_e(j['source'])}</td><td>{j['version']}</td>"
+            f"<td class='text'>{_e(_time(from_micros(j['before']), timezone))}</td>"
+            f"<td class='text' data-field='after'>{_e(_time(from_micros(j['after']), timezone))}</td>"
+            f"<td class='text' data-field='jump'>{_e(_span(j['after'] - j['before']))}</td>"
+            f"<td class='text' data-field='lead'>{_e(_span(lead) if lead > 0 else '')}</td></tr>"
+        )
+    return head + (
+        "<div class='table-wrap'><table id='jumps'><thead><tr><th class='text'>committed</th>"
+        "<th class='text'>source</th><th>version</th><th class='text'>clock before</th><th class='text'>clock after</th>"
+        "<th class='text'>jump</th><th class='text'>after leads the commit by</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _span(micros: int) -> str:
+    return format_duration(timedelta(microseconds=micros))
 
 
 def _live_table(live: list[dict], timezone: str) -> str:

@@ -27,6 +27,8 @@ AsOf = Literal["arrival", "event_time"]
 
 DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
 DEFAULT_CLOCK_SKEW = timedelta(seconds=2)  # how late a table commit may become visible (docs/semantics.md)
+# How far an event time may lead its commit time before the row is rejected (docs/semantics.md)
+DEFAULT_MAX_FUTURE = timedelta(days=1)
 _JOIN_TYPES = {
     "inner": "inner",
     "join": "inner",
@@ -83,6 +85,7 @@ class Source:
     deleted: str | None = None
     clock_skew: timedelta = DEFAULT_CLOCK_SKEW
     start_at: int | str | None = None  # the version (or the time) the job begins at (docs/semantics.md)
+    max_future: timedelta | None = DEFAULT_MAX_FUTURE  # None: no bound
 
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
@@ -109,6 +112,11 @@ class Source:
         if self.clock_skew < timedelta(0):
             raise JobError(
                 f"{where}: clock_skew {format_duration(self.clock_skew)} is negative; write 0s or more"
+            )
+        if self.max_future is not None and self.max_future < timedelta(0):
+            raise JobError(
+                f"{where}: max_future {format_duration(self.max_future)} is negative; write 0s or more, "
+                "or none for no bound"
             )
         object.__setattr__(self, "key", tuple(self.key))
 
@@ -306,6 +314,16 @@ class JoinSpec:
         )
 
 
+def _max_future(body: dict, where: str) -> timedelta | None:
+    """A source's `max_future`: a duration, or `none` for no bound; the default when absent."""
+    if "max_future" not in body:
+        return DEFAULT_MAX_FUTURE
+    value = body["max_future"]
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        return None
+    return parse_duration(value, f"{where}: max_future")
+
+
 def _check_start_at(value: Any, where: str, versions: bool = True) -> None:
     """A start is a version (of one source) or an ISO time; checked before any table is read."""
     if value is None:
@@ -465,6 +483,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
                 "deleted",
                 "clock_skew",
                 "start_at",
+                "max_future",
             },
             where,
         )
@@ -486,6 +505,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
                 deleted=body.get("deleted"),
                 clock_skew=skew,
                 start_at=_start_value(body.get("start_at")),
+                max_future=_max_future(body, where),
             )
         )
     joins_doc = document["joins"]

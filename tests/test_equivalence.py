@@ -11,8 +11,10 @@ the commit positions read back from the change data feed.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from conftest import at
 from harness import (
     EVERYTHING,
@@ -27,6 +29,7 @@ from harness import (
     events,
     job,
     live_metrics,
+    read,
     read_output,
     read_side,
     with_output,
@@ -34,6 +37,7 @@ from harness import (
 )
 from reference import BUCKETS, reference
 
+from streamjoin.errors import JobError
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 
@@ -167,3 +171,49 @@ def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_p
     rows = live_metrics(spark, spec)
     assert len(rows) == 2, "the commit was not cut into two micro-batches"
     check_live_metrics(rows, counts)
+
+
+# Seconds after BASE (2024-01-01): about 2037, ten years ahead of any commit this suite makes.
+FAR_AHEAD = 13 * 365 * 86_400
+
+
+def test_a_row_far_ahead_of_its_commit_is_rejected_and_the_rows_after_it_still_join(spark, tmp_path):
+    """Issue 20, item 5: one row dated years ahead (a clock error) would lift the watermark past every
+    row to come. It is rejected as `future_event_time` instead, live and replayed alike, and the
+    join goes on; an index computed with the bound refuses a job that drops it."""
+    paths = create_tables(spark, tmp_path)
+    write_all(
+        spark,
+        paths,
+        [
+            (0, [("a1", "k1", 10, 1)], None),
+            (1, [("b1", "k1", 12, 1)], None),
+            (0, [("a2", "k2", 20, 1), ("af", "k3", FAR_AHEAD, 1)], None),
+            (1, [("b2", "k2", 22, 1), ("bf", "k2", FAR_AHEAD, 1)], None),
+            (0, [("a3", "k1", 40, 1)], None),
+            (1, [("b3", "k1", 41, 1)], None),
+            (0, [("a9", "k9", 60, 1)], None),  # moves the frontier past b3
+        ],
+    )
+    spec = job(tmp_path, paths, "inner", -5, 5, 5)
+    live = LiveRunner(spark, spec, str(tmp_path / "checkpoint")).run(600)
+    # Up to a day from now: every commit, not the rejected rows' event times. A rejected row is owned
+    # by its commit time, so the replay of the period it arrived in reports it.
+    until = datetime.now(UTC).replace(tzinfo=None) + timedelta(days=1)
+    replayed = replay(spark, with_output(spec, f"{tmp_path}/replayed"), EVERYTHING[0], until, mode="exact")
+    expected = Counter({("a1", "b1", 12): 1, ("a2", "b2", 22): 1, ("a3", "b3", 41): 1})
+    assert read_output(spark, f"{tmp_path}/out") == expected
+    assert read_output(spark, f"{tmp_path}/replayed") == expected
+    for output in ("out", "replayed"):
+        assert not read_side(spark, f"{tmp_path}/{output}_late")
+        rejected = read(spark, f"{tmp_path}/{output}_rejected")
+        assert sorted((r.source, r.reason) for r in rejected) == [
+            ("l", "future_event_time"),
+            ("r", "future_event_time"),
+        ], output
+    assert sum(m.sources["l"].rejected + m.sources["r"].rejected for m in live) == 2
+    assert replayed.sources["l"].rejected == 1 and replayed.sources["r"].rejected == 1
+
+    unbounded = replace(spec, sources=tuple(replace(s, max_future=None) for s in spec.sources))
+    with pytest.raises(JobError, match=r"max_future none, but .*_index was computed with 1d"):
+        replay(spark, unbounded, EVERYTHING[0], until, mode="exact")

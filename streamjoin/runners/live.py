@@ -339,6 +339,7 @@ class LiveRunner:
                     source.raw_time(),
                     source.event_time(),
                     source.keys,
+                    source.max_future(),
                 )
                 for source in plan.streams
             }

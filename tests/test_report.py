@@ -20,6 +20,7 @@ from streamjoin.runners.replay import replay
 from streamjoin.session import PROJECT_ROOT
 from streamjoin.timeutil import from_spark
 
+FAR_AHEAD = 13 * 365 * 86_400  # seconds after BASE (2024): about 2037
 SLICES = [(at(0), at(100)), (at(100), at(200)), (at(200), at(300))]
 FIELDS = ("rows_in", "rows_out", "joined", "unmatched_emitted", "unmatched_dropped", "late", "rejected")
 
@@ -30,7 +31,17 @@ COMMITS = [
     (0, [("a5", "k1", 110, 1), ("a6", "k2", 150, 1), ("a7", "k4", 180, 1)]),
     (1, [("b4", "k1", 112, 1), ("b5", "k4", 185, 1)]),
     (0, [("a8", "k1", 210, 1), ("a9", "k5", 250, 1), ("a10", None, 260, 1)]),
-    (1, [("b6", "k1", 215, 1), ("b7", "k5", 255, 1), ("b8", "k5", 290, 1), ("b11", "k6", None, 1)]),
+    # b12 is dated about ten years ahead of its commit: rejected (max_future), it moves no watermark
+    (
+        1,
+        [
+            ("b6", "k1", 215, 1),
+            ("b7", "k5", 255, 1),
+            ("b8", "k5", 290, 1),
+            ("b11", "k6", None, 1),
+            ("b12", "k1", FAR_AHEAD, 1),
+        ],
+    ),
     (0, [("a11", "k2", 22, 1), ("a12", "k4", 178, 1)]),  # late: would pair with b2 and b5
     (1, [("b9", "k9", 62, 1)]),  # late: would pair with a4
     (0, [("a13", "k1", 500, 1)]),  # the tail moves the frontier past every slice
@@ -58,6 +69,20 @@ def replayed(spark, tmp_path_factory):
     )  # a replay, validated and recorded as a backfill attempt
     assert outcome.ok, (outcome.error, outcome.validation)
     return spec
+
+
+def clock_jumps() -> list[tuple[str, int, str]]:
+    """(source, version, new clock) of each commit of COMMITS that moved the largest accepted event
+    time so far (the first commit starts it): what the page's jump table lists, in commit order."""
+    clock, versions, jumps = None, {0: 0, 1: 0}, []
+    for side, rows in COMMITS:
+        versions[side] += 1
+        times = [t for _, key, t, _ in rows if key is not None and t is not None and t != FAR_AHEAD]
+        top = max(times, default=None)
+        if top is not None and clock is not None and top > clock:
+            jumps.append(("lr"[side], versions[side], at(top).strftime("%Y-%m-%d %H:%M:%S")))
+        clock = top if clock is None else max(clock, top or clock)
+    return jumps
 
 
 def latest_runs(spark, spec) -> tuple[dict, dict]:
@@ -203,7 +228,7 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     for side in ("late", "rejected"):
         for r in delta_io.read_snapshot(spark, spec.output.side(side)).collect():
             held[(r.reason, r.source)] += 1
-    assert {("null_key", "l"), ("null_event_time", "r")} <= set(held)
+    assert {("null_key", "l"), ("null_event_time", "r"), ("future_event_time", "r")} <= set(held)
     assert any(reason == "late" for reason, _ in held)
     rows = browser.find_elements(By.CSS_SELECTOR, "table#guards tbody tr")
     assert {
@@ -212,6 +237,16 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
         )
         for r in rows
     } == dict(held)
+
+    # The commits that moved the event-time clock, as COMMITS' accepted rows move it.
+    assert [
+        (
+            r.get_attribute("data-source"),
+            int(r.get_attribute("data-version")),
+            r.find_element(By.CSS_SELECTOR, "td[data-field='after']").text,
+        )
+        for r in browser.find_elements(By.CSS_SELECTOR, "table#jumps tbody tr")
+    ] == clock_jumps()
 
     # The live run: one row per checkpoint, its totals over the micro-batches.
     live = delta_io.read_snapshot(spark, spec.output.side("metrics")).where("runner = 'live'").collect()

@@ -51,6 +51,12 @@ def test_a_valid_job_builds():
     assert spec.names == ("a", "b")
     assert spec.joins[0].bounds.lower == -timedelta(hours=1)
     assert spec.joins[0].grace == timedelta(hours=24)  # ksqlDB's default
+    assert spec.sources[0].max_future == timedelta(days=1)  # docs/job-spec.md
+
+
+def test_max_future_is_a_duration_or_none():
+    assert job(sources__a__max_future="6h").sources[0].max_future == timedelta(hours=6)
+    assert job(sources__a__max_future="none").sources[0].max_future is None
 
 
 @pytest.mark.parametrize(
@@ -73,6 +79,8 @@ def test_a_valid_job_builds():
         ),
         ({"sources__b__time": None}, "a stream needs 'time'"),
         ({"sources__b__kind": "river"}, "kind is 'river'"),
+        ({"sources__b__max_future": "-1h"}, "max_future -1h is negative; write 0s or more, or none"),
+        ({"sources__b__max_future": "soon"}, "max_future 'soon' is not a duration"),
         ({"sources__b__path": None}, "give exactly one of 'path'"),
         ({"joins__0__window": "1h"}, "unknown setting(s) 'window'"),
         ({"joins__0__within": "soon"}, "is not a duration"),

@@ -6,10 +6,20 @@ The data is the fixed example of tests/harness.py (FIXED_PARTS).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import yaml
 from harness import (
     EVERYTHING,
     FIXED_GRACE,
@@ -17,6 +27,7 @@ from harness import (
     FIXED_HOW,
     FIXED_LO,
     FIXED_PARTS,
+    SIDES,
     create_tables,
     events,
     job,
@@ -31,6 +42,7 @@ from test_equivalence import check_live_metrics
 
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
+from streamjoin.spec import load_job
 
 HOW, LO, HI, GRACE, PARTS = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE, FIXED_PARTS
 
@@ -167,3 +179,115 @@ def test_a_batch_failing_after_each_of_its_writes_is_redone_exactly_once(spark, 
     tables.live()
     tables.check_against(uninterrupted)
     assert [r["batch"] for r in live_metrics(spark, tables.spec)] == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------- SIGKILL
+
+KILLS = 10  # issue 20, item 8: at least ten
+CHILD = Path(__file__).with_name("live_child.py")
+
+
+def growing_input(rng: random.Random, commits: int, clock: int, first: int) -> tuple[list, int]:
+    """`commits` new commits (side, rows, files) after event time `clock`: keys a to c, a NULL key
+    or a row far behind (late) now and then; returns them and the clock they reach."""
+    written = []
+    for n in range(commits):
+        clock += rng.randint(1, 4)
+        rows = []
+        for j in range(rng.randint(1, 3)):
+            key = None if rng.random() < 0.08 else rng.choice("abc")
+            behind = 30 if rng.random() < 0.1 else rng.randint(0, 2)
+            rows.append((f"g{first + n}_{j}", key, clock - behind, 0))
+        written.append((rng.randint(0, 1), rows, None))
+    return written, clock
+
+
+def start_child(job_file: Path, checkpoint: str, trigger: str, die_after=None) -> subprocess.Popen:
+    """tests/live_child.py in a process group of its own (it and its JVM die together)."""
+    arguments = {"job": str(job_file), "checkpoint": checkpoint, "trigger": trigger, "die_after": die_after}
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), json.dumps(arguments)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def kill_group(child: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait(60)
+
+
+def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_killed(spark, tmp_path):
+    """Issue 20, item 8: a live runner in its own process, killed with SIGKILL (with its JVM) ten
+    times while the input grows: half of the kills right after a write chosen at random (so between
+    two writes of a micro-batch), half after a random delay into its run. Restarted on the same
+    checkpoint each time; at the end it runs to completion. Output, side tables and metrics equal
+    those of one runner that was never killed, and the reference's."""
+    rng = random.Random(20)
+    tables = Tables(spark, tmp_path)
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        yaml.safe_dump(
+            {
+                "name": "killed",
+                "sources": {
+                    name: {"path": tables.paths[side], "time": "t"} for side, name in enumerate(SIDES)
+                },
+                "from": "l",
+                "joins": [
+                    {
+                        "join": "r",
+                        "type": HOW,
+                        "on": "l.k = r.k",
+                        "between": [f"{LO}s", f"{HI}s"],
+                        "grace": f"{GRACE}s",
+                    }
+                ],
+                "select": ["l.id AS lid", "r.id AS rid"],
+                "output": {"path": f"{tmp_path}/out"},
+            }
+        )
+    )
+    tables.spec = load_job(job_file)
+    checkpoint = f"{tmp_path}/out_checkpoint"
+    clock, first, kills = 0, 0, []
+    for n in range(KILLS):
+        commits, clock = growing_input(rng, rng.randint(2, 4), clock, first)
+        first += len(commits)
+        tables.write(commits)
+        if n % 2 == 0:
+            table = rng.choice(WRITES)
+            child = start_child(job_file, checkpoint, "processing-time:1s", [table, rng.randint(1, 2)])
+            try:  # it kills itself after that write; a write its batches never make: killed from here
+                child.wait(45)
+            except subprocess.TimeoutExpired:
+                kill_group(child)
+            kills.append((f"after {table}", child.returncode))
+        else:
+            child = start_child(job_file, checkpoint, "processing-time:1s")
+            assert child.stdout is not None and child.stdout.readline().strip() == "running"
+            more, clock = growing_input(rng, 2, clock, first)  # commits that land while it runs
+            first += len(more)
+            tables.write(more)
+            time.sleep(rng.uniform(0, 8))
+            kill_group(child)
+            kills.append(("at random", child.returncode))
+    assert [code for _, code in kills] == [-signal.SIGKILL] * KILLS, kills
+    child = start_child(job_file, checkpoint, "available-now")  # to completion
+    assert child.wait(300) == 0
+
+    tables.live("never_killed")
+    expected, counts = reference(events(spark, tables.paths, tables.written), LO, HI, GRACE, HOW)
+    uninterrupted = Uninterrupted(
+        output=read_output(spark, f"{tmp_path}/never_killed"),
+        replayed=Counter(),
+        expected=expected,
+        counts=counts,
+        sides={side: read_side(spark, f"{tmp_path}/never_killed_{side}") for side in ("late", "rejected")},
+    )
+    assert uninterrupted.output == expected
+    assert uninterrupted.sides["late"] and uninterrupted.sides["rejected"]
+    tables.check_against(uninterrupted)

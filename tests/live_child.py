@@ -1,0 +1,51 @@
+"""A live runner in a process of its own, for tests/test_restart.py's kill test.
+
+    python tests/live_child.py '{"job": FILE, "checkpoint": DIR, "trigger": ..., "die_after": [TABLE, N]}'
+
+Prints `running` once its streaming query has started, then runs until its query ends (an
+available-now trigger) or it is killed. With `die_after`, the process group (this interpreter and
+its Spark JVM) kills itself with SIGKILL right after its N-th write of TABLE ("rejected", "late",
+"output", "state" or "metrics"): a kill between two of a micro-batch's writes, at a point chosen
+by the test rather than by timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+from streamjoin.runners.live import LiveRunner
+from streamjoin.session import get_spark
+from streamjoin.spec import load_job
+
+
+def main(arguments: dict) -> None:
+    spark = get_spark(app_name="streamjoin-live-child")
+    die_after = arguments.get("die_after")
+    writes = {"count": 0}
+
+    def after_write(table: str, batch: int) -> None:
+        if die_after and table == die_after[0]:
+            writes["count"] += 1
+            if writes["count"] == die_after[1]:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    runner = LiveRunner(
+        spark,
+        load_job(arguments["job"]),
+        arguments["checkpoint"],
+        trigger=arguments.get("trigger", "available-now"),
+        after_write=after_write,
+    )
+    if arguments.get("trigger", "available-now") == "available-now":
+        runner.run()
+        return
+    query = runner.start()
+    print("running", flush=True)
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

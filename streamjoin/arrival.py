@@ -127,26 +127,30 @@ def prepare(
     event_time: Column,
     keys: Iterable[str],
     max_future: int | None = None,
+    commit_time: bool = False,
 ) -> DataFrame:
     """Tag change-feed rows with event time, position and rejection reason; keep user columns.
     Rows read without their commit time (NULL `_commit_timestamp`) get the `max_future` guard
-    from `guard_future` once it is attached."""
+    from `guard_future` once it is attached. `commit_time`: the event time is the commit time
+    (`time: commit`), never missing; rows read without it get it with their commit time."""
     keys = list(keys)
     null_key = F.lit(False)
     for key in keys:
         null_key = null_key | F.col(key).isNull()
-    commit_time = F.unix_micros(F.col(COMMIT_TIMESTAMP))
+    committed = F.unix_micros(F.col(COMMIT_TIMESTAMP))
+    timeless = F.lit(False) if commit_time else raw_time.isNull()
+    unparsed = F.lit(False) if commit_time else event_time.isNull()
     reason = (
-        F.when(raw_time.isNull(), F.lit(NULL_TIME))
-        .when(event_time.isNull(), F.lit(BAD_TIME))
+        F.when(timeless, F.lit(NULL_TIME))
+        .when(unparsed, F.lit(BAD_TIME))
         .when(null_key, F.lit(NULL_KEY))
-        .when(too_far_ahead(event_time, commit_time, max_future), F.lit(FUTURE_TIME))
+        .when(too_far_ahead(event_time, committed, max_future), F.lit(FUTURE_TIME))
     )
     user = [c for c in changes.columns if c not in (COMMIT_VERSION, COMMIT_TIMESTAMP)]
     return changes.select(
         *[F.col(f"`{c}`") for c in user],
         event_time.alias(T),
-        commit_time.alias(TS),
+        committed.alias(TS),
         F.lit(index).alias(SRC),
         F.col(COMMIT_VERSION).cast("long").alias(V),
         reason.alias(REJECT),

@@ -300,7 +300,7 @@ def _stream_entries(
                 raise
     if rows is None:
         rows = _all_rows(spark, source, start, upto).where(F.col(V) > F.lit(after))
-    if source.max_future() is not None:  # the guard needs each row's commit time
+    if source.max_future() is not None or source.commit_time:  # these need each row's commit time
         times = [(v, _commit_ts(start, commits, v)) for v in commits if v > after]
         rows = _positioned(rows, spark.createDataFrame(times, "version long, commit_ts long"), source)
     insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
@@ -356,11 +356,13 @@ def _commit_ts(start: Entry, commits: dict, version: int) -> int:
 
 
 def _positioned(rows: DataFrame, times: DataFrame, source: BoundSource) -> DataFrame:
-    """Rows with the commit time of their version from `times` (version, commit_ts), and the
-    `max_future` guard that needs it."""
+    """Rows with the commit time of their version from `times` (version, commit_ts), and what
+    needs it: the event time of a `time: commit` source, the `max_future` guard."""
     times = times.select(F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
     joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
     positioned = joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
+    if source.commit_time:
+        positioned = positioned.withColumn(T, F.col(TS))
     return arrival.guard_future(positioned, source.max_future())
 
 
@@ -384,6 +386,7 @@ def _tagged(raw: DataFrame, source: BoundSource) -> DataFrame:
         source.raw_time(),
         source.event_time(),
         source.keys,
+        commit_time=source.commit_time,
     )
 
 

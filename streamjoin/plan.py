@@ -15,8 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DataType, StringType, StructType, TimestampNTZType, TimestampType
 
 from streamjoin import delta_io
+from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
-from streamjoin.spec import Join, JoinSpec, Source
+from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
 from streamjoin.timeutil import format_duration, to_micros
 
 _IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
@@ -40,13 +41,20 @@ class BoundSource:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def commit_time(self) -> bool:
+        """`time: commit`: the event time is the commit timestamp (a stream without a time column)."""
+        return self.spec.time == COMMIT_TIME
+
     def raw_time(self) -> Column:
+        if self.commit_time:
+            return F.col(COMMIT_TIMESTAMP)
         return F.col(f"`{self.spec.time}`")
 
     def max_future(self) -> int | None:
         """How far (UTC microseconds) an event time may lead its commit time; None: no bound, or
         no event-time column (the commit time is the time)."""
-        if not self.spec.time or self.spec.max_future is None:
+        if not self.spec.time or self.commit_time or self.spec.max_future is None:
             return None
         return to_micros(self.spec.max_future)
 
@@ -57,11 +65,13 @@ class BoundSource:
 
     def time_is_timestamp(self) -> bool:
         """The time column is a TIMESTAMP: a filter on it can skip files by their statistics."""
-        return isinstance(self._time_type(), TimestampType)
+        return not self.commit_time and isinstance(self._time_type(), TimestampType)
 
     def event_time(self) -> Column:
         """Event time as UTC microseconds; NULL when missing or unparseable."""
         raw = self.raw_time()
+        if self.commit_time:
+            return F.unix_micros(raw)
         field = self._time_type()
         if isinstance(field, StringType):
             return F.unix_micros(F.try_to_timestamp(raw, F.lit(self.spec.time_format)))
@@ -170,7 +180,7 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
                 f"{where}: tombstone column {source.deleted!r} must be boolean (true deletes the key), not "
                 f"{schema[source.deleted].dataType.simpleString()}"
             )
-    if source.time is None:
+    if source.time is None or source.time == COMMIT_TIME:
         return
     if source.time not in names:
         raise JobError(
@@ -382,7 +392,9 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
         s = source.spec
         version = f", pinned version {versions[s.name]}" if versions and s.name in versions else ""
         time = (
-            f", event time {s.time} ({plan.source(s.name).schema[s.time].dataType.simpleString()})"
+            ", event time = commit timestamp (time: commit)"
+            if source.commit_time
+            else f", event time {s.time} ({plan.source(s.name).schema[s.time].dataType.simpleString()})"
             if s.time
             else ""
         )

@@ -25,6 +25,7 @@ JoinType = Literal["inner", "left", "right", "full", "cross"]
 Emit = Literal["final", "eager"]
 AsOf = Literal["arrival", "event_time"]
 
+COMMIT_TIME = "commit"  # `time: commit`: a source's event time is its commit timestamp (docs/semantics.md)
 DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
 DEFAULT_CLOCK_SKEW = timedelta(seconds=2)  # how late a table commit may become visible (docs/semantics.md)
 # How far an event time may lead its commit time before the row is rejected (docs/semantics.md)
@@ -99,7 +100,12 @@ class Source:
         if bool(self.path) == bool(self.table):
             raise JobError(f"{where}: give exactly one of 'path' (a Delta folder) or 'table' (a table name)")
         if self.kind == "stream" and not self.time:
-            raise JobError(f"{where}: a stream needs 'time', the name of its event-time column")
+            raise JobError(
+                f"{where}: a stream needs 'time', the name of its event-time column (or time: commit, "
+                "its commit timestamp)"
+            )
+        if self.kind == "table" and self.time == COMMIT_TIME:  # what a table without `time` does already
+            object.__setattr__(self, "time", None)
         if self.kind == "stream" and (self.changelog or self.deleted):
             raise JobError(
                 f"{where}: 'changelog' and 'deleted' describe table sources; make it kind: table or remove them"

@@ -15,6 +15,7 @@ from dataclasses import asdict, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from aging import write_commits
 from conftest import at
 from harness import (
     EVERYTHING,
@@ -38,8 +39,11 @@ from harness import (
 from reference import BUCKETS, reference
 
 from streamjoin.errors import JobError
+from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
+from streamjoin.spec import spec_from_dict
+from streamjoin.timeutil import from_spark
 
 
 def write_all(spark, paths, commits, after=None):
@@ -217,3 +221,62 @@ def test_a_row_far_ahead_of_its_commit_is_rejected_and_the_rows_after_it_still_j
     unbounded = replace(spec, sources=tuple(replace(s, max_future=None) for s in spec.sources))
     with pytest.raises(JobError, match=r"max_future none, but .*_index was computed with 1d"):
         replay(spark, unbounded, EVERYTHING[0], until, mode="exact")
+
+
+def test_streams_without_a_time_column_join_on_their_commit_times(spark, tmp_path):
+    """Issue 15, item 6: `time: commit` (Lenses' examples, ksqlDB's record timestamps): a stream's
+    event time is its commit timestamp. The commits are dated (tests/aging.py) so that the bounds
+    decide: c1 two minutes after v1 joins it, c2 six minutes after v2 does not (within 5m), and v2
+    comes out padded once the commit clock passed its window. Live and the replay agree."""
+    t0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None) - timedelta(days=2)
+    minute = timedelta(minutes=1)
+    paths = {"views": str(tmp_path / "views"), "clicks": str(tmp_path / "clicks")}
+    plan = {
+        "views": [
+            (t0, [("v1", "a")]),
+            (t0 + 10 * minute, [("v2", "b")]),
+            (t0 + 20 * minute, [("v3", "c")]),
+            (t0 + 60 * minute, [("v9", "z")]),
+        ],
+        "clicks": [
+            (t0 + 2 * minute, [("c1", "a")]),
+            (t0 + 16 * minute, [("c2", "b")]),
+            (t0 + 21 * minute, [("c3", "c")]),
+            (t0 + 61 * minute, [("c9", "y")]),
+        ],
+    }
+    for name, commits in plan.items():
+        write_commits(
+            spark, paths[name], commits, "id string, k string", {"delta.enableChangeDataFeed": "true"}
+        )
+    spec = spec_from_dict(
+        {
+            "name": "commit_time",
+            "sources": {name: {"path": path, "time": "commit"} for name, path in paths.items()},
+            "from": "views",
+            "joins": [
+                {"join": "clicks", "type": "left", "on": "views.k = clicks.k", "within": "5m", "grace": "1m"}
+            ],
+            "select": ["views.id AS view", "clicks.id AS click"],
+            "output": {"path": str(tmp_path / "out")},
+        }
+    )
+    assert "event time = commit timestamp (time: commit)" in describe(bind(spark, spec))
+    LiveRunner(spark, spec, str(tmp_path / "checkpoint")).run(600)
+    replay(
+        spark, with_output(spec, str(tmp_path / "replayed")), t0 - timedelta(hours=1), t0 + timedelta(days=1)
+    )
+    # a joined row at the later commit's time, a padded one at its own; v9's window is still open
+    expected = Counter(
+        {
+            ("v1", "c1", t0 + 2 * minute): 1,
+            ("v2", None, t0 + 10 * minute): 1,
+            ("v3", "c3", t0 + 21 * minute): 1,
+        }
+    )
+    for output in ("out", "replayed"):
+        rows = read(spark, str(tmp_path / output))
+        assert (
+            Counter((r.view, r.click, from_spark(r.event_time).replace(tzinfo=None)) for r in rows)
+            == expected
+        ), output

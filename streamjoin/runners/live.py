@@ -340,6 +340,7 @@ class LiveRunner:
                     source.event_time(),
                     source.keys,
                     source.max_future(),
+                    source.commit_time,
                 )
                 for source in plan.streams
             }

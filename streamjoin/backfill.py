@@ -25,7 +25,6 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from streamjoin import delta_io, index, kernel
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.joins.table_table import TableTableJoin
 from streamjoin.metrics import RunMetrics, spark_value
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
@@ -151,7 +150,6 @@ def plan_backfill(
     join = kernel.family(plan)
     margins: dict[str, tuple[timedelta, timedelta] | None] = {}
     for s in plan.streams:
-        assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
         before, after = join.margins(s.name)
         margins[s.name] = (timedelta(microseconds=before), timedelta(microseconds=after))
     margins.update({s.name: None for s in plan.tables})
@@ -338,9 +336,8 @@ def run_backfill(
 def slice_output(spark: SparkSession, spec: JoinSpec, piece: Slice) -> DataFrame:
     """The rows a slice wrote: the output (table-table joins: the result's changes) in [start, end)."""
     out = spec.output
-    location = (
-        out.side("changes") if isinstance(kernel.family(bind(spark, spec)), TableTableJoin) else out.location
-    )
+    plan = bind(spark, spec)
+    location = out.side("changes") if kernel.family(plan).keyed_output(plan) else out.location
     time_column = F.col(out.time)
     return delta_io.read_snapshot(spark, location).where(
         (time_column >= F.lit(piece.start)) & (time_column < F.lit(piece.end))

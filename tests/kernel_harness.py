@@ -174,7 +174,7 @@ def replay_step(
         if windows
         else arrival.ALL_TIME
     )
-    return kernel.step(spark, plan, settled, timeline, mode, slices=slices, final=final)
+    return kernel.step(spark, plan, kernel.StepInput(settled, timeline, mode, slices=slices, final=final))
 
 
 def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
@@ -368,12 +368,14 @@ def enrichment_replay(
     result = kernel.step(
         spark,
         plan,
-        {stream.name: accepted.where(slices.inside(F.col(arrival.T)))},
-        arrival.Timeline({}, None),
-        mode,
-        slices=slices,
-        tables=tables,
-        final=final,
+        kernel.StepInput(
+            {stream.name: accepted.where(slices.inside(F.col(arrival.T)))},
+            arrival.Timeline({}, None),
+            mode,
+            slices=slices,
+            tables=tables,
+            final=final,
+        ),
     )
     output = _output(result.output, base)
     per_slice = []
@@ -522,4 +524,6 @@ def tables_step(
         tables[source.name] = table_input(
             source.name, changes, upto[source.index], seen[source.index], None, counts, rejected
         )
-    return kernel.step(spark, plan, {}, arrival.Timeline({}, None), "exact", tables=tables, after=after)
+    return kernel.step(
+        spark, plan, kernel.StepInput({}, arrival.Timeline({}, None), "exact", tables=tables, after=after)
+    )

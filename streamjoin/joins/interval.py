@@ -23,12 +23,17 @@ the live runner once per micro-batch over its state plus the newly settled rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StructField
 
-from streamjoin.arrival import ALL_TIME, SRC, TS, Slices, T, V, position_le
-from streamjoin.plan import BoundJoin
+from streamjoin import arrival
+from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, position_le
+from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult, register
+from streamjoin.metrics import SourceCounts
+from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
 
 NEW = "_sj_new"  # the row settled in this step (every row, in a replay)
@@ -59,7 +64,7 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
-class IntervalJoin:
+class IntervalJoin(JoinOperator):
     left: str
     right: str
     type: str
@@ -84,6 +89,118 @@ class IntervalJoin:
             emit=spec.emit,
             equi=join.equi,
             residual=join.residual,
+        )
+
+    # ------------------------------------------------------------------ the operator
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> IntervalJoin:
+        return cls.from_plan(join)
+
+    def state_fields(self) -> tuple[StructField, ...]:
+        """Each kept row says whether it has met a partner (an outer row is padded only if not)."""
+        return (StructField(MATCHED, BooleanType()),)
+
+    def open_in_state(self) -> Column:
+        return ~F.col(MATCHED)
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Lateness by the streams' watermark, the join, padding of closed windows, the accounting."""
+        join, settled, timeline, mode, state = (
+            self,
+            inputs.settled,
+            inputs.timeline,
+            inputs.mode,
+            inputs.state,
+        )
+        slices, keep_state, final = inputs.slices, inputs.keep_state, inputs.final
+        marks, max_event = timeline.watermarks(join.grace), timeline.max_event
+        if mode == "complete":
+            marks = {}
+        closing = None if max_event is None else max_event - join.grace
+
+        on_time, late_parts, tally_parts = {}, [], []
+        table = arrival.watermark_table(spark, marks)
+        for name, rows in settled.items():
+            marked = arrival.with_watermark(rows, table)
+            late = arrival.is_late()
+            late_parts.append(
+                arrival.side_rows(
+                    marked.where(late & slices.inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)
+                )
+            )
+            tally_parts.append(
+                marked.select(
+                    F.lit(name).alias("name"), slices.number(F.col(T)).alias("slice"), late.alias("late")
+                )
+            )
+            fresh = (
+                marked.where(~late)
+                .drop(arrival.WM, REJECT)
+                .withColumn(NEW, F.lit(True))
+                .withColumn(MATCHED, F.lit(False))
+            )
+            if state is not None:
+                tally_parts.append(
+                    state[name]
+                    .where(~F.col(MATCHED))
+                    .select(
+                        F.lit(name).alias("name"),
+                        slices.number(F.col(T)).alias("slice"),
+                        F.lit(False).alias("late"),
+                    )
+                )
+                fresh = state[name].withColumn(NEW, F.lit(False)).unionByName(fresh)
+            on_time[name] = fresh
+        tally: dict[tuple[str, int], Row] = {
+            (r["name"], r["slice"]): r
+            for r in reduce(DataFrame.unionByName, tally_parts)
+            .where(F.col("slice").isNotNull())
+            .groupBy("name", "slice")
+            .agg(
+                F.count(F.when(F.col("late"), 1)).alias("late"),
+                F.count(F.when(~F.col("late"), 1)).alias("candidates"),
+            )
+            .collect()
+        }
+
+        def tallied(name: str, k: int, field: str) -> int:
+            return tally[(name, k)][field] if (name, k) in tally else 0
+
+        evaluation = join.evaluate(
+            on_time,
+            END_OF_INPUT if final else closing,
+            {name: [tallied(name, k, "candidates") for k in range(len(slices))] for name in settled},
+            slices=slices,
+            keep_state=keep_state,
+        )
+        by_slice = [
+            {
+                name: SourceCounts(
+                    late=tallied(name, k, "late"),
+                    joined=side.joined,
+                    unmatched_emitted=side.unmatched_emitted,
+                    unmatched_dropped=side.unmatched_dropped,
+                    open=side.open,
+                )
+                for name, side in sides.items()
+            }
+            for k, sides in enumerate(evaluation.counts)
+        ]
+        output = reduce(
+            DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted]
+        )
+        next_state = None
+        if evaluation.state is not None:
+            next_state = {name: rows.drop(NEW) for name, rows in evaluation.state.items()}
+        return StepResult(
+            output=output,
+            late=reduce(DataFrame.unionByName, late_parts),
+            by_slice=by_slice,
+            state=next_state,
+            max_event=max_event,
+            watermark=closing,
+            cached=evaluation.cached,
         )
 
     # ------------------------------------------------------------------ time
@@ -235,3 +352,6 @@ class IntervalJoin:
                 with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
             )
         return state
+
+
+register("interval")(IntervalJoin.build)

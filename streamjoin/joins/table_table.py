@@ -24,12 +24,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from streamjoin import changelog
-from streamjoin.arrival import SRC, TS, V
+from streamjoin import arrival, changelog
+from streamjoin.arrival import REJECT, SRC, TS, V
 from streamjoin.errors import UnsupportedJobError
+from streamjoin.joins.base import (
+    END_OF_INPUT,
+    JoinOperator,
+    KeyedOutput,
+    StepInput,
+    StepResult,
+    register,
+    tally_by_slice,
+)
+from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, Plan
 from streamjoin.timeutil import to_micros
 
@@ -40,7 +50,7 @@ _EXISTS, _VALUE = "_sj_exists", "_sj_value"
 
 
 @dataclass(frozen=True)
-class TableTableJoin:
+class TableTableJoin(JoinOperator):
     left: str
     right: str
     type: str  # inner | left | full
@@ -166,6 +176,70 @@ class TableTableJoin:
         )
         return rows.withColumn(OP, op).where(F.col(OP).isNotNull()).drop(_EXISTS, _VALUE)
 
+    # ------------------------------------------------------------------ the operator
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> TableTableJoin:
+        return cls.from_plan(join, plan.source(join.left[0]), plan.source(join.right))
+
+    def keyed_output(self, plan: Plan) -> KeyedOutput:
+        """The result table's changes, keyed by RESULT_KEY; a key's changes in position order."""
+        bookkeeping = ("change_source", "change_version")
+        return KeyedOutput(RESULT_KEY, OP, (plan.spec.output.time, *bookkeeping), bookkeeping)
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Table-table: the result's changes settled after `after` (and, in a replay, inside the slice)
+        and the result table as of the settled bound. Nothing is late: tables have no lateness."""
+        join, tables, slices, after, final = self, inputs.tables, inputs.slices, inputs.after, inputs.final
+        known = join.known_until({name: t.newest_ts for name, t in tables.items()})
+        bound = END_OF_INPUT if final else known
+        applied = {name: t.changes.where(F.col(REJECT).isNull()).drop(REJECT) for name, t in tables.items()}
+        changes = join.changes(plan, applied[join.left], applied[join.right])
+        when = F.col(f"{POINT}.ts")
+        settled = changes.where(F.lit(False) if bound is None else when <= F.lit(bound))
+        emitted = settled
+        if after is not None:
+            emitted = emitted.where(when > F.lit(after))
+        emitted = emitted.where(slices.inside(when))
+        out_time = plan.spec.output.time
+        output = emitted.select(
+            RESULT_KEY,
+            OP,
+            *[F.col(f"`{c}`") for c in plan.output_columns],
+            F.timestamp_micros(when).alias(out_time),
+            F.col(f"{POINT}.src").alias("change_source"),
+            F.col(f"{POINT}.v").alias("change_version"),
+        )
+        result = (
+            latest(settled)
+            .where(F.col(OP) == "upsert")
+            .select(
+                RESULT_KEY,
+                *[F.col(f"`{c}`") for c in plan.output_columns],
+                F.timestamp_micros(when).alias(out_time),
+            )
+        )
+        applied_by_slice = {
+            name: tally_by_slice(
+                table.changes, table.owner, applied=F.count(F.when(F.col(REJECT).isNull(), 1))
+            )
+            for name, table in tables.items()
+        }
+        by_slice = [
+            {name: SourceCounts(**tally.get(k, {"applied": 0})) for name, tally in applied_by_slice.items()}
+            for k in range(len(slices))
+        ]
+        no_late_rows = arrival.side_rows(tables[join.left].changes.limit(0), join.left, F.lit("late"))
+        return StepResult(
+            output=output,
+            late=no_late_rows,
+            by_slice=by_slice,
+            state=None,
+            max_event=None,
+            watermark=known,
+            result=result,
+        )
+
 
 def _position(alias: str | None = None) -> Column:
     prefix = f"{alias}." if alias else ""
@@ -182,7 +256,4 @@ def latest(changes: DataFrame, *order: str) -> DataFrame:
     return changes.withColumn("_sj_n", F.row_number().over(by_key)).where(F.col("_sj_n") == 1).drop("_sj_n")
 
 
-def count_ops(changes: DataFrame) -> dict[str, int]:
-    """How many `upsert` and `delete` changes (absent ops count 0)."""
-    counted = {r[OP]: r["n"] for r in changes.groupBy(OP).agg(F.count(F.lit(1)).alias("n")).collect()}
-    return {op: counted.get(op, 0) for op in ("upsert", "delete")}
+register("table-table")(TableTableJoin.build)

@@ -33,14 +33,18 @@ LEFT pads it with NULLs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StructField
 
-from streamjoin import changelog
-from streamjoin.arrival import ALL_TIME, TS, CommitStats, Slices, T, V, watermarks
-from streamjoin.joins.interval import OUT_T, Evaluation, SideCounts
-from streamjoin.plan import BoundJoin, BoundSource
+from streamjoin import arrival, changelog
+from streamjoin.arrival import ALL_TIME, REJECT, TS, CommitStats, Slices, T, V, watermarks
+from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register, tally_by_slice
+from streamjoin.joins.interval import MATCHED, OUT_T, Evaluation, SideCounts
+from streamjoin.metrics import SourceCounts
+from streamjoin.plan import BoundJoin, BoundSource, Plan
 from streamjoin.timeutil import to_micros
 
 DECIDED = "_sj_decided"
@@ -48,7 +52,7 @@ _NEAREST = "_sj_nearest"
 
 
 @dataclass(frozen=True)
-class TemporalJoin:
+class TemporalJoin(JoinOperator):
     stream: str
     table: str
     type: str  # inner | left
@@ -86,6 +90,90 @@ class TemporalJoin:
     def margins(self, side: str) -> tuple[int, int]:
         """A slice owns its stream rows by event time and needs no stream rows beyond it."""
         return 0, 0
+
+    # ------------------------------------------------------------------ the operator
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> TemporalJoin:
+        return cls.from_plan(join, plan.source(join.right))
+
+    def state_fields(self) -> tuple[StructField, ...]:
+        """The interval family's shape: undecided stream rows, never matched."""
+        return (StructField(MATCHED, BooleanType()),)
+
+    def open_in_state(self) -> Column:
+        return ~F.col(MATCHED)
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """A stream row against a table's versions: table lateness, versions, the lookup, accounting.
+
+        Stream rows are never late in these joins (joins/temporal.py); the table's changes are, when
+        their version time is below the table's watermark at their arrival (exact mode).
+        """
+        join, settled, mode, state = self, inputs.settled, inputs.mode, inputs.state
+        table, slices, keep_state, final = (
+            inputs.tables[self.table],
+            inputs.slices,
+            inputs.keep_state,
+            inputs.final,
+        )
+        marks, largest = join.table_watermarks(table.commits, mode)
+        changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
+        accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
+        versions = changelog.versions(
+            changes.where(accepted & ~late).drop(arrival.WM, REJECT), join.key, join.order
+        )
+        tally = tally_by_slice(
+            changes,
+            table.owner,
+            late=F.count(F.when(late, 1)),
+            applied=F.count(F.when(accepted & ~late, 1)),
+        )
+        late_rows = arrival.side_rows(
+            changes.where(table.owner.isNotNull() & late), join.table, F.lit("late"), F.col(arrival.WM)
+        )
+
+        rows = settled[join.stream]
+        if state is not None:  # the live runner's undecided rows
+            rows = (
+                state[join.stream]
+                .drop(MATCHED)
+                .unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
+            )
+        known = join.known_until(table.newest_ts, table.stream_clock)
+        is_decided = F.lit(True) if final else join.decided(known, largest)
+        evaluation = join.evaluate(rows, versions, is_decided, slices=slices, keep_state=keep_state)
+        by_slice = []
+        for k, sides in enumerate(evaluation.counts):
+            decided = sides[join.stream]
+            by_slice.append(
+                {
+                    join.stream: SourceCounts(
+                        joined=decided.joined,
+                        unmatched_emitted=decided.unmatched_emitted,
+                        unmatched_dropped=decided.unmatched_dropped,
+                        open=decided.open,
+                    ),
+                    join.table: SourceCounts(**tally.get(k, {"late": 0, "applied": 0})),
+                }
+            )
+        output = reduce(
+            DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted]
+        )
+        next_state = None
+        if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
+            next_state = {
+                name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()
+            }
+        return StepResult(
+            output=output,
+            late=late_rows,
+            by_slice=by_slice,
+            state=next_state,
+            max_event=None,
+            watermark=join.horizon(known, largest),
+            cached=evaluation.cached,
+        )
 
     # ------------------------------------------------------------------ time
 
@@ -222,3 +310,6 @@ class TemporalJoin:
 def _user_columns(joined: DataFrame, alias: str) -> list[str]:
     """The table's user columns in a joined frame (by the table's alias)."""
     return [f.name for f in joined.select(f"{alias}.*").schema.fields if not f.name.startswith("_sj_")]
+
+
+register("stream-table", "temporal", "asof")(TemporalJoin.build)

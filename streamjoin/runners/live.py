@@ -36,9 +36,6 @@ from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
-from streamjoin.joins.interval import MATCHED
-from streamjoin.joins.table_table import count_ops
-from streamjoin.joins.table_table import latest as latest_change
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -391,7 +388,7 @@ class LiveRunner:
                     self._write(output, out.location, batch_id, "output", out.partition_by)
 
             parts = [
-                decision.next_state[source.name].select(*self._payloads(source.index), *_STATE_META)
+                decision.next_state[source.name].select(*self._payloads(source.index), *self._state_meta())
                 for source in plan.streams
             ]
             next_state = reduce(DataFrame.unionByName, parts).persist()
@@ -402,7 +399,7 @@ class LiveRunner:
                 r[_IDX]: (r["open"], r["unsettled"])
                 for r in next_state.groupBy(_IDX)
                 .agg(
-                    F.count(F.when(~F.col(PENDING) & ~F.col(MATCHED), 1)).alias("open"),
+                    F.count(F.when(~F.col(PENDING) & self.join.open_in_state(), 1)).alias("open"),
                     F.count(F.when(F.col(PENDING), 1)).alias("unsettled"),
                 )
                 .collect()
@@ -474,11 +471,13 @@ class LiveRunner:
             result = kernel.step(
                 spark,
                 plan,
-                {},
-                arrival.Timeline({}, None),
-                "exact",
-                tables=tables,
-                after=previous.bound if previous else None,
+                kernel.StepInput(
+                    {},
+                    arrival.Timeline({}, None),
+                    "exact",
+                    tables=tables,
+                    after=previous.bound if previous else None,
+                ),
             )
             bound = (
                 result.watermark if result.watermark is not None else (previous.bound if previous else None)
@@ -501,13 +500,12 @@ class LiveRunner:
                 )
             changes = result.output.persist()
             cached.append(changes)
-            ops = count_ops(changes)
+            keyed = self.join.keyed_output(plan)
+            assert keyed is not None  # a job of table sources only has a keyed result
+            ops = keyed.count(changes)
             if sum(ops.values()):
                 self._write(changes, out.side("changes"), batch_id, "changes")
-                net = latest_change(changes, out.time, "change_source", "change_version").drop(
-                    "change_source", "change_version"
-                )
-                delta_io.merge_latest(net, out.location, "result_key", "op")
+                delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
                 self.after_write("output", batch_id)
             for name, decided in result.counts.items():
                 counts[name].applied = decided.applied
@@ -633,7 +631,11 @@ class LiveRunner:
 
     def _unpack(self, state: DataFrame, index: int) -> DataFrame:
         """One source's rows of the packed state, in `decide`'s flat form."""
-        return state.where(F.col(_IDX) == index).select(f"_sj_s{index}.*", *_STATE_META)
+        return state.where(F.col(_IDX) == index).select(f"_sj_s{index}.*", *self._state_meta())
+
+    def _state_meta(self) -> tuple[str, ...]:
+        """The columns of a state row beside the source's own: arrival, the operator's, PENDING."""
+        return (*_ARRIVAL, *[f.name for f in self.join.state_fields()], PENDING)
 
     def _state_schema(self) -> StructType:
         fields = [StructField(_IDX, IntegerType())]
@@ -643,7 +645,7 @@ class LiveRunner:
             StructField(TS, LongType()),
             StructField(SRC, IntegerType()),
             StructField(V, LongType()),
-            StructField(MATCHED, BooleanType()),
+            *self.join.state_fields(),
             StructField(PENDING, BooleanType()),
         ]
         return StructType(fields)
@@ -753,13 +755,15 @@ def decide(
     rejected_parts: list[DataFrame] = []
     cached: list[DataFrame] = []
     settled, waiting, open_state = {}, {}, {}
+    operator = kernel.family(plan)
+    private = [f.name for f in operator.state_fields()]
     for source in plan.streams:
         name = source.name
         accepted, rejected = kernel.split_rejected(new[name])
         rejected_parts.append(kernel.rejected_side_rows(name, rejected))
         pending = accepted.drop(arrival.REJECT)
         if state is not None:
-            pending = state[name].where(F.col(PENDING)).drop(PENDING, MATCHED).unionByName(pending)
+            pending = state[name].where(F.col(PENDING)).drop(PENDING, *private).unionByName(pending)
             open_state[name] = state[name].where(~F.col(PENDING)).drop(PENDING)
         pending = pending.persist()
         cached.append(pending)
@@ -780,19 +784,21 @@ def decide(
     result = kernel.step(
         spark,
         plan,
-        settled,
-        timeline,
-        "exact",
-        state=open_state if state is not None else None,
-        keep_state=True,
-        tables=tables,
+        kernel.StepInput(
+            settled,
+            timeline,
+            "exact",
+            state=open_state if state is not None else None,
+            keep_state=True,
+            tables=tables,
+        ),
     )
     cached += result.cached
     assert result.state is not None  # a stream join's step keeps its open rows when asked to (keep_state)
     next_state = {
         name: result.state[name]
         .withColumn(PENDING, F.lit(False))
-        .unionByName(waiting[name].withColumn(MATCHED, F.lit(False)).withColumn(PENDING, F.lit(True)))
+        .unionByName(_as_state(waiting[name], operator.state_fields()).withColumn(PENDING, F.lit(True)))
         for name in waiting
     }
     return Decision(result, settling, counts, rejected_parts, next_state, tables, cached)
@@ -850,4 +856,11 @@ def _trigger(text: str) -> dict:
     raise JobError(f"trigger {text!r} is unknown; use 'available-now' or 'processing-time:30s'")
 
 
-_STATE_META = (arrival.T, TS, SRC, V, MATCHED, PENDING)
+_ARRIVAL = (arrival.T, TS, SRC, V)
+
+
+def _as_state(rows: DataFrame, fields: tuple[StructField, ...]) -> DataFrame:
+    """Rows waiting for the frontier in the shape of the operator's state (its columns NULL)."""
+    for f in fields:
+        rows = rows.withColumn(f.name, F.lit(None).cast(f.dataType))
+    return rows

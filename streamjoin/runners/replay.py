@@ -23,7 +23,6 @@ from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import TS, T
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.joins.table_table import OP, TableTableJoin
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -160,7 +159,6 @@ def _replay(
     owned = slices.owner().isNotNull()
     settled_rows, rejected_parts, cached = {}, [], []
     for source in plan.streams:
-        assert not isinstance(join, TableTableJoin)  # a table-table join has no stream sources
         before, after = join.margins(source.name)
         rows = positions.read_rows(source, (lo - before, hi + after), (lo, hi)).persist()
         cached.append(rows)
@@ -194,21 +192,25 @@ def _replay(
             )
 
     result = kernel.step(
-        spark, plan, settled_rows, timeline, mode, slices=slices, tables=tables, final=closed
+        spark,
+        plan,
+        kernel.StepInput(settled_rows, timeline, mode, slices=slices, tables=tables, final=closed),
     )
     cached += result.cached
     out = spec.output
     output = result.output.persist()
     cached.append(output)
-    if result.result is None:
+    keyed = join.keyed_output(plan)
+    if keyed is None:
         delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
         after_write(out.location)
-    else:  # table-table: the slices' result changes, and the result table as of the pinned versions
+    else:  # the slices' result changes, and the result table as of the pinned versions
+        assert result.result is not None  # a keyed operator's step gives its result
         delta_io.write_slice(output, out.side("changes"), out.time, start, end)
         after_write(out.side("changes"))
         delta_io.overwrite(result.result, out.location, out.partition_by)
         after_write(out.location)
-    written = _count_output(output, slices, out.time, with_ops=result.result is not None)
+    written = _count_output(output, slices, out.time, None if keyed is None else keyed.op)
     any_late = any(c.late for counts in result.by_slice for c in counts.values())
     if any_late or delta_io.exists(spark, out.side("late")):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
@@ -260,10 +262,11 @@ def _replay(
 
 
 def _count_output(
-    output: DataFrame, slices: arrival.Slices, time_column: str, with_ops: bool
+    output: DataFrame, slices: arrival.Slices, time_column: str, op_column: str | None
 ) -> dict[int, tuple[int, int, int]]:
-    """Per slice number: rows written, and (table-table result changes) how many are upserts and deletes."""
-    op = F.col(OP) if with_ops else F.lit(None)
+    """Per slice number: rows written, and (changes of a keyed result, `op_column`) how many are
+    upserts and deletes."""
+    op = F.col(op_column) if op_column else F.lit(None)
     counted = output.groupBy(slices.number(F.unix_micros(F.col(f"`{time_column}`"))).alias("slice")).agg(
         F.count(F.lit(1)).alias("rows"),
         F.count(F.when(op == "upsert", 1)).alias("upserts"),

@@ -67,7 +67,10 @@ def parse_duration(text: str | int | float, what: str = "duration") -> timedelta
     return sign * total
 
 
-def parse_instant(text: str | datetime, what: str = "time") -> datetime:
+Instant = datetime | str  # a datetime, or an ISO date or datetime (no zone: UTC)
+
+
+def parse_instant(text: Instant, what: str = "time") -> datetime:
     """Parse an ISO date or datetime (with or without zone; none means UTC) into a UTC datetime."""
     if isinstance(text, datetime):
         value = pendulum.instance(text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
 from streamjoin.errors import JobError
 from streamjoin.metrics import BUCKETS
 from streamjoin.runners.replay import replay
+from streamjoin.session import PROJECT_ROOT
 from streamjoin.spec import load_job
 
 UTC = UTC
@@ -280,3 +282,23 @@ def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     assert attempt.status == "invalid" and attempt.rows_out > 0
     assert any("payment_id" in message for message in json.loads(attempt.validation_failed))
     assert attempt.docs and Path(attempt.docs).exists() and "strict_orders" in Path(attempt.docs).read_text()
+
+
+def readme_python() -> str:
+    """The README's Python code block, as a newcomer copies it."""
+    text = (PROJECT_ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert len(blocks) == 1, "the README has one Python block; run every one of them here"
+    return blocks[0]
+
+
+def test_the_readmes_python_block_runs_as_written(spark, demo_data, tmp_path, monkeypatch, capsys):
+    """Issue 18, item 1: after `make demo` (here: the demo's tables under ./data), the README's
+    snippet runs unchanged from the repository's root, ISO strings included."""
+    (tmp_path / "jobs").symlink_to(JOBS_DIR)
+    (tmp_path / "data").symlink_to(demo_data)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STREAMJOIN_ROOT", raising=False)
+    exec(compile(readme_python(), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert re.search(r"orders_payments replay/exact: in [1-9]\d*, out [1-9]\d*", printed), printed

@@ -26,7 +26,7 @@ from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
-from streamjoin.timeutil import from_micros, to_micros
+from streamjoin.timeutil import Instant, from_micros, parse_instant, to_micros
 
 
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
@@ -56,8 +56,8 @@ def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> N
 def replay(
     spark: SparkSession,
     spec: JoinSpec,
-    start: datetime,
-    end: datetime,
+    start: Instant,
+    end: Instant,
     mode: str = "exact",
     versions: dict[str, int] | None = None,
     after_write: Callable[[str], None] | None = None,
@@ -65,6 +65,7 @@ def replay(
     closed: bool = False,
 ) -> RunMetrics:
     """Replay [start, end) of `spec` over pinned versions and replace that slice of its outputs.
+    `start` and `end`: datetimes (naive: UTC) or ISO strings, as the CLI takes them.
 
     Reads only what the slice needs: each stream source's rows in the slice's margins (and the
     rows without event time it owns) from the pinned snapshot, lateness from the arrival index
@@ -83,7 +84,7 @@ def replay(
 def replay_slices(
     spark: SparkSession,
     spec: JoinSpec,
-    slices: Sequence[tuple[datetime, datetime]],
+    slices: Sequence[tuple[Instant, Instant]],
     mode: str = "exact",
     versions: dict[str, int] | None = None,
     after_write: Callable[[str], None] | None = None,
@@ -95,20 +96,22 @@ def replay_slices(
     replay of that slice alone counts it (slice invariance makes the rows the same). A backfill's
     way of paying a replay's fixed costs once rather than per slice; the slices are written
     together, so either all of them are or none is."""
+    windows = _windows(slices)
     locations = [s.location for s in spec.sources]
     try:
         with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
-            return _replay(spark, spec, slices, mode, versions, after_write, checked, closed)
+            return _replay(spark, spec, windows, mode, versions, after_write, checked, closed)
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
             raise
         raise HistoryNotRetainedError(f"{error}{delta_io.vacuum_note(spark, locations)}") from None
 
 
-def _windows(slices: Sequence[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
-    """The slices in UTC, refused unless each is non-empty and each starts where the last ended."""
+def _windows(slices: Sequence[tuple[Instant, Instant]]) -> list[tuple[datetime, datetime]]:
+    """The slices in UTC (ISO strings as the CLI takes them: no zone means UTC), refused unless each
+    is non-empty and each starts where the last ended."""
     utc: list[tuple[datetime, datetime]] = [
-        (pendulum.instance(a).in_timezone("UTC"), pendulum.instance(b).in_timezone("UTC")) for a, b in slices
+        (parse_instant(a, "start"), parse_instant(b, "end")) for a, b in slices
     ]
     if not utc:
         raise JobError("a replay needs at least one slice")
@@ -126,7 +129,7 @@ def _windows(slices: Sequence[tuple[datetime, datetime]]) -> list[tuple[datetime
 def _replay(
     spark: SparkSession,
     spec: JoinSpec,
-    intervals: Sequence[tuple[datetime, datetime]],
+    windows: list[tuple[datetime, datetime]],
     mode: str,
     versions: dict[str, int] | None,
     after_write: Callable[[str], None] | None,
@@ -138,7 +141,6 @@ def _replay(
         raise JobError(
             f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
         )
-    windows = _windows(intervals)
     start, end = windows[0][0], windows[-1][1]
     began = time.monotonic()
     started_at = pendulum.now("UTC")

@@ -93,7 +93,7 @@ def cmd_index(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from streamjoin import delta_io
+    from streamjoin import delta_io, kernel
     from streamjoin.plan import bind
     from streamjoin.session import get_spark
 
@@ -110,19 +110,23 @@ def cmd_validate(args) -> int:
             "create the table(s) or fix the path, or check the file alone with --structure-only"
         )
     plan = bind(spark, spec)
+    kernel.runnable(spark, plan)
     print(
-        f"job {spec.name}: columns, types and expressions ok; output columns {', '.join(plan.output_columns)}"
+        f"job {spec.name}: columns, types, expressions and change data feeds ok; the runners take it; "
+        f"output columns {', '.join(plan.output_columns)}"
     )
     return 0
 
 
 def cmd_explain(args) -> int:
+    from streamjoin import kernel
     from streamjoin.plan import bind, describe
     from streamjoin.runners.replay import pin_versions
     from streamjoin.session import get_spark
 
     spark = get_spark(master=args.master)
     plan = bind(spark, _job(args))
+    kernel.runnable(spark, plan)
     print(describe(plan, pin_versions(spark, plan, _versions(args.versions))))
     return 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival
+from streamjoin import arrival, delta_io
 from streamjoin.arrival import REJECT
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins import FAMILIES
@@ -25,6 +25,7 @@ __all__ = [
     "StepResult",
     "family",
     "rejected_side_rows",
+    "runnable",
     "split_rejected",
     "step",
 ]
@@ -41,6 +42,16 @@ def family(plan: Plan) -> JoinOperator:
         )
     join = plan.joins[0]
     return FAMILIES[join.family](plan, join)
+
+
+def runnable(spark: SparkSession, plan: Plan) -> JoinOperator:
+    """Every check a runner makes of a job before data moves, in one place so that `validate-job`
+    and `explain` refuse what the runners would: an operator runs the join, and every source
+    records its change data feed. Returns the operator."""
+    operator = family(plan)
+    for source in plan.sources:
+        delta_io.require_change_feed(spark, source.spec.location)
+    return operator
 
 
 def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:

@@ -187,3 +187,37 @@ def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
     out = capsys.readouterr().out
     assert "nothing new to process" in out  # the demo's live run already consumed every commit
     assert "payments_shipments_checkpoint" in out
+
+
+def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys, tmp_path):
+    """Issue 18, item 3: one set of checks. A chain of two joins and a source without change
+    data feed pass the file's structure but fail validate-job and explain, as replay refuses them."""
+    root, _ = demo
+    chain = tmp_path / "chain.yaml"
+    chain.write_text(
+        "sources:\n"
+        "  orders: {path: demo/orders, time: order_time}\n"
+        "  payments: {path: demo/payments, time: paid_at}\n"
+        "  again: {path: demo/payments, time: paid_at}\n"
+        "from: orders\n"
+        "joins:\n"
+        "  - {join: payments, on: orders.order_id = payments.order_id, within: 1h}\n"
+        "  - {join: again, on: orders.order_id = again.order_id, within: 1h}\n"
+        "output: {path: demo/out/chain}\n"
+    )
+    for command in ("validate-job", "explain"):
+        assert main(["--root", str(root), command, str(chain)]) == 2, command
+        assert "chains 2 joins; the runners execute one join per job" in capsys.readouterr().err
+    payments = delta_io.read_snapshot(spark, str(root / "demo" / "payments"))
+    payments.write.format("delta").option("delta.enableChangeDataFeed", "false").save(
+        str(tmp_path / "no_feed")
+    )
+    no_feed = tmp_path / "no_feed.yaml"
+    no_feed.write_text(
+        JOBS_BY_NAME["orders_payments"]
+        .read_text()
+        .replace("path: demo/payments", f"path: {tmp_path}/no_feed")
+    )
+    for command in ("validate-job", "explain"):
+        assert main(["--root", str(root), command, str(no_feed)]) == 2, command
+        assert "does not record its change data feed" in capsys.readouterr().err

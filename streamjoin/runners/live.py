@@ -109,9 +109,7 @@ class LiveRunner:
         self.spark = spark
         self.spec = spec
         self.plan: Plan = bind(spark, spec)
-        self.join = kernel.family(self.plan)
-        for source in self.plan.sources:
-            delta_io.require_change_feed(spark, source.spec.location)
+        self.join = kernel.runnable(spark, self.plan)
         # Where each source starts (created here for a new job), and its commits so far.
         self.positions = index.update(spark, self.plan, start_at=start_at)
         self.trigger = _trigger(trigger)

@@ -48,8 +48,8 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
 def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> None:
     """Before any data moves: every source records its change feed and still holds the pinned
     snapshot (its log entry and files). Nothing older is checked: a replay reads nothing older."""
+    kernel.runnable(spark, plan)
     for source in plan.sources:
-        delta_io.require_change_feed(spark, source.spec.location)
         delta_io.check_retained(spark, source.spec.location, versions[source.name])
 
 

@@ -147,7 +147,9 @@ def failure_message(job: str, summary: dict[str, Any]) -> str:
 
 
 def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
-    """`streamjoin_<job>`: one slice per data interval, on the job's local calendar schedule, catchup on."""
+    """`streamjoin_<job>`: one slice per data interval, on the job's local calendar schedule; catches
+    up from schedule.start only when the job declares one (a job without a start would otherwise
+    run every interval since DEFAULT_START on unpausing)."""
     asset = output_asset(spec)
     schedule = spec.schedule
     with DAG(
@@ -155,7 +157,7 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
         description=spec.description or f"streamjoin job {spec.name}: backfill slices",
         schedule=CronDataIntervalTimetable(cron_for(schedule.every), timezone=schedule.timezone),
         start_date=start_date(spec),
-        catchup=True,
+        catchup=spec.schedule.start is not None,
         max_active_runs=1,  # each run starts a Spark driver; `backfill create --max-active-runs` raises it
         tags=["streamjoin", "backfill"],
         doc_md=f"Replays job file `{job_file}` one data interval (every {schedule.every}, "

@@ -110,7 +110,10 @@ def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_ho
         dag = parsed["dags"][f"streamjoin_{job.name}"]
         assert dag["timetable"] == "CronDataIntervalTimetable" and dag["timezone"] == job.schedule.timezone
         assert dag["cron"] == CRON[job.schedule.every]
-        assert dag["catchup"] is True and dag["tags"] == ["backfill", "streamjoin"]
+        assert dag["catchup"] is (job.schedule.start is not None) and dag["tags"] == [
+            "backfill",
+            "streamjoin",
+        ]
         assert dag["outlets"]["replay_slice"] == [f"file://{job.output.location}"]
 
 
@@ -170,6 +173,9 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
         "sevenhours",
         JOB.format(name="sevenhours", rate=0.5, extra="").replace("every: 1d", "every: 7h"),
     )
+    write_job(
+        jobs, "nostart", JOB.format(name="nostart", rate=0.5, extra="").replace(', start: "2023-12-01"', "")
+    )
     write_job(jobs, "zz_again", JOB.format(name="berlin", rate=0.5, extra=""))  # a second job named berlin
     monkeypatch.setenv("STREAMJOIN_JOBS", str(jobs))
     monkeypatch.setenv("STREAMJOIN_ROOT", str(tmp_path / "data"))
@@ -177,7 +183,15 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     with pytest.warns(UserWarning, match="skipped, no DAG made"):  # DagBag re-raises the file's warnings
         bag = DagBag(dag_folder=str(DAG_FILE))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"streamjoin_berlin", "streamjoin_berlin_live", "streamjoin_hourly"}
+    assert set(bag.dag_ids) == {
+        "streamjoin_berlin",
+        "streamjoin_berlin_live",
+        "streamjoin_hourly",
+        "streamjoin_nostart",
+    }
+    # issue 18, item 7: only a job that says where its data starts catches up on unpausing
+    assert bag.get_dag("streamjoin_berlin").catchup is True
+    assert bag.get_dag("streamjoin_nostart").catchup is False
     warned = "\n".join(w for ws in bag.captured_warnings.values() for w in ws)
     assert "broken.yaml skipped" in warned and "is not valid YAML" in warned
     assert (

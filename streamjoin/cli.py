@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from streamjoin import __version__
 from streamjoin.errors import JobError, StreamJoinError
 from streamjoin.timeutil import parse_instant
 
@@ -272,6 +273,7 @@ _FROM_HELP = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"streamjoin {__version__}")
     parser.add_argument(
         "--master",
         help="Spark master (default $STREAMJOIN_MASTER or local[*]); spark://host:7077 for a cluster",

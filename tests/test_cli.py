@@ -163,6 +163,15 @@ def test_errors_exit_with_a_message(demo, capsys, tmp_path):
     assert "columns and types not checked (--structure-only" in capsys.readouterr().out
 
 
+def test_version(capsys):
+    from streamjoin import __version__
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"streamjoin {__version__}" and __version__[0].isdigit()
+
+
 def test_help_on_each_command(capsys):
     for command in ("demo", "stream", "replay", "explain", "validate-job"):
         with pytest.raises(SystemExit) as done:

@@ -95,7 +95,7 @@ def cmd_index(args) -> int:
 
 def cmd_validate(args) -> int:
     from streamjoin import delta_io, kernel
-    from streamjoin.plan import bind
+    from streamjoin.plan import bind, grace_warnings
     from streamjoin.session import get_spark
 
     spec = _job(args)
@@ -116,12 +116,14 @@ def cmd_validate(args) -> int:
         f"job {spec.name}: columns, types, expressions and change data feeds ok; the runners take it; "
         f"output columns {', '.join(plan.output_columns)}"
     )
+    for warning in grace_warnings(spark, plan):
+        print(f"warning: {warning}")
     return 0
 
 
 def cmd_explain(args) -> int:
     from streamjoin import kernel
-    from streamjoin.plan import bind, describe
+    from streamjoin.plan import bind, describe, grace_warnings
     from streamjoin.runners.replay import pin_versions
     from streamjoin.session import get_spark
 
@@ -129,6 +131,8 @@ def cmd_explain(args) -> int:
     plan = bind(spark, _job(args))
     kernel.runnable(spark, plan)
     print(describe(plan, pin_versions(spark, plan, _versions(args.versions))))
+    for warning in grace_warnings(spark, plan):
+        print(f"warning: {warning}")
     return 0
 
 

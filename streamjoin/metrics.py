@@ -36,6 +36,9 @@ BUCKETS = (
 )
 
 
+LATE_SHARE_NOTED = 0.2  # a run whose late rows are this share of its accepted rows says so
+
+
 @dataclass
 class SourceCounts:
     """One source's rows in one run, by bucket."""
@@ -97,7 +100,17 @@ class RunMetrics:
                 else ""
             )
             + " "
-            f"| adds up: {'yes' if self.balanced() else 'NO'}"
+            f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note()
+        )
+
+    def _late_note(self) -> str:
+        """A high share of late rows, said with its usual cause (docs/semantics.md, "Time")."""
+        late, came = self.total("late"), self.total("rows_in") - self.total("rejected")
+        if came <= 0 or late / came < LATE_SHARE_NOTED:
+            return ""
+        return (
+            f" | {late / came:.0%} of the rows arrived late: is grace shorter than the time between the sources' "
+            "commits? `streamjoin validate-job JOB` compares them"
         )
 
     def row(self) -> dict:

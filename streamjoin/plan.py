@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -382,6 +383,61 @@ def _check_expressions(
                 f"job {spec.name!r}: output.partition_by names {column!r}, which the select list does not produce"
             )
     return tuple(columns)
+
+
+# Operations that add rows to a table (what its commit spacing is measured on).
+_WRITES = (
+    "WRITE",
+    "STREAMING UPDATE",
+    "MERGE",
+    "UPDATE",
+    "CREATE TABLE AS SELECT",
+    "REPLACE TABLE AS SELECT",
+)
+_SPACING_COMMITS = 20  # the newest commits a source's spacing is measured on
+
+
+def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
+    """Joins whose grace is shorter than the time between a source's commits.
+
+    Each commit brings the rows since the one before, so a source committing every 6 hours brings
+    rows up to 6 hours old, while lateness counts from the newest event time any source has
+    committed: with a 10-minute grace, most of its rows arrive late. The spacing is the median
+    gap between the source's newest row-adding commits."""
+    warnings = []
+    for step, join in enumerate(plan.joins, 1):
+        if join.family == "interval":
+            judged = [*join.left, join.right]
+        elif join.family == "temporal":
+            judged = [join.right]  # its versions can be late; the stream's rows cannot
+        else:
+            continue
+        grace = join.spec.grace
+        for name in judged:
+            source = plan.source(name)
+            if source.spec.kind == "table" and not source.spec.time:
+                continue
+            location = source.spec.location
+            newest = delta_io.latest_version(spark, location)
+            since = max(newest - _SPACING_COMMITS, 0)
+            commits = [
+                c
+                for c in delta_io.history(spark, location, since=since, upto=newest)
+                if c.operation.upper() in _WRITES
+            ]
+            gaps = sorted(b.timestamp - a.timestamp for a, b in zip(commits, commits[1:], strict=False))
+            if len(gaps) < 2:
+                continue
+            spacing = timedelta(seconds=round(gaps[len(gaps) // 2].total_seconds()))
+            if spacing > grace:
+                warnings.append(
+                    f"join {step} ({join.spec.type.upper()} JOIN {join.right}): source {name!r} commits about every "
+                    f"{format_duration(spacing)} (median of its last {len(gaps)} gaps), but grace is "
+                    f"{format_duration(grace)}. Each commit brings rows up to that old, and a row more than grace "
+                    "behind the newest event time of any source is late: expect many late rows. Set grace to at "
+                    f"least {format_duration(spacing)}"
+                )
+    return warnings
 
 
 def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aging import write_commits
 
 from streamjoin import delta_io
 from streamjoin.cli import build_parser, main
@@ -230,3 +233,46 @@ def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys
     for command in ("validate-job", "explain"):
         assert main(["--root", str(root), command, str(no_feed)]) == 2, command
         assert "does not record its change data feed" in capsys.readouterr().err
+
+
+def test_a_grace_shorter_than_the_commit_spacing_is_warned_and_its_late_rows_explained(
+    spark, capsys, tmp_path
+):
+    """Issue 18, item 2: two tables committed every 6 hours (3 hours apart), a 10-minute grace.
+    validate-job and explain say so with the numbers; the replay's summary points at it."""
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None) - timedelta(days=3)
+    for side, offset in (("l", 0), ("r", 3)):
+        commits = []
+        for n in range(5):
+            when = start + timedelta(hours=offset + 6 * n)
+            rows = [
+                (f"{side}{n}_{m}", "k", when - timedelta(hours=m), 0) for m in range(6)
+            ]  # rows of the last 6 h
+            commits.append((when, rows))
+        write_commits(
+            spark,
+            str(tmp_path / side),
+            commits,
+            "id string, k string, t timestamp, v int",
+            {"delta.enableChangeDataFeed": "true"},
+        )
+    job = tmp_path / "spaced.yaml"
+    job.write_text(
+        "sources: {l: {path: l, time: t}, r: {path: r, time: t}}\nfrom: l\n"
+        "joins: [{join: r, on: l.k = r.k, within: 1h, grace: 10m}]\n"
+        "select: [l.id AS lid, r.id AS rid]\noutput: {path: out}\n"
+    )
+    for command in ("validate-job", "explain"):
+        assert main(["--root", str(tmp_path), command, str(job)]) == 0
+        printed = capsys.readouterr().out
+        for side in ("l", "r"):
+            assert (
+                f"source {side!r} commits about every 6h (median of its last 4 gaps), but grace is 10m"
+                in printed
+            )
+        assert "Set grace to at least 6h" in printed
+    day = [start.isoformat(), (start + timedelta(days=2)).isoformat()]
+    assert main(["--root", str(tmp_path), "replay", str(job), "--start", day[0], "--end", day[1]]) == 0
+    assert re.search(
+        r"\| \d+% of the rows arrived late: is grace shorter than the time between", capsys.readouterr().out
+    )

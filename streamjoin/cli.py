@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -249,9 +252,20 @@ def cmd_stream(args) -> int:
     spec = _job(args)
     spark = get_spark(master=args.master)
     checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
-    runner = LiveRunner(spark, spec, checkpoint, trigger=args.trigger, start_at=_starts_for(spec, args.from_))
-    print(f"job {spec.name}: live, trigger {args.trigger}, checkpoint {checkpoint}")
-    runs = runner.run(timeout=args.timeout)
+    runner = LiveRunner(
+        spark,
+        spec,
+        checkpoint,
+        trigger=args.trigger,
+        start_at=_starts_for(spec, args.from_),
+        on_batch=_print_batch,
+    )
+    print(
+        f"job {spec.name}: live, trigger {args.trigger}, checkpoint {checkpoint} (Ctrl-C stops it)",
+        flush=True,
+    )
+    with _interruptible() as interrupted:
+        runs = runner.run(timeout=args.timeout, stop_requested=interrupted)
     if runs:
         from streamjoin.metrics import combine
 
@@ -259,7 +273,46 @@ def cmd_stream(args) -> int:
     else:
         print("nothing new to process")
     print(f"output: {spec.output.location}; per-batch metrics in {spec.output.side('metrics')}")
+    if interrupted():
+        print(
+            f"stopped between micro-batches; resume with: streamjoin stream {args.job} --checkpoint {checkpoint}"
+            + (f" --trigger {args.trigger}" if args.trigger != "available-now" else "")
+        )
     return 0
+
+
+def _print_batch(metrics) -> None:
+    """One line per live micro-batch, as it is recorded."""
+    held = metrics.total("open") + metrics.total("unsettled")
+    print(
+        f"batch {metrics.batch}: in {metrics.total('rows_in')}, out {metrics.rows_out}, late {metrics.total('late')}, "
+        f"rejected {metrics.total('rejected')}, held {held} ({metrics.duration_s:.1f} s)",
+        flush=True,
+    )
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """While inside: the first Ctrl-C asks for a stop between micro-batches (the yielded callable
+    says whether it came); a second one interrupts at once."""
+    requested = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum, frame) -> None:
+        if requested.is_set():
+            raise KeyboardInterrupt
+        requested.set()
+        print(
+            "stopping after the current micro-batch (Ctrl-C again to interrupt it)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def cmd_demo(args) -> int:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from aging import write_commits
+from harness import create_tables, write_commit
 
 from streamjoin import delta_io
 from streamjoin.cli import build_parser, main
@@ -276,3 +280,36 @@ def test_a_grace_shorter_than_the_commit_spacing_is_warned_and_its_late_rows_exp
     assert re.search(
         r"\| \d+% of the rows arrived late: is grace shorter than the time between", capsys.readouterr().out
     )
+
+
+def test_ctrl_c_on_stream_stops_between_batches_and_says_how_to_resume(spark, tmp_path):
+    """Issue 18, item 4: `stream` prints a line per micro-batch; Ctrl-C (SIGINT) lets the batch in
+    progress finish, exits 0 without a traceback and prints the command that resumes."""
+    paths = create_tables(spark, tmp_path)
+    write_commit(spark, paths[0], [("a1", "k", 10, 1)])
+    write_commit(spark, paths[1], [("b1", "k", 12, 1)])
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"sources: {{l: {{path: {paths[0]}, time: t}}, r: {{path: {paths[1]}, time: t}}}}\nfrom: l\n"
+        "joins: [{join: r, on: l.k = r.k, within: 10s, grace: 5s}]\nselect: [l.id AS lid, r.id AS rid]\n"
+        f"output: {{path: {tmp_path}/out}}\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "streamjoin.cli", "stream", str(job), "--trigger", "processing-time:1s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    lines = []
+    for line in child.stdout:  # until the first micro-batch is reported
+        lines.append(line)
+        if line.startswith("batch 0: in 2, out "):
+            break
+    else:
+        raise AssertionError(f"no batch line: {lines}, {child.stderr.read() if child.stderr else ''}")
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err[-3000:]
+    assert f"resume with: streamjoin stream {job} --checkpoint {tmp_path}/out_checkpoint" in out
+    assert "stopping after the current micro-batch" in err and "Traceback" not in err

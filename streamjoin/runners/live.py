@@ -105,6 +105,7 @@ class LiveRunner:
         max_files_per_trigger: int | None = None,
         after_write: Callable[[str, int], None] | None = None,
         start_at: dict[str, index.StartAt] | None = None,
+        on_batch: Callable[[RunMetrics], None] | None = None,
     ) -> None:
         self.spark = spark
         self.spec = spec
@@ -115,6 +116,7 @@ class LiveRunner:
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.after_write = after_write or (lambda table, batch: None)
+        self.on_batch = on_batch or (lambda metrics: None)  # told of each micro-batch once it is recorded
         if "://" in checkpoint and not checkpoint.startswith("file:"):
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
         self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
@@ -189,8 +191,12 @@ class LiveRunner:
         )
         return writer.trigger(**self.trigger).start()
 
-    def run(self, timeout: float | None = None) -> list[RunMetrics]:
-        """Start and wait (available-now: until every committed row is processed); the batches' metrics."""
+    def run(
+        self, timeout: float | None = None, stop_requested: Callable[[], bool] | None = None
+    ) -> list[RunMetrics]:
+        """Start and wait (available-now: until every committed row is processed; else until
+        `timeout` seconds have passed or `stop_requested()` says so, then stop between two
+        micro-batches); the batches' metrics."""
         already = len(self.runs)
         advice = (
             f"Checkpoint {self.checkpoint} stopped before them and cannot go on. Backfill the job up to a "
@@ -201,8 +207,7 @@ class LiveRunner:
         with delta_io.translated_errors(locations, "the commits this checkpoint has still to read", advice):
             query = self.start()
             try:
-                # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
-                query.awaitTermination(timeout)  # type: ignore[arg-type]
+                self._wait(query, timeout, stop_requested or (lambda: False))
             finally:
                 if query.isActive:
                     query.stop()
@@ -211,6 +216,25 @@ class LiveRunner:
             if error is not None:
                 raise error
         return self.runs[already:]
+
+    def _wait(self, query: StreamingQuery, timeout: float | None, stop_requested: Callable[[], bool]) -> None:
+        """Wait for the query to end, the timeout, or a stop request; a requested stop waits for
+        the micro-batch in progress to finish (its writes would be redone anyway, but need not be)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while query.isActive:
+            if stop_requested():
+                while query.isActive and query.status.get("isTriggerActive"):
+                    time.sleep(0.2)
+                return
+            wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if wait <= 0:
+                return
+            # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
+            query.awaitTermination(wait)  # type: ignore[arg-type]
+
+    def _finished(self, metrics: RunMetrics) -> None:
+        self.runs.append(metrics)
+        self.on_batch(metrics)
 
     def started(self) -> bool:
         """Whether this checkpoint has processed (or been seeded with) anything."""
@@ -443,7 +467,7 @@ class LiveRunner:
                 )
             )
             if outputs:
-                self.runs.append(metrics)
+                self._finished(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()
@@ -524,7 +548,7 @@ class LiveRunner:
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
             self._save_progress(progress)
-            self.runs.append(metrics)
+            self._finished(metrics)
         finally:
             for frame in cached:
                 frame.unpersist()

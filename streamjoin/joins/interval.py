@@ -106,18 +106,12 @@ class IntervalJoin(JoinOperator):
 
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Lateness by the streams' watermark, the join, padding of closed windows, the accounting."""
-        join, settled, timeline, mode, state = (
-            self,
-            inputs.settled,
-            inputs.timeline,
-            inputs.mode,
-            inputs.state,
-        )
+        settled, timeline, mode, state = inputs.settled, inputs.timeline, inputs.mode, inputs.state
         slices, keep_state, final = inputs.slices, inputs.keep_state, inputs.final
-        marks, max_event = timeline.watermarks(join.grace), timeline.max_event
+        marks, max_event = timeline.watermarks(self.grace), timeline.max_event
         if mode == "complete":
             marks = {}
-        closing = None if max_event is None else max_event - join.grace
+        closing = None if max_event is None else max_event - self.grace
 
         on_time, late_parts, tally_parts = {}, [], []
         table = arrival.watermark_table(spark, marks)
@@ -167,7 +161,7 @@ class IntervalJoin(JoinOperator):
         def tallied(name: str, k: int, field: str) -> int:
             return tally[(name, k)][field] if (name, k) in tally else 0
 
-        evaluation = join.evaluate(
+        evaluation = self.evaluate(
             on_time,
             END_OF_INPUT if final else closing,
             {name: [tallied(name, k, "candidates") for k in range(len(slices))] for name in settled},

@@ -190,11 +190,11 @@ class TableTableJoin(JoinOperator):
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Table-table: the result's changes settled after `after` (and, in a replay, inside the slice)
         and the result table as of the settled bound. Nothing is late: tables have no lateness."""
-        join, tables, slices, after, final = self, inputs.tables, inputs.slices, inputs.after, inputs.final
-        known = join.known_until({name: t.newest_ts for name, t in tables.items()})
+        tables, slices, after, final = inputs.tables, inputs.slices, inputs.after, inputs.final
+        known = self.known_until({name: t.newest_ts for name, t in tables.items()})
         bound = END_OF_INPUT if final else known
         applied = {name: t.changes.where(F.col(REJECT).isNull()).drop(REJECT) for name, t in tables.items()}
-        changes = join.changes(plan, applied[join.left], applied[join.right])
+        changes = self.changes(plan, applied[self.left], applied[self.right])
         when = F.col(f"{POINT}.ts")
         settled = changes.where(F.lit(False) if bound is None else when <= F.lit(bound))
         emitted = settled
@@ -229,7 +229,7 @@ class TableTableJoin(JoinOperator):
             {name: SourceCounts(**tally.get(k, {"applied": 0})) for name, tally in applied_by_slice.items()}
             for k in range(len(slices))
         ]
-        no_late_rows = arrival.side_rows(tables[join.left].changes.limit(0), join.left, F.lit("late"))
+        no_late_rows = arrival.side_rows(tables[self.left].changes.limit(0), self.left, F.lit("late"))
         return StepResult(
             output=output,
             late=no_late_rows,

@@ -107,21 +107,21 @@ class TemporalJoin(JoinOperator):
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """A stream row against a table's versions: table lateness, versions, the lookup, accounting.
 
-        Stream rows are never late in these joins (joins/temporal.py); the table's changes are, when
+        Stream rows are never late in these joins; the table's changes are, when
         their version time is below the table's watermark at their arrival (exact mode).
         """
-        join, settled, mode, state = self, inputs.settled, inputs.mode, inputs.state
+        settled, mode, state = inputs.settled, inputs.mode, inputs.state
         table, slices, keep_state, final = (
             inputs.tables[self.table],
             inputs.slices,
             inputs.keep_state,
             inputs.final,
         )
-        marks, largest = join.table_watermarks(table.commits, mode)
+        marks, largest = self.table_watermarks(table.commits, mode)
         changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
         accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
         versions = changelog.versions(
-            changes.where(accepted & ~late).drop(arrival.WM, REJECT), join.key, join.order
+            changes.where(accepted & ~late).drop(arrival.WM, REJECT), self.key, self.order
         )
         tally = tally_by_slice(
             changes,
@@ -130,31 +130,31 @@ class TemporalJoin(JoinOperator):
             applied=F.count(F.when(accepted & ~late, 1)),
         )
         late_rows = arrival.side_rows(
-            changes.where(table.owner.isNotNull() & late), join.table, F.lit("late"), F.col(arrival.WM)
+            changes.where(table.owner.isNotNull() & late), self.table, F.lit("late"), F.col(arrival.WM)
         )
 
-        rows = settled[join.stream]
+        rows = settled[self.stream]
         if state is not None:  # the live runner's undecided rows
             rows = (
-                state[join.stream]
+                state[self.stream]
                 .drop(MATCHED)
                 .unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
             )
-        known = join.known_until(table.newest_ts, table.stream_clock)
-        is_decided = F.lit(True) if final else join.decided(known, largest)
-        evaluation = join.evaluate(rows, versions, is_decided, slices=slices, keep_state=keep_state)
+        known = self.known_until(table.newest_ts, table.stream_clock)
+        is_decided = F.lit(True) if final else self.decided(known, largest)
+        evaluation = self.evaluate(rows, versions, is_decided, slices=slices, keep_state=keep_state)
         by_slice = []
         for k, sides in enumerate(evaluation.counts):
-            decided = sides[join.stream]
+            decided = sides[self.stream]
             by_slice.append(
                 {
-                    join.stream: SourceCounts(
+                    self.stream: SourceCounts(
                         joined=decided.joined,
                         unmatched_emitted=decided.unmatched_emitted,
                         unmatched_dropped=decided.unmatched_dropped,
                         open=decided.open,
                     ),
-                    join.table: SourceCounts(**tally.get(k, {"late": 0, "applied": 0})),
+                    self.table: SourceCounts(**tally.get(k, {"late": 0, "applied": 0})),
                 }
             )
         output = reduce(
@@ -171,7 +171,7 @@ class TemporalJoin(JoinOperator):
             by_slice=by_slice,
             state=next_state,
             max_event=None,
-            watermark=join.horizon(known, largest),
+            watermark=self.horizon(known, largest),
             cached=evaluation.cached,
         )
 

@@ -68,7 +68,7 @@ def test_validate_job_on_every_job(demo, capsys):
     for job in JOBS:
         assert main(["--root", str(root), "validate-job", str(job)]) == 0
         out = capsys.readouterr().out
-        assert "structure ok" in out and "columns, types and expressions ok" in out, out
+        assert "structure ok" in out and "columns, types, expressions and change data feeds ok" in out, out
 
 
 def test_explain_on_every_job(demo, capsys):

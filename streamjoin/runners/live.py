@@ -227,7 +227,7 @@ class LiveRunner:
                     time.sleep(0.2)
                 return
             wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-            if wait <= 0:
+            if wait < 0.001:  # Spark waits whole milliseconds, and refuses 0
                 return
             # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
             query.awaitTermination(wait)  # type: ignore[arg-type]

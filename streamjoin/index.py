@@ -390,12 +390,17 @@ def _tagged(raw: DataFrame, source: BoundSource) -> DataFrame:
     )
 
 
+def _tracked(rows: DataFrame, source: BoundSource, start: Entry) -> DataFrame:
+    """Rows read with row tracking (`_metadata.row_commit_version`), tagged; rows committed at or
+    before the start version are its history and count at that version."""
+    return _tagged(rows, source).withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
+
+
 def _all_rows(spark: SparkSession, source: BoundSource, start: Entry, version: int) -> DataFrame:
     """Every row of the source up to `version`, tagged, with rows of the history at the start version."""
     location_ = source.spec.location
     if start.row_tracking:
-        rows = _tagged(delta_io.read_rows(spark, location_, version), source)
-        return rows.withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
+        return _tracked(delta_io.read_rows(spark, location_, version), source, start)
     history = _history_rows(spark, source, start)
     if version <= start.version:
         return history
@@ -524,13 +529,12 @@ class Index:
             if source.time_is_timestamp():  # lets Delta skip files by the time column's statistics
                 near = raw.isNull() | ((raw >= F.lit(raw_low)) & (raw < F.lit(raw_high)))
                 ahead = self._ahead_versions(source, owned)
-                rows = _tagged(snapshot.where(near), source)
+                rows = _tracked(snapshot.where(near), source, start)
                 if ahead:  # and the rows this slice owns by commit time for leading it too far
-                    far = _tagged(snapshot.where(~near), source)
-                    rows = rows.unionByName(far.where(F.greatest(F.col(V), F.lit(start.version)).isin(ahead)))
+                    far = _tracked(snapshot.where(~near), source, start)
+                    rows = rows.unionByName(far.where(F.col(V).isin(ahead)))
             else:
-                rows = _tagged(snapshot, source)
-            rows = rows.withColumn(V, F.greatest(F.col(V), F.lit(start.version)))
+                rows = _tracked(snapshot, source, start)
         else:
             rows = self._rows_from_change_feed(source, time_range, owned)
         return self._with_commit_times(source, rows).where(arrival.in_reach(time_range, owned))

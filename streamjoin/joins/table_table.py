@@ -211,7 +211,8 @@ class TableTableJoin(JoinOperator):
             F.col(f"{POINT}.v").alias("change_version"),
         )
         result = (
-            latest(settled)
+            KeyedOutput(RESULT_KEY, OP, (POINT,))
+            .latest(settled)
             .where(F.col(OP) == "upsert")
             .select(
                 RESULT_KEY,
@@ -248,12 +249,6 @@ def _position(alias: str | None = None) -> Column:
         F.col(f"{prefix}{SRC}").alias("src"),
         F.col(f"{prefix}{V}").alias("v"),
     )
-
-
-def latest(changes: DataFrame, *order: str) -> DataFrame:
-    """Each key's last change by `order` (default: position); the result table is its `upsert`s."""
-    by_key = Window.partitionBy(RESULT_KEY).orderBy(*[F.col(c).desc() for c in order or (POINT,)])
-    return changes.withColumn("_sj_n", F.row_number().over(by_key)).where(F.col("_sj_n") == 1).drop("_sj_n")
 
 
 register("table-table")(TableTableJoin.build)

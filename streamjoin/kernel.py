@@ -34,14 +34,22 @@ MODES = ("exact", "complete")
 
 
 def family(plan: Plan) -> JoinOperator:
-    """The join operator of a plan; refuses, before any data moves, what no operator runs yet."""
-    if len(plan.joins) != 1:
-        raise UnsupportedJobError(
-            f"job {plan.spec.name!r} chains {len(plan.joins)} joins; the runners execute one join per job "
-            "for now (N-way chains are planned): split it into jobs whose outputs feed the next"
-        )
-    join = plan.joins[0]
-    return FAMILIES[join.family](plan, join)
+    """The join operator of a plan: the first link's family, extended link by link (a chain is a
+    fold over its links); refuses, before any data moves, a link no operator takes yet."""
+    first, *rest = plan.joins
+    operator = FAMILIES[first.family](plan, first)
+    for step, join in enumerate(rest, 2):
+        extended = operator.then(plan, join)
+        if extended is None:
+            raise UnsupportedJobError(
+                f"job {plan.spec.name!r}: join {step} ({join.spec.type.upper()} JOIN {join.right}, a {join.family} "
+                f"join) cannot follow the {plan.joins[step - 2].family} join before it yet. The runners chain "
+                "enrichment joins: a stream joined to tables in turn (FROM a JOIN b JOIN c, b and c tables, "
+                "each stream-table, event-time temporal or ASOF). Split the job: write the first joins' "
+                "output to a table and join it in a second job"
+            )
+        operator = extended
+    return operator
 
 
 def runnable(spark: SparkSession, plan: Plan) -> JoinOperator:

@@ -268,11 +268,12 @@ def _bind_join(
 
 def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
     """interval | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
-    left_kinds = {spec.source(n).kind for n in left_names}
+    # What is joined so far is a stream once any of it is one (spec._validate, ksqlDB).
+    left_kind = "stream" if any(spec.source(n).kind == "stream" for n in left_names) else "table"
     right_kind = spec.source(join.source).kind
-    if left_kinds == {"stream"} and right_kind == "stream":
+    if left_kind == "stream" and right_kind == "stream":
         return "interval"
-    if right_kind == "table" and "stream" in left_kinds:
+    if left_kind == "stream" and right_kind == "table":
         if join.asof:
             return "asof"
         return "temporal" if join.as_of == "event_time" else "stream-table"

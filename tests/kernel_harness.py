@@ -15,18 +15,19 @@ event times, so the shift changes nothing but the output times, which are shifte
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from conftest import BASE
 from harness import SCHEMA, base_micros
 from hypothesis import HealthCheck, Phase
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
-from reference import Change, Event
+from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 
 from streamjoin import arrival, changelog, kernel
 from streamjoin.changelog import TableInput
@@ -294,22 +295,31 @@ BAND = 100_000  # seconds between two examples laid end to end
 
 @dataclass(frozen=True)
 class Laid:
-    """Enrichment examples laid end to end as one history of a stream (side 0) and a table (side 1)."""
+    """Enrichment examples laid end to end as one history of a stream (side 0) and its tables
+    (sides 1, 2, ...: the chain's tables in the order joined)."""
 
     stream: list[Event]  # the reference's view
-    table: list[Change]
+    tables: dict[int, list[Change]]  # side -> its changes
     stream_rows: list[tuple]  # in _ARRIVALS' shape
-    table_rows: list[tuple]  # in _CHANGES' shape, as the change data feed brings them
+    table_rows: dict[int, list[tuple]]  # side -> rows in _CHANGES' shape, as the change data feed brings them
     commits: list[tuple[int, int, int]]  # (side, version, rows) of every commit, in arrival order
 
+    @property
+    def table(self) -> list[Change]:
+        """The one table of a single join."""
+        return self.tables[1]
 
-def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: str) -> Laid:
+
+def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: str, tables: int = 1) -> Laid:
     """`examples`: each a list of commits (side, rows): stream rows (id, key, seconds, v), table rows
     (id, key, seconds, v, change type). A table row is a tombstone when its change type is `delete`
-    or its id is None.
-    `table_key`: the table's primary key: "k" (its key), "k,t" (key and time) or "k,id"."""
-    stream, table, stream_rows, table_rows, commits = [], [], [], [], []
-    versions = {0: 0, 1: 0}
+    or its id is None. `tables`: how many table sides (1 .. tables) the examples commit to.
+    `table_key`: the tables' primary key: "k" (its key), "k,t" (key and time) or "k,id"."""
+    sides = range(tables + 1)
+    stream, stream_rows, commits = [], [], []
+    changes: dict[int, list[Change]] = {side: [] for side in sides[1:]}
+    table_rows: dict[int, list[tuple]] = {side: [] for side in sides[1:]}
+    versions = dict.fromkeys(sides, 0)
     for example, example_commits in enumerate(examples):
         shift = example * BAND
         for j, (side, rows) in enumerate(example_commits):
@@ -328,19 +338,24 @@ def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: st
                     continue
                 deleted = row[4] == "delete" or row_id is None
                 primary = {"k": (key,), "k,t": (key, seconds), "k,id": (key, row_id)}[table_key]
-                table.append(Change(row_id, primary, seconds, position, deleted))
-                table_rows.append((row_id, key, at, row[3], row[4], versions[side], committed))
-    return Laid(stream, table, stream_rows, table_rows, commits)
+                changes[side].append(Change(row_id, primary, seconds, position, deleted))
+                table_rows[side].append((row_id, key, at, row[3], row[4], versions[side], committed))
+    return Laid(stream, changes, stream_rows, table_rows, commits)
 
 
 @dataclass
 class Decided:
-    """What a replay or a sequence of live batches decided: output rows (left id, right id,
-    seconds) and counts in the reference's buckets, for the stream and the table."""
+    """What a replay or a sequence of live batches decided: output rows (stream id, each table's
+    id, seconds) and counts in the reference's buckets, for the stream and each table (by side)."""
 
     output: Counter
     stream: Counter
-    table: Counter
+    tables: dict[int, Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    @property
+    def table(self) -> Counter:
+        """The one table's counts of a single join."""
+        return self.tables[1]
 
 
 def enrichment_replay(
@@ -352,19 +367,21 @@ def enrichment_replay(
     final: bool = False,
 ) -> list[Decided]:
     """The replay runner's part for consecutive slices `windows` (whole seconds after BASE,
-    [start, end)) replayed together: the stream rows they own, the table's changes with its
+    [start, end)) replayed together: the stream rows they own, each table's changes with its
     commits, one kernel step (`final`: of a closed input); what each slice decided."""
-    stream, table = plan.streams[0], plan.tables[0]
+    stream = plan.streams[0]
     base = base_micros(spark)
     slices = arrival.Slices.of([(base + _micros(a), base + _micros(b)) for a, b in windows])
     rows = _stream_frame(spark, plan, laid.stream_rows)
     stream_commits = arrival.commit_stats(rows, slices)
     accepted, _ = kernel.split_rejected(rows)
-    changes = changelog.tag(spark.createDataFrame(laid.table_rows, _CHANGES), table)
-    table_commits = arrival.commit_stats(changes, slices)
     clock = max((c.position[0] for c in stream_commits), default=None)
-    version = max((v for side, v, _ in laid.commits if side == 1), default=0)
-    tables = {table.name: TableInput(changes, table_commits, version, slices.owner(), clock)}
+    tables, table_commits = {}, {}
+    for table in plan.tables:
+        changes = changelog.tag(spark.createDataFrame(laid.table_rows[table.index], _CHANGES), table)
+        table_commits[table.index] = arrival.commit_stats(changes, slices)
+        version = max((v for side, v, _ in laid.commits if side == table.index), default=0)
+        tables[table.name] = TableInput(changes, table_commits[table.index], version, slices.owner(), clock)
     result = kernel.step(
         spark,
         plan,
@@ -381,8 +398,10 @@ def enrichment_replay(
     per_slice = []
     for k, (a, b) in enumerate(windows):
         assert isinstance(a, int) and isinstance(b, int)  # output times are whole seconds after BASE
-        decided = Decided(Counter({r: n for r, n in output.items() if a <= r[2] < b}), Counter(), Counter())
-        for counts, commits in ((decided.stream, stream_commits), (decided.table, table_commits)):
+        decided = Decided(Counter({r: n for r, n in output.items() if a <= r[-1] < b}), Counter())
+        owned = [(decided.stream, stream_commits)]
+        owned += [(decided.tables[side], commits) for side, commits in table_commits.items()]
+        for counts, commits in owned:
             counts["rows_in"] += sum(c.owned_rows(k) for c in commits)
             counts["rejected"] += sum(c.owned_rejected(k) for c in commits)
         _add(decided, plan, result.by_slice[k])
@@ -396,13 +415,18 @@ def enrichment_replay(
 def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[int]) -> Decided:
     """The live runner's part: micro-batches ending after commits `cuts` (indices into
     `laid.commits`, and one after the last commit). Each batch brings the stream rows of its
-    commits and reads the table as of its newest commit so far (a table commit starts a batch
+    commits and reads each table as of its newest commit so far (a table commit starts a batch
     too), through `live.decide` with the state the previous batch left."""
-    stream, table = plan.streams[0], plan.tables[0]
+    stream = plan.streams[0]
     base = base_micros(spark)
-    changes = changelog.tag(spark.createDataFrame(laid.table_rows, _CHANGES), table).persist()
+    changes = {
+        table.index: changelog.tag(
+            spark.createDataFrame(laid.table_rows[table.index], _CHANGES), table
+        ).persist()
+        for table in plan.tables
+    }
     sizes = {(side, version): rows for side, version, rows in laid.commits}
-    decided = Decided(Counter(), Counter(), Counter())
+    decided = Decided(Counter(), Counter())
     previous: Progress | None = None
     state: dict[str, DataFrame] | None = None
     kept: list = []
@@ -410,19 +434,34 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
     for batch_id, end in enumerate(sorted({*cuts, len(laid.commits) - 1})):
         batch = laid.commits[begin : end + 1]
         begin = end + 1
-        versions = {side: {v for s, v, _ in batch if s == side} for side in (0, 1)}
-        table_version = max((v for s, v, _ in laid.commits[:begin] if s == 1), default=0)
-        new = {stream.name: _stream_frame(spark, plan, [r for r in laid.stream_rows if r[4] in versions[0]])}
-        seen = previous.tables.get(table.index, -1) if previous else -1
+        stream_versions = {v for s, v, _ in batch if s == 0}
+        read = {
+            table.index: max((v for s, v, _ in laid.commits[:begin] if s == table.index), default=0)
+            for table in plan.tables
+        }
+        new = {
+            stream.name: _stream_frame(spark, plan, [r for r in laid.stream_rows if r[4] in stream_versions])
+        }
 
-        def tables_for(newest, counts, rejected, cached, version=table_version, seen=seen):
+        def tables_for(newest, counts, rejected, cached, read=read, previous=previous):
             clock = max((p[0] for p in newest.values()), default=None)
-            upto = changes.where(F.col(arrival.V) <= version)
-            return {table.name: table_input(table.name, upto, version, seen, clock, counts, rejected)}
+            return {
+                table.name: table_input(
+                    table.name,
+                    changes[table.index].where(F.col(arrival.V) <= read[table.index]),
+                    read[table.index],
+                    previous.tables.get(table.index, -1) if previous else -1,
+                    clock,
+                    counts,
+                    rejected,
+                )
+                for table in plan.tables
+            }
 
         commits = batch_commits(new, state)
         decision = decide(spark, plan, new, commits, state, previous, lambda s, v: sizes[(s, v)], tables_for)
-        for name, counts in ((stream.name, decided.stream), (table.name, decided.table)):
+        named = [(stream.name, decided.stream)] + [(t.name, decided.tables[t.index]) for t in plan.tables]
+        for name, counts in named:
             counts["rows_in"] += decision.counts[name].rows_in
             counts["rejected"] += decision.counts[name].rejected
         _add(decided, plan, decision.result.counts, with_open=False)
@@ -435,11 +474,12 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
             decision.settling.newest,
             {stream.name: len(kept)},
             decision.settling.partial,
-            {table.index: table_version},
+            read,
         )
         for frame in decision.cached:
             frame.unpersist()
-    changes.unpersist()
+    for frame in changes.values():
+        frame.unpersist()
     decided.stream["open"] = sum(1 for r in kept if not r[PENDING])
     return decided
 
@@ -451,16 +491,100 @@ def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple]) -> DataFra
 
 
 def _output(output: DataFrame, base: int) -> Counter:
-    rows = output.select("lid", "rid", F.unix_micros("event_time").alias("t")).collect()
-    return Counter((r["lid"], r["rid"], (r["t"] - base) // 1_000_000) for r in rows)
+    """Output rows as (stream id, each table's id, seconds after BASE)."""
+    ids = [c for c in output.columns if c != "event_time"]
+    rows = output.select(*ids, F.unix_micros("event_time").alias("_t")).collect()
+    return Counter((*(r[c] for c in ids), (r["_t"] - base) // 1_000_000) for r in rows)
 
 
 def _add(decided: Decided, plan: Plan, counts: dict[str, SourceCounts], with_open: bool = True) -> None:
-    stream, table = plan.streams[0].name, plan.tables[0].name
+    stream = plan.streams[0].name
     for bucket in ("joined", "unmatched_emitted", "unmatched_dropped") + (("open",) if with_open else ()):
         decided.stream[bucket] += getattr(counts[stream], bucket)
-    for bucket in ("late", "applied"):
-        decided.table[bucket] += getattr(counts[table], bucket)
+    for table in plan.tables:
+        for bucket in ("late", "applied"):
+            decided.tables[table.index][bucket] += getattr(counts[table.name], bucket)
+
+
+def slices(draw, examples: int) -> list[tuple[int, int]]:
+    """The whole history [-BAND, examples * BAND) cut in three slices, inside two examples."""
+    cuts = sorted(
+        draw(st.integers(0, examples - 1)) * BAND + draw(st.integers(-8, 22), label="cut offset")
+        for _ in range(2)
+    )
+    bounds = [-BAND, *cuts, examples * BAND]
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+def cuts(laid: Laid):
+    """Where live micro-batches end: after one to five random commits (and after the last)."""
+    return st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5).map(sorted)
+
+
+def check_replay(
+    spark,
+    plan,
+    laid: Laid,
+    mode: str,
+    windows,
+    expected: Counter,
+    stream: dict,
+    tables: dict[int, dict] | None = None,
+    final: bool = False,
+) -> None:
+    """A replay of the whole history decides as the reference (output, stream counts, and each
+    table's counts by side when given); the slices' replays, summed, write and count what it does,
+    and one replay of the slices together decides each as its own replay does (`final`: of a
+    closed input)."""
+    (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], final)
+    assert whole.output == expected, first_difference(whole.output, expected)
+    assert buckets(whole.stream, STREAM_BUCKETS) == stream
+    if tables is not None:
+        assert {side: buckets(whole.tables[side], TABLE_BUCKETS) for side in tables} == tables
+    sliced = Decided(Counter(), Counter())
+    parts = []
+    for window in windows:
+        (part,) = enrichment_replay(spark, plan, laid, mode, [window], final)
+        parts.append(part)
+        sliced.output.update(part.output)
+        sliced.stream.update(part.stream)
+        for side, counts in part.tables.items():
+            sliced.tables[side].update(counts)
+    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
+    assert sliced.stream == whole.stream and sliced.tables == whole.tables
+    assert enrichment_replay(spark, plan, laid, mode, windows, final) == parts
+
+
+def check_live(
+    spark,
+    plan,
+    laid: Laid,
+    ends: list[int],
+    expected: Counter,
+    stream: dict,
+    tables: dict[int, dict] | None = None,
+) -> None:
+    """Live micro-batches ending after commits `ends` decide, summed, as the reference."""
+    live = enrichment_live(spark, plan, laid, ends)
+    assert live.output == expected, first_difference(live.output, expected)
+    assert buckets(live.stream, STREAM_BUCKETS) == stream
+    if tables is not None:
+        assert {side: buckets(live.tables[side], TABLE_BUCKETS) for side in tables} == tables
+
+
+def buckets(counts: Counter, names: tuple[str, ...]) -> dict[str, int]:
+    return {b: counts[b] for b in names}
+
+
+def first_difference(got: Counter, expected: Counter) -> str:
+    """The example whose output differs first, for the failure message."""
+    extra, missing = got - expected, expected - got
+    rows = sorted({*extra, *missing}, key=lambda r: str(r))
+    example = str(rows[0][0] or rows[0][1]).split("/")[0]
+    return (
+        f"example {example}: extra {[r for r in extra if str(r[0] or r[1]).startswith(example + '/')]}, "
+        f"missing {[r for r in missing if str(r[0] or r[1]).startswith(example + '/')]}"
+    )
 
 
 # ---------------------------------------------------------------------------- table-table joins

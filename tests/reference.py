@@ -129,36 +129,31 @@ class Change:
     deleted: bool = False
 
 
-def temporal_reference(
-    stream: list[Event],
-    table: list[Change],
-    grace: int,
-    how: str,
-    mode: str = "exact",
-    in_place: bool = False,
-    closed: bool = False,
-) -> tuple[Counter, dict[str, int], dict[str, int]]:
-    """Event-time temporal join (FOR SYSTEM_TIME AS OF l.t) of `stream` with a changelog keyed by
-    key[0] whose version times are `t`: (output, stream counts, table counts).
+Lookup = Callable[[Event, str | None], tuple[bool, Change | None]]  # row, lookup key -> (decided, match)
+
+
+def temporal_table(
+    table: list[Change], grace: int, mode: str = "exact", in_place: bool = False
+) -> tuple[dict[str, int], Lookup]:
+    """A changelog keyed by key[0] whose version times are `t`, looked up FOR SYSTEM_TIME AS OF
+    the row's time: (table counts, lookup).
 
     - `in_place`: the table is updated in place, and a delete's `t` is the deleted row's time. Its
       version time is the largest `t` of the accepted non-delete changes at earlier positions (or
       its own, if larger or without any).
-
     - Table changes with a NULL key or time are rejected. A change is late (exact mode) iff its
       time is below the table's watermark at its position: the largest time of accepted changes
       at earlier positions minus grace. Other accepted changes are applied.
-    - A stream row (NULL key or time: rejected) is decided iff its time is below the largest
-      accepted change time minus grace; then it joins the version of its key valid at its time:
-      the applied change with the largest (t, position) among those with t <= l.t, unless that is
-      a tombstone. Undecided rows are open. A `closed` input (it has ended) decides every row.
+    - A stream row is decided iff its time is below the largest accepted change time minus grace;
+      then it joins the version of its key valid at its time: the applied change with the largest
+      (t, position) among those with t <= l.t, unless that is a tombstone.
     """
-    s_counts, t_counts = dict.fromkeys(STREAM_BUCKETS, 0), dict.fromkeys(TABLE_BUCKETS, 0)
+    counts = dict.fromkeys(TABLE_BUCKETS, 0)
     accepted = []
     for c in table:
-        t_counts["rows_in"] += 1
+        counts["rows_in"] += 1
         if c.key[0] is None or c.t is None:
-            t_counts["rejected"] += 1
+            counts["rejected"] += 1
         else:
             accepted.append(c)
     if in_place:
@@ -172,36 +167,98 @@ def temporal_reference(
     for c in accepted:
         before = [o.t for o in accepted if o.pos < c.pos]
         if mode == "exact" and before and c.t < max(before) - grace:
-            t_counts["late"] += 1
+            counts["late"] += 1
         else:
-            t_counts["applied"] += 1
+            counts["applied"] += 1
             applied.append(c)
     horizon = max((c.t for c in accepted), default=None)
+
+    def lookup(e: Event, key: str | None) -> tuple[bool, Change | None]:
+        decided = horizon is not None and e.t < horizon - grace
+        valid = [c for c in applied if c.key[0] == key and c.t <= e.t]
+        version = max(valid, key=lambda c: (c.t, c.pos), default=None)
+        return decided, version if version is not None and not version.deleted else None
+
+    return counts, lookup
+
+
+def arrival_table(table: list[Change], stream: list[Event], skew: int = 0, asof: bool = False) -> Lookup:
+    """A table updated in place, whose primary key starts with k (key[0]), as a stream row sees it
+    when it arrives: committed at or before the row's commit timestamp (per primary key, the change
+    at the latest position; tombstones delete). Stream-table: the row of its key; `asof`
+    (ON l.k = r.k AND r.t <= l.t): of its key's rows with t <= its own, the largest t, and of
+    equal t the latest arrival. A row is decided iff its commit timestamp is at most the newest
+    table commit timestamp or the newest stream commit timestamp minus `skew`."""
+    clock = [max(e.pos[0] for e in stream) - skew] if stream else []
+    known = max([c.pos[0] for c in table] + clock)
+
+    def lookup(e: Event, key: str | None) -> tuple[bool, Change | None]:
+        state = {}
+        for c in sorted((c for c in table if c.pos[0] <= e.pos[0]), key=lambda c: c.pos):
+            state[c.key] = c
+        candidates = [
+            c for c in state.values() if not c.deleted and c.key[0] == key and (not asof or c.t <= e.t)
+        ]
+        return e.pos[0] <= known, max(candidates, key=lambda c: (c.t, c.pos), default=None)
+
+    return lookup
+
+
+Link = tuple[str, Lookup, Callable[[Event, list[Change | None]], str | None]]  # how, lookup, its key
+
+
+def chain_reference(
+    stream: list[Event], links: list[Link], closed: bool = False
+) -> tuple[Counter, dict[str, int]]:
+    """A stream enriched by tables in turn: (output multiset of (stream id, each link's id or None,
+    time), stream counts). Rows with a NULL key or time are rejected. A row is decided iff every
+    link decides it (a `closed` input decides every row), else open. Each link looks up its key
+    (from the row or an earlier link's match, NULL when that link padded): an INNER link without
+    a match drops the row, a LEFT link pads it. A row is joined when it matched at every link,
+    unmatched_emitted when it came out padded."""
+    counts = dict.fromkeys(STREAM_BUCKETS, 0)
     out = Counter()
     for e in stream:
-        s_counts["rows_in"] += 1
+        counts["rows_in"] += 1
         if e.key is None or e.t is None:
-            s_counts["rejected"] += 1
+            counts["rejected"] += 1
             continue
-        if not closed and (horizon is None or not e.t < horizon - grace):
-            s_counts["open"] += 1
-            continue
-        valid = [c for c in applied if c.key[0] == e.key and c.t <= e.t]
-        version = max(valid, key=lambda c: (c.t, c.pos), default=None)
-        _enrich(e, version if version is not None and not version.deleted else None, how, out, s_counts)
+        matches: list[Change | None] = []
+        decided = True
+        for _how, lookup, key in links:
+            link_decided, match = lookup(e, key(e, matches))
+            decided = decided and link_decided
+            matches.append(match)
+        if not (closed or decided):
+            counts["open"] += 1
+        elif any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+            counts["unmatched_dropped"] += 1
+        else:
+            counts["joined" if all(m is not None for m in matches) else "unmatched_emitted"] += 1
+            out[(e.id, *(None if m is None else m.id for m in matches), e.t)] += 1
+    return out, counts
+
+
+def by_stream_key(e: Event, matches: list[Change | None]) -> str | None:
+    """A link ON l.k = <table>.k."""
+    return e.key
+
+
+def temporal_reference(
+    stream: list[Event],
+    table: list[Change],
+    grace: int,
+    how: str,
+    mode: str = "exact",
+    in_place: bool = False,
+    closed: bool = False,
+) -> tuple[Counter, dict[str, int], dict[str, int]]:
+    """Event-time temporal join (FOR SYSTEM_TIME AS OF l.t) of `stream` with a changelog
+    (`temporal_table`): (output, stream counts, table counts). A `closed` input (it has ended)
+    decides every row."""
+    t_counts, lookup = temporal_table(table, grace, mode, in_place)
+    out, s_counts = chain_reference(stream, [(how, lookup, by_stream_key)], closed)
     return out, s_counts, t_counts
-
-
-def _enrich(e: Event, match: Change | None, how: str, out: Counter, counts: dict[str, int]) -> None:
-    """A decided stream row: joined with `match`, padded (LEFT) or dropped (INNER)."""
-    if match is not None:
-        counts["joined"] += 1
-        out[(e.id, match.id, e.t)] += 1
-    elif how == "left":
-        counts["unmatched_emitted"] += 1
-        out[(e.id, None, e.t)] += 1
-    else:
-        counts["unmatched_dropped"] += 1
 
 
 def asof_reference(
@@ -210,27 +267,6 @@ def asof_reference(
     how: str,
     skew: int = 0,
 ) -> tuple[Counter, dict[str, int]]:
-    """ASOF join ON l.k = r.k AND r.t <= l.t against a table whose primary key starts with k
-    (key[0]), updated in place: (output, stream counts). A stream row sees the table as committed
-    at or before its own commit timestamp (per primary key, the change at the latest position;
-    tombstones delete), and joins the row of its key with the largest t <= its own; of rows with
-    equal t, the latest arrival. It is decided iff its commit timestamp is at most the newest
-    table commit timestamp or the newest stream commit timestamp minus `skew`."""
-    counts = dict.fromkeys(STREAM_BUCKETS, 0)
-    clock = [max(e.pos[0] for e in stream) - skew] if stream else []
-    known = max([c.pos[0] for c in table] + clock)
-    out = Counter()
-    for e in stream:
-        counts["rows_in"] += 1
-        if e.key is None or e.t is None:
-            counts["rejected"] += 1
-            continue
-        if e.pos[0] > known:
-            counts["open"] += 1
-            continue
-        state = {}
-        for c in sorted((c for c in table if c.pos[0] <= e.pos[0]), key=lambda c: c.pos):
-            state[c.key] = c
-        candidates = [c for c in state.values() if not c.deleted and c.key[0] == e.key and c.t <= e.t]
-        _enrich(e, max(candidates, key=lambda c: (c.t, c.pos), default=None), how, out, counts)
-    return out, counts
+    """ASOF join ON l.k = r.k AND r.t <= l.t against a table updated in place (`arrival_table`):
+    (output, stream counts)."""
+    return chain_reference(stream, [(how, arrival_table(table, stream, skew, asof=True), by_stream_key)])

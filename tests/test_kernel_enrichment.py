@@ -12,22 +12,20 @@ micro-batches cut at random commits.
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import pytest
 from harness import create_tables, enrichment_job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
-    BAND,
     SETTINGS,
-    Decided,
-    Laid,
-    enrichment_live,
-    enrichment_replay,
+    check_live,
+    check_replay,
+    cuts,
     lay_end_to_end,
+    slices,
 )
-from reference import STREAM_BUCKETS, TABLE_BUCKETS, asof_reference, temporal_reference
+from reference import asof_reference, temporal_reference
 
 from streamjoin.plan import bind
 
@@ -114,79 +112,6 @@ def asof_commits(draw, ties: bool):
     return commits
 
 
-def slices(draw, examples: int) -> list[tuple[int, int]]:
-    """The whole history [-BAND, examples * BAND) cut in three slices, inside two examples."""
-    cuts = sorted(
-        draw(st.integers(0, examples - 1)) * BAND + draw(st.integers(-8, 22), label="cut offset")
-        for _ in range(2)
-    )
-    bounds = [-BAND, *cuts, examples * BAND]
-    return list(zip(bounds, bounds[1:], strict=False))
-
-
-def cuts(laid: Laid):
-    """Where live micro-batches end: after one to five random commits (and after the last)."""
-    return st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5).map(sorted)
-
-
-def check_replay(
-    spark,
-    plan,
-    laid: Laid,
-    mode: str,
-    windows,
-    expected: Counter,
-    stream: dict,
-    table: dict | None = None,
-    final: bool = False,
-) -> None:
-    """A replay of the whole history decides as the reference (output, counts); the slices'
-    replays, summed, write and count what it does, and one replay of the slices together decides
-    each as its own replay does (`final`: of a closed input)."""
-    (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], final)
-    assert whole.output == expected, first_difference(whole.output, expected)
-    assert buckets(whole.stream, STREAM_BUCKETS) == stream
-    if table is not None:
-        assert buckets(whole.table, TABLE_BUCKETS) == table
-    sliced = Decided(Counter(), Counter(), Counter())
-    parts = []
-    for window in windows:
-        (part,) = enrichment_replay(spark, plan, laid, mode, [window], final)
-        parts.append(part)
-        sliced.output.update(part.output)
-        sliced.stream.update(part.stream)
-        sliced.table.update(part.table)
-    assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
-    assert sliced.stream == whole.stream and sliced.table == whole.table
-    assert enrichment_replay(spark, plan, laid, mode, windows, final) == parts
-
-
-def check_live(
-    spark, plan, laid: Laid, ends: list[int], expected: Counter, stream: dict, table: dict | None = None
-) -> None:
-    """Live micro-batches ending after commits `ends` decide, summed, as the reference."""
-    live = enrichment_live(spark, plan, laid, ends)
-    assert live.output == expected, first_difference(live.output, expected)
-    assert buckets(live.stream, STREAM_BUCKETS) == stream
-    if table is not None:
-        assert buckets(live.table, TABLE_BUCKETS) == table
-
-
-def buckets(counts: Counter, names: tuple[str, ...]) -> dict[str, int]:
-    return {b: counts[b] for b in names}
-
-
-def first_difference(got: Counter, expected: Counter) -> str:
-    """The example whose output differs first, for the failure message."""
-    extra, missing = got - expected, expected - got
-    rows = sorted({*extra, *missing}, key=lambda r: str(r))
-    example = str(rows[0][0] or rows[0][1]).split("/")[0]
-    return (
-        f"example {example}: extra {[r for r in extra if str(r[0] or r[1]).startswith(example + '/')]}, "
-        f"missing {[r for r in missing if str(r[0] or r[1]).startswith(example + '/')]}"
-    )
-
-
 # ---------------------------------------------------------------------------- event-time temporal
 
 
@@ -216,8 +141,8 @@ def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, 
     how, grace, in_place, laid = data.draw(temporal_cases())
     closed = data.draw(st.booleans(), label="closed input")
     plan = temporal_plan(spark, paths, how, grace, in_place)
-    expected = temporal_reference(laid.stream, laid.table, grace, how, mode, in_place, closed)
-    check_replay(spark, plan, laid, mode, slices(data.draw, STACK), *expected, final=closed)
+    output, stream, table = temporal_reference(laid.stream, laid.table, grace, how, mode, in_place, closed)
+    check_replay(spark, plan, laid, mode, slices(data.draw, STACK), output, stream, {1: table}, final=closed)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -225,8 +150,8 @@ def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, 
 def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
     how, grace, in_place, laid = data.draw(temporal_cases())
     plan = temporal_plan(spark, paths, how, grace, in_place)
-    expected = temporal_reference(laid.stream, laid.table, grace, how, in_place=in_place)
-    check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), *expected)
+    output, stream, table = temporal_reference(laid.stream, laid.table, grace, how, in_place=in_place)
+    check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), output, stream, {1: table})
 
 
 # ---------------------------------------------------------------------------- ASOF

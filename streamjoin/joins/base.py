@@ -109,6 +109,11 @@ class JoinOperator(Protocol):
         """Decide one step: lateness, the join, what is emitted, and the accounting per slice."""
         ...
 
+    def then(self, plan: Plan, join: BoundJoin) -> JoinOperator | None:
+        """This operator's output joined with the next link of the chain, as one operator; None
+        while the family cannot take that link (`streamjoin.kernel.family` refuses the job)."""
+        return None
+
     def keyed_output(self, plan: Plan) -> KeyedOutput | None:
         """How emitted rows change a keyed result; None: they are rows of the output, appended."""
         return None

@@ -28,11 +28,17 @@ become versions; `complete` mode applies every change.
 
 Output event time is the stream row's event time. INNER drops a decided row without a match;
 LEFT pads it with NULLs.
+
+A chain of such joins (`FROM a JOIN b JOIN c`, b and c tables: ksqlDB's N-way join) is one
+`Enrichment` with a link per table, in the order written: every link looks its table up at the
+stream row's point in time, a later link may use an earlier link's columns, and a row is decided
+once every link's table is final for it. A stream row keeps its event time and position through
+every link, so each link decides as it would alone.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -40,7 +46,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField
 
 from streamjoin import arrival, changelog
-from streamjoin.arrival import ALL_TIME, REJECT, TS, CommitStats, Slices, T, V, watermarks
+from streamjoin.arrival import ALL_TIME, REJECT, TS, Slices, T, V, watermarks
+from streamjoin.changelog import TableInput
 from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register, tally_by_slice
 from streamjoin.joins.interval import MATCHED, OUT_T, Evaluation, SideCounts
 from streamjoin.metrics import SourceCounts
@@ -49,10 +56,15 @@ from streamjoin.timeutil import to_micros
 
 DECIDED = "_sj_decided"
 _NEAREST = "_sj_nearest"
+_ROW = "_sj_row"  # a stream row's number within one step
+_COMPLETE = "_sj_complete"  # matched at every link
 
 
 @dataclass(frozen=True)
-class TemporalJoin(JoinOperator):
+class TemporalJoin:
+    """One enrichment link: a stream row (or a row of the chain so far, which carries its stream
+    row's time and position) looks up one table's version at its point in time."""
+
     stream: str
     table: str
     type: str  # inner | left
@@ -66,10 +78,10 @@ class TemporalJoin(JoinOperator):
     inequality: tuple[str, str, str] | None
 
     @classmethod
-    def from_plan(cls, join: BoundJoin, table: BoundSource) -> TemporalJoin:
+    def from_plan(cls, join: BoundJoin, table: BoundSource, stream: str) -> TemporalJoin:
         spec = join.spec
         return cls(
-            stream=join.left[0],
+            stream=stream,
             table=join.right,
             type=spec.type,
             variant=join.family,
@@ -87,37 +99,14 @@ class TemporalJoin(JoinOperator):
         """How versions are ordered: by arrival, or by version time (event-time temporal)."""
         return "event_time" if self.variant == "temporal" else "arrival"
 
-    def margins(self, side: str) -> tuple[int, int]:
-        """A slice owns its stream rows by event time and needs no stream rows beyond it."""
-        return 0, 0
+    # ------------------------------------------------------------------ the table
 
-    # ------------------------------------------------------------------ the operator
-
-    @classmethod
-    def build(cls, plan: Plan, join: BoundJoin) -> TemporalJoin:
-        return cls.from_plan(join, plan.source(join.right))
-
-    def state_fields(self) -> tuple[StructField, ...]:
-        """The interval family's shape: undecided stream rows, never matched."""
-        return (StructField(MATCHED, BooleanType()),)
-
-    def open_in_state(self) -> Column:
-        return ~F.col(MATCHED)
-
-    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
-        """A stream row against a table's versions: table lateness, versions, the lookup, accounting.
-
-        Stream rows are never late in these joins; the table's changes are, when
-        their version time is below the table's watermark at their arrival (exact mode).
-        """
-        settled, mode, state = inputs.settled, inputs.mode, inputs.state
-        table, slices, keep_state, final = (
-            inputs.tables[self.table],
-            inputs.slices,
-            inputs.keep_state,
-            inputs.final,
-        )
-        marks, largest = self.table_watermarks(table.commits, mode)
+    def versions(self, spark: SparkSession, table: TableInput, mode: str) -> TableVersions:
+        """The table's on-time changes as versions, its late changes, and its counts per slice.
+        Commit-time versions are never late; neither is anything in complete mode."""
+        marks, largest = watermarks(table.commits, None, self.grace)
+        if not self.versioned_by_column or mode == "complete" or self.variant != "temporal":
+            marks = {}
         changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
         accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
         versions = changelog.versions(
@@ -132,62 +121,8 @@ class TemporalJoin(JoinOperator):
         late_rows = arrival.side_rows(
             changes.where(table.owner.isNotNull() & late), self.table, F.lit("late"), F.col(arrival.WM)
         )
-
-        rows = settled[self.stream]
-        if state is not None:  # the live runner's undecided rows
-            rows = (
-                state[self.stream]
-                .drop(MATCHED)
-                .unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
-            )
-        known = self.known_until(table.newest_ts, table.stream_clock)
-        is_decided = F.lit(True) if final else self.decided(known, largest)
-        evaluation = self.evaluate(rows, versions, is_decided, slices=slices, keep_state=keep_state)
-        by_slice = []
-        for k, sides in enumerate(evaluation.counts):
-            decided = sides[self.stream]
-            by_slice.append(
-                {
-                    self.stream: SourceCounts(
-                        joined=decided.joined,
-                        unmatched_emitted=decided.unmatched_emitted,
-                        unmatched_dropped=decided.unmatched_dropped,
-                        open=decided.open,
-                    ),
-                    self.table: SourceCounts(**tally.get(k, {"late": 0, "applied": 0})),
-                }
-            )
-        output = reduce(
-            DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted]
-        )
-        next_state = None
-        if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
-            next_state = {
-                name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()
-            }
-        return StepResult(
-            output=output,
-            late=late_rows,
-            by_slice=by_slice,
-            state=next_state,
-            max_event=None,
-            watermark=self.horizon(known, largest),
-            cached=evaluation.cached,
-        )
-
-    # ------------------------------------------------------------------ time
-
-    def table_watermarks(self, commits: list[CommitStats], mode: str) -> tuple[dict, int | None]:
-        """The table's watermark at each of its commits (lateness of changes), and its largest
-        version time. Commit-time versions are never late; neither is anything in complete mode."""
-        marks, largest = watermarks(commits, None, self.grace)
-        if not self.versioned_by_column or mode == "complete" or self.variant != "temporal":
-            marks = {}
-        return marks, largest
-
-    def known_until(self, table_newest: int | None, stream_clock: int | None) -> int | None:
-        """The commit timestamp up to which the table's log is complete."""
-        return changelog.known_until(table_newest, stream_clock, self.clock_skew)
+        known = changelog.known_until(table.newest_ts, table.stream_clock, self.clock_skew)
+        return TableVersions(versions, tally, late_rows, self.horizon(known, largest))
 
     def horizon(self, known: int | None, largest_version_time: int | None) -> int | None:
         """How far the table's answer is final: the table's watermark (largest version time minus
@@ -196,9 +131,8 @@ class TemporalJoin(JoinOperator):
             return None if largest_version_time is None else largest_version_time - self.grace
         return known
 
-    def decided(self, known: int | None, largest_version_time: int | None) -> Column:
+    def decided(self, horizon: int | None) -> Column:
         """The stream row's answer can no longer change (module docstring)."""
-        horizon = self.horizon(known, largest_version_time)
         if horizon is None:
             return F.lit(False)
         if self.variant == "temporal" and self.versioned_by_column:
@@ -224,71 +158,25 @@ class TemporalJoin(JoinOperator):
             cond = cond & F.expr(self.residual)
         return cond
 
-    def evaluate(
-        self,
-        rows: DataFrame,
-        versions: DataFrame,
-        decided: Column,
-        slices: Slices = ALL_TIME,
-        keep_state: bool = False,
-    ) -> Evaluation:
-        """Join the decided stream rows with the table's versions; keep the rest (live state).
+    def matched(self) -> Column:
+        """A looked-up row found its version (a padded one has none)."""
+        return self._col(self.table, TS).isNotNull()
 
-        With replay `slices`, only rows whose event time lies in them are emitted, and each is
-        counted in the slice of its event time.
-        """
-        S, R = self.stream, self.table
-        marked = rows.withColumn(DECIDED, decided)
-        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T))).drop(DECIDED)
-        joined = ready.alias(S).join(versions.alias(R), self.condition(), "left_outer")
-        if self.inequality:
-            joined = self._nearest(joined, ready.columns)
-        matched = self._col(R, TS).isNotNull()
-        # Persisted: the counts below and the runner's write read the join once, not twice.
-        joined = joined.withColumn(OUT_T, self._col(S, T)).persist()
-        emitted = joined if self.type == "left" else joined.where(matched)
-        stats = {
-            r["slice"]: r
-            for r in marked.groupBy(slices.number(F.col(T)).alias("slice"))
-            .agg(
-                F.count(F.when(F.col(DECIDED), 1)).alias("decided"),
-                F.count(F.when(~F.col(DECIDED), 1)).alias("open"),
-            )
-            .collect()
-        }
-        unmatched_by_slice = {
-            r["slice"]: r["count"]
-            for r in joined.where(~matched)
-            .groupBy(slices.number(F.col(OUT_T)).alias("slice"))
-            .count()
-            .collect()
-        }
-        counts = []
-        for k in range(len(slices)):
-            decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
-            unmatched = unmatched_by_slice.get(k, 0)
-            counts.append(
-                {
-                    S: SideCounts(
-                        joined=decided_rows - unmatched,
-                        unmatched_emitted=unmatched if self.type == "left" else 0,
-                        unmatched_dropped=0 if self.type == "left" else unmatched,
-                        open=open_rows,
-                    )
-                }
-            )
-        state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
-        return Evaluation([emitted], counts, state, cached=[joined])
+    def lookup(self, rows: DataFrame, versions: DataFrame, row_columns: list[Column]) -> DataFrame:
+        """Each row (columns qualified by source name) with its matching versions, or padded with
+        NULLs; `row_columns` identify a row (ASOF keeps the nearest candidate per row)."""
+        joined = rows.join(versions.alias(self.table), self.condition(), "left_outer")
+        return self._nearest(joined, row_columns) if self.inequality else joined
 
-    def _nearest(self, joined: DataFrame, stream_columns: list[str]) -> DataFrame:
-        """Per stream row, keep only its nearest candidate; of candidates with the same value, the
-        latest arrival (RisingWave), then, within one commit, the table row's content."""
-        S, R = self.stream, self.table
+    def _nearest(self, joined: DataFrame, row_columns: list[Column]) -> DataFrame:
+        """Per row, keep only its nearest candidate; of candidates with the same value, the latest
+        arrival (RisingWave), then, within one commit, the table row's content."""
+        R = self.table
         assert self.inequality is not None  # called for ASOF joins only, which have their inequality
         _, op, right_col = self.inequality
         tie = F.to_json(F.struct(*[self._col(R, c) for c in _user_columns(joined, R)]))
         commit, version = self._col(R, TS), self._col(R, V)
-        by_row = Window.partitionBy(*[self._col(S, c) for c in stream_columns])
+        by_row = Window.partitionBy(*row_columns)
         # left >= right (or >): the largest right value is nearest; left <= right (or <): the smallest.
         if op in (">=", ">"):
             order = F.struct(
@@ -307,9 +195,182 @@ class TemporalJoin(JoinOperator):
         )
 
 
+@dataclass(frozen=True)
+class TableVersions:
+    """One link's table in a step: its versions, counts per slice, late changes and horizon."""
+
+    versions: DataFrame
+    tally: dict[int, dict[str, int]]
+    late: DataFrame
+    horizon: int | None
+
+
+@dataclass(frozen=True)
+class Enrichment(JoinOperator):
+    """A stream enriched by one table, or by several in the order written (ksqlDB's
+    `A JOIN B JOIN C` with B and C tables). Each link looks up its own table at the stream row's
+    point in time, and may use the columns of earlier links in its condition. A row is decided
+    once every link's table is final for it; an INNER link without a match drops the row, a LEFT
+    link pads it. Every emitted row keeps its stream row's event time and position, so the chain
+    is a function of the Delta log as a single link is."""
+
+    stream: str
+    links: tuple[TemporalJoin, ...]
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> Enrichment:
+        stream = join.left[0]
+        return cls(stream, (TemporalJoin.from_plan(join, plan.source(join.right), stream),))
+
+    def then(self, plan: Plan, join: BoundJoin) -> Enrichment | None:
+        """The chain extended by one more enrichment link; None for a link of another family."""
+        if join.family not in ENRICHMENTS:
+            return None
+        return replace(
+            self, links=(*self.links, TemporalJoin.from_plan(join, plan.source(join.right), self.stream))
+        )
+
+    def state_fields(self) -> tuple[StructField, ...]:
+        """The interval family's shape: undecided stream rows, never matched."""
+        return (StructField(MATCHED, BooleanType()),)
+
+    def open_in_state(self) -> Column:
+        return ~F.col(MATCHED)
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Stream rows against each link's table versions: table lateness, versions, the lookups,
+        accounting. Stream rows are never late in these joins; a table's changes are, when their
+        version time is below the table's watermark at their arrival (exact mode)."""
+        tables = [link.versions(spark, inputs.tables[link.table], inputs.mode) for link in self.links]
+        rows = inputs.settled[self.stream]
+        if inputs.state is not None:  # the live runner's undecided rows
+            rows = (
+                inputs.state[self.stream]
+                .drop(MATCHED)
+                .unionByName(rows.drop(REJECT) if REJECT in rows.columns else rows)
+            )
+        is_decided = (
+            F.lit(True)
+            if inputs.final
+            else reduce(
+                Column.__and__, [link.decided(t.horizon) for link, t in zip(self.links, tables, strict=True)]
+            )
+        )
+        evaluation = self.evaluate(
+            rows, [t.versions for t in tables], is_decided, slices=inputs.slices, keep_state=inputs.keep_state
+        )
+        by_slice = []
+        for k, sides in enumerate(evaluation.counts):
+            decided = sides[self.stream]
+            counts = {
+                self.stream: SourceCounts(
+                    joined=decided.joined,
+                    unmatched_emitted=decided.unmatched_emitted,
+                    unmatched_dropped=decided.unmatched_dropped,
+                    open=decided.open,
+                )
+            }
+            for link, table in zip(self.links, tables, strict=True):
+                counts[link.table] = SourceCounts(**table.tally.get(k, {"late": 0, "applied": 0}))
+            by_slice.append(counts)
+        output = reduce(
+            DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted]
+        )
+        next_state = None
+        if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
+            next_state = {
+                name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()
+            }
+        horizons = [t.horizon for t in tables]
+        return StepResult(
+            output=output,
+            late=reduce(DataFrame.unionByName, [t.late for t in tables]),
+            by_slice=by_slice,
+            state=next_state,
+            max_event=None,
+            watermark=None if None in horizons else min(h for h in horizons if h is not None),
+            cached=evaluation.cached,
+        )
+
+    def evaluate(
+        self,
+        rows: DataFrame,
+        versions: list[DataFrame],
+        decided: Column,
+        slices: Slices = ALL_TIME,
+        keep_state: bool = False,
+    ) -> Evaluation:
+        """Look the decided stream rows up in each link's `versions` in turn; keep the rest (live state).
+
+        With replay `slices`, only rows whose event time lies in them are emitted, and each stream
+        row is counted once, in the slice of its event time: joined when one of its output rows
+        matched at every link, unmatched_emitted when all of them were padded somewhere,
+        unmatched_dropped when an INNER link left it without output.
+        """
+        S = self.stream
+        marked = rows.withColumn(DECIDED, decided)
+        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T))).drop(DECIDED)
+        # A row number that survives the lookups, to count stream rows rather than output rows.
+        ready = ready.withColumn(_ROW, F.monotonically_increasing_id())
+        identity = [self._col(S, _ROW)]
+        joined = ready.alias(S)
+        complete = F.lit(True)
+        for link, table in zip(self.links, versions, strict=True):
+            joined = link.lookup(joined, table, identity)
+            identity += [F.col(f"{link.table}.`{c}`") for c in table.columns]
+            if link.type == "inner":
+                joined = joined.where(link.matched())
+            complete = complete & link.matched()
+        # Persisted: the counts below and the runner's write read the lookups once, not twice.
+        joined = joined.withColumn(OUT_T, self._col(S, T)).withColumn(_COMPLETE, complete).persist()
+        emitted = joined.drop(_COMPLETE, _ROW)
+        stats = {
+            r["slice"]: r
+            for r in marked.groupBy(slices.number(F.col(T)).alias("slice"))
+            .agg(
+                F.count(F.when(F.col(DECIDED), 1)).alias("decided"),
+                F.count(F.when(~F.col(DECIDED), 1)).alias("open"),
+            )
+            .collect()
+        }
+        per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
+            F.max(F.col(_COMPLETE).cast("int")).alias("complete")
+        )
+        emitted_by_slice = {
+            r["slice"]: r
+            for r in per_row.groupBy("slice")
+            .agg(F.count(F.lit(1)).alias("rows"), F.sum("complete").alias("complete"))
+            .collect()
+        }
+        counts = []
+        for k in range(len(slices)):
+            decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
+            out_rows, complete_rows = (
+                (emitted_by_slice[k]["rows"], emitted_by_slice[k]["complete"])
+                if k in emitted_by_slice
+                else (0, 0)
+            )
+            counts.append(
+                {
+                    S: SideCounts(
+                        joined=complete_rows,
+                        unmatched_emitted=out_rows - complete_rows,
+                        unmatched_dropped=decided_rows - out_rows,
+                        open=open_rows,
+                    )
+                }
+            )
+        state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
+        return Evaluation([emitted], counts, state, cached=[joined])
+
+    def _col(self, side: str, name: str) -> Column:
+        return F.col(f"{side}.`{name}`")
+
+
 def _user_columns(joined: DataFrame, alias: str) -> list[str]:
     """The table's user columns in a joined frame (by the table's alias)."""
     return [f.name for f in joined.select(f"{alias}.*").schema.fields if not f.name.startswith("_sj_")]
 
 
-register("stream-table", "temporal", "asof")(TemporalJoin.build)
+ENRICHMENTS = ("stream-table", "temporal", "asof")
+register(*ENRICHMENTS)(Enrichment.build)

@@ -1,0 +1,196 @@
+"""N-way chains end to end: ksqlDB's example shape, in both runners, and the chains refused up front.
+
+ksqlDB's N-way join (the seed's "N-Way Joins"): `FROM A JOIN B ON A.id = B.product_id JOIN C ON
+A.id = C.purchased_id`, A a stream, B and C tables; the intermediate result A ⋈ B is a stream, and
+each stage obeys the two-way rules. Here B is an append-only changelog and C a table updated in
+place; both change between the stream's commits and live runs happen in between, so each stream
+row must see both tables as they were when it arrived. The chain's decisions on generated
+histories are proven at the kernel's level (tests/test_kernel_chain.py); this checks the wiring.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from conftest import append, at
+from harness import FINAL, delete, live_accounting, read, run_live, upsert, with_output
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+
+from streamjoin import kernel
+from streamjoin.errors import JobError, UnsupportedJobError
+from streamjoin.plan import bind, describe
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+from streamjoin.spec import spec_from_dict
+
+PURCHASES = StructType(
+    [StructField("id", IntegerType()), StructField("name", StringType()), StructField("t", TimestampType())]
+)
+PRODUCTS = StructType(
+    [
+        StructField("product_id", IntegerType()),
+        StructField("product", StringType()),
+        StructField("t", TimestampType()),
+    ]
+)
+SHIPPING = StructType([StructField("purchased_id", IntegerType()), StructField("carrier", StringType())])
+
+
+def nway(root, paths: dict[str, str], how: str, name: str):
+    return spec_from_dict(
+        {
+            "name": name,
+            "sources": {
+                "A": {"path": paths["A"], "time": "t"},
+                "B": {
+                    "path": paths["B"],
+                    "kind": "table",
+                    "key": ["product_id"],
+                    "changelog": True,
+                    "clock_skew": "0s",
+                },
+                "C": {"path": paths["C"], "kind": "table", "key": ["purchased_id"], "clock_skew": "0s"},
+            },
+            "from": "A",
+            "joins": [
+                {"join": "B", "type": how, "on": "A.id = B.product_id"},
+                {"join": "C", "type": how, "on": "A.id = C.purchased_id"},
+            ],
+            "select": ["A.name AS purchase", "B.product AS product", "C.carrier AS carrier"],
+            "output": {"path": f"{root}/out_{name}"},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def chain(spark, tmp_path_factory):
+    """Purchases and the two tables committed in turn, live runs of the LEFT chain in between."""
+    root = tmp_path_factory.mktemp("chains")
+    paths = {name: f"{root}/{name}" for name in "ABC"}
+    for name, schema in (("A", PURCHASES), ("B", PRODUCTS), ("C", SHIPPING)):
+        spark.createDataFrame([], schema).write.format("delta").save(paths[name])
+    specs = {how: nway(root, paths, how, f"nway_{how}") for how in ("inner", "left")}
+    runner = LiveRunner(spark, specs["left"], f"{root}/checkpoint")
+
+    def purchase(rows):
+        append(spark, paths["A"], [(i, n, at(s)) for i, n, s in rows], PURCHASES)
+
+    append(spark, paths["B"], [(1, "lamp", at(0))], PRODUCTS)
+    upsert(spark, paths["C"], [(1, "post")], SHIPPING, ("purchased_id",))
+    purchase([(1, "a1", 2), (2, "a2", 3)])  # a1: lamp by post; a2: no product 2 yet
+    append(spark, paths["B"], [(2, "desk", at(4))], PRODUCTS)
+    upsert(spark, paths["C"], [(2, "rail")], SHIPPING, ("purchased_id",))
+    run_live([runner])
+    purchase([(2, "a3", 6)])  # desk by rail
+    upsert(spark, paths["C"], [(1, "air")], SHIPPING, ("purchased_id",))
+    purchase([(1, "a4", 8)])  # lamp by air: C as it was when a4 arrived, not when a1 did
+    delete(spark, paths["C"], "purchased_id = 2")
+    run_live([runner])
+    purchase([(2, "a5", 10), (None, "a6", 11)])  # a5: desk, no shipping any more; a6: NULL key
+    append(spark, paths["B"], [(2, "chair", at(12))], PRODUCTS)  # after a5: not what a5 sees
+    run_live([runner])
+    replays = {
+        how: replay(spark, with_output(spec, f"{spec.output.location}_replay"), at(0), at(100))
+        for how, spec in specs.items()
+    }
+    return specs, replays
+
+
+EXPECTED = {
+    "left": Counter(
+        {
+            ("a1", "lamp", "post", at(2)): 1,
+            ("a2", None, None, at(3)): 1,
+            ("a3", "desk", "rail", at(6)): 1,
+            ("a4", "lamp", "air", at(8)): 1,
+            ("a5", "desk", None, at(10)): 1,
+        }
+    ),
+}
+EXPECTED["inner"] = Counter({row: n for row, n in EXPECTED["left"].items() if None not in row})
+
+
+def rows(spark, location: str) -> Counter:
+    return Counter((r.purchase, r.product, r.carrier, r.event_time) for r in read(spark, location))
+
+
+def test_ksqldb_nway_stream_table_table_live_equals_replay(spark, chain):
+    specs, replays = chain
+    live = specs["left"]
+    assert rows(spark, live.output.location) == EXPECTED["left"]
+    accounting, batches = live_accounting(spark, live.output.location, FINAL + ("applied",))
+    assert batches >= 3
+    assert accounting["A"] == {
+        "rows_in": 6, "rejected": 1, "late": 0, "joined": 3, "unmatched_emitted": 2, "unmatched_dropped": 0,
+        "applied": 0, "open": 0, "unsettled": 0,
+    }  # fmt: skip
+    assert accounting["B"]["applied"] == accounting["B"]["rows_in"] == 3
+    assert accounting["C"]["applied"] == accounting["C"]["rows_in"] == 4  # 3 upserts and a delete
+    for how, metrics in replays.items():
+        assert rows(spark, f"{specs[how].output.location}_replay") == EXPECTED[how], how
+        a = metrics.sources["A"]
+        assert metrics.balanced() and a.joined == 3 and a.rejected == 1
+        assert (a.unmatched_emitted, a.unmatched_dropped) == ((2, 0) if how == "left" else (0, 2))
+
+
+def test_explain_shows_every_link(spark, chain):
+    specs, _ = chain
+    text = describe(bind(spark, specs["inner"]))
+    assert "1. INNER JOIN B [stream-table] ON A.id = B.product_id" in text
+    assert "2. INNER JOIN C [stream-table] ON A.id = C.purchased_id" in text
+
+
+def test_a_stream_stage_after_a_table_stage_is_refused_before_data_moves(spark, chain, tmp_path):
+    """ksqlDB's second form (C a stream, WITHIN 10 SECONDS) does not run yet: validate-job and the
+    runners refuse it with the same message, naming the link and what runs."""
+    specs, _ = chain
+    document = {
+        "name": "nway_stream",
+        "sources": {
+            "A": {"path": specs["inner"].source("A").location, "time": "t"},
+            "B": {
+                "path": specs["inner"].source("B").location,
+                "kind": "table",
+                "key": ["product_id"],
+                "changelog": True,
+            },
+            "C": {"path": specs["inner"].source("A").location, "time": "t"},
+        },
+        "from": "A",
+        "joins": [
+            {"join": "B", "on": "A.id = B.product_id"},
+            {"join": "C", "on": "A.id = C.id", "within": "10s"},
+        ],
+        "output": {"path": f"{tmp_path}/out"},
+    }
+    plan = bind(spark, spec_from_dict(document))
+    with pytest.raises(
+        UnsupportedJobError,
+        match=r"join 2 \(INNER JOIN C, a interval join\) cannot follow the stream-table join",
+    ):
+        kernel.runnable(spark, plan)
+
+
+def test_a_full_outer_stream_table_stage_fails_as_in_ksqldb(tmp_path):
+    """ksqlDB: "if any stage in the N-way join resolves to a FULL OUTER join between a stream and a
+    table the entire query fails" (A JOIN B WITHIN 10 SECONDS, then FULL OUTER JOIN table C)."""
+    document = {
+        "name": "nway_full",
+        "sources": {
+            "A": {"path": "A", "time": "t"},
+            "B": {"path": "B", "time": "t"},
+            "C": {"path": "C", "kind": "table", "key": ["purchased_id"]},
+        },
+        "from": "A",
+        "joins": [
+            {"join": "B", "on": "A.id = B.product_id", "within": "10s"},
+            {"join": "C", "type": "full", "on": "A.id = C.purchased_id"},
+        ],
+        "output": {"path": f"{tmp_path}/out"},
+    }
+    with pytest.raises(
+        JobError,
+        match="join with 'C': a FULL join of a stream with a table is refused: a FULL OUTER stream-table join has no sound semantics",
+    ):
+        spec_from_dict(document)

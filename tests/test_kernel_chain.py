@@ -1,0 +1,185 @@
+"""Chains of enrichment joins at the kernel's level, against tests/reference.py's `chain_reference`.
+
+A stream l enriched by an event-time temporal changelog r (out-of-order, late and NULL versions,
+tombstones), then by a table s updated in place as the row saw it on arrival (inserts, updates,
+deletes, a clock skew that keeps the newest rows open), ON l.k = s.k or ON r.k = s.k (a condition
+on the first link's columns, NULL when that link padded); each link INNER or LEFT. Examples are
+laid end to end (tests/kernel_harness.py); each Hypothesis example replays the history whole, in
+three slices that must add up to it and together, and as live micro-batches cut at random commits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+from harness import SCHEMA, create_tables
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_harness import SETTINGS, Laid, check_live, check_replay, cuts, lay_end_to_end, slices
+from reference import arrival_table, by_stream_key, chain_reference, temporal_table
+
+from streamjoin.plan import Plan, bind
+from streamjoin.spec import spec_from_dict
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
+STACK = 40
+
+
+@pytest.fixture(scope="module")
+def paths(spark, tmp_path_factory):
+    """Three empty source tables (l, r, s): the plan binds against their schemas."""
+    root = tmp_path_factory.mktemp("kernel_chain")
+    paths = create_tables(spark, root)
+    paths[2] = f"{root}/s"
+    spark.createDataFrame([], SCHEMA).write.format("delta").save(paths[2])
+    return root, paths
+
+
+@dataclass(frozen=True)
+class Case:
+    first: str  # join type of l JOIN r
+    second: str  # join type of ... JOIN s
+    grace: int  # r's grace, seconds
+    skew: int  # s's clock skew, seconds
+    through_r: bool  # s joins ON r.k = s.k, else ON l.k = s.k
+    laid: Laid
+
+
+@st.composite
+def chain_commits(draw):
+    """Commits (side, rows) of a stream (side 0: id, key, seconds | None, v), a changelog r
+    (side 1: id, key, seconds | None, v, change type; a tombstone has id and v None), and a table s
+    updated in place (side 2: inserts, update post-images, deletes with the deleted row); one
+    change per key and commit."""
+    commits, n, present = [], 0, {}
+    for c in range(draw(st.integers(1, 6))):
+        side = draw(st.sampled_from((0, 0, 1, 2)))
+        if side == 2 and present and draw(st.integers(0, 3)) == 0:
+            commits.append((2, [(*present.pop(draw(st.sampled_from(sorted(present)))), "delete")]))
+            continue
+        rows, keys = [], set()
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "c", "a", None) if side != 2 else ("a", "b", "c")))
+            t = None if side != 2 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            if side == 0:
+                rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
+            elif key not in keys:
+                keys.add(key)
+                if side == 1:
+                    tombstone = draw(st.integers(0, 4)) == 0
+                    rows.append(
+                        (None, key, t, None, "insert") if tombstone else (f"r{n}", key, t, 0, "insert")
+                    )
+                else:
+                    change = "update_postimage" if key in present else "insert"
+                    present[key] = (f"s{n}", key, t, 0)
+                    rows.append((*present[key], change))
+        commits.append((side, rows))
+    return commits
+
+
+@st.composite
+def chain_cases(draw) -> Case:
+    return Case(
+        first=draw(st.sampled_from(("left", "inner")), label="l JOIN r"),
+        second=draw(st.sampled_from(("left", "inner")), label="JOIN s"),
+        grace=draw(st.sampled_from((0, 2, 5)), label="grace"),
+        skew=draw(st.sampled_from((0, 3, 3600)), label="s's clock skew (seconds)"),
+        through_r=draw(st.booleans(), label="ON r.k = s.k"),
+        laid=lay_end_to_end(draw(st.lists(chain_commits(), min_size=STACK, max_size=STACK)), "k", tables=2),
+    )
+
+
+def chain_plan(spark, paths, case: Case) -> Plan:
+    root, p = paths
+    return bind(
+        spark,
+        spec_from_dict(
+            {
+                "name": "chain",
+                "sources": {
+                    "l": {"path": p[0], "time": "t"},
+                    # max_future: none, since the examples' event times lie apart from their commit times
+                    "r": {
+                        "path": p[1],
+                        "kind": "table",
+                        "key": ["k"],
+                        "time": "t",
+                        "changelog": True,
+                        "max_future": "none",
+                    },
+                    "s": {"path": p[2], "kind": "table", "key": ["k"], "clock_skew": f"{case.skew}s"},
+                },
+                "from": "l",
+                "joins": [
+                    {
+                        "join": "r",
+                        "type": case.first,
+                        "on": "l.k = r.k",
+                        "as_of": "event_time",
+                        "grace": f"{case.grace}s",
+                    },
+                    {"join": "s", "type": case.second, "on": "r.k = s.k" if case.through_r else "l.k = s.k"},
+                ],
+                "select": ["l.id AS lid", "r.id AS rid", "s.id AS sid"],
+                "output": {"path": f"{root}/out"},
+            }
+        ),
+    )
+
+
+def expected(case: Case, mode: str = "exact", closed: bool = False):
+    """(output, stream counts, each table's counts by side) as the reference decides them."""
+    r_counts, temporal = temporal_table(case.laid.tables[1], case.grace, mode)
+    on_arrival = arrival_table(case.laid.tables[2], case.laid.stream, case.skew * 1_000_000)
+
+    def through_r(e, matches):
+        return None if matches[0] is None else matches[0].key[0]
+
+    output, stream = chain_reference(
+        case.laid.stream,
+        [
+            (case.first, temporal, by_stream_key),
+            (case.second, on_arrival, through_r if case.through_r else by_stream_key),
+        ],
+        closed,
+    )
+    changes = len(case.laid.tables[2])
+    s_counts = {"rows_in": changes, "rejected": 0, "late": 0, "applied": changes}
+    return output, stream, {1: r_counts, 2: s_counts}
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_chain_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
+    case = data.draw(chain_cases())
+    closed = data.draw(st.booleans(), label="closed input")
+    output, stream, tables = expected(case, mode, closed)
+    check_replay(
+        spark,
+        chain_plan(spark, paths, case),
+        case.laid,
+        mode,
+        slices(data.draw, STACK),
+        output,
+        stream,
+        tables,
+        final=closed,
+    )
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_chain_live_batches_decide_as_the_reference(spark, paths, data):
+    case = data.draw(chain_cases())
+    check_live(
+        spark,
+        chain_plan(spark, paths, case),
+        case.laid,
+        data.draw(cuts(case.laid), label="cuts"),
+        *expected(case),
+    )

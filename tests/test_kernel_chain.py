@@ -17,7 +17,7 @@ import pytest
 from harness import SCHEMA, create_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import SETTINGS, Laid, check_live, check_replay, cuts, lay_end_to_end, slices
+from kernel_harness import BAND, SETTINGS, Laid, check_live, check_replay, cuts, lay_end_to_end, slices
 from reference import arrival_table, by_stream_key, chain_reference, temporal_table
 
 from streamjoin.plan import Plan, bind
@@ -183,3 +183,25 @@ def test_chain_live_batches_decide_as_the_reference(spark, paths, data):
         data.draw(cuts(case.laid), label="cuts"),
         *expected(case),
     )
+
+
+@pytest.mark.parametrize("waits_for", ["s", "r"])
+def test_a_row_waits_for_every_link(spark, paths, waits_for):
+    """A row one link has decided waits for the other: r's watermark is past it but s (a clock
+    skew of an hour) has not committed since it arrived, or the other way round. Drawn histories
+    rarely end this way (only the last example's rows can be open)."""
+    ahead = [(1, [("r1", "a", 0, 0, "insert")]), (1, [("r2", "b", 20, 0, "insert")])]
+    if waits_for == "s":  # r decides the row (5 < 20 - grace); s has nothing after it
+        history = [*ahead, (2, [("s1", "a", 0, 0, "insert")]), (0, [("l1", "a", 5, 0)])]
+    else:  # s decides the row (it commits after it); r's watermark is still below it
+        history = [
+            (1, [("r1", "a", 0, 0, "insert")]),
+            (0, [("l1", "a", 5, 0)]),
+            (2, [("s1", "a", 0, 0, "insert")]),
+        ]
+    case = Case("left", "left", 2, 3600, False, lay_end_to_end([history], "k", tables=2))
+    output, stream, tables = expected(case)
+    assert stream["open"] == 1 and not output  # the reference agrees that it waits
+    plan = chain_plan(spark, paths, case)
+    check_replay(spark, plan, case.laid, "exact", [(-BAND, BAND)], output, stream, tables)
+    check_live(spark, plan, case.laid, [len(history) - 1], output, stream, tables)

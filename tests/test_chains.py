@@ -11,11 +11,13 @@ histories are proven at the kernel's level (tests/test_kernel_chain.py); this ch
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from conftest import append, at
 from harness import FINAL, delete, live_accounting, read, run_live, upsert, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+from test_restart import WRITES, FailAfterEach
 
 from streamjoin import kernel
 from streamjoin.errors import JobError, UnsupportedJobError
@@ -35,6 +37,9 @@ PRODUCTS = StructType(
     ]
 )
 SHIPPING = StructType([StructField("purchased_id", IntegerType()), StructField("carrier", StringType())])
+
+
+CHAIN_WRITES = tuple(table for table in WRITES if table != "late")
 
 
 def nway(root, paths: dict[str, str], how: str, name: str):
@@ -72,6 +77,13 @@ def chain(spark, tmp_path_factory):
         spark.createDataFrame([], schema).write.format("delta").save(paths[name])
     specs = {how: nway(root, paths, how, f"nway_{how}") for how in ("inner", "left")}
     runner = LiveRunner(spark, specs["left"], f"{root}/checkpoint")
+    # The same chain run live again, its second run failing after each of its writes in turn.
+    restarted = with_output(specs["left"], f"{root}/out_restarted")
+    # The second run writes no late rows (no table here has late changes).
+    hook = FailAfterEach(batch=-2, writes=CHAIN_WRITES)  # batch: the second run's first, set below
+
+    def live_restarted(**options) -> LiveRunner:
+        return LiveRunner(spark, restarted, f"{root}/checkpoint_restarted", **options)
 
     def purchase(rows):
         append(spark, paths["A"], [(i, n, at(s)) for i, n, s in rows], PURCHASES)
@@ -81,20 +93,25 @@ def chain(spark, tmp_path_factory):
     purchase([(1, "a1", 2), (2, "a2", 3)])  # a1: lamp by post; a2: no product 2 yet
     append(spark, paths["B"], [(2, "desk", at(4))], PRODUCTS)
     upsert(spark, paths["C"], [(2, "rail")], SHIPPING, ("purchased_id",))
-    run_live([runner])
-    purchase([(2, "a3", 6)])  # desk by rail
+    run_live([runner, live_restarted()])
+    purchase([(2, "a3", 6), (None, "a6", 7)])  # a3: desk by rail; a6: NULL key
     upsert(spark, paths["C"], [(1, "air")], SHIPPING, ("purchased_id",))
     purchase([(1, "a4", 8)])  # lamp by air: C as it was when a4 arrived, not when a1 did
     delete(spark, paths["C"], "purchased_id = 2")
     run_live([runner])
-    purchase([(2, "a5", 10), (None, "a6", 11)])  # a5: desk, no shipping any more; a6: NULL key
+    hook.batch = 1 + max(r.batch for r in read(spark, restarted.output.side("metrics")))
+    for table in CHAIN_WRITES:
+        with pytest.raises(Exception, match=f"injected failure after writing {table}"):
+            live_restarted(after_write=hook).run(900)
+    live_restarted(after_write=hook).run(900)  # the last attempt completes the batch
+    purchase([(2, "a5", 10)])  # desk, no shipping any more
     append(spark, paths["B"], [(2, "chair", at(12))], PRODUCTS)  # after a5: not what a5 sees
-    run_live([runner])
+    run_live([runner, live_restarted()])
     replays = {
         how: replay(spark, with_output(spec, f"{spec.output.location}_replay"), at(0), at(100))
         for how, spec in specs.items()
     }
-    return specs, replays
+    return SimpleNamespace(specs=specs, replays=replays, restarted=restarted, fired=hook.fired)
 
 
 EXPECTED = {
@@ -116,7 +133,7 @@ def rows(spark, location: str) -> Counter:
 
 
 def test_ksqldb_nway_stream_table_table_live_equals_replay(spark, chain):
-    specs, replays = chain
+    specs, replays = chain.specs, chain.replays
     live = specs["left"]
     assert rows(spark, live.output.location) == EXPECTED["left"]
     accounting, batches = live_accounting(spark, live.output.location, FINAL + ("applied",))
@@ -135,7 +152,7 @@ def test_ksqldb_nway_stream_table_table_live_equals_replay(spark, chain):
 
 
 def test_explain_shows_every_link(spark, chain):
-    specs, _ = chain
+    specs = chain.specs
     text = describe(bind(spark, specs["inner"]))
     assert "1. INNER JOIN B [stream-table] ON A.id = B.product_id" in text
     assert "2. INNER JOIN C [stream-table] ON A.id = C.purchased_id" in text
@@ -144,7 +161,7 @@ def test_explain_shows_every_link(spark, chain):
 def test_a_stream_stage_after_a_table_stage_is_refused_before_data_moves(spark, chain, tmp_path):
     """ksqlDB's second form (C a stream, WITHIN 10 SECONDS) does not run yet: validate-job and the
     runners refuse it with the same message, naming the link and what runs."""
-    specs, _ = chain
+    specs = chain.specs
     document = {
         "name": "nway_stream",
         "sources": {
@@ -194,3 +211,14 @@ def test_a_full_outer_stream_table_stage_fails_as_in_ksqldb(tmp_path):
         match="join with 'C': a FULL join of a stream with a table is refused: a FULL OUTER stream-table join has no sound semantics",
     ):
         spec_from_dict(document)
+
+
+def test_a_chain_batch_failing_after_each_of_its_writes_is_redone_exactly_once(spark, chain):
+    """Killed after every one of its writes in turn (rejected, output, state, metrics), the
+    chain's batch is redone from the checkpoint; the output and the accounting are those of the
+    run that never failed."""
+    assert [table for table, _ in chain.fired] == list(CHAIN_WRITES)
+    live = chain.specs["left"].output.location
+    assert rows(spark, chain.restarted.output.location) == rows(spark, live) == EXPECTED["left"]
+    kept = FINAL + ("applied",)
+    assert live_accounting(spark, chain.restarted.output.location, kept) == live_accounting(spark, live, kept)

@@ -147,15 +147,18 @@ WRITES = ("rejected", "late", "output", "state", "metrics")
 
 
 class FailAfterEach:
-    """An after_write hook that fails batch 1 once right after each of `WRITES`, in turn: the first
-    attempt dies after its first write, the rerun (which Delta lets skip that write) after the
-    second, and so on, until the sixth attempt completes the batch."""
+    """An after_write hook that fails `batch` once right after each of `writes` (the tables it
+    writes, in `WRITES`' order), in turn: the first attempt dies after its first write, the rerun
+    (which Delta lets skip that write) after the second, and so on, until the last attempt
+    completes the batch."""
 
-    def __init__(self):
+    def __init__(self, batch: int = 1, writes: tuple[str, ...] = WRITES):
+        self.batch, self.writes = batch, writes
         self.fired: list[tuple[str, int]] = []
 
     def __call__(self, table: str, batch: int) -> None:
-        if batch == 1 and len(self.fired) < len(WRITES) and table == WRITES[len(self.fired)]:
+        writes = self.writes
+        if batch == self.batch and len(self.fired) < len(writes) and table == writes[len(self.fired)]:
             self.fired.append((table, batch))
             raise RuntimeError(f"injected failure after writing {table} in batch {batch}")
 

@@ -430,13 +430,16 @@ def write_once(
     batch: int,
     overwrite: bool = False,
     partition_by: tuple[str, ...] = (),
+    merge_schema: bool = False,
 ) -> None:
-    """Append (or overwrite) exactly once per (app_id, batch): a retried batch's write is skipped."""
+    """Append (or overwrite) exactly once per (app_id, batch): a retried batch's write is skipped.
+    `merge_schema`: as for `append`."""
     writer = (
         df.write.format("delta")
         .mode("overwrite" if overwrite else "append")
         .option("txnAppId", app_id)
         .option("txnVersion", batch)
+        .option("mergeSchema", str(merge_schema).lower())
     )
     if partition_by and not exists(df.sparkSession, location):
         writer = writer.partitionBy(*partition_by)
@@ -480,9 +483,13 @@ def merge_latest(df: DataFrame, location: str, key: str, op: str) -> None:
     )
 
 
-def append(df: DataFrame, location: str, properties: dict[str, str] | None = None) -> None:
-    """A plain append (run logs, the arrival index); `properties` are set if it creates the table."""
-    _save(df.write.format("delta").mode("append").options(**(properties or {})), location)
+def append(
+    df: DataFrame, location: str, properties: dict[str, str] | None = None, merge_schema: bool = False
+) -> None:
+    """A plain append (run logs, the arrival index); `properties` are set if it creates the table.
+    `merge_schema`: columns added to a log since its table was created are added to it."""
+    writer = df.write.format("delta").mode("append").options(**(properties or {}))
+    _save(writer.option("mergeSchema", "true") if merge_schema else writer, location)
 
 
 # Table properties of the tables streamjoin writes (outputs, side tables, its index), set when a

@@ -6,6 +6,10 @@ Every input row of a run ends in exactly one bucket:
 settled); a replay starts from nothing. `open` rows are on time and unmatched with their window
 still open (enrichment joins: not yet decided); `unsettled` rows arrived after the frontier;
 `applied` counts a table source's changes that became versions (docs/semantics.md).
+
+A chain of joins also counts per link, in decided stream rows: those that reached the link and
+whether they matched there, were padded (LEFT) or dropped (INNER):
+    reached = matched + padded + dropped, and a link reaches what the one before matched or padded.
 """
 
 from __future__ import annotations
@@ -59,6 +63,28 @@ class SourceCounts:
 
 
 @dataclass
+class LinkCounts:
+    """One link of a join chain in one run: the decided stream rows that reached it (not dropped by
+    an earlier INNER link) and what became of them there. A row with several matching versions
+    counts once."""
+
+    link: str  # how explain names it: "2. LEFT JOIN customers"
+    reached: int = 0
+    matched: int = 0
+    padded: int = 0
+    dropped: int = 0
+
+    def balanced(self) -> bool:
+        return self.reached == self.matched + self.padded + self.dropped
+
+
+def links_balanced(links: list[LinkCounts]) -> bool:
+    """Every link adds up, and each reaches what the one before matched or padded."""
+    chained = all(b.reached == a.matched + a.padded for a, b in zip(links, links[1:], strict=False))
+    return chained and all(link.balanced() for link in links)
+
+
+@dataclass
 class RunMetrics:
     """What one run (a replay slice or a live micro-batch) read, decided and wrote."""
 
@@ -78,13 +104,14 @@ class RunMetrics:
     duration_s: float = 0.0
     upserts: int = 0  # table-table joins: result rows inserted or changed
     deletes: int = 0  # table-table joins: result rows removed (output tombstones)
+    links: list[LinkCounts] = field(default_factory=list)  # per link of a chain (enrichment joins)
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
 
     def balanced(self) -> bool:
-        """The accounting adds up, per source and so in total."""
-        return all(c.balanced() for c in self.sources.values())
+        """The accounting adds up, per source and so in total, and per link."""
+        return all(c.balanced() for c in self.sources.values()) and links_balanced(self.links)
 
     def summary(self) -> str:
         """One line: what came in and what became of it."""
@@ -99,8 +126,20 @@ class RunMetrics:
                 if self.upserts or self.deletes
                 else ""
             )
+            + self._link_note()
             + " "
             f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note()
+        )
+
+    def _link_note(self) -> str:
+        """A chain's links, each with how many of the rows that reached it matched."""
+        if len(self.links) < 2:
+            return ""
+        return " | per link: " + ", ".join(
+            f"{link.link} {link.matched}/{link.reached} matched"
+            + (f" ({link.padded} padded)" if link.padded else "")
+            + (f" ({link.dropped} dropped)" if link.dropped else "")
+            for link in self.links
         )
 
     def _late_note(self) -> str:
@@ -115,10 +154,13 @@ class RunMetrics:
 
     def row(self) -> dict:
         values = {
-            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("versions", "sources")
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("versions", "sources", "links")
         }
         values["versions"] = json.dumps(self.versions, sort_keys=True)
         values["by_source"] = json.dumps({k: asdict(v) for k, v in self.sources.items()}, sort_keys=True)
+        values["by_link"] = json.dumps([asdict(link) for link in self.links])
         values["rows_in"] = self.total("rows_in")
         values["carried_in"] = self.total("carried_in")
         for bucket in BUCKETS:
@@ -139,6 +181,11 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
                 setattr(merged, bucket, getattr(merged, bucket) + getattr(counts, bucket))
         merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
         sources[name] = merged
+    links = [LinkCounts(link.link) for link in first.links]
+    for run in runs:
+        for total, link in zip(links, run.links, strict=True):
+            for bucket in ("reached", "matched", "padded", "dropped"):
+                setattr(total, bucket, getattr(total, bucket) + getattr(link, bucket))
     return RunMetrics(
         job=first.job,
         runner=first.runner,
@@ -154,6 +201,7 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         duration_s=sum(r.duration_s for r in runs),
         upserts=sum(r.upserts for r in runs),
         deletes=sum(r.deletes for r in runs),
+        links=links,
     )
 
 
@@ -178,6 +226,7 @@ SCHEMA = StructType(
         StructField("duration_s", DoubleType()),
         StructField("upserts", LongType()),
         StructField("deletes", LongType()),
+        StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
     ]
 )
 

@@ -12,7 +12,7 @@ import html
 import json
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -90,6 +90,7 @@ class SliceRun:
     started_at: datetime
     duration_s: float
     runs: int
+    links: list[dict] = field(default_factory=list)  # a chain's LinkCounts, as the metrics row holds them
 
     @property
     def match_rate(self) -> float | None:
@@ -201,6 +202,7 @@ def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
             from_spark(latest["started_at"]),
             latest["duration_s"] or 0.0,
             len(runs),
+            json.loads(latest.get("by_link") or "[]"),
         )
     for row in sorted(attempts, key=lambda r: r["finished_at"]):
         start, end = from_spark(row["slice_start"]), from_spark(row["slice_end"])
@@ -460,6 +462,7 @@ def render_page(
         body.append(_slice_table(slices, timezone, folder))
     if live:
         body.append(_live_table(live, timezone))
+    body.append(_link_table(plotted, live))
     body.append(_guard_table(stopped))
     body.append(_jump_table(jumps or [], timezone))
     body.append(
@@ -700,6 +703,46 @@ def _jump_table(jumps: list[dict], timezone: str) -> str:
         "<th class='text'>source</th><th>version</th><th class='text'>clock before</th><th class='text'>clock after</th>"
         "<th class='text'>jump</th><th class='text'>after leads the commit by</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _link_table(plotted: list[Slice], live: list[dict]) -> str:
+    """A chain's links: over the slices plotted, and over every live batch, the stream rows each
+    link reached and what became of them there (metrics.LinkCounts). Empty for a single join."""
+    runs = {
+        "replay": [run.links for run in (s.shown for s in plotted) if run is not None],
+        "live": [json.loads(row.get("by_link") or "[]") for row in live],
+    }
+    rows = []
+    for runner, per_run in runs.items():
+        totals: dict[str, Counter] = {}
+        for links in per_run:
+            for link in links:
+                totals.setdefault(link["link"], Counter()).update(
+                    {b: link[b] for b in ("reached", "matched", "padded", "dropped")}
+                )
+        for name, t in totals.items():
+            rate = t["matched"] / t["reached"] if t["reached"] else None
+            rows.append(
+                f"<tr data-link='{_e(name)}' data-runner='{runner}'><td class='text'>{_e(name)}</td>"
+                f"<td class='text'>{runner}</td>"
+                + "".join(
+                    f"<td data-field='{b}'>{_number(t[b])}</td>"
+                    for b in ("reached", "matched", "padded", "dropped")
+                )
+                + f"<td data-field='match_rate'>{_percent(rate)}</td></tr>"
+            )
+    if not rows:
+        return ""
+    head = (
+        "<tr><th class='text'>link</th><th class='text'>runner</th><th>rows reached</th><th>matched</th>"
+        "<th>padded (LEFT)</th><th>dropped (INNER)</th><th>match rate</th></tr>"
+    )
+    return (
+        "<h2>The chain, link by link</h2><p>Decided stream rows that reached each link (not dropped by an "
+        "earlier INNER link) and what became of them there; a link reaches what the one before matched or "
+        f"padded. Replay: the slices plotted; live: every micro-batch.</p><div class='table-wrap'><table id='links'>"
+        f"<thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 

@@ -27,13 +27,13 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType, TimestampType
-from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
+from reference import LINK_BUCKETS, STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 
 from streamjoin import arrival, changelog, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.joins.interval import MATCHED, IntervalJoin
-from streamjoin.metrics import SourceCounts
+from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Progress, batch_commits, decide, table_input
 
@@ -351,6 +351,7 @@ class Decided:
     output: Counter
     stream: Counter
     tables: dict[int, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    links: Counter = field(default_factory=Counter)  # (link number from 0, bucket) -> rows
 
     @property
     def table(self) -> Counter:
@@ -404,7 +405,7 @@ def enrichment_replay(
         for counts, commits in owned:
             counts["rows_in"] += sum(c.owned_rows(k) for c in commits)
             counts["rejected"] += sum(c.owned_rejected(k) for c in commits)
-        _add(decided, plan, result.by_slice[k])
+        _add(decided, plan, result.by_slice[k], result.links[k] if result.links else [])
         per_slice.append(decided)
     assert sum(output.values()) == sum(sum(d.output.values()) for d in per_slice)  # no row outside them
     for frame in result.cached:
@@ -464,7 +465,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
         for name, counts in named:
             counts["rows_in"] += decision.counts[name].rows_in
             counts["rejected"] += decision.counts[name].rejected
-        _add(decided, plan, decision.result.counts, with_open=False)
+        _add(decided, plan, decision.result.counts, decision.result.links[0], with_open=False)
         decided.output.update(_output(decision.result.output, base))
         kept = decision.next_state[stream.name].collect()
         state = {stream.name: spark.createDataFrame(kept, decision.next_state[stream.name].schema)}
@@ -497,8 +498,17 @@ def _output(output: DataFrame, base: int) -> Counter:
     return Counter((*(r[c] for c in ids), (r["_t"] - base) // 1_000_000) for r in rows)
 
 
-def _add(decided: Decided, plan: Plan, counts: dict[str, SourceCounts], with_open: bool = True) -> None:
+def _add(
+    decided: Decided,
+    plan: Plan,
+    counts: dict[str, SourceCounts],
+    links: list[LinkCounts],
+    with_open: bool = True,
+) -> None:
     stream = plan.streams[0].name
+    assert links_balanced(links), links
+    for n, link in enumerate(links):
+        decided.links.update({(n, bucket): getattr(link, bucket) for bucket in LINK_BUCKETS})
     for bucket in ("joined", "unmatched_emitted", "unmatched_dropped") + (("open",) if with_open else ()):
         decided.stream[bucket] += getattr(counts[stream], bucket)
     for table in plan.tables:
@@ -530,17 +540,20 @@ def check_replay(
     expected: Counter,
     stream: dict,
     tables: dict[int, dict] | None = None,
+    links: list[dict] | None = None,
     final: bool = False,
 ) -> None:
     """A replay of the whole history decides as the reference (output, stream counts, and each
     table's counts by side when given); the slices' replays, summed, write and count what it does,
     and one replay of the slices together decides each as its own replay does (`final`: of a
-    closed input)."""
+    closed input). `links`: a chain's counts per link, as the reference counts them."""
     (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], final)
     assert whole.output == expected, first_difference(whole.output, expected)
     assert buckets(whole.stream, STREAM_BUCKETS) == stream
     if tables is not None:
         assert {side: buckets(whole.tables[side], TABLE_BUCKETS) for side in tables} == tables
+    if links is not None:
+        assert per_link(whole.links, len(links)) == links
     sliced = Decided(Counter(), Counter())
     parts = []
     for window in windows:
@@ -550,8 +563,9 @@ def check_replay(
         sliced.stream.update(part.stream)
         for side, counts in part.tables.items():
             sliced.tables[side].update(counts)
+        sliced.links.update(part.links)
     assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
-    assert sliced.stream == whole.stream and sliced.tables == whole.tables
+    assert sliced.stream == whole.stream and sliced.tables == whole.tables and sliced.links == whole.links
     assert enrichment_replay(spark, plan, laid, mode, windows, final) == parts
 
 
@@ -563,6 +577,7 @@ def check_live(
     expected: Counter,
     stream: dict,
     tables: dict[int, dict] | None = None,
+    links: list[dict] | None = None,
 ) -> None:
     """Live micro-batches ending after commits `ends` decide, summed, as the reference."""
     live = enrichment_live(spark, plan, laid, ends)
@@ -570,6 +585,13 @@ def check_live(
     assert buckets(live.stream, STREAM_BUCKETS) == stream
     if tables is not None:
         assert {side: buckets(live.tables[side], TABLE_BUCKETS) for side in tables} == tables
+    if links is not None:
+        assert per_link(live.links, len(links)) == links
+
+
+def per_link(counts: Counter, links: int) -> list[dict[str, int]]:
+    """`Decided.links` in the reference's shape: each link's buckets."""
+    return [{bucket: counts[(n, bucket)] for bucket in LINK_BUCKETS} for n in range(links)]
 
 
 def buckets(counts: Counter, names: tuple[str, ...]) -> dict[str, int]:

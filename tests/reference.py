@@ -115,6 +115,7 @@ def reference(
 # ---------------------------------------------------------------------------- enrichment joins
 
 TABLE_BUCKETS = ("rows_in", "rejected", "late", "applied")
+LINK_BUCKETS = ("reached", "matched", "padded", "dropped")
 STREAM_BUCKETS = ("rows_in", "rejected", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 
 
@@ -209,14 +210,16 @@ Link = tuple[str, Lookup, Callable[[Event, list[Change | None]], str | None]]  #
 
 def chain_reference(
     stream: list[Event], links: list[Link], closed: bool = False
-) -> tuple[Counter, dict[str, int]]:
+) -> tuple[Counter, dict[str, int], list[dict[str, int]]]:
     """A stream enriched by tables in turn: (output multiset of (stream id, each link's id or None,
-    time), stream counts). Rows with a NULL key or time are rejected. A row is decided iff every
+    time), stream counts, counts per link). Rows with a NULL key or time are rejected. A row is decided iff every
     link decides it (a `closed` input decides every row), else open. Each link looks up its key
     (from the row or an earlier link's match, NULL when that link padded): an INNER link without
     a match drops the row, a LEFT link pads it. A row is joined when it matched at every link,
-    unmatched_emitted when it came out padded."""
+    unmatched_emitted when it came out padded. Per link: the decided rows that reached it (not
+    dropped by an earlier INNER link), matched, padded (LEFT) or dropped (INNER) there."""
     counts = dict.fromkeys(STREAM_BUCKETS, 0)
+    per_link = [dict.fromkeys(LINK_BUCKETS, 0) for _ in links]
     out = Counter()
     for e in stream:
         counts["rows_in"] += 1
@@ -231,12 +234,18 @@ def chain_reference(
             matches.append(match)
         if not (closed or decided):
             counts["open"] += 1
-        elif any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+            continue
+        for match, (how, _, _), link in zip(matches, links, per_link, strict=True):
+            link["reached"] += 1
+            link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
+            if match is None and how == "inner":
+                break
+        if any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
             counts["unmatched_dropped"] += 1
         else:
             counts["joined" if all(m is not None for m in matches) else "unmatched_emitted"] += 1
             out[(e.id, *(None if m is None else m.id for m in matches), e.t)] += 1
-    return out, counts
+    return out, counts, per_link
 
 
 def by_stream_key(e: Event, matches: list[Change | None]) -> str | None:
@@ -257,7 +266,7 @@ def temporal_reference(
     (`temporal_table`): (output, stream counts, table counts). A `closed` input (it has ended)
     decides every row."""
     t_counts, lookup = temporal_table(table, grace, mode, in_place)
-    out, s_counts = chain_reference(stream, [(how, lookup, by_stream_key)], closed)
+    out, s_counts, _ = chain_reference(stream, [(how, lookup, by_stream_key)], closed)
     return out, s_counts, t_counts
 
 
@@ -269,4 +278,7 @@ def asof_reference(
 ) -> tuple[Counter, dict[str, int]]:
     """ASOF join ON l.k = r.k AND r.t <= l.t against a table updated in place (`arrival_table`):
     (output, stream counts)."""
-    return chain_reference(stream, [(how, arrival_table(table, stream, skew, asof=True), by_stream_key)])
+    out, counts, _ = chain_reference(
+        stream, [(how, arrival_table(table, stream, skew, asof=True), by_stream_key)]
+    )
+    return out, counts

@@ -10,6 +10,7 @@ histories are proven at the kernel's level (tests/test_kernel_chain.py); this ch
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from types import SimpleNamespace
 
@@ -17,11 +18,15 @@ import pytest
 from conftest import append, at
 from harness import FINAL, delete, live_accounting, read, run_live, upsert, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+from reference import LINK_BUCKETS
+from selenium.webdriver.common.by import By
+from test_report import number, open_page, severe, shown
 from test_restart import WRITES, FailAfterEach
 
 from streamjoin import kernel
 from streamjoin.errors import JobError, UnsupportedJobError
 from streamjoin.plan import bind, describe
+from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
@@ -142,6 +147,13 @@ def test_ksqldb_nway_stream_table_table_live_equals_replay(spark, chain):
         "rows_in": 6, "rejected": 1, "late": 0, "joined": 3, "unmatched_emitted": 2, "unmatched_dropped": 0,
         "applied": 0, "open": 0, "unsettled": 0,
     }  # fmt: skip
+    links = Counter()
+    for row in read(spark, live.output.side("metrics")):
+        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
+    assert {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links} == {
+        "1. LEFT JOIN B": [5, 4, 1, 0],  # reached, matched, padded, dropped: a2 has no product
+        "2. LEFT JOIN C": [5, 3, 2, 0],  # a2 and a5 have no shipping
+    }
     assert accounting["B"]["applied"] == accounting["B"]["rows_in"] == 3
     assert accounting["C"]["applied"] == accounting["C"]["rows_in"] == 4  # 3 upserts and a delete
     for how, metrics in replays.items():
@@ -149,6 +161,11 @@ def test_ksqldb_nway_stream_table_table_live_equals_replay(spark, chain):
         a = metrics.sources["A"]
         assert metrics.balanced() and a.joined == 3 and a.rejected == 1
         assert (a.unmatched_emitted, a.unmatched_dropped) == ((2, 0) if how == "left" else (0, 2))
+        inner = [(5, 4, 0, 1), (4, 3, 0, 1)]  # a2 dropped at B, a5 at C
+        left = [(5, 4, 1, 0), (5, 3, 2, 0)]
+        assert [(k.reached, k.matched, k.padded, k.dropped) for k in metrics.links] == (
+            left if how == "left" else inner
+        )
 
 
 def test_explain_shows_every_link(spark, chain):
@@ -222,3 +239,13 @@ def test_a_chain_batch_failing_after_each_of_its_writes_is_redone_exactly_once(s
     assert rows(spark, chain.restarted.output.location) == rows(spark, live) == EXPECTED["left"]
     kept = FINAL + ("applied",)
     assert live_accounting(spark, chain.restarted.output.location, kept) == live_accounting(spark, live, kept)
+
+
+def test_the_page_shows_the_chain_link_by_link(spark, chain, browser, tmp_path):
+    """The data-quality page of the live chain: each link's rows, as the metrics table sums them."""
+    open_page(browser, build_report(spark, chain.specs["left"], str(tmp_path / "report")))
+    assert severe(browser) == []
+    for name, counts in {"1. LEFT JOIN B": (5, 4, 1, 0), "2. LEFT JOIN C": (5, 3, 2, 0)}.items():
+        row = f"table#links tr[data-link='{name}'][data-runner='live']"
+        assert tuple(number(shown(browser, f"{row} td[data-field='{b}']")) for b in LINK_BUCKETS) == counts
+    assert len(browser.find_elements(By.CSS_SELECTOR, "table#links tbody tr")) == 2

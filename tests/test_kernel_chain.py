@@ -132,14 +132,14 @@ def chain_plan(spark, paths, case: Case) -> Plan:
 
 
 def expected(case: Case, mode: str = "exact", closed: bool = False):
-    """(output, stream counts, each table's counts by side) as the reference decides them."""
+    """(output, stream counts, each table's counts by side, counts per link) as the reference decides them."""
     r_counts, temporal = temporal_table(case.laid.tables[1], case.grace, mode)
     on_arrival = arrival_table(case.laid.tables[2], case.laid.stream, case.skew * 1_000_000)
 
     def through_r(e, matches):
         return None if matches[0] is None else matches[0].key[0]
 
-    output, stream = chain_reference(
+    output, stream, links = chain_reference(
         case.laid.stream,
         [
             (case.first, temporal, by_stream_key),
@@ -149,7 +149,7 @@ def expected(case: Case, mode: str = "exact", closed: bool = False):
     )
     changes = len(case.laid.tables[2])
     s_counts = {"rows_in": changes, "rejected": 0, "late": 0, "applied": changes}
-    return output, stream, {1: r_counts, 2: s_counts}
+    return output, stream, {1: r_counts, 2: s_counts}, links
 
 
 @pytest.mark.parametrize("mode", ["exact", "complete"])
@@ -158,7 +158,7 @@ def expected(case: Case, mode: str = "exact", closed: bool = False):
 def test_chain_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
     case = data.draw(chain_cases())
     closed = data.draw(st.booleans(), label="closed input")
-    output, stream, tables = expected(case, mode, closed)
+    output, stream, tables, links = expected(case, mode, closed)
     check_replay(
         spark,
         chain_plan(spark, paths, case),
@@ -200,8 +200,8 @@ def test_a_row_waits_for_every_link(spark, paths, waits_for):
             (2, [("s1", "a", 0, 0, "insert")]),
         ]
     case = Case("left", "left", 2, 3600, False, lay_end_to_end([history], "k", tables=2))
-    output, stream, tables = expected(case)
+    output, stream, tables, links = expected(case)
     assert stream["open"] == 1 and not output  # the reference agrees that it waits
     plan = chain_plan(spark, paths, case)
-    check_replay(spark, plan, case.laid, "exact", [(-BAND, BAND)], output, stream, tables)
-    check_live(spark, plan, case.laid, [len(history) - 1], output, stream, tables)
+    check_replay(spark, plan, case.laid, "exact", [(-BAND, BAND)], output, stream, tables, links)
+    check_live(spark, plan, case.laid, [len(history) - 1], output, stream, tables, links)

@@ -21,7 +21,7 @@ from pyspark.sql.types import StructField
 
 from streamjoin.arrival import ALL_TIME, Slices, Timeline
 from streamjoin.changelog import TableInput
-from streamjoin.metrics import SourceCounts
+from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
 # The watermark of an input that has ended (Flink's final watermark): every window is closed.
@@ -65,6 +65,7 @@ class StepResult:
     watermark: int | None = None
     result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
     cached: list[DataFrame] = field(default_factory=list)  # persisted by the step; unpersist after writing
+    links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
 
     @property
     def counts(self) -> dict[str, SourceCounts]:

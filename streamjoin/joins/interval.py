@@ -61,6 +61,7 @@ class Evaluation:
     cached: list[DataFrame] = field(
         default_factory=list
     )  # persisted here; the runner unpersists after writing
+    links: list = field(default_factory=list)  # chains: per slice, each link's LinkCounts
 
 
 @dataclass(frozen=True)

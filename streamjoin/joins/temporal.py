@@ -50,14 +50,25 @@ from streamjoin.arrival import ALL_TIME, REJECT, TS, Slices, T, V, watermarks
 from streamjoin.changelog import TableInput
 from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register, tally_by_slice
 from streamjoin.joins.interval import MATCHED, OUT_T, Evaluation, SideCounts
-from streamjoin.metrics import SourceCounts
+from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, Plan
 from streamjoin.timeutil import to_micros
 
 DECIDED = "_sj_decided"
 _NEAREST = "_sj_nearest"
 _ROW = "_sj_row"  # a stream row's number within one step
-_COMPLETE = "_sj_complete"  # matched at every link
+_COMPLETE = "_sj_complete"  # emitted, and matched at every link
+_ALIVE = "_sj_alive"  # not dropped by an INNER link
+
+
+def _reached(link: int) -> str:
+    """The flag of rows that reached link `link` (0-based) alive."""
+    return f"_sj_reached_{link}"
+
+
+def _matched(link: int) -> str:
+    """The flag of rows that reached link `link` alive and matched there."""
+    return f"_sj_matched_{link}"
 
 
 @dataclass(frozen=True)
@@ -162,10 +173,13 @@ class TemporalJoin:
         """A looked-up row found its version (a padded one has none)."""
         return self._col(self.table, TS).isNotNull()
 
-    def lookup(self, rows: DataFrame, versions: DataFrame, row_columns: list[Column]) -> DataFrame:
+    def lookup(
+        self, rows: DataFrame, versions: DataFrame, row_columns: list[Column], alive: Column
+    ) -> DataFrame:
         """Each row (columns qualified by source name) with its matching versions, or padded with
-        NULLs; `row_columns` identify a row (ASOF keeps the nearest candidate per row)."""
-        joined = rows.join(versions.alias(self.table), self.condition(), "left_outer")
+        NULLs; rows not `alive` (dropped by an earlier link) match nothing. `row_columns` identify
+        a row (ASOF keeps the nearest candidate per row)."""
+        joined = rows.join(versions.alias(self.table), self.condition() & alive, "left_outer")
         return self._nearest(joined, row_columns) if self.inequality else joined
 
     def _nearest(self, joined: DataFrame, row_columns: list[Column]) -> DataFrame:
@@ -290,6 +304,7 @@ class Enrichment(JoinOperator):
             max_event=None,
             watermark=None if None in horizons else min(h for h in horizons if h is not None),
             cached=evaluation.cached,
+            links=evaluation.links,
         )
 
     def evaluate(
@@ -313,17 +328,26 @@ class Enrichment(JoinOperator):
         # A row number that survives the lookups, to count stream rows rather than output rows.
         ready = ready.withColumn(_ROW, F.monotonically_increasing_id())
         identity = [self._col(S, _ROW)]
-        joined = ready.alias(S)
+        # Rows an INNER link finds no match for stay, not alive (no later link matches them), so
+        # that one pass over the result counts what every link did.
+        joined = ready.withColumn(_ALIVE, F.lit(True)).alias(S)
         complete = F.lit(True)
-        for link, table in zip(self.links, versions, strict=True):
-            joined = link.lookup(joined, table, identity)
+        for n, (link, table) in enumerate(zip(self.links, versions, strict=True)):
+            joined = link.lookup(
+                joined.withColumn(_reached(n), F.col(_ALIVE)), table, identity, F.col(_ALIVE)
+            )
             identity += [F.col(f"{link.table}.`{c}`") for c in table.columns]
+            joined = joined.withColumn(_matched(n), F.col(_ALIVE) & link.matched())
             if link.type == "inner":
-                joined = joined.where(link.matched())
+                joined = joined.withColumn(_ALIVE, F.col(_matched(n)))
             complete = complete & link.matched()
         # Persisted: the counts below and the runner's write read the lookups once, not twice.
-        joined = joined.withColumn(OUT_T, self._col(S, T)).withColumn(_COMPLETE, complete).persist()
-        emitted = joined.drop(_COMPLETE, _ROW)
+        joined = (
+            joined.withColumn(OUT_T, self._col(S, T))
+            .withColumn(_COMPLETE, F.col(_ALIVE) & complete)
+            .persist()
+        )
+        emitted = joined.where(F.col(_ALIVE))
         stats = {
             r["slice"]: r
             for r in marked.groupBy(slices.number(F.col(T)).alias("slice"))
@@ -333,23 +357,19 @@ class Enrichment(JoinOperator):
             )
             .collect()
         }
+        flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in (_reached, _matched)]
         per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
-            F.max(F.col(_COMPLETE).cast("int")).alias("complete")
+            *[F.max(F.col(flag).cast("int")).alias(flag) for flag in flags]
         )
-        emitted_by_slice = {
+        by_slice = {
             r["slice"]: r
-            for r in per_row.groupBy("slice")
-            .agg(F.count(F.lit(1)).alias("rows"), F.sum("complete").alias("complete"))
-            .collect()
+            for r in per_row.groupBy("slice").agg(*[F.sum(flag).alias(flag) for flag in flags]).collect()
         }
-        counts = []
+        counts, links = [], []
         for k in range(len(slices)):
             decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
-            out_rows, complete_rows = (
-                (emitted_by_slice[k]["rows"], emitted_by_slice[k]["complete"])
-                if k in emitted_by_slice
-                else (0, 0)
-            )
+            summed = by_slice.get(k) or dict.fromkeys(flags, 0)
+            out_rows, complete_rows = summed[_ALIVE], summed[_COMPLETE]
             counts.append(
                 {
                     S: SideCounts(
@@ -360,8 +380,25 @@ class Enrichment(JoinOperator):
                     )
                 }
             )
+            links.append(
+                [
+                    self._link_counts(n, summed[_reached(n)], summed[_matched(n)])
+                    for n in range(len(self.links))
+                ]
+            )
         state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
-        return Evaluation([emitted], counts, state, cached=[joined])
+        return Evaluation([emitted], counts, state, cached=[joined], links=links)
+
+    def _link_counts(self, n: int, reached: int, matched: int) -> LinkCounts:
+        link = self.links[n]
+        unmatched = reached - matched
+        return LinkCounts(
+            f"{n + 1}. {link.type.upper()} JOIN {link.table}",
+            reached=reached,
+            matched=matched,
+            padded=unmatched if link.type == "left" else 0,
+            dropped=unmatched if link.type == "inner" else 0,
+        )
 
     def _col(self, side: str, name: str) -> Column:
         return F.col(f"{side}.`{name}`")

@@ -453,6 +453,7 @@ class LiveRunner:
                 sources=counts,
                 rows_out=rows_out,
                 duration_s=round(time.monotonic() - began, 3),
+                links=result.links[0] if result.links else [],
             )
             if outputs:
                 self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
@@ -589,7 +590,10 @@ class LiveRunner:
         # Delta skips a transaction whose version is not above the last one of its app id (-1 before
         # any), so the catch-up step (batch -1) writes under an app id of its own, as version 0.
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
-        delta_io.write_once(df, location, app, version, partition_by=partition_by)
+        # The metrics log gains columns between releases (by_link); the others keep their schema.
+        delta_io.write_once(
+            df, location, app, version, partition_by=partition_by, merge_schema=table == "metrics"
+        )
         self.after_write(table, batch_id)
 
     def _index_upto(self, versions: dict[str, int]) -> None:

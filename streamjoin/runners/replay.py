@@ -257,9 +257,10 @@ def _replay(
                 duration_s=duration,
                 upserts=upserts,
                 deletes=deletes,
+                links=result.links[k] if result.links else [],
             )
         )
-    delta_io.append(to_frame(spark, runs), out.side("metrics"))
+    delta_io.append(to_frame(spark, runs), out.side("metrics"), merge_schema=True)
     return runs
 
 

@@ -132,8 +132,9 @@ def cmd_explain(args) -> int:
 
     spark = get_spark(master=args.master)
     plan = bind(spark, _job(args))
-    kernel.runnable(spark, plan)
-    print(describe(plan, pin_versions(spark, plan, _versions(args.versions))))
+    operator = kernel.runnable(spark, plan)
+    margins = {source.name: operator.margins(source.name) for source in plan.streams}
+    print(describe(plan, pin_versions(spark, plan, _versions(args.versions)), margins))
     for warning in grace_warnings(spark, plan):
         print(f"warning: {warning}")
     return 0

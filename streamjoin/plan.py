@@ -441,8 +441,11 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
     return warnings
 
 
-def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
-    """The resolved plan as `streamjoin explain` prints it."""
+def describe(
+    plan: Plan, versions: dict[str, int] | None = None, margins: dict[str, tuple[int, int]] | None = None
+) -> str:
+    """The resolved plan as `streamjoin explain` prints it; `margins`: the join operator's, per
+    stream (microseconds before a replay slice's start and after its end)."""
     spec = plan.spec
     lines = [f"job {spec.name}" + (f": {spec.description}" if spec.description else ""), "sources:"]
     for source in plan.sources:
@@ -497,6 +500,13 @@ def describe(plan: Plan, versions: dict[str, int] | None = None) -> str:
                 f"     {kind}: result keyed by {left.name}'s key ({', '.join(left.key)}); every input commit "
                 f"updates the rows it touches; changes (upsert/delete) in {spec.output.side('changes')}"
             )
+    if margins:
+        reads = ", ".join(
+            f"{name} from start - {format_duration(timedelta(microseconds=before))} "
+            f"to end + {format_duration(timedelta(microseconds=after))}"
+            for name, (before, after) in margins.items()
+        )
+        lines.append(f"replay slice [start, end) reads stream rows by event time: {reads}")
     if spec.where:
         lines.append(f"where: {spec.where}")
     out = spec.output

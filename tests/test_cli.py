@@ -81,6 +81,9 @@ def test_explain_on_every_job(demo, capsys):
     main(["--root", str(root), "explain", str(JOBS_BY_NAME["orders_payments"])])
     out = capsys.readouterr().out
     assert "BETWEEN 0s AND 1h" in out and "grace 2h30m" in out and "live state:" in out
+    # paid_at - order_time in [0s, 1h]: a slice needs the orders up to 1h before it (their payments
+    # fall in it) and the payments up to 1h after it (they decide whether its orders are unpaid)
+    assert "orders from start - 1h to end + 0s, payments from start - 0s to end + 1h" in out
 
 
 JOBS_BY_NAME = {job.stem: job for job in JOBS}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
@@ -25,6 +26,7 @@ from test_restart import WRITES, FailAfterEach
 
 from streamjoin import kernel
 from streamjoin.errors import JobError, UnsupportedJobError
+from streamjoin.metrics import RunMetrics, to_frame
 from streamjoin.plan import bind, describe
 from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
@@ -249,3 +251,26 @@ def test_the_page_shows_the_chain_link_by_link(spark, chain, browser, tmp_path):
         row = f"table#links tr[data-link='{name}'][data-runner='live']"
         assert tuple(number(shown(browser, f"{row} td[data-field='{b}']")) for b in LINK_BUCKETS) == counts
     assert len(browser.find_elements(By.CSS_SELECTOR, "table#links tbody tr")) == 2
+
+
+def test_a_metrics_table_written_before_by_link_takes_the_new_column(spark, chain, tmp_path):
+    """A job's metrics table from before per-link counts existed (no `by_link` column): the next
+    run adds the column, the old rows read it as NULL, and the page still builds."""
+    spec = with_output(chain.specs["inner"], f"{tmp_path}/out")
+    old = RunMetrics(
+        job=spec.name,
+        runner="replay",
+        mode="exact",
+        run_id="old",
+        started_at=datetime(2024, 1, 1),
+        slice_start=at(0),
+        slice_end=at(100),
+    )
+    to_frame(spark, old).drop("by_link").write.format("delta").save(spec.output.side("metrics"))
+    replay(spark, spec, at(0), at(100))
+    by_run = {r.run_id: r.by_link for r in read(spark, spec.output.side("metrics"))}
+    assert by_run.pop("old") is None
+    (new,) = by_run.values()
+    assert [link["link"] for link in json.loads(new)] == ["1. INNER JOIN B", "2. INNER JOIN C"]
+    page = build_report(spark, spec, str(tmp_path / "report")).read_text()
+    assert "<table id='links'>" in page and "data-link='2. INNER JOIN C' data-runner='replay'" in page

@@ -1,15 +1,16 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, report, explain, validate-job)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, report, explain, validate-job, list)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamjoin import __version__
 from streamjoin.errors import JobError, StreamJoinError
@@ -17,6 +18,11 @@ from streamjoin.timeutil import parse_instant
 
 if TYPE_CHECKING:
     from streamjoin.index import StartAt
+
+
+def _print_json(value: object) -> None:
+    """What `--json` prints: one JSON document on stdout."""
+    print(json.dumps(value, indent=2, default=str))
 
 
 def _root(args) -> str:
@@ -102,11 +108,14 @@ def cmd_validate(args) -> int:
     from streamjoin.session import get_spark
 
     spec = _job(args)
-    print(f"job {spec.name}: structure ok ({len(spec.sources)} sources, {len(spec.joins)} join(s))")
+    say = (lambda text: None) if args.json else print
+    say(f"job {spec.name}: structure ok ({len(spec.sources)} sources, {len(spec.joins)} join(s))")
     spark = get_spark(master=args.master)
     missing = [s for s in spec.sources if not delta_io.exists(spark, s.location)]
     if missing and args.structure_only:
-        print(f"job {spec.name}: columns and types not checked (--structure-only; sources missing)")
+        say(f"job {spec.name}: columns and types not checked (--structure-only; sources missing)")
+        if args.json:
+            _print_json({"job": spec.name, "ok": True, "checked": "structure", "warnings": []})
         return 0
     if missing:
         raise JobError(
@@ -115,17 +124,30 @@ def cmd_validate(args) -> int:
         )
     plan = bind(spark, spec)
     kernel.runnable(spark, plan)
+    warnings = grace_warnings(spark, plan)
+    if args.json:
+        _print_json(
+            {
+                "job": spec.name,
+                "ok": True,
+                "checked": "sources",
+                "output_columns": list(plan.output_columns),
+                "warnings": warnings,
+            }
+        )
+        return 0
     print(
         f"job {spec.name}: columns, types, expressions and change data feeds ok; the runners take it; "
         f"output columns {', '.join(plan.output_columns)}"
     )
-    for warning in grace_warnings(spark, plan):
+    for warning in warnings:
         print(f"warning: {warning}")
     return 0
 
 
 def cmd_explain(args) -> int:
     from streamjoin import kernel
+    from streamjoin.plan import as_json as plan_as_json
     from streamjoin.plan import bind, describe, grace_warnings
     from streamjoin.runners.replay import pin_versions
     from streamjoin.session import get_spark
@@ -134,8 +156,13 @@ def cmd_explain(args) -> int:
     plan = bind(spark, _job(args))
     operator = kernel.runnable(spark, plan)
     margins = {source.name: operator.margins(source.name) for source in plan.streams}
-    print(describe(plan, pin_versions(spark, plan, _versions(args.versions)), margins))
-    for warning in grace_warnings(spark, plan):
+    versions = pin_versions(spark, plan, _versions(args.versions))
+    warnings = grace_warnings(spark, plan)
+    if args.json:
+        _print_json({**plan_as_json(plan, versions, margins), "warnings": warnings})
+        return 0
+    print(describe(plan, versions, margins))
+    for warning in warnings:
         print(f"warning: {warning}")
     return 0
 
@@ -150,6 +177,9 @@ def cmd_replay(args) -> int:
     metrics = replay(
         spark, spec, start, end, mode=args.mode, versions=_versions(args.versions), closed=args.closed
     )
+    if args.json:
+        _print_json({"output": spec.output.location, "metrics": metrics.as_json()})
+        return 0
     print(metrics.summary())
     print(
         f"output: {spec.output.location} (late rows: {spec.output.side('late')}, rejected: {spec.output.side('rejected')})"
@@ -180,15 +210,18 @@ def cmd_backfill(args) -> int:
         slices, recorded = unfinished(spark, backfill)
         if recorded and not args.versions:  # re-run with what the failed attempt read
             backfill = replace(backfill, versions=recorded)
+    if args.dry_run and args.json:
+        _print_json({**_backfill_json(backfill), "would_run": [_slice_json(s) for s in slices]})
+        return 0
     if args.dry_run:
         print(backfill.describe())
         if args.only_failed:
             print(f"--only-failed: {len(slices)} of {len(backfill.slices)} slice(s) would run")
         return 0
-    if not slices:
+    if not slices and not args.json:
         print(f"job {spec.name}: every slice of this backfill succeeded already; nothing to run")
         return 0
-    with BackfillProgress(backfill, len(slices)) as progress:
+    with BackfillProgress(backfill, len(slices)) as progress:  # on stderr: --json keeps stdout clean
         outcomes = run_backfill(
             spark,
             backfill,
@@ -198,8 +231,11 @@ def cmd_backfill(args) -> int:
             on_slice=progress.advance,
             batch=BATCH if args.batch is None else args.batch,
         )
-    _console().print(outcome_table(backfill, outcomes))
     failed = [o for o in outcomes if not o.ok]
+    if args.json:
+        _print_json({**_backfill_json(backfill), "slices": [_outcome_json(o) for o in outcomes]})
+        return 1 if failed else 0
+    _console().print(outcome_table(backfill, outcomes))
     print(
         f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
         f"attempts recorded in {spec.output.side('backfill')}"
@@ -207,6 +243,46 @@ def cmd_backfill(args) -> int:
     if failed:
         print("re-run the failed slices with the same versions: add --only-failed", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _slice_json(piece) -> dict:
+    return {"start": piece.start.isoformat(), "end": piece.end.isoformat()}
+
+
+def _backfill_json(backfill) -> dict:
+    """A backfill's plan as `--json` prints it."""
+    return {
+        "job": backfill.job.name,
+        "backfill": backfill.id,
+        "start": backfill.start.isoformat(),
+        "end": backfill.end.isoformat(),
+        "every": backfill.every,
+        "timezone": backfill.timezone,
+        "mode": backfill.mode,
+        "versions": backfill.versions,
+        "output": backfill.job.output.location,
+        "record": backfill.job.output.side("backfill"),
+    }
+
+
+def _outcome_json(outcome) -> dict:
+    """One slice's outcome: status, the replay's metrics, the validation, the error."""
+    validation = outcome.validation
+    return {
+        **_slice_json(outcome.slice),
+        "status": outcome.status,
+        "duration_s": outcome.duration_s,
+        "error": outcome.error,
+        "metrics": outcome.metrics.as_json() if outcome.metrics else None,
+        "validation": None
+        if validation is None
+        else {
+            "success": validation.success,
+            "evaluated": validation.evaluated,
+            "failed": list(validation.failed),
+            "docs": validation.docs,
+        },
+    }
 
 
 def cmd_handoff(args) -> int:
@@ -316,6 +392,59 @@ def _interruptible():
         signal.signal(signal.SIGINT, previous)
 
 
+def cmd_list(args) -> int:
+    """The job files of a folder, each with its output and its last recorded run."""
+    from pathlib import Path
+
+    from streamjoin import delta_io
+    from streamjoin.session import get_spark
+    from streamjoin.spec import load_job
+    from streamjoin.timeutil import from_spark
+
+    folder = Path(args.jobs)
+    files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+    if not files:
+        raise StreamJoinError(
+            f"no job files (*.yaml) in {str(folder)!r}; point --jobs at the folder that holds them"
+        )
+    spark = None
+    listed: list[dict[str, Any]] = []
+    for file in files:
+        try:
+            spec = load_job(file, root=_root(args))
+        except JobError as exc:
+            listed.append({"file": str(file), "error": str(exc)})
+            continue
+        spark = spark or get_spark(master=args.master)
+        metrics = spec.output.side("metrics")
+        last = None
+        if delta_io.exists(spark, metrics):
+            newest = delta_io.read_snapshot(spark, metrics).orderBy("started_at", ascending=False).first()
+            if newest is not None:
+                last = {
+                    "runner": newest["runner"],
+                    "mode": newest["mode"],
+                    "started_at": from_spark(newest["started_at"]).isoformat(),
+                    "rows_out": newest["rows_out"],
+                }
+        listed.append({"file": str(file), "job": spec.name, "output": spec.output.location, "last_run": last})
+    if args.json:
+        _print_json(listed)
+        return 0
+    for job in listed:
+        if "error" in job:
+            print(f"{job['file']}: invalid: {job['error']}")
+            continue
+        run = job["last_run"]
+        ran = (
+            f"last run {run['runner']}/{run['mode']} at {run['started_at']}, {run['rows_out']} rows out"
+            if run
+            else "never run"
+        )
+        print(f"{job['job']} ({job['file']}): output {job['output']}; {ran}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from streamjoin.demo import run_demo
 
@@ -329,28 +458,55 @@ _FROM_HELP = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"streamjoin {__version__}")
+def _global_options(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
+    """--master and --root, accepted before the command and after it (`after_command`: a value
+    given there wins; absent, it leaves the one given before)."""
+    default = argparse.SUPPRESS if after_command else None
     parser.add_argument(
         "--master",
+        default=default,
         help="Spark master (default $STREAMJOIN_MASTER or local[*]); spark://host:7077 for a cluster",
     )
     parser.add_argument(
         "--root",
+        default=default,
         help="folder that relative Delta paths in job files resolve against (default $STREAMJOIN_ROOT or ./data)",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = commands.add_parser(
-        "demo", help="generate demo Delta tables, run the demo jobs live and as replays, print a summary"
+
+class _Commands:
+    """Subcommands that all take the global options and a description."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.group = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(self, name: str, help: str) -> argparse.ArgumentParser:
+        command = self.group.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
+        _global_options(command, after_command=True)
+        return command
+
+
+_JOB_HELP = "path of a YAML job file, e.g. jobs/orders_payments.yaml"
+_JSON_HELP = "print one JSON document on stdout instead of text (progress, if any, stays on stderr)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamjoin", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"streamjoin {__version__}")
+    _global_options(parser)
+    commands = _Commands(parser)
+
+    demo = commands.add(
+        "demo", "generate demo Delta tables, run the demo jobs live and as replays, print a summary"
     )
     demo.set_defaults(func=cmd_demo)
 
-    validate = commands.add_parser(
-        "validate-job", help="check a job file, its sources' columns and types, and its expressions"
+    validate = commands.add(
+        "validate-job",
+        "check a job file, its sources' columns and types, its expressions, and that the runners take it",
     )
-    validate.add_argument("job", help="path of a YAML job file, e.g. jobs/orders_payments.yaml")
+    validate.add_argument("job", help=_JOB_HELP)
+    validate.add_argument("--json", action="store_true", help=_JSON_HELP)
     validate.add_argument(
         "--structure-only",
         action="store_true",
@@ -358,20 +514,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.set_defaults(func=cmd_validate)
 
-    explain = commands.add_parser(
+    explain = commands.add(
         "explain",
-        help="print the resolved plan: sources and pinned versions, join chain, bounds, state, output",
+        "print the resolved plan: sources and pinned versions, join chain, bounds, state, margins, output",
     )
-    explain.add_argument("job")
+    explain.add_argument("job", help=_JOB_HELP)
+    explain.add_argument("--json", action="store_true", help=_JSON_HELP)
     explain.add_argument(
         "--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)"
     )
     explain.set_defaults(func=cmd_explain)
 
-    replay = commands.add_parser(
-        "replay", help="replay [start, end) over pinned Delta versions, replacing that slice of the output"
+    replay = commands.add(
+        "replay", "replay [start, end) over pinned Delta versions, replacing that slice of the output"
     )
-    replay.add_argument("job")
+    replay.add_argument("job", help=_JOB_HELP)
+    replay.add_argument("--json", action="store_true", help=_JSON_HELP)
     replay.add_argument(
         "--start", required=True, help="ISO date or datetime, e.g. 2024-05-01 or 2024-05-01T06:00+02:00"
     )
@@ -391,10 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.set_defaults(func=cmd_replay)
 
-    backfill = commands.add_parser(
-        "backfill", help="replay [start, end) slice by slice over versions pinned once, validate each slice"
+    backfill = commands.add(
+        "backfill", "replay [start, end) slice by slice over versions pinned once, validate each slice"
     )
-    backfill.add_argument("job")
+    backfill.add_argument("job", help=_JOB_HELP)
+    backfill.add_argument("--json", action="store_true", help=_JSON_HELP + "; exit code 1 if a slice failed")
     backfill.add_argument("--start", required=True, help="ISO date or datetime (no zone: UTC)")
     backfill.add_argument("--end", required=True, help="exclusive end, same formats as --start")
     backfill.add_argument(
@@ -403,7 +562,12 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument(
         "--timezone", help="IANA zone slices are aligned in (default: the job's schedule.timezone)"
     )
-    backfill.add_argument("--mode", choices=("exact", "complete"), default="exact")
+    backfill.add_argument(
+        "--mode",
+        choices=("exact", "complete"),
+        default="exact",
+        help="exact: late rows excluded as live excluded them; complete: every row on time",
+    )
     backfill.add_argument(
         "--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)"
     )
@@ -427,10 +591,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backfill.set_defaults(func=cmd_backfill)
 
-    handoff = commands.add_parser(
-        "handoff", help="start live where a backfill ending at --at stopped: no gap, no overlap"
+    handoff = commands.add(
+        "handoff", "start live where a backfill ending at --at stopped: no gap, no overlap"
     )
-    handoff.add_argument("job")
+    handoff.add_argument("job", help=_JOB_HELP)
     handoff.add_argument("--at", required=True, help="the end of the backfill (ISO date or datetime)")
     handoff.add_argument("--checkpoint", help="a new checkpoint folder (default <output>_checkpoint)")
     handoff.add_argument("--versions", help="the versions the backfill read (default: from its record)")
@@ -440,15 +604,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     handoff.set_defaults(func=cmd_handoff)
 
-    report = commands.add_parser(
-        "report", help="build the job's data-quality page from its run metrics and backfill record"
+    report = commands.add(
+        "report", "build the job's data-quality page from its run metrics and backfill record"
     )
-    report.add_argument("job")
+    report.add_argument("job", help=_JOB_HELP)
     report.add_argument("--folder", help="where index.html goes (default <output>_quality/report)")
     report.set_defaults(func=cmd_report)
 
-    stream = commands.add_parser("stream", help="run the job live with Structured Streaming")
-    stream.add_argument("job")
+    stream = commands.add("stream", "run the job live with Structured Streaming")
+    stream.add_argument("job", help=_JOB_HELP)
     stream.add_argument(
         "--trigger",
         default="available-now",
@@ -461,12 +625,17 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--from", dest="from_", help=_FROM_HELP)
     stream.set_defaults(func=cmd_stream)
 
-    index = commands.add_parser(
-        "index", help="bring the job's arrival index up to the sources' latest versions (run it daily)"
+    index = commands.add(
+        "index", "bring the job's arrival index up to the sources' latest versions (run it daily)"
     )
-    index.add_argument("job")
+    index.add_argument("job", help=_JOB_HELP)
     index.add_argument("--from", dest="from_", help=_FROM_HELP)
     index.set_defaults(func=cmd_index)
+
+    listing = commands.add("list", "list the job files of a folder with their outputs and last runs")
+    listing.add_argument("--jobs", default="jobs", help="folder of job files (default ./jobs)")
+    listing.add_argument("--json", action="store_true", help=_JSON_HELP)
+    listing.set_defaults(func=cmd_list)
     return parser
 
 

@@ -131,6 +131,15 @@ class RunMetrics:
             f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note()
         )
 
+    def as_json(self) -> dict:
+        """The run as `--json` prints it: every field, times in ISO 8601, counts per source and link."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("sources", "links")}
+        values = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in values.items()}
+        values["sources"] = {name: asdict(counts) for name, counts in self.sources.items()}
+        values["links"] = [asdict(link) for link in self.links]
+        values["balanced"] = self.balanced()
+        return values
+
     def _link_note(self) -> str:
         """A chain's links, each with how many of the rows that reached it matched."""
         if len(self.links) < 2:

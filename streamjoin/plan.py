@@ -520,6 +520,65 @@ def describe(
     return "\n".join(lines)
 
 
+def as_json(
+    plan: Plan, versions: dict[str, int] | None = None, margins: dict[str, tuple[int, int]] | None = None
+) -> dict:
+    """The resolved plan as `streamjoin explain --json` prints it (what `describe` says, as data;
+    durations in seconds)."""
+    spec = plan.spec
+
+    def seconds(value: timedelta) -> float:
+        return value.total_seconds()
+
+    return {
+        "job": spec.name,
+        "sources": [
+            {
+                "name": s.name,
+                "kind": s.spec.kind,
+                "location": s.spec.location,
+                "time": s.spec.time,
+                "keys": list(s.keys),
+                "primary_key": list(s.spec.key),
+                "version": (versions or {}).get(s.name),
+                "max_future_s": None
+                if s.spec.max_future is None or not s.spec.time
+                else seconds(s.spec.max_future),
+                "replay_margins_s": None
+                if not margins or s.name not in margins
+                else [m / 1_000_000 for m in margins[s.name]],
+            }
+            for s in plan.sources
+        ],
+        "joins": [
+            {
+                "step": step,
+                "type": j.spec.type,
+                "source": j.right,
+                "family": j.family,
+                "equalities": [list(pair) for pair in j.equi],
+                "residual": j.residual,
+                "bounds_s": None
+                if j.spec.bounds is None
+                else [seconds(j.spec.bounds.lower), seconds(j.spec.bounds.upper)],
+                "grace_s": seconds(j.spec.grace),
+                "emit": j.spec.emit,
+            }
+            for step, j in enumerate(plan.joins, 1)
+        ],
+        "where": spec.where,
+        "output": {
+            "location": spec.output.location,
+            "columns": list(plan.output_columns),
+            "time": spec.output.time,
+            "partition_by": list(spec.output.partition_by),
+            "late": spec.output.side("late"),
+            "rejected": spec.output.side("rejected"),
+            "metrics": spec.output.side("metrics"),
+        },
+    }
+
+
 def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
     """How an enrichment join resolves the table's versions (docs/semantics.md)."""
     table = plan.source(join.right).spec

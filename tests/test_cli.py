@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -183,11 +184,28 @@ def test_version(capsys):
 
 
 def test_help_on_each_command(capsys):
-    for command in ("demo", "stream", "replay", "explain", "validate-job"):
+    commands = (
+        "demo",
+        "validate-job",
+        "explain",
+        "replay",
+        "backfill",
+        "handoff",
+        "report",
+        "stream",
+        "index",
+        "list",
+    )
+    for command in commands:
         with pytest.raises(SystemExit) as done:
             main([command, "--help"])
         assert done.value.code == 0
-        assert "usage: streamjoin" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "usage: streamjoin" in out and "--master" in out  # global options after the command too
+    # every argument says what it is (issue 18, item 5)
+    for action in build_parser()._subparsers._group_actions[0].choices.values():
+        for argument in action._actions:
+            assert argument.help, (action.prog, argument.dest)
 
 
 def test_a_timeout_that_is_not_positive_is_refused_before_anything_runs(capsys):
@@ -316,3 +334,49 @@ def test_ctrl_c_on_stream_stops_between_batches_and_says_how_to_resume(spark, tm
     assert child.returncode == 0, err[-3000:]
     assert f"resume with: streamjoin stream {job} --checkpoint {tmp_path}/out_checkpoint" in out
     assert "stopping after the current micro-batch" in err and "Traceback" not in err
+
+
+def test_json_output_parses_and_global_options_follow_the_command(spark, demo, capsys):
+    """--json on explain, validate-job, replay, backfill and list: one JSON document each, with
+    what the text says; --root given after the command (issue 18, item 5)."""
+    root, _ = demo
+    job = str(JOBS_BY_NAME["orders_payments"])
+
+    def run(*args: str) -> object:
+        code = main([*args, "--root", str(root), "--json"])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return json.loads(out)
+
+    plan = run("explain", job)
+    assert plan["job"] == "orders_payments" and plan["joins"][0]["bounds_s"] == [0.0, 3600.0]
+    margins = {s["name"]: s["replay_margins_s"] for s in plan["sources"]}
+    assert margins == {"orders": [3600.0, 0.0], "payments": [0.0, 3600.0]}
+    assert all(isinstance(s["version"], int) for s in plan["sources"])
+    assert "order_id" in plan["output"]["columns"]
+    checked = run("validate-job", job)
+    assert checked["ok"] is True and checked["output_columns"] == plan["output"]["columns"]
+    replayed = run("replay", job, "--start", "2024-05-01T00:00Z", "--end", "2024-05-01T12:00Z")
+    metrics = replayed["metrics"]
+    assert metrics["runner"] == "replay" and metrics["balanced"] is True
+    assert metrics["sources"]["orders"]["rows_in"] > 0 and metrics["slice_start"].startswith(
+        "2024-05-01T00:00"
+    )
+    backfill = run(
+        "backfill",
+        job,
+        "--start",
+        "2024-05-01T00:00Z",
+        "--end",
+        "2024-05-01T12:00Z",
+        "--every",
+        "12h",
+        "--no-validate",
+    )
+    (piece,) = backfill["slices"]
+    assert piece["status"] == "succeeded" and piece["metrics"]["rows_out"] == metrics["rows_out"]
+    listed = run("list", "--jobs", str(JOBS[0].parent))
+    assert {j["job"] for j in listed} == {j.stem for j in JOBS}
+    assert all(j["last_run"] is not None and j["output"].endswith(f"demo/out/{j['job']}") for j in listed)
+    assert main(["list", "--jobs", str(JOBS[0].parent), "--root", str(root)]) == 0
+    assert "orders_payments (" in capsys.readouterr().out

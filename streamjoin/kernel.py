@@ -42,8 +42,8 @@ def family(plan: Plan) -> JoinOperator:
         extended = operator.then(plan, join)
         if extended is None:
             raise UnsupportedJobError(
-                f"job {plan.spec.name!r}: join {step} ({join.spec.type.upper()} JOIN {join.right}, a {join.family} "
-                f"join) cannot follow the {plan.joins[step - 2].family} join before it yet. The runners chain "
+                f"job {plan.spec.name!r}: join {step} ({join.spec.type.upper()} JOIN {join.right}, family "
+                f"{join.family}) cannot follow the {plan.joins[step - 2].family} join before it yet. The runners chain "
                 "enrichment joins: a stream joined to tables in turn (FROM a JOIN b JOIN c, b and c tables, "
                 "each stream-table, event-time temporal or ASOF). Split the job: write the first joins' "
                 "output to a table and join it in a second job"

@@ -203,7 +203,7 @@ def test_a_stream_stage_after_a_table_stage_is_refused_before_data_moves(spark, 
     plan = bind(spark, spec_from_dict(document))
     with pytest.raises(
         UnsupportedJobError,
-        match=r"join 2 \(INNER JOIN C, a interval join\) cannot follow the stream-table join",
+        match=r"join 2 \(INNER JOIN C, family interval\) cannot follow the stream-table join",
     ):
         kernel.runnable(spark, plan)
 

@@ -227,8 +227,9 @@ def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
 
 
 def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys, tmp_path):
-    """Issue 18, item 3: one set of checks. A chain of two joins and a source without change
-    data feed pass the file's structure but fail validate-job and explain, as replay refuses them."""
+    """Issue 18, item 3: one set of checks. A chain the runners cannot run yet (two interval
+    joins) and a source without change data feed pass the file's structure but fail validate-job
+    and explain, as replay refuses them."""
     root, _ = demo
     chain = tmp_path / "chain.yaml"
     chain.write_text(
@@ -244,7 +245,10 @@ def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys
     )
     for command in ("validate-job", "explain"):
         assert main(["--root", str(root), command, str(chain)]) == 2, command
-        assert "chains 2 joins; the runners execute one join per job" in capsys.readouterr().err
+        assert (
+            "join 2 (INNER JOIN again, family interval) cannot follow the interval join"
+            in capsys.readouterr().err
+        )
     payments = delta_io.read_snapshot(spark, str(root / "demo" / "payments"))
     payments.write.format("delta").option("delta.enableChangeDataFeed", "false").save(
         str(tmp_path / "no_feed")

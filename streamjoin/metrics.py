@@ -40,6 +40,8 @@ BUCKETS = (
 )
 
 
+LINK_BUCKETS = ("reached", "matched", "padded", "dropped")  # LinkCounts' counts
+
 LATE_SHARE_NOTED = 0.2  # a run whose late rows are this share of its accepted rows says so
 
 
@@ -193,7 +195,7 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
     links = [LinkCounts(link.link) for link in first.links]
     for run in runs:
         for total, link in zip(links, run.links, strict=True):
-            for bucket in ("reached", "matched", "padded", "dropped"):
+            for bucket in LINK_BUCKETS:
                 setattr(total, bucket, getattr(total, bucket) + getattr(link, bucket))
     return RunMetrics(
         job=first.job,

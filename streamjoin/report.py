@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 from streamjoin import delta_io, index
 from streamjoin.arrival import BAD_TIME, FUTURE_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
+from streamjoin.metrics import LINK_BUCKETS
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_micros, from_spark
 
@@ -718,18 +719,13 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
         totals: dict[str, Counter] = {}
         for links in per_run:
             for link in links:
-                totals.setdefault(link["link"], Counter()).update(
-                    {b: link[b] for b in ("reached", "matched", "padded", "dropped")}
-                )
+                totals.setdefault(link["link"], Counter()).update({b: link[b] for b in LINK_BUCKETS})
         for name, t in totals.items():
             rate = t["matched"] / t["reached"] if t["reached"] else None
             rows.append(
                 f"<tr data-link='{_e(name)}' data-runner='{runner}'><td class='text'>{_e(name)}</td>"
                 f"<td class='text'>{runner}</td>"
-                + "".join(
-                    f"<td data-field='{b}'>{_number(t[b])}</td>"
-                    for b in ("reached", "matched", "padded", "dropped")
-                )
+                + "".join(f"<td data-field='{b}'>{_number(t[b])}</td>" for b in LINK_BUCKETS)
                 + f"<td data-field='match_rate'>{_percent(rate)}</td></tr>"
             )
     if not rows:

@@ -548,12 +548,7 @@ def check_replay(
     and one replay of the slices together decides each as its own replay does (`final`: of a
     closed input). `links`: a chain's counts per link, as the reference counts them."""
     (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], final)
-    assert whole.output == expected, first_difference(whole.output, expected)
-    assert buckets(whole.stream, STREAM_BUCKETS) == stream
-    if tables is not None:
-        assert {side: buckets(whole.tables[side], TABLE_BUCKETS) for side in tables} == tables
-    if links is not None:
-        assert per_link(whole.links, len(links)) == links
+    check_decided(whole, expected, stream, tables, links)
     sliced = Decided(Counter(), Counter())
     parts = []
     for window in windows:
@@ -580,13 +575,24 @@ def check_live(
     links: list[dict] | None = None,
 ) -> None:
     """Live micro-batches ending after commits `ends` decide, summed, as the reference."""
-    live = enrichment_live(spark, plan, laid, ends)
-    assert live.output == expected, first_difference(live.output, expected)
-    assert buckets(live.stream, STREAM_BUCKETS) == stream
+    check_decided(enrichment_live(spark, plan, laid, ends), expected, stream, tables, links)
+
+
+def check_decided(
+    decided: Decided,
+    expected: Counter,
+    stream: dict,
+    tables: dict[int, dict] | None,
+    links: list[dict] | None,
+) -> None:
+    """What a replay or live batches decided is the reference's: output, stream counts, and each
+    table's and link's counts when given."""
+    assert decided.output == expected, first_difference(decided.output, expected)
+    assert buckets(decided.stream, STREAM_BUCKETS) == stream
     if tables is not None:
-        assert {side: buckets(live.tables[side], TABLE_BUCKETS) for side in tables} == tables
+        assert {side: buckets(decided.tables[side], TABLE_BUCKETS) for side in tables} == tables
     if links is not None:
-        assert per_link(live.links, len(links)) == links
+        assert per_link(decided.links, len(links)) == links
 
 
 def per_link(counts: Counter, links: int) -> list[dict[str, int]]:

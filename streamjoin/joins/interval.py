@@ -32,7 +32,7 @@ from pyspark.sql.types import BooleanType, StructField
 from streamjoin import arrival
 from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, position_le
 from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult, register
-from streamjoin.metrics import SourceCounts
+from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
 
@@ -61,7 +61,7 @@ class Evaluation:
     cached: list[DataFrame] = field(
         default_factory=list
     )  # persisted here; the runner unpersists after writing
-    links: list = field(default_factory=list)  # chains: per slice, each link's LinkCounts
+    links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
 
 
 @dataclass(frozen=True)

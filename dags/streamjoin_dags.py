@@ -260,16 +260,45 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
 
         @task(outlets=[asset])
         def run_live() -> dict:
-            """Process every committed row not yet processed, then stop; the micro-batches' totals."""
+            """Process every committed row not yet processed, then stop; the micro-batches' totals and
+            the output's version before the run (what `verify` starts after)."""
             from streamjoin.metrics import combine
             from streamjoin.runners.live import LiveRunner
+            from streamjoin.verify import written_version
 
-            runs = LiveRunner(spark_session(), spec, checkpoint).run()
+            spark = spark_session()
+            before = written_version(spark, spec)
+            runs = LiveRunner(spark, spec, checkpoint).run()
             summary = combine(runs).summary() if runs else "nothing new to process"
             log.info("job %s live: %d micro-batch(es): %s", spec.name, len(runs), summary)
-            return {"batches": len(runs), "rows_out": sum(r.rows_out for r in runs), "summary": summary}
+            return {
+                "batches": len(runs),
+                "rows_out": sum(r.rows_out for r in runs),
+                "summary": summary,
+                "output_version_before": before,
+            }
 
-        run_live()
+        ran = run_live()
+        if spec.schedule.verify:
+
+            @task
+            def verify(ran: dict) -> dict:
+                """Compare the slices this run wrote into with the exact replay; fail on a difference."""
+                from streamjoin.verify import verify_written
+
+                outcome = verify_written(spark_session(), spec, ran["output_version_before"], checkpoint)
+                if outcome is None:
+                    log.info("job %s: the live run wrote no rows, nothing to verify", spec.name)
+                    return {"slices": 0, "equal": True}
+                text = outcome.describe(spec.schedule.timezone)
+                log.info("%s", text)
+                if not outcome.equal:
+                    raise AirflowFailException(
+                        f"job {spec.name}: the live output differs from the replay: {text}"
+                    )
+                return {"slices": len(outcome.slices), "equal": True}
+
+            verify(ran)
     return made
 
 

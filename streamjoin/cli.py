@@ -1,4 +1,4 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, report, explain, validate-job, list)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, verify, report, explain, validate-job, list)."""
 
 from __future__ import annotations
 
@@ -305,6 +305,23 @@ def cmd_handoff(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    from streamjoin.session import get_spark
+    from streamjoin.verify import verify
+
+    spec = _job(args)
+    start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
+    outcome = verify(
+        get_spark(master=args.master), spec, start, end, every=args.every, checkpoint=args.checkpoint
+    )
+    if args.json:
+        _print_json(outcome.as_json())
+    else:
+        print(outcome.describe(spec.schedule.timezone))
+        print(f"recorded in {spec.output.side('consistency')}")
+    return 0 if outcome.equal else 1
+
+
 def cmd_report(args) -> int:
     from streamjoin.report import build_report
     from streamjoin.session import get_spark
@@ -603,6 +620,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds, help="stop after this many seconds (processing-time triggers)"
     )
     handoff.set_defaults(func=cmd_handoff)
+
+    verifying = commands.add(
+        "verify",
+        "replay [start, end) over the versions the live run had read and compare it with the live output, "
+        "slice by slice; exit 1 when a slice differs",
+    )
+    verifying.add_argument("job", help=_JOB_HELP)
+    verifying.add_argument(
+        "--json", action="store_true", help=_JSON_HELP + "; exit code 1 if a slice differs"
+    )
+    verifying.add_argument("--start", required=True, help="ISO date or datetime (no zone: UTC)")
+    verifying.add_argument("--end", required=True, help="exclusive end, same formats as --start")
+    verifying.add_argument("--every", help="slice length: 1h, 6h, 1d... (default: the job's schedule.every)")
+    verifying.add_argument(
+        "--checkpoint", help="the live run's checkpoint folder (default <output>_checkpoint)"
+    )
+    verifying.set_defaults(func=cmd_verify)
 
     report = commands.add(
         "report", "build the job's data-quality page from its run metrics and backfill record"

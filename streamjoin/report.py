@@ -26,6 +26,7 @@ from streamjoin.errors import JobError
 from streamjoin.metrics import LINK_BUCKETS
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_micros, from_spark
+from streamjoin.verify import consistency
 
 COUNTS = (
     "rows_in",
@@ -63,6 +64,9 @@ LABELS = {
     "deletes": "deletes",
     "match_rate": "match rate",
     "lateness_cost": "lateness cost",
+    "missing": "missing",
+    "extra": "extra",
+    "differing": "differing",
 }
 COLORS = {
     "rows_in": "#3b6ea8",
@@ -71,6 +75,9 @@ COLORS = {
     "late": "#c9302c",
     "rejected": "#7b4fa0",
     "lateness_cost": "#1f8a8a",
+    "missing": "#c9302c",
+    "extra": "#7b4fa0",
+    "differing": "#e07b1f",
 }
 MATCH_RATE = (
     "match rate = joined / (joined + unmatched emitted + unmatched dropped): of the input rows decided "
@@ -154,8 +161,9 @@ def build_report(spark: SparkSession, spec: JoinSpec, folder: str | None = None)
     target.mkdir(parents=True, exist_ok=True)
     page = target / "index.html"
     jumps = index.clock_jumps(spark, spec.output.side("index"))
+    checks = consistency(spark, spec)
     page.write_text(
-        render_page(spec, slices, live, target, stopped_rows(spark, spec), jumps), encoding="utf-8"
+        render_page(spec, slices, live, target, stopped_rows(spark, spec), jumps, checks), encoding="utf-8"
     )
     return page
 
@@ -429,6 +437,8 @@ tr.first td { border-top: 2px solid #cfd4dd; }
 .status.failed { background: #fbe0df; color: #9b1c1a; }
 .status.invalid { background: #fff0cf; color: #8a5a00; }
 .muted { color: #7a8294; }
+tr.bad td { background: #fbe0df; }
+td pre { white-space: pre-wrap; font-size: 12px; margin: 4px 0; }
 dl.definitions dt { font-weight: 600; margin-top: 8px; }
 dl.definitions dd { margin: 2px 0 0 0; color: #3b4252; }
 """
@@ -441,8 +451,9 @@ def render_page(
     folder: Path,
     stopped: list[dict],
     jumps: list[dict] | None = None,
+    checks: list[dict] | None = None,
 ) -> str:
-    """The whole HTML page."""
+    """The whole HTML page; `checks`: each slice's latest `verify` (verify.consistency)."""
     timezone = spec.schedule.timezone
     generated = pendulum.now(timezone).strftime("%Y-%m-%d %H:%M:%S %Z")
     body = [
@@ -463,6 +474,8 @@ def render_page(
         body.append(_slice_table(slices, timezone, folder))
     if live:
         body.append(_live_table(live, timezone))
+    if checks:
+        body.append(_consistency(checks, timezone))
     body.append(_link_table(plotted, live))
     body.append(_guard_table(stopped))
     body.append(_jump_table(jumps or [], timezone))
@@ -704,6 +717,63 @@ def _jump_table(jumps: list[dict], timezone: str) -> str:
         "<th class='text'>source</th><th>version</th><th class='text'>clock before</th><th class='text'>clock after</th>"
         "<th class='text'>jump</th><th class='text'>after leads the commit by</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _consistency(checks: list[dict], timezone: str) -> str:
+    """Each slice's latest `streamjoin verify`: a chart of the differences and a row per slice with
+    the live batch and versions compared and a few example rows (docs/data-quality.md)."""
+    starts = [from_spark(c["slice_start"]) for c in checks]
+    pattern = _axis_pattern(starts, timezone)
+    figure = chart(
+        "chart-consistency",
+        "Live output against the exact replay, per slice",
+        "rows",
+        f"slice start ({timezone})",
+        [_time(t, timezone, pattern) for t in starts],
+        [t.isoformat() for t in starts],
+        [Series(name, [c[name] for c in checks]) for name in ("missing", "extra", "differing")],
+        "bars",
+    )
+    rows = []
+    for c, start in zip(checks, starts, strict=True):
+        examples = json.loads(c["examples"] or "[]")
+        shown = (
+            f"<details><summary>{len(examples)} example(s)</summary><pre>{_e(json.dumps(examples, indent=1))}</pre></details>"
+            if examples
+            else ""
+        )
+        status = "equal" if c["equal"] else "DIFFERS"
+        rows.append(
+            f"<tr data-slice='{start.isoformat()}' class='{'ok' if c['equal'] else 'bad'}'>"
+            f"<td class='text'>{_e(_interval(start, from_spark(c['slice_end']), timezone))}</td>"
+            f"<td class='text' data-field='status'>{status}</td>"
+            + "".join(
+                f"<td data-field='{n}'>{_number(c[n])}</td>"
+                for n in ("rows_live", "rows_replayed", "missing", "extra", "differing")
+            )
+            + f"<td class='text'>{_e(_time(from_spark(c['verified_at']), timezone))}</td>"
+            f"<td data-field='live_batch'>{_number(c['live_batch'])}</td>"
+            f"<td class='text wrap'>{_e(c['versions'])}</td><td class='text wrap'>{shown}</td></tr>"
+        )
+    differ = sum(not c["equal"] for c in checks)
+    verdict = (
+        f"{differ} of {len(checks)} verified slice(s) differ from the exact replay"
+        if differ
+        else f"all {len(checks)} verified slice(s) equal the exact replay"
+    )
+    head = (
+        "<tr><th class='text'>slice [start, end)</th><th class='text'>status</th><th>live rows</th>"
+        "<th>replayed rows</th><th>missing</th><th>extra</th><th>differing</th><th class='text'>verified</th>"
+        "<th>live batch</th><th class='text'>versions</th><th class='text'>examples</th></tr>"
+    )
+    return (
+        f"<h2>Consistency: live against replay</h2><p id='consistency-verdict'>{_e(verdict)} "
+        "(<code>streamjoin verify</code>; each slice's latest check). Missing: rows the replay writes that the "
+        "live output lacks; extra: rows the live output holds more often than the replay; differing: rows "
+        f"whose output key matches but whose values do not.</p><div class='charts'><figure>{figure}</figure></div>"
+        f"<div class='table-wrap'><table id='consistency'><thead>{head}</thead><tbody>{''.join(rows)}</tbody>"
+        "</table></div>"
     )
 
 

@@ -236,11 +236,17 @@ class Schedule:
     timezone: str = "UTC"
     start: str | None = None  # ISO date or datetime: the first slice a scheduler runs (Airflow's start_date)
     live_every: str | None = None  # how often a scheduler runs the live runner (available-now), if at all
+    verify: bool = False  # after each scheduled live run, compare the slices it wrote with the replay
 
     def __post_init__(self) -> None:
         parse_duration(self.every, "schedule: every")
         if self.live_every is not None:
             parse_duration(self.live_every, "schedule: live_every")
+        if self.verify and self.live_every is None:
+            raise JobError(
+                "schedule: verify runs after each scheduled live run, but the job has no live_every; "
+                "add e.g. live_every: 15m, or drop verify"
+            )
         try:
             pendulum.timezone(self.timezone)
         except Exception:
@@ -531,12 +537,16 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         key=_names(output_doc.get("key")),
     )
     schedule_doc = document.get("schedule") or {}
-    _only(schedule_doc, {"every", "timezone", "start", "live_every"}, f"{origin}: schedule")
+    _only(schedule_doc, {"every", "timezone", "start", "live_every", "verify"}, f"{origin}: schedule")
+    verify = schedule_doc.get("verify", False)
+    if not isinstance(verify, bool):
+        raise JobError(f"{origin}: schedule: verify must be true or false, not {verify!r}")
     schedule = Schedule(
         every=str(schedule_doc.get("every", "1d")),
         timezone=str(schedule_doc.get("timezone", "UTC")),
         start=None if schedule_doc.get("start") is None else str(schedule_doc["start"]),
         live_every=None if schedule_doc.get("live_every") is None else str(schedule_doc["live_every"]),
+        verify=verify,
     )
     quality_doc = document.get("quality") or {}
     _only(quality_doc, {"match_column", "min_match_rate", "not_null"}, f"{origin}: quality")

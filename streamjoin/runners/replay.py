@@ -25,7 +25,7 @@ from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
 from streamjoin.plan import Plan, bind
-from streamjoin.spec import JoinSpec
+from streamjoin.spec import JoinSpec, Output
 from streamjoin.timeutil import Instant, from_micros, parse_instant, to_micros
 
 
@@ -90,17 +90,20 @@ def replay_slices(
     after_write: Callable[[str], None] | None = None,
     checked: bool = False,
     closed: bool = False,
+    into: Output | None = None,
 ) -> list[RunMetrics]:
     """Replay consecutive slices [a, b), [b, c), ... as one run: one read of the inputs, one kernel
     step and one write of each table for all of them, yet a metrics row per slice, counted as a
     replay of that slice alone counts it (slice invariance makes the rows the same). A backfill's
     way of paying a replay's fixed costs once rather than per slice; the slices are written
-    together, so either all of them are or none is."""
+    together, so either all of them are or none is. `into`: write the output, its side tables and
+    the metrics there instead of the job's output (`verify`'s scratch); the arrival index stays the
+    job's."""
     windows = _windows(slices)
     locations = [s.location for s in spec.sources]
     try:
         with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
-            return _replay(spark, spec, windows, mode, versions, after_write, checked, closed)
+            return _replay(spark, spec, windows, mode, versions, after_write, checked, closed, into)
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
             raise
@@ -135,6 +138,7 @@ def _replay(
     after_write: Callable[[str], None] | None,
     checked: bool,
     closed: bool,
+    into: Output | None,
 ) -> list[RunMetrics]:
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
@@ -199,7 +203,7 @@ def _replay(
         kernel.StepInput(settled_rows, timeline, mode, slices=slices, tables=tables, final=closed),
     )
     cached += result.cached
-    out = spec.output
+    out = into or spec.output
     output = result.output.persist()
     cached.append(output)
     keyed = join.keyed_output(plan)

@@ -177,6 +177,7 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
         jobs, "nostart", JOB.format(name="nostart", rate=0.5, extra="").replace(', start: "2023-12-01"', "")
     )
     write_job(jobs, "zz_again", JOB.format(name="berlin", rate=0.5, extra=""))  # a second job named berlin
+    write_job(jobs, "unverifiable", JOB.format(name="unverifiable", rate=0.5, extra=", verify: true"))
     monkeypatch.setenv("STREAMJOIN_JOBS", str(jobs))
     monkeypatch.setenv("STREAMJOIN_ROOT", str(tmp_path / "data"))
 
@@ -199,6 +200,7 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
         and "write minutes dividing an hour (15m, 30m), hours dividing a day" in warned
     )
     assert "zz_again.yaml skipped" in warned and "DAG id streamjoin_berlin is already made" in warned
+    assert "unverifiable.yaml skipped" in warned and "verify runs after each scheduled live run" in warned
 
     daily = coerce_to_core_timetable(bag.get_dag("streamjoin_berlin").timetable)
     # A daily run's data interval is a local calendar day, 23 hours long on the day clocks go forward.
@@ -221,6 +223,7 @@ def test_schedules_live_dags_and_bad_job_files(airflow_home, tmp_path, monkeypat
     assert live.max_active_runs == 1 and live.catchup is False and sorted(live.tags) == ["live", "streamjoin"]
     output = f"file://{tmp_path}/data/out/berlin"
     assert [a.uri for a in live.get_task("run_live").outlets] == [output]
+    assert live.task_ids == ["run_live"]  # no verify task unless schedule.verify says so
     assert [a.uri for a in bag.get_dag("streamjoin_berlin").get_task("replay_slice").outlets] == [output]
     assert bag.get_dag("streamjoin_berlin").start_date == pendulum.datetime(2023, 12, 1, tz=BERLIN)
 
@@ -292,7 +295,9 @@ def project(spark, airflow_home, tmp_path_factory):
     write_job(root / "jobs", "airflow_daily", JOB.format(name="airflow_daily", rate=0.5, extra=""))
     write_job(root / "jobs", "airflow_strict", JOB.format(name="airflow_strict", rate=1.0, extra=""))
     write_job(
-        root / "jobs", "airflow_stream", JOB.format(name="airflow_stream", rate=0.5, extra=", live_every: 1h")
+        root / "jobs",
+        "airflow_stream",
+        JOB.format(name="airflow_stream", rate=0.5, extra=", live_every: 1h, verify: true"),
     )
     with pytest.MonkeyPatch.context() as env:
         env.setenv("STREAMJOIN_JOBS", str(root / "jobs"))
@@ -419,3 +424,29 @@ def test_live_dag_processes_what_is_committed_once(spark, project):
     assert second.state == "success"
     assert output_rows(spark, spec.output.location) == expected
     assert asset_events(f"file://{spec.output.location}") == 2
+    # schedule.verify: each run compares the days it wrote into with the exact replay.
+    assert xcom(first, "verify", "return_value") == {"slices": 3, "equal": True}
+    assert xcom(second, "verify", "return_value") == {"slices": 0, "equal": True}
+
+    # A second writer adds a row to the day the next run writes into: that run's verify fails it.
+    from streamjoin import delta_io
+    from streamjoin.verify import consistency
+
+    output = delta_io.read_snapshot(spark, spec.output.location)
+    intruder = output.limit(1).selectExpr(
+        "'intruder' AS lid", "rid", "timestamp'2024-01-06 12:00:00' AS event_time"
+    )
+    intruder.write.format("delta").mode("append").save(spec.output.location)
+    left, right = (source.location for source in spec.sources)
+    write_commit(spark, left, [("l12", "z", 5 * D + 2 * H, 1)])
+    write_commit(spark, right, [("r10", "z", 5 * D + 2 * H + 60, 1)])
+    write_commit(spark, left, [("l13", "y", 8 * D, 1)])
+    write_commit(spark, right, [("r11", "y", 8 * D, 1)])
+    third = dag.test()
+    assert third.state == "failed"
+    assert {t.task_id: t.state for t in third.get_task_instances()} == {
+        "run_live": "success",
+        "verify": "failed",
+    }
+    sixth = [c for c in consistency(spark, spec) if c["slice_start"].day == 5]  # 6 January, Berlin
+    assert [(c["extra"], c["missing"], c["rows_live"], c["rows_replayed"]) for c in sixth] == [(1, 0, 3, 2)]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import random
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,11 +16,14 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from test_report import open_page, screenshot, shown
 
 from streamjoin import delta_io, lease
+from streamjoin.backfill import Slice
 from streamjoin.cli import main
+from streamjoin.errors import JobError
 from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
 from streamjoin.spec import load_job
-from streamjoin.verify import verify
+from streamjoin.timeutil import parse_instant
+from streamjoin.verify import compare, verify
 
 EVENTS = StructType(
     [StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())]
@@ -156,3 +163,88 @@ def test_live_output_edited_by_hand_is_caught_in_its_slice(spark, live, browser,
     plotted = {(m.get_attribute("data-series"), m.get_attribute("data-value")) for m in marks}
     assert {("differing", "1"), ("missing", "1"), ("extra", "1")} <= plotted
     screenshot(browser, "verified")
+
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "200"))
+ROWS = StructType([*EVENTS.fields[:2], StructField("event_time", TimestampType())])
+
+
+def expected_check(live: list[tuple], replayed: list[tuple], keyed: bool) -> tuple[int, int, int]:
+    """(missing, extra, differing) of one slice, from the multisets; with a key (the first column), a
+    missing and an extra row of one key pair up as one differing row."""
+    extra, missing = Counter(live) - Counter(replayed), Counter(replayed) - Counter(live)
+    if not keyed:
+        return sum(missing.values()), sum(extra.values()), 0
+    by_key: dict[str, list[int]] = {}
+    for rows, k in ((extra, 0), (missing, 1)):
+        for row, n in rows.items():
+            by_key.setdefault(row[0], [0, 0])[k] += n
+    differing = sum(min(e, m) for e, m in by_key.values())
+    return (
+        sum(m for _, m in by_key.values()) - differing,
+        sum(e for e, _ in by_key.values()) - differing,
+        differing,
+    )
+
+
+def mutated(rows: list[tuple], draw: random.Random) -> list[tuple]:
+    """The replay's rows after a few faults: values edited, rows lost, duplicated or added."""
+    live = list(rows)
+    for _ in range(draw.choice([0, 0, 1, 2, 3])):
+        fault = draw.choice(["edit", "delete", "duplicate", "add"])
+        if fault == "add" or not live:
+            live.append(
+                (f"x{draw.randrange(3)}", draw.choice(["p", None]), live[0][2] if live else rows[0][2])
+            )
+        elif fault == "edit":
+            i = draw.randrange(len(live))
+            live[i] = (live[i][0], draw.choice(["q", None, "v0"]), live[i][2])
+        elif fault == "delete":
+            live.pop(draw.randrange(len(live)))
+        else:
+            live.append(draw.choice(live))
+    return live
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["output key", "no key"])
+def test_compare_counts_what_each_side_holds_more_often(spark, keyed):
+    """Kernel level: many generated slices, each its own example (one compare call for all), against
+    the multiset reference. A slice's live rows minus its replayed rows is always extra minus missing."""
+    draw = random.Random(21 + keyed)
+    pieces = [Slice(parse_instant(at(i * HOUR)), parse_instant(at((i + 1) * HOUR))) for i in range(EXAMPLES)]
+    live_rows, replayed_rows, expected = [], [], []
+    for i in range(EXAMPLES):
+        when = at(i * HOUR + draw.randrange(HOUR))
+        replayed = [
+            (f"k{draw.randrange(4)}", draw.choice(["v0", "v1", None]), when)
+            for _ in range(draw.randrange(1, 5))
+        ]
+        live = mutated(replayed, draw)
+        live_rows += live
+        replayed_rows += replayed
+        expected.append((*expected_check(live, replayed, keyed), len(live), len(replayed)))
+    outside = [("k0", "v0", at(EXAMPLES * HOUR))]  # after the last slice: compared nowhere
+    checks = compare(
+        spark.createDataFrame(live_rows + outside, ROWS),
+        spark.createDataFrame(replayed_rows, ROWS),
+        "event_time",
+        ("k",) if keyed else (),
+        pieces,
+    )
+    found = [(c.missing, c.extra, c.differing, c.rows_live, c.rows_replayed) for c in checks]
+    assert found == expected
+    assert any(c.differing for c in checks) == keyed and any(c.equal for c in checks)
+    assert all(not c.equal for c in checks if c.missing or c.extra)
+    for check in checks:
+        assert check.rows_live - check.rows_replayed == check.extra - check.missing
+        assert len(check.examples) <= 5 and bool(check.examples) == (not check.equal)
+        assert {e["kind"] for e in check.examples} <= {"missing", "extra", "differing"}
+
+
+def test_verify_before_any_live_run_says_to_run_live_first(spark, live):
+    root, _, spec = live
+    never = replace(spec, output=replace(spec.output, path=str(root / "never")))
+    with pytest.raises(
+        JobError, match=r"job verified has no live run recorded in .*never_metrics; .*streamjoin stream"
+    ):
+        verify(spark, never, at(0), at(HOUR))

@@ -98,3 +98,18 @@ def test_tiny_history_benchmark_backfill_equals_one_replay_and_writes_its_report
     assert saved["summary"]["backfill"]["same_output"] is True
     report = (out / "history.md").read_text()
     assert "t(H) / t(1 d)" in report and "backfill / one replay" in report and "| 2 d |" in report
+
+
+@pytest.mark.slow
+def test_tiny_verify_benchmark_finds_live_equal_to_the_replay_and_writes_its_table(spark, tmp_path):
+    from bench.verify import main as verify_main
+
+    out = tmp_path / "results"
+    assert (
+        verify_main(["--scale", "0.25", "--rounds", "1", "--work", str(tmp_path / "work"), "--out", str(out)])
+        == 0
+    )
+    result = json.loads((out / "verify.json").read_text())
+    assert result["rows_out"] > 0 and result["slices_whole"] == 3
+    assert set(result["ratios"]) == {"day", "whole"}
+    assert "| one day | 1 |" in (out / "verify.md").read_text()

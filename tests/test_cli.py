@@ -226,6 +226,32 @@ def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
     assert "payments_shipments_checkpoint" in out
 
 
+def test_verify_command_finds_the_demo_live_output_equal_to_the_replay(demo, capsys):
+    """The README's verify command on the demo: every 6-hour slice of its day equal, recorded."""
+    root, _ = demo
+    job = str(JOBS_BY_NAME["orders_payments"])
+    assert (
+        main(
+            [
+                "verify",
+                job,
+                "--root",
+                str(root),
+                "--start",
+                "2024-05-01",
+                "--end",
+                "2024-05-02",
+                "--every",
+                "6h",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "all 4 slice(s) equal" in out and "orders_payments_consistency" in out
+    assert out.count(": equal, ") == 4
+
+
 def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys, tmp_path):
     """Issue 18, item 3: one set of checks. A chain the runners cannot run yet (two interval
     joins) and a source without change data feed pass the file's structure but fail validate-job

@@ -19,13 +19,12 @@ import json
 import shutil
 import statistics
 import sys
-import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench import nexmark
-from bench.run import BENCH, JOBS, machine
+from bench.run import BENCH, JOBS, _timed, machine
 from streamjoin import delta_io
 from streamjoin.backfill import cut
 from streamjoin.runners.live import LiveRunner
@@ -33,12 +32,6 @@ from streamjoin.runners.replay import replay_slices
 from streamjoin.session import get_spark
 from streamjoin.spec import load_job
 from streamjoin.verify import verify
-
-
-def _timed(run, *args, **kwargs) -> tuple[float, object]:
-    began = time.perf_counter()
-    value = run(*args, **kwargs)
-    return time.perf_counter() - began, value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from streamjoin import delta_io, index, kernel
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.metrics import RunMetrics, spark_value
-from streamjoin.plan import bind
+from streamjoin.plan import Plan, bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import check_inputs, pin_versions, replay, replay_slices
 from streamjoin.spec import JoinSpec
@@ -333,13 +333,17 @@ def run_backfill(
     return outcomes
 
 
+def written_table(plan: Plan) -> str:
+    """The table that holds a slice's rows: the output, or for a keyed result (table-table joins)
+    its changes, <output>_changes (the result table is those changes applied)."""
+    out = plan.spec.output
+    return out.side("changes") if kernel.family(plan).keyed_output(plan) else out.location
+
+
 def slice_output(spark: SparkSession, spec: JoinSpec, piece: Slice) -> DataFrame:
     """The rows a slice wrote: the output (table-table joins: the result's changes) in [start, end)."""
-    out = spec.output
-    plan = bind(spark, spec)
-    location = out.side("changes") if kernel.family(plan).keyed_output(plan) else out.location
-    time_column = F.col(out.time)
-    return delta_io.read_snapshot(spark, location).where(
+    time_column = F.col(spec.output.time)
+    return delta_io.read_snapshot(spark, written_table(bind(spark, spec))).where(
         (time_column >= F.lit(piece.start)) & (time_column < F.lit(piece.end))
     )
 

@@ -31,11 +31,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamjoin import arrival, delta_io, kernel, lease
-from streamjoin.backfill import Slice, cut
+from streamjoin import arrival, delta_io, lease
+from streamjoin.backfill import Slice, cut, written_table
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.metrics import spark_value
-from streamjoin.plan import Plan, bind
+from streamjoin.plan import bind
 from streamjoin.runners.replay import replay_slices
 from streamjoin.spec import JoinSpec, Output
 from streamjoin.timeutil import Instant, from_spark, parse_instant, to_micros
@@ -187,7 +187,7 @@ def verify_written(
     """Verify the slices (of the job's schedule) that live output commits after `since_version`
     wrote rows into (None: every commit); None when they wrote none. What the Airflow live DAG
     runs after each live run."""
-    table = compared_table(bind(spark, spec))
+    table = written_table(bind(spark, spec))
     if not delta_io.exists(spark, table):
         return None
     newest = delta_io.latest_version(spark, table)
@@ -215,15 +215,8 @@ def verify_written(
 def written_version(spark: SparkSession, spec: JoinSpec) -> int | None:
     """The newest version of the live table verify compares (None: not written yet); a scheduled
     live run notes it first, and `verify_written` then checks what the run added after it."""
-    table = compared_table(bind(spark, spec))
+    table = written_table(bind(spark, spec))
     return delta_io.latest_version(spark, table) if delta_io.exists(spark, table) else None
-
-
-def compared_table(plan: Plan) -> str:
-    """The table whose slices are compared: the output, or for a keyed result (a table-table join)
-    its changes, <output>_changes (the result table is those changes applied)."""
-    out = plan.spec.output
-    return out.location if kernel.family(plan).keyed_output(plan) is None else out.side("changes")
 
 
 def scratch_output(spec: JoinSpec) -> Output:
@@ -238,7 +231,7 @@ def live_point(spark: SparkSession, spec: JoinSpec, table: str, checkpoint: str 
     """The live run's last batch and the live output version holding its rows. The checkpoint's
     lease is held while these are read, so no batch lands in between; when a live runner holds it,
     the output is taken as of that runner's last completed batch (edits made since are judged by
-    the next verify). `table`: the live table compared (`compared_table`)."""
+    the next verify). `table`: the live table compared (`backfill.written_table`)."""
     home = (
         Path((checkpoint or f"{spec.output.location}_checkpoint").removeprefix("file:")).resolve()
         / "streamjoin"
@@ -296,7 +289,7 @@ def _last_live_batch(spark: SparkSession, spec: JoinSpec):
 def _verify(
     spark: SparkSession, spec: JoinSpec, pieces: list[Slice], checkpoint: str | None, began: float
 ) -> Verification:
-    table = compared_table(bind(spark, spec))
+    table = written_table(bind(spark, spec))
     point = live_point(spark, spec, table, checkpoint)
     scratch = scratch_output(spec)
     replay_slices(

@@ -366,6 +366,8 @@ RECORD_SCHEMA = StructType(
         StructField("docs", StringType()),
         StructField("finished_at", TimestampType()),
         StructField("duration_s", DoubleType()),
+        # JSON list of {"passed", "check"}: every expectation evaluated (added after the first release)
+        StructField("validation_checks", StringType()),
     ]
 )
 
@@ -399,9 +401,14 @@ def _record(
                 validation.docs if validation else None,
                 finished,
                 outcome.duration_s,
+                json.dumps([{"passed": ok, "check": line} for ok, line in validation.checks])
+                if validation
+                else None,
             )
         )
-    delta_io.append(spark.createDataFrame(rows, RECORD_SCHEMA), spec.output.side("backfill"))
+    delta_io.append(
+        spark.createDataFrame(rows, RECORD_SCHEMA), spec.output.side("backfill"), merge_schema=True
+    )
 
 
 def attempts(spark: SparkSession, spec: JoinSpec) -> DataFrame | None:

@@ -113,6 +113,7 @@ class Attempt:
     error: str | None
     failed: list[str]
     docs: str | None
+    checks: list[dict] = field(default_factory=list)  # every expectation: {"passed", "check"}
 
 
 @dataclass
@@ -221,6 +222,7 @@ def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
             row["error"],
             json.loads(row["validation_failed"] or "[]"),
             row["docs"],
+            json.loads(row.get("validation_checks") or "[]"),
         )
     return [slices[key] for key in sorted(slices)]
 
@@ -439,6 +441,8 @@ tr.first td { border-top: 2px solid #cfd4dd; }
 .muted { color: #7a8294; }
 tr.bad td { background: #fbe0df; }
 td pre { white-space: pre-wrap; font-size: 12px; margin: 4px 0; }
+details.checks ul { margin: 4px 0; padding-left: 4px; list-style: none; font-size: 12px; }
+details.checks li.failed { color: #9b1c1a; }
 dl.definitions dt { font-weight: 600; margin-top: 8px; }
 dl.definitions dd { margin: 2px 0 0 0; color: #3b4252; }
 """
@@ -614,9 +618,9 @@ def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
     head = (
         "<tr><th class='text'>slice [start, end)</th><th>lateness cost</th>"
         "<th class='text'>mode</th>"
+        "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th>"
         + "".join(f"<th>{_e(LABELS[n])}</th>" for n in shown_counts)
-        + "<th>match rate</th><th>runs</th><th class='text'>last run</th>"
-        "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th></tr>"
+        + "<th>match rate</th><th>runs</th><th class='text'>last run</th></tr>"
     )
     rows = []
     for piece in slices:
@@ -631,6 +635,7 @@ def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
                     f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>"
                 )
             cells.append(f"<td class='text'>{_e(mode)}</td>")
+            cells.append(_attempt_cells(attempt, folder))  # before the counts: seen without scrolling
             for name in shown_counts:
                 cells.append(f"<td data-field='{name}'>{_number(run.counts[name] if run else None)}</td>")
             cells.append(
@@ -642,7 +647,6 @@ def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
                     else "<td class='text'>–</td>"
                 )
             )
-            cells.append(_attempt_cells(attempt, folder))
             rows.append(
                 f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
                 f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>"
@@ -662,8 +666,19 @@ def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
         if problems
         else ("passed" if attempt.status == "succeeded" else "")
     )
+    if attempt.checks:
+        passed = sum(c["passed"] for c in attempt.checks)
+        items = "".join(
+            f"<li class='{'passed' if c['passed'] else 'failed'}'>{'&#10003;' if c['passed'] else '&#10007;'} "
+            f"{_e(c['check'])}</li>"
+            for c in attempt.checks
+        )
+        detail += (
+            f"<details class='checks'><summary>{passed} of {len(attempt.checks)} expectations passed</summary>"
+            f"<ul>{items}</ul></details>"
+        )
     link = (
-        f"<a href='{_e(docs_link(attempt.docs, folder))}'>open</a>"
+        f"<a href='{_e(docs_link(attempt.docs, folder))}'>Data Docs</a>"
         if attempt.docs
         else "<span class='muted'>none</span>"
     )

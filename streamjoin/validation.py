@@ -49,6 +49,9 @@ class ValidationResult:
     failed: tuple[str, ...]  # one readable line per failed expectation: what, column(s), observed value
     evaluated: int  # expectations evaluated
     docs: str | None  # path of the Data Docs HTML page of this validation (or the site index)
+    # every expectation evaluated, passed or not: (passed, what it checks and what was observed);
+    # the data-quality page shows these, so it needs no Data Docs (which load from the web)
+    checks: tuple[tuple[bool, str], ...] = ()
 
 
 def suite_for(spec: JoinSpec) -> dict:
@@ -199,6 +202,7 @@ def validate_slice(
         failed=failed,
         evaluated=int(validation.statistics["evaluated_expectations"]),
         docs=_page(context, identifier, site),
+        checks=tuple((bool(r.success), _describe(r)) for r in validation.results),
     )
 
 
@@ -326,7 +330,7 @@ def _page(context, identifier, site: str) -> str | None:
 
 
 def _describe(result) -> str:
-    """One line for a failed expectation: its type, column(s) and settings, then what was observed."""
+    """One line for an evaluated expectation: its type, column(s) and settings, then what was observed."""
     config = result.expectation_config
     kwargs = config.kwargs
     columns = (

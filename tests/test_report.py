@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -222,6 +223,27 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     assert link.get_attribute("href").startswith("file://")
     assert Path(unquote(urlparse(link.get_attribute("href")).path)).is_file()
     assert not link.get_dom_attribute("href").startswith("/")
+    # Issue 18, item 6: the validation is on the page itself (Data Docs need the web): every
+    # expectation with what was observed, as the record of attempts holds it; and the status,
+    # validation and Data Docs cells show without scrolling at 1400 px.
+    cell = f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='validation']"
+    checks = [c.get_attribute("textContent") for c in browser.find_elements(By.CSS_SELECTOR, f"{cell} li")]
+    record = max(
+        delta_io.read_snapshot(spark, spec.output.side("backfill")).collect(), key=lambda r: r.finished_at
+    )
+    held_checks = json.loads(record.validation_checks)
+    assert checks == [("\u2713 " if c["passed"] else "\u2717 ") + c["check"] for c in held_checks]
+    assert len(checks) >= 2 and all(c.startswith("\u2713 expect_") for c in checks)
+    assert shown(browser, f"{cell} summary") == f"{len(checks)} of {len(checks)} expectations passed"
+    browser.set_window_size(1400, 1000)
+    width = browser.execute_script("return document.documentElement.clientWidth")
+    for field in ("status", "validation", "docs"):
+        right = browser.execute_script(
+            "return document.querySelector(arguments[0]).getBoundingClientRect().right",
+            f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='{field}']",
+        )
+        assert right <= width, (field, right, width)
+    browser.set_window_size(1500, 1000)
 
     # Every row a guard stopped is counted by guard and source, as the side tables hold them.
     held = Counter()
@@ -308,3 +330,20 @@ def test_data_docs_link_is_relative_so_report_and_docs_move_together(tmp_path):
     docs = tmp_path / "out_quality" / "data_docs" / "validations" / "slice.html"
     assert docs_link(str(docs), tmp_path / "out_quality" / "report") == "../data_docs/validations/slice.html"
     assert docs_link("s3://bucket/docs/index.html", tmp_path) == "s3://bucket/docs/index.html"
+
+
+def test_a_failed_validation_lists_every_expectation_with_the_failures_marked(tmp_path):
+    """Pure: an invalid slice's cell names the failure, then every expectation, passed or not."""
+    from streamjoin.report import Attempt, Slice, render_page
+
+    spec = job(tmp_path, {0: str(tmp_path / "l"), 1: str(tmp_path / "r")}, "left", 0, 10, 5)
+    failed = "expect_column_values_to_not_be_null(rid): 3 of 4 rows NULL (75.0%)"
+    checks = [
+        {"passed": True, "check": "expect_column_values_to_be_between(event_time): 0 of 4 rows outside"}
+    ]
+    checks.append({"passed": False, "check": failed})
+    piece = Slice(at(0), at(100), attempts={"exact": Attempt("invalid", None, [failed], None, checks)})
+    page = render_page(spec, [piece], [], tmp_path, [])
+    assert f"<td class='wrap' data-field='validation'>{failed}<details class='checks'>" in page
+    assert "<summary>1 of 2 expectations passed</summary>" in page
+    assert f"<li class='failed'>&#10007; {failed}</li>" in page and "<li class='passed'>&#10003; " in page

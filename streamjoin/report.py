@@ -432,7 +432,7 @@ table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { padding: 5px 8px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
 th { background: #eef0f4; position: sticky; top: 0; font-weight: 600; white-space: normal; vertical-align: bottom; }
 td.text, th.text { text-align: left; }
-td.wrap { white-space: normal; min-width: 120px; max-width: 420px; text-align: left; }
+td.wrap { white-space: normal; min-width: 170px; max-width: 420px; text-align: left; }
 tr.first td { border-top: 2px solid #cfd4dd; }
 .status { padding: 2px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
 .status.succeeded { background: #dff3e4; color: #1e6b34; }
@@ -664,7 +664,7 @@ def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
     detail = (
         "<br>".join(_e(p) for p in problems)
         if problems
-        else ("passed" if attempt.status == "succeeded" else "")
+        else ("passed" if attempt.status == "succeeded" and not attempt.checks else "")
     )
     if attempt.checks:
         passed = sum(c["passed"] for c in attempt.checks)

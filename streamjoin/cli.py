@@ -476,7 +476,7 @@ _FROM_HELP = (
 
 
 def _global_options(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
-    """--master and --root, accepted before the command and after it (`after_command`: a value
+    """--master, --root and --log-level, accepted before the command and after it (`after_command`: a value
     given there wins; absent, it leaves the one given before)."""
     default = argparse.SUPPRESS if after_command else None
     parser.add_argument(
@@ -488,6 +488,12 @@ def _global_options(parser: argparse.ArgumentParser, after_command: bool = False
         "--root",
         default=default,
         help="folder that relative Delta paths in job files resolve against (default $STREAMJOIN_ROOT or ./data)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=default,
+        choices=("ERROR", "WARN", "INFO", "DEBUG"),
+        help="what Spark logs on stderr (default $STREAMJOIN_LOG_LEVEL or ERROR)",
     )
 
 
@@ -675,6 +681,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.log_level:
+        os.environ["STREAMJOIN_LOG_LEVEL"] = args.log_level  # read by the session factory
     try:
         return args.func(args)
     except StreamJoinError as exc:

@@ -18,26 +18,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# Delta's jars and their runtime dependencies, minus what pyspark already ships (by artifact
-# name), so the classpath holds one version of each library: Spark's.
-jars=.jars
-jstamp="$jars/.fetched"
-jwant="$(sha256sum infra/jvm-deps.xml | cut -d' ' -f1)"
-if [ ! -f "$jstamp" ] || [ "$(cat "$jstamp")" != "$jwant" ]; then
-  rm -rf "$jars" "$jars.all"
-  mvn --batch-mode --quiet -f infra/jvm-deps.xml dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$root/$jars.all"
-  mkdir -p "$jars"
-  spark_jars="$(.venv/bin/python -c 'import pyspark, os; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')"
-  strip() { sed -E 's/-[0-9][A-Za-z0-9._-]*\.jar$//'; }
-  provided="$(ls "$spark_jars" | strip | sort -u)"
-  for jar in "$jars.all"/*.jar; do
-    name="$(basename "$jar" | strip)"
-    grep -qxF "$name" <<<"$provided" || cp "$jar" "$jars/"
-  done
-  rm -rf "$jars.all"
-  echo "$jwant" > "$jstamp"
-fi
+# Delta's jars and their runtime dependencies, minus what pyspark already ships, into .jars/
+# (streamjoin/jars.py; a folder that holds the jars of the shipped POM is left as it is).
+.venv/bin/streamjoin setup-jars --dir "$root/.jars" >/dev/null
 
 # Debian's chromium and its driver, for the report's browser test (tests/test_report.py).
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then

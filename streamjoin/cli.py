@@ -1,4 +1,4 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, verify, report, explain, validate-job, list)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, verify, report, explain, validate-job, list, setup-jars)."""
 
 from __future__ import annotations
 
@@ -462,6 +462,22 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_setup_jars(args) -> int:
+    from pathlib import Path
+
+    from streamjoin import jars
+
+    where = Path(args.dir).resolve() if args.dir else jars.folder()
+    if jars.fetched(where) and not args.force:
+        print(f"Delta's jars are in {where} already (--force fetches them again)")
+        return 0
+    kept = jars.fetch(where, offline=args.offline)
+    print(f"{len(kept)} jar(s) in {where}: {', '.join(p.name for p in kept)}")
+    if where != jars.folder().resolve():
+        print(f"the session looks in {jars.folder()}: export STREAMJOIN_JARS={where}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from streamjoin.demo import run_demo
 
@@ -671,6 +687,21 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("job", help=_JOB_HELP)
     index.add_argument("--from", dest="from_", help=_FROM_HELP)
     index.set_defaults(func=cmd_index)
+
+    setup_jars = commands.add(
+        "setup-jars",
+        "fetch Delta's jars once with Maven (what an installed package needs before its first run)",
+    )
+    setup_jars.add_argument(
+        "--dir",
+        help="where to put them (default $STREAMJOIN_JARS, else .jars/ in a source checkout, "
+        "else ~/.cache/streamjoin/jars)",
+    )
+    setup_jars.add_argument(
+        "--offline", action="store_true", help="resolve from Maven's local repository only"
+    )
+    setup_jars.add_argument("--force", action="store_true", help="fetch again even if the folder holds them")
+    setup_jars.set_defaults(func=cmd_setup_jars)
 
     listing = commands.add("list", "list the job files of a folder with their outputs and last runs")
     listing.add_argument("--jobs", default="jobs", help="folder of job files (default ./jobs)")

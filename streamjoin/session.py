@@ -1,4 +1,4 @@
-"""The one Spark session factory: Delta enabled from jars fetched at set-up, UTC, quiet.
+"""The one Spark session factory: Delta enabled from jars fetched at set-up (`jars.py`), UTC, quiet.
 
 Every entry point (CLI, tests, DAG tasks) gets its session here, so that the classpath, the time
 zone and the Delta settings are the same wherever a job runs.
@@ -14,25 +14,12 @@ from pathlib import Path
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
+from streamjoin import jars
 from streamjoin.errors import SetupError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-JARS_DIR = Path(os.environ.get("STREAMJOIN_JARS", PROJECT_ROOT / ".jars"))
 DEFAULT_MASTER = "local[*]"
-_JAVA_OPTIONS = (
-    f"-Duser.timezone=UTC -Dlog4j2.configurationFile={PROJECT_ROOT / 'infra' / 'log4j2.properties'}"
-)
-
-
-def delta_jars() -> list[str]:
-    """The jars infra/setup.sh fetched; refuses to start without them (no download at run time)."""
-    jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
-    if not any(Path(j).name.startswith("delta-spark_") for j in jars):
-        raise SetupError(
-            f"Delta's jars are missing from {JARS_DIR}: run infra/setup.sh (or `make test`) once "
-            "to fetch them, or point STREAMJOIN_JARS at a folder that holds them."
-        )
-    return jars
+_JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={jars.LOG4J}"
 
 
 def check_master_answers(master: str, timeout: float = 5.0) -> None:
@@ -84,7 +71,7 @@ def get_spark(
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.jars", ",".join(delta_jars()))
+        .config("spark.jars", ",".join(jars.delta_jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.session.timeZone", "UTC")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -12,9 +13,11 @@ from streamjoin.session import PROJECT_ROOT
 pytestmark = pytest.mark.slow  # a clone, a virtual environment, every package: minutes
 
 
-def run(args, cwd, timeout=900):
+def run(args, cwd, timeout=900, **extra_env):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYSPARK", "STREAMJOIN"))}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        args, cwd=cwd, env={**env, **extra_env}, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
@@ -42,5 +45,24 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "rows 3" in smoke.stdout
     assert str(clone / ".jars") in smoke.stdout
+    assert "Setting default log level" not in smoke.stderr  # the shipped log4j2 settings were found
     again = run(["bash", "infra/setup.sh"], clone, timeout=120)  # idempotent: nothing left to do
     assert again.returncode == 0
+
+    # Issue 18, item 8: the package alone, laid out as an installed one (no checkout around it),
+    # fetches its jars with `setup-jars` (offline: set-up filled Maven's local repository) into
+    # ~/.cache/streamjoin/jars, and its session finds them there, with its own log4j2 settings.
+    installed, home = tmp_path / "site-packages", tmp_path / "home"
+    shutil.copytree(clone / "streamjoin", installed / "streamjoin")
+    alone = {"PYTHONPATH": str(installed), "HOME": str(home)}
+    python = str(clone / ".venv/bin/python")
+    refused = run([python, "-c", script], tmp_path, **alone)
+    assert refused.returncode != 0 and "run `streamjoin setup-jars` once" in refused.stderr
+    fetched = run([python, "-m", "streamjoin.cli", "setup-jars", "--offline"], tmp_path, **alone)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr[-3000:]
+    cache = home / ".cache" / "streamjoin" / "jars"
+    assert sorted(p for p in os.listdir(cache) if p.endswith(".jar")) == jars
+    smoke = run([python, "-c", script], tmp_path, **alone)
+    assert smoke.returncode == 0, smoke.stderr[-3000:]
+    assert "rows 3" in smoke.stdout and str(cache) in smoke.stdout
+    assert "Setting default log level" not in smoke.stderr

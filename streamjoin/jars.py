@@ -72,9 +72,9 @@ def fetch(where: Path, offline: bool = False) -> list[Path]:
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-3000:]
             raise SetupError(f"Maven could not resolve Delta's jars ({' '.join(command)}):\n{output}")
-        if where.exists():
-            shutil.rmtree(where)
-        where.mkdir(parents=True)
+        where.mkdir(parents=True, exist_ok=True)
+        for stale in where.glob("*.jar"):  # jars of an earlier POM; nothing else in the folder is touched
+            stale.unlink()
         kept = []
         for jar in sorted(Path(resolved).glob("*.jar")):
             if _artifact(jar.name) not in provided:

@@ -52,6 +52,19 @@ class Slice:
         end = pendulum.instance(self.end).in_timezone(timezone)
         return f"{start.isoformat()} .. {end.isoformat()}"
 
+    def short_label(self, timezone: str = "UTC") -> str:
+        """The slice in a table cell: local times to the minute, the end's date only when it falls
+        on another day than the start's (a slice ending at midnight ends at 24:00)."""
+        start = pendulum.instance(self.start).in_timezone(timezone)
+        end = pendulum.instance(self.end).in_timezone(timezone)
+        if end.date() == start.date():
+            until = f"{end:%H:%M}"
+        elif end == start.add(days=1).start_of("day"):
+            until = "24:00"
+        else:
+            until = f"{end:%m-%d %H:%M}"
+        return f"{start:%Y-%m-%d %H:%M} \u2192 {until}"
+
 
 def cut(start: datetime, end: datetime, every: str, timezone: str = "UTC") -> list[Slice]:
     """Slices of [start, end) whose boundaries fall on local multiples of `every` in `timezone`.
@@ -227,6 +240,7 @@ def run_slices(
     backfill_id: str | None = None,
     after_write: Callable[[str], None] | None = None,
     checked: bool = False,
+    on_stage: Callable[[str], None] | None = None,
 ) -> list[SliceOutcome]:
     """Replay consecutive slices together (`replay_slices`: one read, one write of each table, a
     metrics row per slice), validate each slice's output, and record every attempt in one append.
@@ -235,10 +249,14 @@ def run_slices(
     written: the writes are Delta commits of all of them at once, and a re-run replaces them); a
     slice whose validation fails or cannot run is `invalid` or `failed` alone. A JobError (the job
     cannot run at all) or a HistoryNotRetainedError (the pinned versions' log or files are gone,
-    so no slice over them can run) still raises, and nothing is recorded.
+    so no slice over them can run) still raises, and nothing is recorded. `on_stage` is told what
+    starts: the replay, each slice's validation, the record.
     """
     began = time.monotonic()
+    stage = on_stage or (lambda text: None)
     outcomes: list[SliceOutcome] = []
+    span = Slice(pieces[0].start, pieces[-1].end).short_label()
+    stage(f"replaying {len(pieces)} slice(s) {span} UTC")
     try:
         runs = replay_slices(
             spark,
@@ -260,6 +278,7 @@ def run_slices(
         checking = time.monotonic()
         result, status, problem = None, SUCCEEDED, None
         if validate:
+            stage(f"validating {piece.short_label()} UTC")
             try:
                 from streamjoin.validation import validate_slice
 
@@ -274,6 +293,7 @@ def run_slices(
         took = metrics.duration_s + time.monotonic() - checking
         outcomes.append(SliceOutcome(piece, status, metrics, result, problem, round(took, 3)))
     pinned = runs[0].versions if runs else versions
+    stage(f"recording {len(outcomes)} attempt(s)")
     _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), mode, pinned)
     return outcomes
 
@@ -308,10 +328,14 @@ def run_backfill(
     on_slice: Callable[[SliceOutcome], None] | None = None,
     after_write: Callable[[str], None] | None = None,
     batch: int = BATCH,
+    on_stage: Callable[[str], None] | None = None,
 ) -> list[SliceOutcome]:
     """Run the backfill's slices (or the given subset) in order, each over the pinned versions
-    (checked and indexed once, before the first slice), up to `batch` consecutive slices per replay."""
+    (checked and indexed once, before the first slice), up to `batch` consecutive slices per replay.
+    `on_slice` is told of each slice's outcome, `on_stage` of each stage as it starts."""
     groups = batches(list(slices if slices is not None else backfill.slices), batch)
+    if on_stage:
+        on_stage("checking the pinned versions, extending the arrival index")
     prepare(spark, backfill)
     outcomes = []
     for group in groups:
@@ -326,6 +350,7 @@ def run_backfill(
             backfill_id=backfill.id,
             after_write=after_write,
             checked=True,
+            on_stage=on_stage,
         ):
             outcomes.append(outcome)
             if on_slice:

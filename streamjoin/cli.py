@@ -229,6 +229,7 @@ def cmd_backfill(args) -> int:
             validate=not args.no_validate,
             site=args.site,
             on_slice=progress.advance,
+            on_stage=progress.stage,
             batch=BATCH if args.batch is None else args.batch,
         )
     failed = [o for o in outcomes if not o.ok]
@@ -333,10 +334,10 @@ def cmd_report(args) -> int:
 
 
 def _console():
-    """stdout for rich tables; wide enough when piped to a file or a log."""
+    """stdout for rich tables: the terminal's width, or 100 columns when piped to a file or a log."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return Console() if sys.stdout.isatty() else Console(width=100)
 
 
 def cmd_stream(args) -> int:

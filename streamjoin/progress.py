@@ -1,4 +1,5 @@
-"""What a person watching a backfill in a terminal sees: a progress bar, one line per slice, a final table."""
+"""What a person watching a backfill sees: a progress bar naming the stage, one line per slice, a
+final table that fits 100 columns (every count is in `--json` and on the data-quality page)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ class BackfillProgress:
         )
         self.task = self.progress.add_task(f"backfill {backfill.job.name}", total=total, rows=0)
 
+    def stage(self, text: str) -> None:
+        """What the backfill does now (replaying, validating, recording): the bar's label; in a log
+        (not a terminal, where no bar is drawn) a line of its own."""
+        self.progress.update(self.task, description=f"{self.backfill.job.name}: {text}")
+        if not self.console.is_terminal:
+            self.console.print(f"  {text} ...", highlight=False)
+
     def __enter__(self) -> BackfillProgress:
         self.progress.start()
         return self
@@ -58,7 +66,7 @@ class BackfillProgress:
     def advance(self, outcome: SliceOutcome) -> None:
         rows = outcome.metrics.total("rows_in") if outcome.metrics else 0
         self.progress.console.print(
-            f"[{_STYLE[outcome.status]}]{outcome.status:>9}[/] {outcome.slice.label(self.backfill.timezone)}  "
+            f"[{_STYLE[outcome.status]}]{outcome.status:>9}[/] {outcome.slice.short_label(self.backfill.timezone)}  "
             f"in {rows}, out {outcome.metrics.rows_out if outcome.metrics else '-'}  {outcome.duration_s:.1f}s"
             + (f"  {outcome.error}" if outcome.error else ""),
             highlight=False,
@@ -68,43 +76,53 @@ class BackfillProgress:
 
 
 def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
-    """One row per slice: interval, status, counts, validation, time."""
+    """One row per slice: interval, status, rows in and out, late, rejected, held (open and
+    unsettled: still waiting, not lost), validation in short, seconds."""
     table = Table(
         title=f"backfill {backfill.id} of {backfill.job.name} ({backfill.mode}, {backfill.timezone})"
     )
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("slice", "left"),
         ("status", "left"),
-        ("rows in", "right"),
-        ("rows out", "right"),
-        ("joined", "right"),
+        ("in", "right"),
+        ("out", "right"),
         ("late", "right"),
         ("rejected", "right"),
+        ("held", "right"),
         ("validation", "left"),
-        ("seconds", "right"),
+        ("s", "right"),
     )
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for o in outcomes:
         m = o.metrics
-        if o.validation is None:
-            checked = "not run" if o.error is None else o.error
-        elif o.validation.success:
-            checked = f"passed ({o.validation.evaluated} expectations)"
-        else:
-            checked = "FAILED: " + "; ".join(o.validation.failed)
         table.add_row(
-            o.slice.label(backfill.timezone),
+            o.slice.short_label(backfill.timezone),
             Text(o.status, style=_STYLE[o.status]),
             _count(m, "rows_in"),
             str(m.rows_out) if m else "-",
-            _count(m, "joined"),
             _count(m, "late"),
             _count(m, "rejected"),
-            checked,
-            f"{o.duration_s:.1f}",
+            str(m.total("open") + m.total("unsettled")) if m else "-",
+            _checked(o),
+            f"{o.duration_s:.0f}",
         )
+    table.caption = "held: rows still waiting (window open, or arrived after the frontier), not lost"
     return table
+
+
+def _checked(outcome: SliceOutcome) -> str:
+    """The validation in a few words: the expectations passed, how many failed, or the error."""
+    result = outcome.validation
+    if result is None:
+        return "not run" if outcome.error is None else _cut(outcome.error)
+    if result.success:
+        return f"{result.evaluated} passed"
+    return f"{len(result.failed)} of {result.evaluated} failed"
+
+
+def _cut(text: str, width: int = 24) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
 
 
 def _count(metrics: RunMetrics | None, bucket: str) -> str:

@@ -159,7 +159,19 @@ def test_slices_replayed_together_or_apart_equal_one_replay(spark, demo_data, ca
 
     three_hourly = [*window, "--every", "3h", "--no-validate"]
     assert main(["--root", str(root), "backfill", together, *three_hourly]) == 0
-    assert "5 of 5 slice(s) succeeded" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert "5 of 5 slice(s) succeeded" in shown.out
+    # Issue 18, item 4: a log names each stage as it starts, and the table fits 100 columns, with
+    # the rows still held (open or unsettled) beside rows in and out.
+    for stage in (
+        "checking the pinned versions",
+        "replaying 5 slice(s) 2024-04-30 20:00",
+        "recording 5 attempt(s)",
+    ):
+        assert stage in shown.err, (stage, shown.err)
+    table = shown.out.split("5 of 5 slice(s) succeeded")[0].splitlines()
+    assert len(table) >= 9 and all(len(line) <= 100 for line in table), shown.out
+    assert "held" in shown.out and "2024-05-01 00:00 \u2192 03:00" in shown.out
     assert main(["--root", str(root), "backfill", in_pairs, *three_hourly, "--batch", "2"]) == 0
     assert "5 of 5 slice(s) succeeded" in capsys.readouterr().out
     assert main(["--root", str(root), "backfill", in_pairs, *three_hourly, "--batch", "0"]) == 2

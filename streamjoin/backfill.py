@@ -469,7 +469,12 @@ FAR_FUTURE = datetime(2200, 1, 1, tzinfo=UTC)  # "no end": the slice a hand-off 
 
 
 def hand_off(
-    spark: SparkSession, spec: JoinSpec, at: datetime, checkpoint: str, versions: dict[str, int] | None = None
+    spark: SparkSession,
+    spec: JoinSpec,
+    at: datetime,
+    checkpoint: str,
+    versions: dict[str, int] | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> RunMetrics:
     """Make a new live checkpoint continue exactly where a backfill ending at `at` stopped.
 
@@ -477,8 +482,9 @@ def hand_off(
     [at, FAR_FUTURE) over the same V, which writes every row decided by V that the backfill did not,
     and seeds `checkpoint` with the state a live runner would hold after V; live then reads from V+1
     on. Backfill, this replay and live together write what one replay of everything writes: no gap,
-    no overlap (docs/backfills.md).
+    no overlap (docs/backfills.md). `on_stage` is told of the replay and the seeding as they start.
     """
+    stage = on_stage or (lambda text: None)
     at = pendulum.instance(at).in_timezone("UTC")
     runner = LiveRunner(spark, spec, checkpoint)
     if runner.started():
@@ -486,7 +492,11 @@ def hand_off(
             f"checkpoint {checkpoint!r} has already run; a hand-off starts a new checkpoint (give another --checkpoint)"
         )
     versions = versions or _versions_of_backfill_ending_at(spark, spec, at)
+    stage(
+        f"replaying from {at.isoformat()} over the backfill's versions {json.dumps(versions, sort_keys=True)}"
+    )
     metrics = replay(spark, spec, at, FAR_FUTURE, mode="exact", versions=versions)
+    stage(f"seeding the live state of checkpoint {checkpoint} at those versions")
     runner.seed(versions)
     return metrics
 

@@ -296,12 +296,22 @@ def cmd_handoff(args) -> int:
     at = parse_instant(args.at, "--at")
     spark = get_spark(master=args.master)
     checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
-    seeded = hand_off(spark, spec, at, checkpoint, versions=_versions(args.versions))
+    seeded = hand_off(
+        spark,
+        spec,
+        at,
+        checkpoint,
+        versions=_versions(args.versions),
+        on_stage=lambda text: print(f"job {spec.name}: {text} ...", flush=True),
+    )
     print(
         f"job {spec.name}: rows from {at.isoformat()} on decided by versions {seeded.versions} written "
-        f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}"
+        f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}",
+        flush=True,
     )
-    runs = LiveRunner(spark, spec, checkpoint, trigger=args.trigger).run(timeout=args.timeout)
+    runs = LiveRunner(spark, spec, checkpoint, trigger=args.trigger, on_batch=_print_batch).run(
+        timeout=args.timeout
+    )
     print(f"{len(runs)} micro-batch(es)" + (": " + combine(runs).summary() if runs else "; nothing new yet"))
     return 0
 

@@ -4,8 +4,11 @@ the demo jobs of jobs/ run live and replayed in both modes, and a summary that a
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -183,8 +186,11 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
     data = generate(seed)
     half = len(data.commits) // 2
     print(
-        f"demo data: {sum(len(c.rows) for c in data.commits)} rows in {len(data.commits)} commits under {root}"
+        f"demo data: {sum(len(c.rows) for c in data.commits)} rows in {len(data.commits)} commits under {root}",
+        flush=True,
     )
+    say = functools.partial(print, flush=True)  # a line per step: the demo takes minutes
+    say(f"writing the first {half} commits")
     write_tables(spark, root, data, slice(0, half))
     jobs = {name: demo_job(name, root) for name in RUNNABLE}
     for job in jobs.values():
@@ -192,10 +198,13 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
     runners = {
         name: LiveRunner(spark, job, f"{job.output.location}_checkpoint") for name, job in jobs.items()
     }
-    batches: dict[str, list[RunMetrics]] = {name: runner.run() for name, runner in runners.items()}
+    batches: dict[str, list[RunMetrics]] = {}
+    for name, runner in runners.items():
+        batches[name] = _timed_live(say, f"{name}: live over the first half", runner)
+    say(f"writing the other {len(data.commits) - half} commits")
     write_tables(spark, root, data, slice(half, None))
     for name, runner in runners.items():
-        batches[name] += runner.run()
+        batches[name] += _timed_live(say, f"{name}: live again, over what came since", runner)
 
     results: dict[str, dict[str, RunMetrics]] = {}
     start, end = DAY - timedelta(days=1), DAY + timedelta(days=2)
@@ -204,7 +213,11 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
         runs = {"live": live}
         for mode in ("exact", "complete"):
             target = replace(job, output=replace(job.output, path=f"{job.output.location}_replay_{mode}"))
+            began = time.monotonic()
             runs[mode] = replay(spark, target, start, end, mode=mode)
+            say(
+                f"{name}: replay, {mode} mode: {runs[mode].rows_out} rows out in {time.monotonic() - began:.0f} s"
+            )
         results[name] = runs
         live_rows, exact_rows, complete_rows = (
             delta_io.read_snapshot(spark, location)
@@ -236,3 +249,13 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
         " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md)."
     )
     return results
+
+
+def _timed_live(say: Callable[[str], None], what: str, runner: LiveRunner) -> list[RunMetrics]:
+    """Run `runner` available-now, saying what it did and how long it took."""
+    began = time.monotonic()
+    runs = runner.run()
+    say(
+        f"{what}: {len(runs)} micro-batch(es), {sum(r.rows_out for r in runs)} rows out in {time.monotonic() - began:.0f} s"
+    )
+    return runs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import signal
@@ -23,15 +25,24 @@ JOBS = sorted(Path(__file__).resolve().parent.parent.joinpath("jobs").glob("*.ya
 
 @pytest.fixture(scope="module")
 def demo(spark, tmp_path_factory):
-    """The demo run once for the module: its data doubles as the sources of the jobs in jobs/."""
+    """The demo run once for the module: its data doubles as the sources of the jobs in jobs/.
+    Returns the folder, the demo's metrics and what it printed."""
     root = tmp_path_factory.mktemp("cli")
-    results = run_demo(str(root / "demo"))
-    return root, results
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        results = run_demo(str(root / "demo"))
+    return root, results, printed.getvalue()
 
 
 def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
-    root, results = demo
+    root, results, printed = demo
     assert set(results) == {"orders_payments", "payments_shipments", "orders_rates"}
+    # Issue 18, item 4: the demo says each step as it ends (it takes minutes), then the summary.
+    steps = ["writing the first ", "orders_payments: live over the first half: ", "writing the other "]
+    steps += ["orders_rates: live again, over what came since: ", "orders_payments: replay, exact mode: "]
+    assert all(step in printed for step in steps), printed
+    assert [printed.index(step) for step in steps] == sorted(printed.index(step) for step in steps)
+    assert printed.index("orders_payments: replay, complete mode: ") < printed.index("== orders_payments")
     for job, runs in results.items():
         output = root / "demo" / "out" / job
         assert delta_io.exists(spark, str(output))
@@ -65,7 +76,7 @@ def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
 
 
 def test_validate_job_on_every_job(demo, capsys):
-    root, _ = demo
+    root, _, _ = demo
     for job in JOBS:
         assert main(["--root", str(root), "validate-job", str(job)]) == 0
         out = capsys.readouterr().out
@@ -73,7 +84,7 @@ def test_validate_job_on_every_job(demo, capsys):
 
 
 def test_explain_on_every_job(demo, capsys):
-    root, _ = demo
+    root, _, _ = demo
     for job in JOBS:
         assert main(["--root", str(root), "explain", str(job)]) == 0
         out = capsys.readouterr().out
@@ -91,7 +102,7 @@ JOBS_BY_NAME = {job.stem: job for job in JOBS}
 
 
 def test_replay_command_replaces_its_slice(spark, demo, capsys):
-    root, _ = demo
+    root, _, _ = demo
     job = str(JOBS_BY_NAME["orders_payments"])
     output = str(root / "demo" / "out" / "orders_payments")
     before = delta_io.read_snapshot(spark, output).count()
@@ -122,7 +133,7 @@ def test_replay_takes_a_closed_input_only_when_told():
 
 
 def test_errors_exit_with_a_message(demo, capsys, tmp_path):
-    root, _ = demo
+    root, _, _ = demo
     customers = tmp_path / "customers.yaml"
     customers.write_text(
         "sources: {a: {path: demo/customers, kind: table, key: [customer_id]}, b: {path: demo/currency_rates, kind: table, key: [currency]}}\n"
@@ -219,7 +230,7 @@ def test_a_timeout_that_is_not_positive_is_refused_before_anything_runs(capsys):
 
 
 def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
-    root, _ = demo
+    root, _, _ = demo
     assert main(["--root", str(root), "stream", str(JOBS_BY_NAME["payments_shipments"])]) == 0
     out = capsys.readouterr().out
     assert "nothing new to process" in out  # the demo's live run already consumed every commit
@@ -228,7 +239,7 @@ def test_stream_command_resumes_the_demo_checkpoint(demo, capsys):
 
 def test_verify_command_finds_the_demo_live_output_equal_to_the_replay(demo, capsys):
     """The README's verify command on the demo: every 6-hour slice of its day equal, recorded."""
-    root, _ = demo
+    root, _, _ = demo
     job = str(JOBS_BY_NAME["orders_payments"])
     assert (
         main(
@@ -256,7 +267,7 @@ def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys
     """Issue 18, item 3: one set of checks. A chain the runners cannot run yet (two interval
     joins) and a source without change data feed pass the file's structure but fail validate-job
     and explain, as replay refuses them."""
-    root, _ = demo
+    root, _, _ = demo
     chain = tmp_path / "chain.yaml"
     chain.write_text(
         "sources:\n"
@@ -378,7 +389,7 @@ def test_ctrl_c_on_stream_stops_between_batches_and_says_how_to_resume(spark, tm
 def test_json_output_parses_and_global_options_follow_the_command(spark, demo, capsys):
     """--json on explain, validate-job, replay, backfill and list: one JSON document each, with
     what the text says; --root given after the command (issue 18, item 5)."""
-    root, _ = demo
+    root, _, _ = demo
     job = str(JOBS_BY_NAME["orders_payments"])
 
     def run(*args: str) -> object:

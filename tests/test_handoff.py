@@ -57,6 +57,12 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "live continues from the next versions" in out
+    # Issue 18, item 4: each stage is said as it starts, before the long replay.
+    assert (
+        out.index(f"job {name}: replaying from ")
+        < out.index(f"job {name}: seeding the live state")
+        < out.index("live continues")
+    )
     assert "nothing new yet" in out or ": in 0, out 0" in out  # no commit after the backfill's versions yet
     with pytest.raises(JobError, match="has already run"):
         hand_off(spark, spec, at, checkpoint)

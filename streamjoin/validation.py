@@ -223,6 +223,9 @@ def _check_columns(suite: dict, output: DataFrame, path: Path) -> None:
 
 def _context(site: str):
     """An ephemeral GE context whose validation results and Data Docs persist beside `site`."""
+    # Quiet before the first import: GE logs its registrations at INFO while importing (hundreds
+    # of lines in an Airflow task log); problems reach the caller as results or JobError.
+    logging.getLogger("great_expectations").setLevel(logging.CRITICAL)
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
         DataContextConfig,
@@ -230,9 +233,6 @@ def _context(site: str):
         ProgressBarsConfig,
     )
 
-    logging.getLogger("great_expectations").setLevel(
-        logging.CRITICAL
-    )  # problems reach the caller as results or JobError
     defaults = InMemoryStoreBackendDefaults()
     stores = dict(defaults.stores)
     stores[defaults.validation_results_store_name] = {

@@ -189,7 +189,7 @@ def cmd_replay(args) -> int:
 
 def cmd_backfill(args) -> int:
     from streamjoin.backfill import BATCH, plan_backfill, run_backfill, unfinished
-    from streamjoin.progress import BackfillProgress, outcome_table
+    from streamjoin.progress import BackfillProgress, outcome_table, problems
     from streamjoin.session import get_spark
 
     spec = _job(args)
@@ -237,6 +237,8 @@ def cmd_backfill(args) -> int:
         _print_json({**_backfill_json(backfill), "slices": [_outcome_json(o) for o in outcomes]})
         return 1 if failed else 0
     _console().print(outcome_table(backfill, outcomes))
+    for line in problems(backfill, outcomes):  # below the table, whole: what failed and why
+        print(line)
     print(
         f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
         f"attempts recorded in {spec.output.side('backfill')}"

@@ -111,6 +111,19 @@ def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
     return table
 
 
+def problems(backfill: Backfill, outcomes: list[SliceOutcome]) -> list[str]:
+    """A line for each failed expectation and each error of the slices that did not succeed,
+    printed whole under the table (whose cells say only how many)."""
+    lines = []
+    for o in outcomes:
+        where = o.slice.short_label(backfill.timezone)
+        if o.validation is not None:
+            lines += [f"{where} FAILED {failed}" for failed in o.validation.failed]
+        if o.error:
+            lines.append(f"{where} ERROR {o.error}")
+    return lines
+
+
 def _checked(outcome: SliceOutcome) -> str:
     """The validation in a few words: the expectations passed, how many failed, or the error."""
     result = outcome.validation

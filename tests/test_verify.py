@@ -165,7 +165,7 @@ def test_live_output_edited_by_hand_is_caught_in_its_slice(spark, live, browser,
     screenshot(browser, "verified")
 
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_VERIFY_EXAMPLES", "200"))
 ROWS = StructType([*EVENTS.fields[:2], StructField("event_time", TimestampType())])
 
 

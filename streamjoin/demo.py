@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
+from streamjoin.errors import JobError
 from streamjoin.metrics import RunMetrics, combine
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
@@ -25,7 +26,7 @@ from streamjoin.session import PROJECT_ROOT, get_spark
 from streamjoin.spec import JoinSpec, load_job
 
 DAY = datetime(2024, 5, 1)
-JOBS_DIR = PROJECT_ROOT / "jobs"
+JOBS_DIR = PROJECT_ROOT / "jobs"  # the demo's job files: the demo runs from a source checkout
 RUNNABLE = ("orders_payments", "payments_shipments", "orders_rates")
 
 ORDERS = StructType(
@@ -181,6 +182,11 @@ def demo_job(name: str, root: str) -> JoinSpec:
 def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, dict[str, RunMetrics]]:
     """Generate the data, run each runnable demo job live (in two rounds) and replay it in both
     modes, print the summary; returns the metrics by job and run."""
+    if not JOBS_DIR.is_dir():
+        raise JobError(
+            f"the demo runs from a clone of the repository: it uses its jobs/ folder, and {JOBS_DIR} is not "
+            "there (an installed package); clone the repository and run `make demo`"
+        )
     spark = get_spark(master=master, app_name="streamjoin-demo")
     shutil.rmtree(root, ignore_errors=True)
     data = generate(seed)

@@ -25,14 +25,19 @@ CHECKOUT = Path(__file__).resolve().parent.parent  # the source checkout, when r
 STAMP = ".fetched"  # holds the POM's hash: a folder fetched for another POM is fetched again
 
 
+def checkout() -> Path | None:
+    """The source checkout this package runs from (a clone, installed editable), or None for an
+    installed package: where the checkout's folders (.jars/, jobs/, expectations/) are."""
+    return CHECKOUT if (CHECKOUT / "pyproject.toml").is_file() else None
+
+
 def folder() -> Path:
     """Where the jars are: $STREAMJOIN_JARS; else <checkout>/.jars when running from a source
     checkout (what infra/setup.sh fills); else ~/.cache/streamjoin/jars (an installed package)."""
     if os.environ.get("STREAMJOIN_JARS"):
         return Path(os.environ["STREAMJOIN_JARS"])
-    if (CHECKOUT / "pyproject.toml").is_file():
-        return CHECKOUT / ".jars"
-    return Path.home() / ".cache" / "streamjoin" / "jars"
+    root = checkout()
+    return root / ".jars" if root else Path.home() / ".cache" / "streamjoin" / "jars"
 
 
 def delta_jars() -> list[str]:

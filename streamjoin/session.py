@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from pathlib import Path
 
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
@@ -17,7 +16,7 @@ from pyspark.sql import SparkSession
 from streamjoin import jars
 from streamjoin.errors import SetupError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = jars.CHECKOUT  # the folder above the package: the repository, in a checkout
 DEFAULT_MASTER = "local[*]"
 _JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={jars.LOG4J}"
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -22,12 +23,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from streamjoin.errors import JobError
+from streamjoin.jars import checkout
 from streamjoin.metrics import spark_value
-from streamjoin.session import PROJECT_ROOT
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import parse_instant
 
-SUITES_DIR = PROJECT_ROOT / "expectations"
 SLICE_START, SLICE_END = "slice_start", "slice_end"  # the suite parameters a validation is given
 _SITE = "streamjoin"  # the Data Docs site's name inside the ephemeral context
 _COLUMN_ARGUMENTS = ("column", "column_A", "column_B")
@@ -118,9 +118,18 @@ def _expectation(kind: str, kwargs: dict[str, Any], why: str) -> dict:
     return {"type": kind, "kwargs": kwargs, "notes": why}
 
 
+def suites_folder() -> Path:
+    """Where the jobs' editable suites are: $STREAMJOIN_EXPECTATIONS; else expectations/ of the
+    source checkout streamjoin runs from; else ./expectations (an installed package)."""
+    if os.environ.get("STREAMJOIN_EXPECTATIONS"):
+        return Path(os.environ["STREAMJOIN_EXPECTATIONS"])
+    root = checkout()
+    return (root if root else Path.cwd()) / "expectations"
+
+
 def suite_path(spec: JoinSpec, folder: str | None = None) -> Path:
-    """Where the job's editable suite lives: <folder or expectations/>/<job>.json."""
-    return Path(folder or SUITES_DIR) / f"{spec.name}.json"
+    """Where the job's editable suite lives: <folder or suites_folder()>/<job>.json."""
+    return Path(folder or suites_folder()) / f"{spec.name}.json"
 
 
 def load_suite(spec: JoinSpec, folder: str | None = None) -> dict:

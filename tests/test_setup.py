@@ -66,3 +66,12 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "rows 3" in smoke.stdout and str(cache) in smoke.stdout
     assert "Setting default log level" not in smoke.stderr
+    # Suites are looked for in ./expectations, and the demo (which needs the clone's jobs/) says so.
+    suites = run(
+        [python, "-c", "from streamjoin.validation import suites_folder; print(suites_folder())"],
+        tmp_path,
+        **alone,
+    )
+    assert suites.stdout.strip() == str(tmp_path / "expectations"), suites.stderr[-2000:]
+    demo = run([python, "-m", "streamjoin.cli", "demo"], tmp_path, **alone)
+    assert demo.returncode == 2 and "the demo runs from a clone of the repository" in demo.stderr

@@ -23,7 +23,7 @@ from streamjoin.demo import JOBS_DIR
 from streamjoin.errors import JobError
 from streamjoin.session import PROJECT_ROOT
 from streamjoin.spec import Output, Quality, load_job, spec_from_dict
-from streamjoin.validation import SUITES_DIR, load_suite, suite_for, validate_slice
+from streamjoin.validation import load_suite, suite_for, suites_folder, validate_slice
 
 START, END = datetime(2024, 5, 1), datetime(2024, 5, 2)
 OUTPUT = StructType(
@@ -220,7 +220,9 @@ def test_the_committed_suites_match_the_jobs(job):
     """Each suite starts with exactly the expectations its job derives; hand-written ones may follow."""
     spec = load_job(JOBS_DIR / f"{job}.yaml")
     committed, derived = load_suite(spec), suite_for(spec)
-    assert committed == json.loads((SUITES_DIR / f"{job}.json").read_text())  # the file, not the fallback
+    assert committed == json.loads(
+        (suites_folder() / f"{job}.json").read_text()
+    )  # the file, not the fallback
     assert committed["name"] == derived["name"] == job
     assert committed["expectations"][: len(derived["expectations"])] == derived["expectations"], (
         f"expectations/{job}.json drifted from jobs/{job}.yaml; regenerate it (docs/validation.md)"

@@ -278,7 +278,7 @@ def test_importing_the_module_does_not_import_great_expectations():
 
 def test_an_expectation_of_unknown_type_in_an_edited_suite_is_a_job_error(spark, tmp_path, monkeypatch):
     """GE itself only logs such an expectation and drops it: the slice would pass unchecked."""
-    monkeypatch.setattr("streamjoin.validation.SUITES_DIR", tmp_path)
+    monkeypatch.setenv("STREAMJOIN_EXPECTATIONS", str(tmp_path))  # where an edited suite is read
     typo = {
         "name": "shop_orders",
         "expectations": [{"type": "expect_column_values_to_be_not_null", "kwargs": {"column": "order_id"}}],

@@ -11,7 +11,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.session import JARS_DIR
+from streamjoin.jars import folder
 
 EVENTS = StructType(
     [StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())]
@@ -77,10 +77,10 @@ def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
 
 
 def test_set_up_put_exactly_the_fetched_jars_on_the_classpath(spark):
-    """Nothing is resolved at run time: the session uses the jars infra/setup.sh fetched once."""
+    """Nothing is resolved at run time: the session uses the jars `setup-jars` fetched once."""
     jars = spark.sparkContext.getConf().get("spark.jars").split(",")
     assert any(os.path.basename(j).startswith("delta-spark_4.2_2.13-") for j in jars)
-    assert sorted(jars) == sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+    assert sorted(jars) == sorted(str(p) for p in folder().glob("*.jar"))
     assert spark.sparkContext.getConf().get("spark.jars.packages", "") == ""
     spark_jars = {
         name.rsplit("-", 1)[0]

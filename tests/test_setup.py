@@ -26,7 +26,7 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     assert not (clone / ".venv").exists() and not (clone / ".jars").exists()
     setup = run(["bash", "infra/setup.sh"], clone)
     assert setup.returncode == 0, setup.stderr[-3000:]
-    jars = sorted(os.listdir(clone / ".jars"))
+    jars = sorted(p for p in os.listdir(clone / ".jars") if p.endswith(".jar"))
     assert any(j.startswith("delta-spark_4.2_2.13-") for j in jars), jars
     assert any(j.startswith("delta-storage-") for j in jars), jars
     help_text = run([str(clone / ".venv/bin/streamjoin"), "--help"], clone)

@@ -178,7 +178,7 @@ def verify(
         every or spec.schedule.every,
         spec.schedule.timezone,
     )
-    return _verify(spark, spec, pieces, checkpoint, began)
+    return _verify(spark, spec, written_table(bind(spark, spec)), pieces, checkpoint, began)
 
 
 def verify_written(
@@ -209,7 +209,7 @@ def verify_written(
     after = pendulum.instance(high).in_timezone(zone).start_of("day").add(days=1)
     every = cut(midnight, after, spec.schedule.every, spec.schedule.timezone)
     pieces = [s for s in every if s.start <= high and s.end > low]  # the slices [low, high] meets
-    return _verify(spark, spec, pieces, checkpoint, time.monotonic())
+    return _verify(spark, spec, table, pieces, checkpoint, time.monotonic())
 
 
 def written_version(spark: SparkSession, spec: JoinSpec) -> int | None:
@@ -287,9 +287,14 @@ def _last_live_batch(spark: SparkSession, spec: JoinSpec):
 
 
 def _verify(
-    spark: SparkSession, spec: JoinSpec, pieces: list[Slice], checkpoint: str | None, began: float
+    spark: SparkSession,
+    spec: JoinSpec,
+    table: str,
+    pieces: list[Slice],
+    checkpoint: str | None,
+    began: float,
 ) -> Verification:
-    table = written_table(bind(spark, spec))
+    """`table`: the live table compared (`backfill.written_table`), found once by the caller."""
     point = live_point(spark, spec, table, checkpoint)
     scratch = scratch_output(spec)
     replay_slices(

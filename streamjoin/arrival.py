@@ -247,23 +247,22 @@ def watermarks(
     `commits` must be in position order and `max_before` the largest event time of every settled
     position before the first of them.
     """
-    marks: dict[tuple[int, int], int | None] = {}
-    running = max_before
-    for commit in commits:
-        marks[(commit.position[1], commit.position[2])] = None if running is None else running - grace
-        if commit.max_event is not None and (running is None or commit.max_event > running):
-            running = commit.max_event
-    return marks, running
+    line = timeline(commits, max_before)
+    return line.watermarks(grace), line.max_event
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """What lateness needs of one step: the largest accepted event time strictly before each of its
-    commits (keyed by (source index, version)), and the largest after all settled commits. The
-    live runner builds it from its micro-batches (`timeline`), the replay from the arrival index."""
+    """What lateness and eager emission need of one step, keyed by commit (source index, version):
+    the largest accepted event time strictly before each of its commits (`before`), up to and
+    including each (`through`), before the first of them (`start`: what earlier steps had seen) and
+    after all settled commits (`max_event`). The live runner builds it from its micro-batches
+    (`timeline`), the replay from the arrival index."""
 
     before: dict[tuple[int, int], int | None]
     max_event: int | None
+    through: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    start: int | None = None
 
     def watermarks(self, grace: int) -> dict[tuple[int, int], int | None]:
         """The watermark at each commit: the largest event time before it, minus `grace`."""
@@ -272,26 +271,36 @@ class Timeline:
 
 def timeline(commits: list[CommitStats], max_before: int | None) -> Timeline:
     """The timeline of `commits` (position order) after a settled past whose largest event time is `max_before`."""
-    before, after = watermarks(commits, max_before, 0)
-    return Timeline(before, after)
+    before: dict[tuple[int, int], int | None] = {}
+    through: dict[tuple[int, int], int | None] = {}
+    running = max_before
+    for commit in commits:
+        key = (commit.position[1], commit.position[2])
+        before[key] = running
+        if commit.max_event is not None and (running is None or commit.max_event > running):
+            running = commit.max_event
+        through[key] = running
+    return Timeline(before, running, through, max_before)
 
 
-_MARKS_SCHEMA = StructType(
-    [
-        StructField("_sj_msrc", LongType()),
-        StructField("_sj_mv", LongType()),
-        StructField(WM, LongType()),
-    ]
-)
-
-
-def watermark_table(spark: SparkSession, marks: dict[tuple[int, int], int | None]) -> DataFrame:
-    """The watermark of each commit as a small DataFrame, to join onto rows with `with_watermark`."""
-    return spark.createDataFrame([(s, v, w) for (s, v), w in marks.items()], _MARKS_SCHEMA)
+def watermark_table(
+    spark: SparkSession, marks: dict[tuple[int, int], int | None], column: str = WM
+) -> DataFrame:
+    """A value per commit (by default its watermark) as a small DataFrame with the value in `column`,
+    to join onto rows with `with_watermark`."""
+    schema = StructType(
+        [
+            StructField("_sj_msrc", LongType()),
+            StructField("_sj_mv", LongType()),
+            StructField(column, LongType()),
+        ]
+    )
+    return spark.createDataFrame([(s, v, w) for (s, v), w in marks.items()], schema)
 
 
 def with_watermark(rows: DataFrame, table: DataFrame) -> DataFrame:
-    """Attach to each row the watermark at its commit, as column `_sj_wm` (NULL: no watermark yet)."""
+    """Attach to each row the value at its commit from `table` (`watermark_table`): by default the
+    watermark, as column `_sj_wm` (NULL: no watermark yet)."""
     joined = rows.join(
         F.broadcast(table),
         (F.col(SRC) == F.col("_sj_msrc")) & (F.col(V) == F.col("_sj_mv")),

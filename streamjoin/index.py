@@ -608,22 +608,26 @@ class Index:
 def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], frontier: Position) -> Timeline:
     """The timeline of `commits` from index entries (position, the source's largest accepted event
     time up to and including that commit): before each commit, the largest over the sources of
-    their latest entry strictly before it; at the end, of their latest entry at or before the
-    frontier. `entries` must hold, per source, every entry from its last one before the earliest
+    their latest entry strictly before it; through it, the same with its own entry; at the end, of
+    their latest entry at or before the frontier. `entries` must hold, per source, every entry from its last one before the earliest
     commit up to the frontier."""
     entries = sorted(entries, key=lambda entry: entry[0])
     latest: dict[int, int | None] = {}  # source index -> max so far
     marks: dict[tuple[int, int], int | None] = {}
+    through: dict[tuple[int, int], int | None] = {}
     i = 0
     for target in sorted(commits):
         while i < len(entries) and entries[i][0] < target:
             latest[entries[i][0][1]] = entries[i][1]
             i += 1
         marks[(target[1], target[2])] = _max(latest.values())
+        own = [entries[i][1]] if i < len(entries) and entries[i][0] == target else []
+        through[(target[1], target[2])] = _max([*latest.values(), *own])
+    start = next(iter(marks.values())) if marks else None
     while i < len(entries) and entries[i][0] <= frontier:
         latest[entries[i][0][1]] = entries[i][1]
         i += 1
-    return Timeline(marks, _max(latest.values()))
+    return Timeline(marks, _max(latest.values()), through, start)
 
 
 def _max(values) -> int | None:

@@ -167,9 +167,14 @@ def replay_step(
             rows = rows.where((F.col(arrival.T) >= low) & (F.col(arrival.T) < high))
         settled[source.name] = rows
     before: dict[tuple[int, int], int | None] = {}
+    through: dict[tuple[int, int], int | None] = {}
     for example_commits in _by_example(stacked.commits):
-        before.update(arrival.timeline(example_commits, None).before)
-    timeline = arrival.Timeline(before, stacked.base + _micros(PIVOT) if stacked.any_settled else None)
+        line = arrival.timeline(example_commits, None)
+        before.update(line.before)
+        through.update(line.through)
+    timeline = arrival.Timeline(
+        before, stacked.base + _micros(PIVOT) if stacked.any_settled else None, through
+    )
     slices = (
         arrival.Slices.of([(stacked.base + _micros(a), stacked.base + _micros(b)) for a, b in windows])
         if windows

@@ -15,6 +15,10 @@ Deliberately naive (nested loops over every row) so that it is obviously the spe
   M_end - grace > r.t - lo (side 1), M_end being the largest time of all accepted settled rows.
   Closed rows of a preserved side come out padded (unmatched_emitted), of the other side are
   dropped (unmatched_dropped); rows not closed stay open.
+- Eager emission (`emit="eager"`) pads instead a preserved on-time row e with no partner o such
+  that o.pos < e.pos or C(o.pos) <= due(e), once M_end > due(e) (or the input is closed): C(p) is
+  the largest time of accepted settled rows at positions <= p (the streams' clock after p), and
+  due(e) = min(e.t, edge + grace), edge as below. The bucket counts do not change.
 - A closed input (`closed`: it has ended) settles every row and closes every window.
 - A CROSS join has no keys (a NULL key is not rejected) and pairs every two on-time rows in the
   bounds; like INNER it pads nothing.
@@ -58,9 +62,10 @@ def reference(
     mode: str = "exact",
     residual: Callable[[Event, Event], bool] = lambda l, r: True,
     closed: bool = False,
+    emit: str = "final",
 ) -> tuple[Counter, dict[int, dict[str, int]]]:
     """(output multiset of (left id | None, right id | None, output time), bucket counts per side)."""
-    assert mode in ("exact", "complete") and how in PRESERVED
+    assert mode in ("exact", "complete") and how in PRESERVED and emit in ("final", "eager")
     counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
     newest = {}
     for e in events:
@@ -95,6 +100,22 @@ def reference(
                 out[(l.id, r.id, max(l.t, r.t))] += 1
 
     m_end = max((e.t for e in settled), default=None)
+
+    def padded(e: Event) -> tuple:
+        return (e.id, None, e.t) if e.side == 0 else (None, e.id, e.t)
+
+    def clock(p: tuple[int, int, int]) -> int:
+        return max(o.t for o in settled if o.pos <= p)
+
+    for side in PRESERVED[how] if emit == "eager" else ():
+        for e in on_time[side]:
+            due = min(e.t, (e.t + hi if side == 0 else e.t - lo) + grace)
+            if not (closed or m_end > due):
+                continue
+            partners = [o for o in on_time[1 - side] if (match(e, o) if side == 0 else match(o, e))]
+            if not any(o.pos < e.pos or clock(o.pos) <= due for o in partners):
+                out[padded(e)] += 1
+
     for side in (0, 1):
         for e in on_time[side]:
             if any(match(e, o) if side == 0 else match(o, e) for o in on_time[1 - side]):
@@ -104,7 +125,8 @@ def reference(
             if closed or m_end - grace > edge:
                 if side in PRESERVED[how]:
                     counts[side]["unmatched_emitted"] += 1
-                    out[(e.id, None, e.t) if side == 0 else (None, e.id, e.t)] += 1
+                    if emit == "final":
+                        out[padded(e)] += 1
                 else:
                     counts[side]["unmatched_dropped"] += 1
             else:

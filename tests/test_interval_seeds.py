@@ -225,12 +225,10 @@ TAIL = ("05:10:00", 0, "TAIL")
 # order_quantity after the INSERT, stock_price's last two commits would wait (`unsettled`), as
 # SQLstream's output waits for the slower stream's clock. It stays unsettled itself and lies
 # outside the replayed slice, so it adds no row.
-# Eager emission pads a row when no partner arrived at or before its own arrival position.
-# Positions are totally ordered across sources, so of two partners with the same rowtime one
-# arrives first, and is padded if it has no earlier partner. SQLstream treats both as simultaneous.
-# The seed's LEFT listing needs the 05:02:10 price to arrive before the 05:02:10 order, its RIGHT
-# listing needs the opposite: plan A (price first) serves INNER and LEFT, plan B (order first)
-# RIGHT; FULL comes out with one extra padded row at 05:02:10 under either (see the FULL tests).
+# Eager emission decides a row once the joined clock (the largest settled rowtime) has passed its
+# rowtime, as SQLstream decides per rowtime millisecond: rows of equal rowtime meet whichever
+# stream committed first. Plan A commits the 05:02:10 price before the 05:02:10 order, plan B the
+# order first; every listing comes out the same under both.
 PLAN_A = [
     ("sp", [("05:02:10", "IBM")]),
     ("oq", [("05:02:10", "IBM")]),
@@ -331,6 +329,7 @@ STOCKS_LIVE = {  # name: (plan, join type, emission), run live between the commi
     "left": ("A", "left", "eager"),
     "full": ("A", "full", "eager"),
     "right": ("B", "right", "eager"),
+    "full_order_first": ("B", "full", "eager"),
 }
 
 
@@ -377,9 +376,11 @@ def stocks(spark, tmp_path_factory):
 STOCKS_REPLAYS = {  # name: (plan, join type, emission)
     "inner": ("A", "inner", "final"),
     "left": ("A", "left", "eager"),
-    "full_price_first": ("A", "full", "eager"),
-    "right": ("B", "right", "eager"),
+    "left_order_first": ("B", "left", "eager"),
+    "full": ("A", "full", "eager"),
     "full_order_first": ("B", "full", "eager"),
+    "right": ("B", "right", "eager"),
+    "right_price_first": ("A", "right", "eager"),
     "cross": ("A", "cross", "final"),
 }
 
@@ -422,60 +423,51 @@ def test_stocks_inner_replay_exact(stocks, stocks_replays):
 
 
 def test_stocks_left_eager_live_and_replay(spark, stocks, stocks_replays):
-    """The LEFT listing: GOOGL's 05:03:15 order has no price yet when it arrives, so it is emitted
-    padded at once, and joined again when the 05:03:20 GOOGL price arrives."""
+    """The LEFT listing: GOOGL's 05:03:15 order has no price when the joined clock passes 05:03:15,
+    so it is emitted padded then, and joined again when the 05:03:20 GOOGL price arrives."""
     expected = seed_rows("left") + after_insert()
     assert stocks.written[STOCKS_RUNS[-1]]["left"] == expected
-    # Live, the padded row is out before its match exists: exactly the listing up to 05:03:15.
-    assert stocks.written[STOCKS_RUNS[0]]["left"] == until(seed_rows("left"), "05:03:15")
-    assert ("05:03:15", None, 1000, None) in stocks.written[STOCKS_RUNS[0]]["left"]
+    # Live after the 5th commit the settled clock is 05:03:15, the GOOGL order's own rowtime: a
+    # price of that rowtime could still come, so the order waits undecided.
+    assert stocks.written[STOCKS_RUNS[0]]["left"] == until(seed_rows("left"), "05:03:10")
+    assert ("05:03:15", None, 1000, None) in seed_rows("left")
     check_stocks_live_accounting(spark, stocks, "left")  # the padded GOOGL order counts as joined
 
-    rows, metrics = stocks_replays["left"]
-    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    assert until(rows, CLOCK) == seed_rows("left")
-    assert rows == expected
+    for name in ("left", "left_order_first"):
+        rows, metrics = stocks_replays[name]
+        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
+        assert until(rows, CLOCK) == seed_rows("left"), name
+        assert rows == expected, name
 
 
 def test_stocks_right_eager_live_and_replay(spark, stocks, stocks_replays):
-    """The RIGHT listing (plan B: the 05:02:10 order arrives before the 05:02:10 price): MSFT's
-    05:03:15 price has no order until 05:03:28, so it is emitted padded at once."""
+    """The RIGHT listing: MSFT's 05:03:15 price has no order until 05:03:28, so it is emitted
+    padded once the clock passes 05:03:15 (its own commit takes it to 05:03:20)."""
     expected = seed_rows("right") + after_insert()
     assert stocks.written[STOCKS_RUNS[-1]]["right"] == expected
     # After the 5th commit the MSFT price (5th commit) still waits for the frontier: IBM rows only.
     assert stocks.written[STOCKS_RUNS[0]]["right"] == until(seed_rows("right"), "05:03:10")
     check_stocks_live_accounting(spark, stocks, "right")
 
-    rows, metrics = stocks_replays["right"]
-    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    assert until(rows, CLOCK) == seed_rows("right")
-    assert rows == expected
+    for name in ("right", "right_price_first"):
+        rows, metrics = stocks_replays[name]
+        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
+        assert until(rows, CLOCK) == seed_rows("right"), name
+        assert rows == expected, name
 
 
-# The FULL listing cannot come out as printed: it needs both the LEFT listing's order of the two
-# 05:02:10 rows (price first, else the order is padded) and the RIGHT listing's (order first, else
-# the price is padded). Whichever arrives first has no partner at or before its position and is
-# padded; SQLstream joins the two in the same millisecond. So FULL is the listing plus exactly one
-# padded 05:02:10 row, the one that arrived first.
-def test_stocks_full_eager_live_and_replay_price_first(spark, stocks, stocks_replays):
-    extra = Counter({("05:02:10", "IBM", None, 75): 1})
-    expected = seed_rows("full") + after_insert() + extra
-    assert stocks.written[STOCKS_RUNS[-1]]["full"] == expected
-    assert stocks.written[STOCKS_RUNS[0]]["full"] == until(seed_rows("full"), "05:03:10") + extra + Counter(
-        {("05:03:15", None, 1000, None): 1}
-    )
-    check_stocks_live_accounting(spark, stocks, "full")
-    rows, metrics = stocks_replays["full_price_first"]
-    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    assert until(rows, CLOCK) == seed_rows("full") + extra
-    assert rows == expected
-
-
-def test_stocks_full_eager_replay_order_first(stocks_replays):
-    extra = Counter({("05:02:10", None, 750, None): 1})
-    rows, metrics = stocks_replays["full_order_first"]
-    assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING
-    assert rows == seed_rows("full") + after_insert() + extra
+def test_stocks_full_eager_live_and_replay_in_both_commit_orders(spark, stocks, stocks_replays):
+    """The FULL listing as printed, whichever of the two 05:02:10 IBM rows committed first: they
+    share a rowtime, so each finds the other before the clock passes 05:02:10 and neither is padded."""
+    expected = seed_rows("full") + after_insert()
+    for name in ("full", "full_order_first"):
+        assert stocks.written[STOCKS_RUNS[-1]][name] == expected, name
+        assert stocks.written[STOCKS_RUNS[0]][name] == until(seed_rows("full"), "05:03:10"), name
+        check_stocks_live_accounting(spark, stocks, name)
+        rows, metrics = stocks_replays[name]
+        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
+        assert until(rows, CLOCK) == seed_rows("full"), name
+        assert rows == expected, name
 
 
 # ============================================================================ 3. errors

@@ -27,14 +27,35 @@ DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 @st.composite
 def commits(draw, max_commits: int = 7):
     """[(side, rows (id, key, seconds | None, v))]: a few keys, times drifting forward with jitter
-    (so some rows arrive out of order or late), NULL keys and times now and then."""
+    (so some rows arrive out of order or late), NULL keys and times now and then. Times are
+    multiples of a drawn tick: a coarse tick makes rows of equal time frequent (as SQLstream's
+    rowtimes in one millisecond), which is where eager emission's decisions differ."""
     out, n = [], 0
+    tick = draw(st.sampled_from((1, 1, 4)))
     for c in range(draw(st.integers(1, max_commits))):
         rows = []
         for _ in range(draw(st.integers(1, 3))):
             n += 1
             key = draw(st.sampled_from(("a", "b", "a", "c", "b", None)))
-            t = None if draw(st.integers(0, 14)) == 0 else 3 * c + draw(st.integers(-8, 6))
+            t = None if draw(st.integers(0, 14)) == 0 else (3 * c + draw(st.integers(-8, 6))) // tick * tick
+            rows.append((str(n), key, t, draw(st.integers(0, 2))))
+        out.append((draw(st.sampled_from((0, 1))), rows))
+    return out
+
+
+@st.composite
+def rowtimes(draw, max_commits: int = 10):
+    """Commits in SQLstream's manner: one rowtime for both streams that often stays put from commit
+    to commit, so that rows of equal time arrive in both orders (where eager emission decides per
+    rowtime); now and then a row behind it, a NULL key or time."""
+    out, n, clock = [], 0, 0
+    for _ in range(draw(st.integers(1, max_commits))):
+        clock += draw(st.sampled_from((0, 0, 0, 3, 6)))
+        rows = []
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "a", "b", None)))
+            t = None if draw(st.integers(0, 14)) == 0 else clock - draw(st.sampled_from((0, 0, 0, 3, 9)))
             rows.append((str(n), key, t, draw(st.integers(0, 2))))
         out.append((draw(st.sampled_from((0, 1))), rows))
     return out
@@ -44,12 +65,14 @@ def commits(draw, max_commits: int = 7):
 def cases(draw):
     """Join parameters shared by one stack, and the stack's scenarios."""
     how = draw(st.sampled_from(("inner", "left", "right", "full")))
-    lo = draw(st.integers(-8, 4))
+    emit = draw(st.sampled_from(("final", "eager")))
+    eager = emit == "eager"  # rowtimes; a window around 0 lets rows of equal time meet
+    lo = draw(st.integers(-8, 0 if eager else 4))
     hi = draw(st.integers(lo, lo + 8))
     grace = draw(st.sampled_from((0, 1, 2, 5, 30)))
     residual = draw(st.booleans())
-    scenarios = draw(st.lists(commits(), min_size=STACK, max_size=STACK))
-    return how, lo, hi, grace, residual, scenarios
+    scenarios = draw(st.lists(rowtimes() if eager else commits(), min_size=STACK, max_size=STACK))
+    return how, emit, lo, hi, grace, residual, scenarios
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +84,12 @@ def tables(spark, tmp_path_factory):
 
 @pytest.mark.parametrize("mode", ["exact", "complete"])
 @settings(max_examples=EXAMPLES, **SETTINGS)
-@given(case=cases(), eager=st.booleans(), closed=st.booleans())
-def test_one_step_decides_as_the_reference(spark, tables, mode, case, eager, closed):
-    """`eager` applies to INNER joins only, where it changes nothing (SQLstream templates carry it);
+@given(case=cases(), closed=st.booleans())
+def test_one_step_decides_as_the_reference(spark, tables, mode, case, closed):
+    """Final or eager emission (on INNER, eager changes nothing: SQLstream templates carry it);
     `closed`: a replay of an input that has ended (every row settled, every window closed)."""
-    how, lo, hi, grace, residual, scenarios = case
+    how, emit, lo, hi, grace, residual, scenarios = case
     root, paths = tables
-    emit = "eager" if eager and how == "inner" else "final"
     plan = bind(spark, job(root, paths, how, lo, hi, grace, residual, emit=emit))
     stacked = stack(scenarios, base_micros(spark), closed)
     result = replay_step(spark, plan, stacked, mode, final=closed)
@@ -77,7 +99,15 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case, eager, clo
 
     expected = [
         reference(
-            events, lo, hi, grace, how, mode, different_v if residual else (lambda left, right: True), closed
+            events,
+            lo,
+            hi,
+            grace,
+            how,
+            mode,
+            different_v if residual else (lambda left, right: True),
+            closed,
+            emit,
         )
         for events in stacked.events
     ]
@@ -96,7 +126,7 @@ def test_a_cross_join_pairs_every_row_in_the_bounds_as_the_reference(spark, tabl
     """CROSS (SQLstream): no keys, every pair of on-time rows in the bounds, nothing padded. The
     examples cannot share an instant (nothing keeps their rows apart but time), so they are spread
     in time, and replayed as closed inputs (the one closing bound of the step fits only those)."""
-    _, lo, hi, grace, _, scenarios = case
+    _, _, lo, hi, grace, _, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, "cross", lo, hi, grace))
     stacked = stack(scenarios, base_micros(spark), closed=True, spread=True, keyed=False)
@@ -116,9 +146,9 @@ def test_a_cross_join_pairs_every_row_in_the_bounds_as_the_reference(spark, tabl
 def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     """[a, b) and [b, c), each given only the rows in its margins, write and count what [a, c) does;
     and one step over both slices together writes what they write and counts each as it counts."""
-    how, lo, hi, grace, residual, scenarios = case
+    how, emit, lo, hi, grace, residual, scenarios = case
     root, paths = tables
-    plan = bind(spark, job(root, paths, how, lo, hi, grace, residual))
+    plan = bind(spark, job(root, paths, how, lo, hi, grace, residual, emit=emit))
     stacked = stack(scenarios, base_micros(spark))
     b = PIVOT + cut
     windows = [(-PIVOT, b), (b, 2 * PIVOT)]
@@ -141,14 +171,16 @@ def test_slices_add_up_to_the_whole(spark, tables, case, cut):
 
 
 @st.composite
-def deliveries(draw):
+def deliveries(draw, eager: bool = False):
     """A scenario and its cut into one to four micro-batches: how many of each side's next rows
-    each batch brings (a commit may be cut)."""
-    how = draw(st.sampled_from(("inner", "left", "right", "full")))
-    lo = draw(st.integers(-8, 4))
+    each batch brings (a commit may be cut). `eager`: an outer join with eager emission, over
+    rowtimes."""
+    how = draw(st.sampled_from(("left", "right", "full") if eager else ("inner", "left", "right", "full")))
+    emit = "eager" if eager else "final"
+    lo = draw(st.integers(-8, 0 if eager else 4))
     hi = draw(st.integers(lo, lo + 8))
     grace = draw(st.sampled_from((0, 2, 5)))
-    scenario = draw(commits())
+    scenario = draw(rowtimes() if eager else commits())
     rows = {side: sum(len(r) for s, r in scenario if s == side) for side in (0, 1)}
     count = draw(st.integers(1, 4))
     cuts = {
@@ -158,7 +190,7 @@ def deliveries(draw):
     bounds = {side: [0, *cuts[side], rows[side]] for side in (0, 1)}
     batches = [{side: bounds[side][i + 1] - bounds[side][i] for side in (0, 1)} for i in range(count)]
     batches = [b for b in batches if any(b.values())]  # Spark runs no batch without rows
-    return how, lo, hi, grace, scenario, batches
+    return how, emit, lo, hi, grace, scenario, batches
 
 
 @settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
@@ -166,11 +198,23 @@ def deliveries(draw):
 def test_micro_batches_decide_as_one_step(spark, tables, case):
     """The live runner's `decide`, batch after batch with the state each leaves, writes what the
     reference writes for all rows at once: any cut into batches (commits cut too) gives one result."""
-    how, lo, hi, grace, scenario, batches = case
+    check_micro_batches(spark, tables, case)
+
+
+@settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
+@given(case=deliveries(eager=True))
+def test_eager_emission_over_micro_batches_decides_as_one_step(spark, tables, case):
+    """Eager emission live: a row kept undecided in the state (the clock has not passed its time
+    yet) is decided in the batch that moves the clock past it, as the reference decides it."""
+    check_micro_batches(spark, tables, case)
+
+
+def check_micro_batches(spark, tables, case) -> None:
+    how, emit, lo, hi, grace, scenario, batches = case
     root, paths = tables
-    plan = bind(spark, job(root, paths, how, lo, hi, grace))
+    plan = bind(spark, job(root, paths, how, lo, hi, grace, emit=emit))
     events = positioned(0, scenario)
     run = live_steps(spark, plan, events, batches)
-    output, counts = reference(events, lo, hi, grace, how, "exact")
+    output, counts = reference(events, lo, hi, grace, how, "exact", emit=emit)
     assert run.output == output
     assert {side: {b: run.counts[side][b] for b in BUCKETS} for side in (0, 1)} == counts

@@ -11,10 +11,14 @@ watermark > l.time + upper; for a right row, watermark > r.time - lower. A partn
 arriving later would be strictly below the watermark, hence late: closing and lateness are the same
 instant, so a row comes out joined or padded, never both.
 
-Eager emission (`emit: eager`, SQLstream, ksqlDB without grace): an on-time outer row with no
-partner among the rows arrived at or before its own position is padded at once; matches that
-arrive later are emitted as they come. Both are decided by arrival positions, so replays reproduce
-them exactly.
+Eager emission (`emit: eager`, SQLstream, ksqlDB without grace): an on-time outer row is decided
+as soon as the joined streams' clock (the largest settled event time) has moved past its time, as
+SQLstream decides per rowtime millisecond; it is padded then if no partner arrived before that
+(or at or before its own position, if the clock was already past it when it came). Rows of equal
+event time thus meet whichever source committed first. Matches that arrive later are emitted as
+they come, and the pad is not retracted. A row whose window closes before the clock passes its
+time is decided when it closes. All of it is read from positions and the timeline, so replays
+reproduce it exactly.
 
 `evaluate` is the whole semantics. Both runners call it: the replay once over all settled rows,
 the live runner once per micro-batch over its state plus the newly settled rows.
@@ -39,6 +43,7 @@ from streamjoin.timeutil import to_micros
 NEW = "_sj_new"  # the row settled in this step (every row, in a replay)
 MATCHED = "_sj_matched"  # the row found a partner in an earlier step
 OUT_T = "_sj_out_t"  # output event time, UTC microseconds
+THROUGH = "_sj_through"  # eager emission: the clock after the row's commit (NULL: an earlier step's row)
 
 
 @dataclass(frozen=True)
@@ -116,8 +121,11 @@ class IntervalJoin(JoinOperator):
 
         on_time, late_parts, tally_parts = {}, [], []
         table = arrival.watermark_table(spark, marks)
+        clocks = arrival.watermark_table(spark, timeline.through, THROUGH) if self.emit == "eager" else None
         for name, rows in settled.items():
             marked = arrival.with_watermark(rows, table)
+            if clocks is not None:
+                marked = arrival.with_watermark(marked, clocks)
             late = arrival.is_late()
             late_parts.append(
                 arrival.side_rows(
@@ -145,7 +153,10 @@ class IntervalJoin(JoinOperator):
                         F.lit(False).alias("late"),
                     )
                 )
-                fresh = state[name].withColumn(NEW, F.lit(False)).unionByName(fresh)
+                earlier = state[name].withColumn(NEW, F.lit(False))
+                if clocks is not None:
+                    earlier = earlier.withColumn(THROUGH, F.lit(None).cast("long"))
+                fresh = earlier.unionByName(fresh)
             on_time[name] = fresh
         tally: dict[tuple[str, int], Row] = {
             (r["name"], r["slice"]): r
@@ -168,6 +179,7 @@ class IntervalJoin(JoinOperator):
             {name: [tallied(name, k, "candidates") for k in range(len(slices))] for name in settled},
             slices=slices,
             keep_state=keep_state,
+            clock=(timeline.start, END_OF_INPUT if final else max_event),
         )
         by_slice = [
             {
@@ -187,7 +199,7 @@ class IntervalJoin(JoinOperator):
         )
         next_state = None
         if evaluation.state is not None:
-            next_state = {name: rows.drop(NEW) for name, rows in evaluation.state.items()}
+            next_state = {name: rows.drop(NEW, THROUGH) for name, rows in evaluation.state.items()}
         return StepResult(
             output=output,
             late=reduce(DataFrame.unionByName, late_parts),
@@ -245,13 +257,17 @@ class IntervalJoin(JoinOperator):
         candidates: dict[str, list[int]],
         slices: Slices = ALL_TIME,
         keep_state: bool = False,
+        clock: tuple[int | None, int | None] = (None, None),
     ) -> Evaluation:
-        """Join on-time rows; emit pairs involving a new row and padded rows whose window closed.
+        """Join on-time rows; emit pairs involving a new row and padded rows whose window closed
+        (final emission) or whose eager decision falls in this step.
 
-        `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched`; `watermark`
-        is the watermark after every settled row; `candidates[side][k]` counts the side's rows in
-        slice k not matched before this step. With replay `slices`, only output rows whose event
-        time lies in them are kept, and each row is accounted for in the slice of its event time.
+        `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched` (and, for eager
+        emission, `_sj_through`); `watermark` is the watermark after every settled row;
+        `candidates[side][k]` counts the side's rows in slice k not matched before this step;
+        `clock` is the streams' clock before and after this step (eager emission). With replay
+        `slices`, only output rows whose event time lies in them are kept, and each row is accounted
+        for in the slice of its event time.
         """
         L, R = self.left, self.right
         left, right = rows[L].alias(L), rows[R].alias(R)
@@ -275,7 +291,7 @@ class IntervalJoin(JoinOperator):
                 keep = keep | (only_r & closed_r & fresh_r)
         emitted = [joined.where(keep & slices.inside(F.col(OUT_T)))]
         if self.emit == "eager":
-            emitted += self._eager_pads(left, right, slices)
+            emitted += self._eager_pads(left, right, slices, clock)
 
         # The rows still without a partner, by side and slice, and how many of them closed.
         unmatched_rows = [
@@ -311,19 +327,42 @@ class IntervalJoin(JoinOperator):
         state = self._next_state(rows, joined, watermark) if keep_state else None
         return Evaluation(emitted, counts, state, cached=[joined])
 
-    def _eager_pads(self, left: DataFrame, right: DataFrame, slices: Slices) -> list[DataFrame]:
-        """New outer rows with no partner at or before their own arrival position, padded now."""
-        L, R = self.left, self.right
+    def _eager_pads(
+        self, left: DataFrame, right: DataFrame, slices: Slices, clock: tuple[int | None, int | None]
+    ) -> list[DataFrame]:
+        """Outer rows decided in this step with no partner arrived before their decision, padded.
+
+        A row of time t is decided at the first position (its own or later) where the clock passes
+        `due` = min(t, the last instant its window is open); that is in this step iff the clock
+        after it passes `due` and, for a row an earlier step kept, the clock before it did not. A
+        partner arrived before the decision iff it came before the row, or the clock after the
+        partner's commit had not passed `due`. An earlier step's row already has `_sj_matched` if
+        a partner came in an earlier step, which was before its decision.
+        """
+        before, after = clock
+        if after is None:
+            return []
         pads = []
-        if self.preserves(L):
-            earlier = position_le(self._position(R), self._position(L))
-            padded = left.where(F.col(f"{L}.{NEW}")).join(right, self.condition() & earlier, "left_outer")
-            padded = padded.where(self._col(R, TS).isNull()).withColumn(OUT_T, self._col(L, T))
-            pads.append(padded.where(slices.inside(F.col(OUT_T))))
-        if self.preserves(R):
-            earlier = position_le(self._position(L), self._position(R))
-            padded = left.join(right.where(F.col(f"{R}.{NEW}")), self.condition() & earlier, "right_outer")
-            padded = padded.where(self._col(L, TS).isNull()).withColumn(OUT_T, self._col(R, T))
+        for mine, theirs in ((self.left, self.right), (self.right, self.left)):
+            if not self.preserves(mine):
+                continue
+            t = self._col(mine, T)
+            if mine == self.left:
+                due = F.least(t, t + F.lit(self.upper + self.grace))
+            else:
+                due = F.least(t, t - F.lit(self.lower - self.grace))
+            new = F.col(f"{mine}.{NEW}")
+            undecided = new if before is None else new | (due >= F.lit(before))
+            decided = (due < F.lit(after)) & undecided & ~self._col(mine, MATCHED)
+            partner_clock = self._col(theirs, THROUGH)
+            in_time = position_le(self._position(theirs), self._position(mine)) | (
+                partner_clock.isNotNull() & (partner_clock <= due)
+            )
+            if mine == self.left:
+                joined = left.where(decided).join(right, self.condition() & in_time, "left_outer")
+            else:
+                joined = left.join(right.where(decided), self.condition() & in_time, "right_outer")
+            padded = joined.where(self._col(theirs, TS).isNull()).withColumn(OUT_T, t)
             pads.append(padded.where(slices.inside(F.col(OUT_T))))
         return pads
 

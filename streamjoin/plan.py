@@ -255,6 +255,8 @@ def _bind_join(
             f"{' / '.join(left_names)} and a column of {right}, which says which rows are candidates and which is "
             f"nearest; found {found}. Example: on: {left_names[0]}.sym = {right}.sym AND {right}.ts <= {left_names[0]}.ts"
         )
+    if join.asof and join.as_of == "event_time":
+        _check_asof_over_history(spec, join, inequalities[0], where)
     return BoundJoin(
         join,
         tuple(left_names),
@@ -264,6 +266,27 @@ def _bind_join(
         " AND ".join(residual) or None,
         inequalities[0] if join.asof else None,
     )
+
+
+def _check_asof_over_history(
+    spec: JoinSpec, join: Join, inequality: tuple[str, str, str], where: str
+) -> None:
+    """An ASOF join over the table's whole history orders by the table's version time: only its
+    watermark says that no nearer row can still come."""
+    table = spec.source(join.source)
+    compared = inequality[2]
+    if table.time is None or compared.split(".", 1)[1].strip("`") != table.time:
+        fix = (
+            f"compare {join.source}.{table.time} in the inequality"
+            if table.time
+            else f"declare the version-time column of {join.source!r} (time: <column>)"
+        )
+        raise JobError(
+            f"{where}: an ASOF join with as_of: event_time (nearest row over the table's whole history) "
+            f"orders by the table's version time, whose watermark tells when no nearer row can come; "
+            f"the inequality compares {compared}. {fix}, or drop as_of to pick the nearest row that "
+            "had arrived before the stream row"
+        )
 
 
 def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
@@ -605,6 +628,24 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
             )
         else:
             lines.append(f"decided once {wait}")
+    elif join.family == "asof" and join.spec.as_of == "event_time":
+        assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
+        left_col, op, right_col = join.inequality
+        preceding = op in (">=", ">")
+        lines.append(
+            f"ASOF over the table's history: among every version of the table (each a row at its version time "
+            f"{table.time}) with equal keys and {left_col} {op} {right_col}, the one with the "
+            f"{'largest' if preceding else 'smallest'} {right_col}, whenever it arrived"
+        )
+        lines.append(
+            f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
+            + (
+                f"is above {left_col}"
+                if preceding
+                else "is above the nearest row's version time (a row without one waits for it, or for a closed input)"
+            )
+            + "; changes below the watermark at their arrival are late"
+        )
     else:
         lines.append(
             f"versions: each {stream} row sees the table as committed at or before the row's commit timestamp "

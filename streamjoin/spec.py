@@ -194,11 +194,6 @@ class Join:
                 f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
                 "or 'event_time' (the version valid at the row's event time)"
             )
-        if self.asof and self.as_of == "event_time":
-            raise JobError(
-                f"{where}: an ASOF join picks the nearest row by its own inequality; drop 'as_of: event_time' "
-                "(the table rows it searches are those present when the stream row arrived)"
-            )
 
 
 @dataclass(frozen=True)
@@ -395,8 +390,10 @@ def _validate(spec: JoinSpec) -> None:
         if pair == ("stream", "stream") and join.asof:
             raise JobError(
                 f"{link}: ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two "
-                f"append-only relations); declare {join.source!r} as a table (kind: table, key: [...]) to join "
-                "each stream row with the nearest row that had arrived before it"
+                f"append-only relations); declare {join.source!r} as a table (kind: table, key: [...], time: "
+                "<column>) and add as_of: event_time for RisingWave's result, the nearest row over its whole "
+                "history, final once its watermark has passed; without as_of each stream row gets the "
+                "nearest row that had arrived before it"
             )
         if pair == ("stream", "stream") and join.bounds is None and join.type == "cross":
             raise JobError(

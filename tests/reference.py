@@ -155,11 +155,10 @@ class Change:
 Lookup = Callable[[Event, str | None], tuple[bool, Change | None]]  # row, lookup key -> (decided, match)
 
 
-def temporal_table(
+def timed_versions(
     table: list[Change], grace: int, mode: str = "exact", in_place: bool = False
-) -> tuple[dict[str, int], Lookup]:
-    """A changelog keyed by key[0] whose version times are `t`, looked up FOR SYSTEM_TIME AS OF
-    the row's time: (table counts, lookup).
+) -> tuple[dict[str, int], list[Change], int | None]:
+    """A table whose version times are `t`: (counts, applied changes, watermark).
 
     - `in_place`: the table is updated in place, and a delete's `t` is the deleted row's time. Its
       version time is the largest `t` of the accepted non-delete changes at earlier positions (or
@@ -167,9 +166,7 @@ def temporal_table(
     - Table changes with a NULL key or time are rejected. A change is late (exact mode) iff its
       time is below the table's watermark at its position: the largest time of accepted changes
       at earlier positions minus grace. Other accepted changes are applied.
-    - A stream row is decided iff its time is below the largest accepted change time minus grace;
-      then it joins the version of its key valid at its time: the applied change with the largest
-      (t, position) among those with t <= l.t, unless that is a tombstone.
+    - The watermark at the end: the largest accepted change time minus grace.
     """
     counts = dict.fromkeys(TABLE_BUCKETS, 0)
     accepted = []
@@ -194,13 +191,48 @@ def temporal_table(
         else:
             counts["applied"] += 1
             applied.append(c)
-    horizon = max((c.t for c in accepted), default=None)
+    largest = max((c.t for c in accepted), default=None)
+    return counts, applied, None if largest is None else largest - grace
+
+
+def temporal_table(
+    table: list[Change], grace: int, mode: str = "exact", in_place: bool = False
+) -> tuple[dict[str, int], Lookup]:
+    """A changelog keyed by key[0] whose version times are `t` (`timed_versions`), looked up FOR
+    SYSTEM_TIME AS OF the row's time: (table counts, lookup). A stream row is decided iff its time
+    is below the table's watermark; then it joins the version of its key valid at its time: the
+    applied change with the largest (t, position) among those with t <= l.t, unless that is a
+    tombstone."""
+    counts, applied, watermark = timed_versions(table, grace, mode, in_place)
 
     def lookup(e: Event, key: str | None) -> tuple[bool, Change | None]:
-        decided = horizon is not None and e.t < horizon - grace
+        decided = watermark is not None and e.t < watermark
         valid = [c for c in applied if c.key[0] == key and c.t <= e.t]
         version = max(valid, key=lambda c: (c.t, c.pos), default=None)
         return decided, version if version is not None and not version.deleted else None
+
+    return counts, lookup
+
+
+def history_asof_table(
+    table: list[Change], grace: int, following: bool, mode: str = "exact", in_place: bool = False
+) -> tuple[dict[str, int], Lookup]:
+    """ASOF over a table's whole history (RisingWave's result): ON l.k = r.k AND r.t <= l.t
+    (nearest preceding) or r.t >= l.t (`following`). Every applied version that is not a tombstone
+    is a row at its version time (`timed_versions`), whenever it arrived; the nearest is the
+    largest t (preceding) or the smallest (following), of equal t the latest arrival. Decided:
+    preceding iff l.t is below the watermark; following iff the nearest row's t is."""
+    counts, applied, watermark = timed_versions(table, grace, mode, in_place)
+
+    def lookup(e: Event, key: str | None) -> tuple[bool, Change | None]:
+        rows = [c for c in applied if not c.deleted and c.key[0] == key]
+        if following:
+            nearest = min(
+                (c for c in rows if c.t >= e.t), key=lambda c: (c.t, tuple(-p for p in c.pos)), default=None
+            )
+            return watermark is not None and nearest is not None and nearest.t < watermark, nearest
+        nearest = max((c for c in rows if c.t <= e.t), key=lambda c: (c.t, c.pos), default=None)
+        return watermark is not None and e.t < watermark, nearest
 
     return counts, lookup
 
@@ -288,6 +320,22 @@ def temporal_reference(
     (`temporal_table`): (output, stream counts, table counts). A `closed` input (it has ended)
     decides every row."""
     t_counts, lookup = temporal_table(table, grace, mode, in_place)
+    out, s_counts, _ = chain_reference(stream, [(how, lookup, by_stream_key)], closed)
+    return out, s_counts, t_counts
+
+
+def history_asof_reference(
+    stream: list[Event],
+    table: list[Change],
+    grace: int,
+    how: str,
+    following: bool,
+    mode: str = "exact",
+    in_place: bool = False,
+    closed: bool = False,
+) -> tuple[Counter, dict[str, int], dict[str, int]]:
+    """ASOF over the table's history (`history_asof_table`): (output, stream counts, table counts)."""
+    t_counts, lookup = history_asof_table(table, grace, following, mode, in_place)
     out, s_counts, _ = chain_reference(stream, [(how, lookup, by_stream_key)], closed)
     return out, s_counts, t_counts
 

@@ -1,9 +1,10 @@
 """The enrichment joins' decisions at the kernel's level, against the plain-Python reference.
 
 Event-time temporal join with a changelog or a table updated in place (out-of-order and late
-versions, tombstones and deletes, NULL keys and times; exact and complete mode) and ASOF join with a table updated in place (upserts, updates,
-deletes; with and without a clock skew that keeps the newest rows open; rows of equal time that
-tie). tests/kernel_harness.py
+versions, tombstones and deletes, NULL keys and times; exact and complete mode), ASOF join with a
+table updated in place (upserts, updates, deletes; with and without a clock skew that keeps the
+newest rows open; rows of equal time that tie), and ASOF over the table's history (nearest
+preceding and following, on the temporal join's histories). tests/kernel_harness.py
 lays `STACK` generated examples end to end as one history; each Hypothesis example decides it with
 one replay step, replays it in three slices that must add up to the whole, and runs it as live
 micro-batches cut at random commits.
@@ -25,7 +26,7 @@ from kernel_harness import (
     lay_end_to_end,
     slices,
 )
-from reference import asof_reference, temporal_reference
+from reference import asof_reference, history_asof_reference, temporal_reference
 
 from streamjoin.plan import bind
 
@@ -188,3 +189,41 @@ def test_asof_live_batches_decide_as_the_reference(spark, paths, data):
     plan = asof_plan(spark, paths, how, skew, ties)
     expected = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
     check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), *expected)
+
+
+# ---------------------------------------------------------------------------- ASOF over the history
+
+
+def history_asof_plan(spark, paths, how: str, grace: int, in_place: bool, following: bool):
+    table = {"key": ["k"], "time": "t", "changelog": not in_place, "max_future": "none"}
+    on = "l.k = r.k AND " + ("r.t >= l.t" if following else "r.t <= l.t")
+    join = {"on": on, "asof": True, "as_of": "event_time", "grace": f"{grace}s"}
+    return bind(spark, enrichment_job(*paths, how, table, join))
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_history_asof_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
+    how, grace, in_place, laid = data.draw(temporal_cases())
+    following = data.draw(st.booleans(), label="nearest following")
+    closed = data.draw(st.booleans(), label="closed input")
+    plan = history_asof_plan(spark, paths, how, grace, in_place, following)
+    output, stream, table = history_asof_reference(
+        laid.stream, laid.table, grace, how, following, mode, in_place, closed
+    )
+    check_replay(spark, plan, laid, mode, slices(data.draw, STACK), output, stream, {1: table}, final=closed)
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_history_asof_live_batches_decide_as_the_reference(spark, paths, data):
+    """A nearest following row is known only after the lookup: rows held back then stay in the
+    state and are answered in a later batch, as the reference answers them at once."""
+    how, grace, in_place, laid = data.draw(temporal_cases())
+    following = data.draw(st.booleans(), label="nearest following")
+    plan = history_asof_plan(spark, paths, how, grace, in_place, following)
+    output, stream, table = history_asof_reference(
+        laid.stream, laid.table, grace, how, following, in_place=in_place
+    )
+    check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), output, stream, {1: table})

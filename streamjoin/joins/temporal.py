@@ -13,6 +13,9 @@ that state that satisfy the condition. Only stream rows trigger output; table ch
   with equal keys that satisfy the one inequality, and of them the nearest (`right <= left` and
   `right < left` pick the largest right value, `>=` and `>` the smallest; of equal values, the
   latest arrival).
+- **ASOF over the table's history** (`asof: true, as_of: event_time`, RisingWave's result): the
+  same choice among every on-time version of the table, each a row at its version time, whether
+  it arrived before or after the stream row. The inequality compares the table's version time.
 
 A row is *decided* once the table can no longer change the answer:
 - arrival and ASOF: once the table's log is known up to the row's commit timestamp: the table has
@@ -21,6 +24,11 @@ A row is *decided* once the table can no longer change the answer:
 - event time: once the row's event time is below the table's horizon: for version times from a
   column, the table's watermark (largest version time minus grace), below which a change would be
   late; for commit-time versions, the time up to which the log is known (as above).
+- ASOF over the history: nearest preceding (`right <= left`, `<`): once the row's value is below
+  the table's watermark; nearest following (`>=`, `>`): once its nearest row's version time is
+  below the watermark (every row still to come is on time only at or above it). Without a
+  following row it waits for one, or for the end of a closed input. The second needs the lookup,
+  so these rows are decided after it (`unsettled`).
 Undecided rows wait (live state, `open` in the metrics). Stream rows are never late here: their
 answer depends only on the table's versions, which Delta keeps. Table changes with a version time
 column are late when below the table's watermark at their arrival (exact mode) and then never
@@ -59,6 +67,7 @@ _NEAREST = "_sj_nearest"
 _ROW = "_sj_row"  # a stream row's number within one step
 _COMPLETE = "_sj_complete"  # emitted, and matched at every link
 _ALIVE = "_sj_alive"  # not dropped by an INNER link
+_HELD = "_sj_held"  # an ASOF link over the history cannot answer the row yet
 
 
 def _reached(link: int) -> str:
@@ -87,6 +96,7 @@ class TemporalJoin:
     equi: tuple[tuple[str, str], ...]
     residual: str | None
     inequality: tuple[str, str, str] | None
+    over_history: bool = False  # ASOF among every version of the table (as_of: event_time)
 
     @classmethod
     def from_plan(cls, join: BoundJoin, table: BoundSource, stream: str) -> TemporalJoin:
@@ -103,12 +113,18 @@ class TemporalJoin:
             equi=join.equi,
             residual=join.residual,
             inequality=join.inequality,
+            over_history=join.family == "asof" and spec.as_of == "event_time",
         )
 
     @property
     def order(self) -> str:
         """How versions are ordered: by arrival, or by version time (event-time temporal)."""
-        return "event_time" if self.variant == "temporal" else "arrival"
+        return "event_time" if self.variant == "temporal" or self.over_history else "arrival"
+
+    @property
+    def by_watermark(self) -> bool:
+        """Versions timed by a column, final below the table's watermark (late below it at arrival)."""
+        return self.versioned_by_column and (self.variant == "temporal" or self.over_history)
 
     # ------------------------------------------------------------------ the table
 
@@ -116,7 +132,7 @@ class TemporalJoin:
         """The table's on-time changes as versions, its late changes, and its counts per slice.
         Commit-time versions are never late; neither is anything in complete mode."""
         marks, largest = watermarks(table.commits, None, self.grace)
-        if not self.versioned_by_column or mode == "complete" or self.variant != "temporal":
+        if not self.by_watermark or mode == "complete":
             marks = {}
         changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
         accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
@@ -138,17 +154,33 @@ class TemporalJoin:
     def horizon(self, known: int | None, largest_version_time: int | None) -> int | None:
         """How far the table's answer is final: the table's watermark (largest version time minus
         grace) for versions from a column, else the commit time its log is known up to."""
-        if self.variant == "temporal" and self.versioned_by_column:
+        if self.by_watermark:
             return None if largest_version_time is None else largest_version_time - self.grace
         return known
 
     def decided(self, horizon: int | None) -> Column:
-        """The stream row's answer can no longer change (module docstring)."""
+        """The stream row's answer can no longer change (module docstring); an ASOF link over the
+        history decides after its lookup (`unsettled`)."""
         if horizon is None:
             return F.lit(False)
-        if self.variant == "temporal" and self.versioned_by_column:
+        if self.over_history:
+            return F.lit(True)
+        if self.by_watermark:
             return F.col(T) < F.lit(horizon)  # strictly: a change at the watermark is still on time
         return (F.col(T) if self.variant == "temporal" else F.col(TS)) <= F.lit(horizon)
+
+    def unsettled(self, horizon: int | None) -> Column | None:
+        """For an ASOF link over the history, on the looked-up rows: a row or version still to come
+        may be nearer. None for every other link (decided before the lookup)."""
+        if not self.over_history:
+            return None
+        assert self.inequality is not None  # every ASOF join has its one inequality
+        if horizon is None:  # no version yet: decided() already kept every row back
+            return F.lit(True)
+        left_col, op, _ = self.inequality
+        if op in (">=", ">"):  # nearest preceding: every row still to come lies at or above the watermark
+            return ~(F.unix_micros(F.expr(left_col).cast("timestamp")) < F.lit(horizon))
+        return ~(self.matched() & (self._col(self.table, T) < F.lit(horizon)))
 
     # ------------------------------------------------------------------ matching
 
@@ -158,8 +190,11 @@ class TemporalJoin:
     def condition(self) -> Column:
         """Equal keys, the version valid at the row's point in time, the residual, and for ASOF the inequality."""
         S, R = self.stream, self.table
-        point = self._col(S, T) if self.order == "event_time" else self._col(S, TS)
-        cond = changelog.valid_at(point, prefix=f"{R}.")
+        if self.over_history:  # every version, at its own version time
+            cond = ~self._col(R, changelog.DELETED)
+        else:
+            point = self._col(S, T) if self.order == "event_time" else self._col(S, TS)
+            cond = changelog.valid_at(point, prefix=f"{R}.")
         for left_col, right_col in self.equi:
             cond = cond & (F.expr(left_col) == F.expr(right_col))
         if self.inequality:
@@ -270,8 +305,17 @@ class Enrichment(JoinOperator):
                 Column.__and__, [link.decided(t.horizon) for link, t in zip(self.links, tables, strict=True)]
             )
         )
+        unsettled = [
+            None if inputs.final else link.unsettled(t.horizon)
+            for link, t in zip(self.links, tables, strict=True)
+        ]
         evaluation = self.evaluate(
-            rows, [t.versions for t in tables], is_decided, slices=inputs.slices, keep_state=inputs.keep_state
+            rows,
+            [t.versions for t in tables],
+            is_decided,
+            slices=inputs.slices,
+            keep_state=inputs.keep_state,
+            unsettled=unsettled,
         )
         by_slice = []
         for k, sides in enumerate(evaluation.counts):
@@ -314,8 +358,12 @@ class Enrichment(JoinOperator):
         decided: Column,
         slices: Slices = ALL_TIME,
         keep_state: bool = False,
+        unsettled: list[Column | None] | None = None,
     ) -> Evaluation:
         """Look the decided stream rows up in each link's `versions` in turn; keep the rest (live state).
+
+        `unsettled[n]`, on link n's lookup result, holds back a row that link cannot answer yet (an
+        ASOF link over the history): the row then stays undecided, as if `decided` had said so.
 
         With replay `slices`, only rows whose event time lies in them are emitted, and each stream
         row is counted once, in the slice of its event time: joined when one of its output rows
@@ -330,24 +378,33 @@ class Enrichment(JoinOperator):
         identity = [self._col(S, _ROW)]
         # Rows an INNER link finds no match for stay, not alive (no later link matches them), so
         # that one pass over the result counts what every link did.
-        joined = ready.withColumn(_ALIVE, F.lit(True)).alias(S)
+        joined = ready.withColumn(_ALIVE, F.lit(True)).withColumn(_HELD, F.lit(False)).alias(S)
         complete = F.lit(True)
-        for n, (link, table) in enumerate(zip(self.links, versions, strict=True)):
+        waits = unsettled or [None] * len(self.links)
+        for n, (link, table, wait) in enumerate(zip(self.links, versions, waits, strict=True)):
             joined = link.lookup(
                 joined.withColumn(_reached(n), F.col(_ALIVE)), table, identity, F.col(_ALIVE)
             )
+            if wait is not None:
+                joined = joined.withColumn(_HELD, F.col(_HELD) | (F.col(_reached(n)) & wait))
             identity += [F.col(f"{link.table}.`{c}`") for c in table.columns]
             joined = joined.withColumn(_matched(n), F.col(_ALIVE) & link.matched())
             if link.type == "inner":
                 joined = joined.withColumn(_ALIVE, F.col(_matched(n)))
             complete = complete & link.matched()
+        if any(w is not None for w in waits):  # a row held at one of its output rows is held at all
+            joined = joined.withColumn(
+                _HELD, F.max(F.col(_HELD).cast("int")).over(Window.partitionBy(_ROW)) == 1
+            )
         # Persisted: the counts below and the runner's write read the lookups once, not twice.
         joined = (
             joined.withColumn(OUT_T, self._col(S, T))
             .withColumn(_COMPLETE, F.col(_ALIVE) & complete)
             .persist()
         )
-        emitted = joined.where(F.col(_ALIVE))
+        held = joined.where(F.col(_HELD))
+        answered = joined.where(~F.col(_HELD))
+        emitted = answered.where(F.col(_ALIVE))
         stats = {
             r["slice"]: r
             for r in marked.groupBy(slices.number(F.col(T)).alias("slice"))
@@ -357,8 +414,14 @@ class Enrichment(JoinOperator):
             )
             .collect()
         }
+        held_by_slice = {
+            r["slice"]: r["rows"]
+            for r in held.groupBy(slices.number(F.col(OUT_T)).alias("slice"))
+            .agg(F.countDistinct(_ROW).alias("rows"))
+            .collect()
+        }
         flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in (_reached, _matched)]
-        per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
+        per_row = answered.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
             *[F.max(F.col(flag).cast("int")).alias(flag) for flag in flags]
         )
         by_slice = {
@@ -368,6 +431,10 @@ class Enrichment(JoinOperator):
         counts, links = [], []
         for k in range(len(slices)):
             decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
+            decided_rows, open_rows = (
+                decided_rows - held_by_slice.get(k, 0),
+                open_rows + held_by_slice.get(k, 0),
+            )
             summed = by_slice.get(k) or dict.fromkeys(flags, 0)
             out_rows, complete_rows = summed[_ALIVE], summed[_COMPLETE]
             counts.append(
@@ -386,7 +453,12 @@ class Enrichment(JoinOperator):
                     for n in range(len(self.links))
                 ]
             )
-        state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED)} if keep_state else None
+        state = None
+        if keep_state:
+            waiting = held.select(*[self._col(S, c) for c in rows.columns], F.col(_ROW)).dropDuplicates(
+                [_ROW]
+            )
+            state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED).unionByName(waiting.drop(_ROW))}
         return Evaluation([emitted], counts, state, cached=[joined], links=links)
 
     def _link_counts(self, n: int, reached: int, matched: int) -> LinkCounts:

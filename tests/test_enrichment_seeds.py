@@ -456,6 +456,119 @@ def test_risingwave_asof(spark, tmp_path):
     assert inner.sources["md"].applied == 0
 
 
+# RisingWave's ASOF JOIN relates two append-only relations, whichever row arrives first. Here the
+# market data arrives after the prices, as a second stream would: the arrival rule (asof alone)
+# finds nothing, and as_of: event_time (ASOF over the table's history) gives RisingWave's result.
+# A price is final once the market data's watermark has passed it (grace 0s: its largest
+# market_time), so the 11:30 prices wait live; a replay of the closed history answers them.
+ASOF_FOLLOWING_LEFT = [  # md.market_time >= sp.stock_time: the next sentiment after each price
+    ("TSLA", day("09:30"), 250, 0.8),
+    ("TSLA", day("10:30"), 252, 0.9),
+    ("TSLA", day("11:30"), 255, None),
+    ("AMZN", day("09:30"), 3300, 0.65),
+    ("AMZN", day("10:30"), 3310, 0.7),
+    ("AMZN", day("11:30"), 3320, None),
+    ("GOOG", day("09:30"), 1400, None),
+    ("GOOG", day("10:30"), 1410, None),
+    ("GOOG", day("11:30"), 1420, None),
+]
+
+
+def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_the_prices(spark, tmp_path):
+    prices, market = str(tmp_path / "stock_prices"), str(tmp_path / "market_data")
+    append(spark, prices, STOCK_PRICES, PRICES)
+    for hour in ("09:00", "10:00", "11:00"):  # one commit per hour of market data, after every price
+        upsert(
+            spark,
+            market,
+            [r for r in MARKET_DATA if r[1] == day(hour)],
+            MARKET,
+            ("stock_name", "market_time"),
+        )
+    sources = {
+        "sp": {"path": prices, "time": "stock_time"},
+        "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"], "time": "market_time"},
+    }
+    columns = ("stock_name", "stock_time", "price", "sentiment")
+
+    def asof_job(name: str, how: str, inequality: str, **join):
+        on = f"sp.stock_name = md.stock_name AND {inequality}"
+        body = {"join": "md", "type": how, "asof": True, "on": on, "grace": "0s", **join}
+        return job(
+            tmp_path,
+            name,
+            sources,
+            "sp",
+            body,
+            ["sp.stock_name", "sp.stock_time", "sp.price", "md.sentiment"],
+        )
+
+    preceding = "md.market_time <= sp.stock_time"
+    specs = {how: asof_job(f"history_{how}", how, preceding, as_of="event_time") for how in ("inner", "left")}
+    live = concurrently(
+        {
+            how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))
+            for how, s in specs.items()
+        }
+    )
+    answered = {
+        how: Counter(r for r in rows if r[1] < day("11:00"))
+        for how, rows in (("inner", ASOF_INNER), ("left", ASOF_LEFT))
+    }
+    for how, spec in specs.items():
+        assert outputs(spark, spec, *columns) == answered[how], how
+        assert all(m.balanced() for m in live[how])
+        assert (
+            live[how][-1].sources["sp"].open == 3
+        )  # the 11:30 prices: market data up to 11:30 may still come
+        target, metrics = replayed(spark, spec, day("00:00"), day("23:00"))
+        assert outputs(spark, target, *columns) == answered[how]
+        assert metrics.sources["sp"].open == 3
+        closed = replay(spark, target, day("00:00"), day("23:00"), closed=True)
+        assert outputs(spark, target, *columns) == Counter(ASOF_INNER if how == "inner" else ASOF_LEFT), how
+        assert closed.balanced() and closed.sources["sp"].open == 0
+
+    arrival = asof_job("arrival_inner", "inner", preceding)
+    replay(spark, arrival, day("00:00"), day("23:00"), closed=True)
+    assert outputs(spark, arrival, *columns) == Counter()  # no market row had arrived before a price
+
+    following = asof_job("history_following", "left", "md.market_time >= sp.stock_time", as_of="event_time")
+    metrics = replay(spark, following, day("00:00"), day("23:00"))
+    decided = Counter(r for r in ASOF_FOLLOWING_LEFT if r[3] is not None and r[1] < day("10:30"))
+    assert outputs(spark, following, *columns) == decided  # the 11:00 rows are at the watermark
+    assert metrics.sources["sp"].open == 9 - sum(decided.values())
+    replay(spark, following, day("00:00"), day("23:00"), closed=True)
+    assert outputs(spark, following, *columns) == Counter(ASOF_FOLLOWING_LEFT)
+
+
+def test_asof_over_the_history_orders_by_the_tables_version_time(spark, tmp_path):
+    """The watermark that makes an answer final is the version time's: another column is refused."""
+    prices, market = str(tmp_path / "p"), str(tmp_path / "m")
+    append(spark, prices, STOCK_PRICES[:1], PRICES)
+    append(spark, market, MARKET_DATA[:1], MARKET)
+    spec = job(
+        tmp_path,
+        "asof_other_column",
+        {
+            "sp": {"path": prices, "time": "stock_time"},
+            "md": {"path": market, "kind": "table", "key": ["stock_name"], "time": "market_time"},
+        },
+        "sp",
+        {
+            "join": "md",
+            "asof": True,
+            "as_of": "event_time",
+            "on": "sp.stock_name = md.stock_name AND md.sentiment <= sp.price",
+        },
+        ["sp.price"],
+    )
+    with pytest.raises(JobError) as error:
+        bind(spark, spec)
+    message = str(error.value)
+    assert "the inequality compares md.sentiment" in message
+    assert "compare md.market_time in the inequality, or drop as_of" in message
+
+
 # ============================================================================ 5. errors
 
 

@@ -392,7 +392,8 @@ class Enrichment(JoinOperator):
             if link.type == "inner":
                 joined = joined.withColumn(_ALIVE, F.col(_matched(n)))
             complete = complete & link.matched()
-        if any(w is not None for w in waits):  # a row held at one of its output rows is held at all
+        holding = any(w is not None for w in waits)
+        if holding:  # a row held at one of its output rows is held at all
             joined = joined.withColumn(
                 _HELD, F.max(F.col(_HELD).cast("int")).over(Window.partitionBy(_ROW)) == 1
             )
@@ -403,7 +404,7 @@ class Enrichment(JoinOperator):
             .persist()
         )
         held = joined.where(F.col(_HELD))
-        answered = joined.where(~F.col(_HELD))
+        answered = joined.where(~F.col(_HELD)) if holding else joined
         emitted = answered.where(F.col(_ALIVE))
         stats = {
             r["slice"]: r
@@ -414,12 +415,16 @@ class Enrichment(JoinOperator):
             )
             .collect()
         }
-        held_by_slice = {
-            r["slice"]: r["rows"]
-            for r in held.groupBy(slices.number(F.col(OUT_T)).alias("slice"))
-            .agg(F.countDistinct(_ROW).alias("rows"))
-            .collect()
-        }
+        held_by_slice = (
+            {
+                r["slice"]: r["rows"]
+                for r in held.groupBy(slices.number(F.col(OUT_T)).alias("slice"))
+                .agg(F.countDistinct(_ROW).alias("rows"))
+                .collect()
+            }
+            if holding
+            else {}
+        )
         flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in (_reached, _matched)]
         per_row = answered.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
             *[F.max(F.col(flag).cast("int")).alias(flag) for flag in flags]
@@ -431,10 +436,8 @@ class Enrichment(JoinOperator):
         counts, links = [], []
         for k in range(len(slices)):
             decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
-            decided_rows, open_rows = (
-                decided_rows - held_by_slice.get(k, 0),
-                open_rows + held_by_slice.get(k, 0),
-            )
+            waiting_rows = held_by_slice.get(k, 0)  # decided before the lookups, held back by one
+            decided_rows, open_rows = decided_rows - waiting_rows, open_rows + waiting_rows
             summed = by_slice.get(k) or dict.fromkeys(flags, 0)
             out_rows, complete_rows = summed[_ALIVE], summed[_COMPLETE]
             counts.append(
@@ -455,10 +458,11 @@ class Enrichment(JoinOperator):
             )
         state = None
         if keep_state:
-            waiting = held.select(*[self._col(S, c) for c in rows.columns], F.col(_ROW)).dropDuplicates(
-                [_ROW]
-            )
-            state = {S: marked.where(~F.col(DECIDED)).drop(DECIDED).unionByName(waiting.drop(_ROW))}
+            undecided = marked.where(~F.col(DECIDED)).drop(DECIDED)
+            if holding:
+                waiting = held.select(*[self._col(S, c) for c in rows.columns], F.col(_ROW))
+                undecided = undecided.unionByName(waiting.dropDuplicates([_ROW]).drop(_ROW))
+            state = {S: undecided}
         return Evaluation([emitted], counts, state, cached=[joined], links=links)
 
     def _link_counts(self, n: int, reached: int, matched: int) -> LinkCounts:

@@ -541,30 +541,26 @@ def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_th
     assert outputs(spark, following, *columns) == Counter(ASOF_FOLLOWING_LEFT)
 
 
-def test_asof_over_the_history_orders_by_the_tables_version_time(spark, tmp_path):
-    """The watermark that makes an answer final is the version time's: another column is refused."""
+def refused_asof(spark, tmp_path, table: dict, join: dict) -> str:
+    """The message binding a one-row ASOF job gives (prices `sp`, market data `md` with `table`)."""
     prices, market = str(tmp_path / "p"), str(tmp_path / "m")
     append(spark, prices, STOCK_PRICES[:1], PRICES)
     append(spark, market, MARKET_DATA[:1], MARKET)
-    spec = job(
-        tmp_path,
-        "asof_other_column",
-        {
-            "sp": {"path": prices, "time": "stock_time"},
-            "md": {"path": market, "kind": "table", "key": ["stock_name"], "time": "market_time"},
-        },
-        "sp",
-        {
-            "join": "md",
-            "asof": True,
-            "as_of": "event_time",
-            "on": "sp.stock_name = md.stock_name AND md.sentiment <= sp.price",
-        },
-        ["sp.price"],
-    )
+    sources = {"sp": {"path": prices, "time": "stock_time"}, "md": {"path": market, "kind": "table", **table}}
+    spec = job(tmp_path, "asof_bad", sources, "sp", {"join": "md", "asof": True, **join}, ["sp.price"])
     with pytest.raises(JobError) as error:
         bind(spark, spec)
-    message = str(error.value)
+    return str(error.value)
+
+
+def test_asof_over_the_history_orders_by_the_tables_version_time(spark, tmp_path):
+    """The watermark that makes an answer final is the version time's: another column is refused."""
+    message = refused_asof(
+        spark,
+        tmp_path,
+        {"key": ["stock_name"], "time": "market_time"},
+        {"as_of": "event_time", "on": "sp.stock_name = md.stock_name AND md.sentiment <= sp.price"},
+    )
     assert "the inequality compares md.sentiment" in message
     assert "compare md.market_time in the inequality, or drop as_of" in message
 
@@ -603,24 +599,9 @@ def test_temporal_join_without_a_primary_key_is_refused(tmp_path):
     ],
 )
 def test_asof_needs_exactly_one_inequality(spark, tmp_path, condition, found):
-    prices, market = str(tmp_path / "p"), str(tmp_path / "m")
-    append(spark, prices, STOCK_PRICES[:1], PRICES)
-    append(spark, market, MARKET_DATA[:1], MARKET)
-    spec = job(
-        tmp_path,
-        "asof_bad",
-        {
-            "sp": {"path": prices, "time": "stock_time"},
-            "md": {"path": market, "kind": "table", "key": ["stock_name", "market_time"]},
-        },
-        "sp",
-        {"join": "md", "asof": True, "on": condition},
-        ["sp.price"],
-    )
-    with pytest.raises(JobError) as error:
-        bind(spark, spec)
-    assert "an ASOF join needs exactly one inequality" in str(error.value)
-    assert found in str(error.value)
+    message = refused_asof(spark, tmp_path, {"key": ["stock_name", "market_time"]}, {"on": condition})
+    assert "an ASOF join needs exactly one inequality" in message
+    assert found in message
 
 
 def test_replay_of_a_vacuumed_table_is_refused_before_data_moves(spark, tmp_path):

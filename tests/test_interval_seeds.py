@@ -404,6 +404,15 @@ def check_stocks_live_accounting(spark, stocks, name: str) -> None:
     assert accounting == STOCKS_LIVE_ACCOUNTING
 
 
+def check_stocks_replays(stocks_replays, names: tuple[str, ...], listing: str) -> None:
+    """Each replay (one per commit order) writes the seed's listing, then the INSERT's rows."""
+    for name in names:
+        rows, metrics = stocks_replays[name]
+        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
+        assert until(rows, CLOCK) == seed_rows(listing), name
+        assert rows == seed_rows(listing) + after_insert(), name
+
+
 def test_stocks_inner_live(spark, stocks):
     out = stocks.live["inner"].output.location
     assert stocks_out(read(spark, out)) == INNER_ALL
@@ -433,11 +442,7 @@ def test_stocks_left_eager_live_and_replay(spark, stocks, stocks_replays):
     assert ("05:03:15", None, 1000, None) in seed_rows("left")
     check_stocks_live_accounting(spark, stocks, "left")  # the padded GOOGL order counts as joined
 
-    for name in ("left", "left_order_first"):
-        rows, metrics = stocks_replays[name]
-        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
-        assert until(rows, CLOCK) == seed_rows("left"), name
-        assert rows == expected, name
+    check_stocks_replays(stocks_replays, ("left", "left_order_first"), "left")
 
 
 def test_stocks_right_eager_live_and_replay(spark, stocks, stocks_replays):
@@ -449,11 +454,7 @@ def test_stocks_right_eager_live_and_replay(spark, stocks, stocks_replays):
     assert stocks.written[STOCKS_RUNS[0]]["right"] == until(seed_rows("right"), "05:03:10")
     check_stocks_live_accounting(spark, stocks, "right")
 
-    for name in ("right", "right_price_first"):
-        rows, metrics = stocks_replays[name]
-        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
-        assert until(rows, CLOCK) == seed_rows("right"), name
-        assert rows == expected, name
+    check_stocks_replays(stocks_replays, ("right", "right_price_first"), "right")
 
 
 def test_stocks_full_eager_live_and_replay_in_both_commit_orders(spark, stocks, stocks_replays):
@@ -464,10 +465,7 @@ def test_stocks_full_eager_live_and_replay_in_both_commit_orders(spark, stocks, 
         assert stocks.written[STOCKS_RUNS[-1]][name] == expected, name
         assert stocks.written[STOCKS_RUNS[0]][name] == until(seed_rows("full"), "05:03:10"), name
         check_stocks_live_accounting(spark, stocks, name)
-        rows, metrics = stocks_replays[name]
-        assert metrics.balanced() and source_counts(metrics) == STOCKS_ACCOUNTING, name
-        assert until(rows, CLOCK) == seed_rows("full"), name
-        assert rows == expected, name
+    check_stocks_replays(stocks_replays, ("full", "full_order_first"), "full")
 
 
 # ============================================================================ 3. errors

@@ -15,6 +15,7 @@ whether they matched there, were padded (LEFT) or dropped (INNER):
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 
@@ -107,6 +108,7 @@ class RunMetrics:
     upserts: int = 0  # table-table joins: result rows inserted or changed
     deletes: int = 0  # table-table joins: result rows removed (output tombstones)
     links: list[LinkCounts] = field(default_factory=list)  # per link of a chain (enrichment joins)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (Stopwatch)
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
@@ -130,8 +132,14 @@ class RunMetrics:
             )
             + self._link_note()
             + " "
-            f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note()
+            f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note() + self._time_note()
         )
+
+    def _time_note(self) -> str:
+        """Where the run's time went, phase by phase."""
+        if not self.phases:
+            return ""
+        return " | time: " + ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in self.phases.items())
 
     def as_json(self) -> dict:
         """The run as `--json` prints it: every field, times in ISO 8601, counts per source and link."""
@@ -167,11 +175,12 @@ class RunMetrics:
         values = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("versions", "sources", "links")
+            if f.name not in ("versions", "sources", "links", "phases")
         }
         values["versions"] = json.dumps(self.versions, sort_keys=True)
         values["by_source"] = json.dumps({k: asdict(v) for k, v in self.sources.items()}, sort_keys=True)
         values["by_link"] = json.dumps([asdict(link) for link in self.links])
+        values["by_phase"] = json.dumps(self.phases)
         values["rows_in"] = self.total("rows_in")
         values["carried_in"] = self.total("carried_in")
         for bucket in BUCKETS:
@@ -193,6 +202,10 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
         sources[name] = merged
     links = [LinkCounts(link.link) for link in first.links]
+    phases: dict[str, float] = {}
+    for run in runs:
+        for phase, seconds in run.phases.items():
+            phases[phase] = round(phases.get(phase, 0.0) + seconds, 3)
     for run in runs:
         for total, link in zip(links, run.links, strict=True):
             for bucket in LINK_BUCKETS:
@@ -213,6 +226,7 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         upserts=sum(r.upserts for r in runs),
         deletes=sum(r.deletes for r in runs),
         links=links,
+        phases=phases,
     )
 
 
@@ -238,8 +252,28 @@ SCHEMA = StructType(
         StructField("upserts", LongType()),
         StructField("deletes", LongType()),
         StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
+        StructField("by_phase", StringType()),  # JSON {phase: seconds}; added later still
     ]
 )
+
+
+class Stopwatch:
+    """Seconds spent per phase of a run, on the monotonic clock: each `lap` charges the time since
+    the previous one to its phase. Spark runs lazily, so a phase holds the Spark jobs its actions
+    ran (a join's work shows where its result is first counted or written)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def shares(self, parts: int = 1) -> dict[str, float]:
+        """The phases split over `parts` runs that shared them (slices replayed together)."""
+        return {phase: round(seconds / parts, 3) for phase, seconds in self.phases.items()}
 
 
 def to_frame(spark: SparkSession, metrics: RunMetrics | list[RunMetrics]):

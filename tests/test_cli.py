@@ -412,6 +412,9 @@ def test_json_output_parses_and_global_options_follow_the_command(spark, demo, c
     assert metrics["sources"]["orders"]["rows_in"] > 0 and metrics["slice_start"].startswith(
         "2024-05-01T00:00"
     )
+    phases = metrics["phases"]  # where the replay's time went (issue 14, item 3)
+    assert list(phases) == ["prepare", "read", "join", "write"] and min(phases.values()) >= 0
+    assert sum(phases.values()) <= metrics["duration_s"] + 0.01
     backfill = run(
         "backfill",
         job,

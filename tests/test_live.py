@@ -67,6 +67,9 @@ def test_processing_time_trigger_picks_up_new_commits(spark, tmp_path):
     rows = sorted((r.lv, r.rv) for r in delta_io.read_snapshot(spark, str(tmp_path / "out")).collect())
     assert rows == [("A", "a")]  # B is open (window not closed); A joined a, so never padded
     assert all(r.balanced() for r in runner.runs)
+    for run in runner.runs:  # where each batch's time went (issue 14, item 3)
+        assert list(run.phases) == ["read", "join", "write"] and min(run.phases.values()) >= 0
+        assert sum(run.phases.values()) <= run.duration_s + 0.01
     # Once the query has stopped, its lease is free: another runner goes on from its checkpoint.
     assert LiveRunner(spark, spec(tmp_path), str(tmp_path / "ck")).run() == []
 

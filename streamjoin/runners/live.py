@@ -36,7 +36,7 @@ from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
-from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
+from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, parse_duration
@@ -345,7 +345,7 @@ class LiveRunner:
     ) -> None:
         """One batch of a job with stream sources; `outputs=False` (a seed) decides and keeps the
         state but writes no output, side table or metrics."""
-        spark, plan = self.spark, self.plan
+        spark, plan, watch = self.spark, self.plan, Stopwatch()
         batch = batch.persist()
         cached = [batch]
         try:
@@ -374,6 +374,7 @@ class LiveRunner:
                     for s in plan.streams
                 }
             )
+            watch.lap("read")
             names = {s.index: s.name for s in plan.streams}
             decision = decide(
                 spark,
@@ -388,6 +389,7 @@ class LiveRunner:
                 ),
             )
             cached += decision.cached
+            watch.lap("join")
             result, counts, rejected_parts = decision.result, decision.counts, decision.rejected
             tables, newest = decision.tables, decision.settling.newest
             partial, frontier = decision.settling.partial, decision.settling.frontier
@@ -426,6 +428,7 @@ class LiveRunner:
                 )
                 .collect()
             }
+            watch.lap("write")
             carried = {}
             for source in plan.sources:
                 c, decided = counts[source.name], result.counts[source.name]
@@ -454,6 +457,7 @@ class LiveRunner:
                 rows_out=rows_out,
                 duration_s=round(time.monotonic() - began, 3),
                 links=result.links[0] if result.links else [],
+                phases=watch.shares(),
             )
             if outputs:
                 self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
@@ -485,12 +489,13 @@ class LiveRunner:
         """A table-table batch: the result changes settled since the previous batch's bound, appended
         to <output>_changes and applied to the result table (MERGE by result key). A seed
         (`outputs=False`) records only how far the result is known."""
-        spark, plan, out = self.spark, self.plan, self.spec.output
+        spark, plan, out, watch = self.spark, self.plan, self.spec.output, Stopwatch()
         counts: dict[str, SourceCounts] = {}
         rejected_parts: list[DataFrame] = []
         cached: list[DataFrame] = []
         try:
             tables = self._tables(previous, {}, counts, rejected_parts, cached, table_versions)
+            watch.lap("read")
             result = kernel.step(
                 spark,
                 plan,
@@ -502,6 +507,7 @@ class LiveRunner:
                     after=previous.bound if previous else None,
                 ),
             )
+            watch.lap("join")
             bound = (
                 result.watermark if result.watermark is not None else (previous.bound if previous else None)
             )
@@ -530,6 +536,7 @@ class LiveRunner:
                 self._write(changes, out.side("changes"), batch_id, "changes")
                 delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
                 self.after_write("output", batch_id)
+            watch.lap("write")
             for name, decided in result.counts.items():
                 counts[name].applied = decided.applied
             metrics = RunMetrics(
@@ -546,6 +553,7 @@ class LiveRunner:
                 upserts=ops["upsert"],
                 deletes=ops["delete"],
                 duration_s=round(time.monotonic() - began, 3),
+                phases=watch.shares(),
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
             self._save_progress(progress)

@@ -23,7 +23,7 @@ from streamjoin import arrival, changelog, delta_io, index, kernel
 from streamjoin.arrival import TS, T
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.metrics import RunMetrics, SourceCounts, to_frame
+from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec, Output
 from streamjoin.timeutil import Instant, from_micros, parse_instant, to_micros
@@ -146,7 +146,7 @@ def _replay(
             f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
         )
     start, end = windows[0][0], windows[-1][1]
-    began = time.monotonic()
+    began, watch = time.monotonic(), Stopwatch()
     started_at = pendulum.now("UTC")
     plan = bind(spark, spec)
     join = kernel.family(plan)
@@ -154,6 +154,7 @@ def _replay(
     if not checked:
         check_inputs(spark, plan, pinned)
     positions = index.update(spark, plan, pinned)
+    watch.lap("prepare")
     newest = positions.newest()
     frontier = arrival.frontier(newest, len(plan.streams))
     if closed:  # every commit is settled: nothing more will come
@@ -196,12 +197,14 @@ def _replay(
                 rows_in=sum(c.owned_rows(k) for c in commits_of_table),
                 rejected=sum(c.owned_rejected(k) for c in commits_of_table),
             )
+    watch.lap("read")
 
     result = kernel.step(
         spark,
         plan,
         kernel.StepInput(settled_rows, timeline, mode, slices=slices, tables=tables, final=closed),
     )
+    watch.lap("join")
     cached += result.cached
     out = into or spec.output
     output = result.output.persist()
@@ -230,6 +233,7 @@ def _replay(
         after_write(out.side("rejected"))
     for frame in cached:
         frame.unpersist()
+    watch.lap("write")
 
     duration = round((time.monotonic() - began) / len(windows), 3)  # slices run together share the time
     frontier_text = (
@@ -262,6 +266,7 @@ def _replay(
                 upserts=upserts,
                 deletes=deletes,
                 links=result.links[k] if result.links else [],
+                phases=watch.shares(len(windows)),
             )
         )
     delta_io.append(to_frame(spark, runs), out.side("metrics"), merge_schema=True)

@@ -598,7 +598,7 @@ class LiveRunner:
         # Delta skips a transaction whose version is not above the last one of its app id (-1 before
         # any), so the catch-up step (batch -1) writes under an app id of its own, as version 0.
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
-        # The metrics log gains columns between releases (by_link); the others keep their schema.
+        # The metrics log gains columns between releases (by_link, by_phase); the others keep their schema.
         delta_io.write_once(
             df, location, app, version, partition_by=partition_by, merge_schema=table == "metrics"
         )

@@ -51,6 +51,7 @@ class QueryResult:
     same_as_handwritten: bool
     same_as_duckdb: bool | None
     times: dict[str, list[float]] = field(default_factory=dict)
+    phases: list[dict[str, float]] = field(default_factory=list)  # the exact replay's, per round
     live: dict | None = None
 
     def median(self, what: str) -> float:
@@ -163,6 +164,7 @@ def bench_scale(
         for round_ in range(rounds):
             seconds, metrics = _timed(replay, spark, job, start, end, mode="exact", versions=pinned)
             result.times.setdefault("replay", []).append(seconds)
+            result.phases.append(metrics.phases)
             result.rows_out = metrics.rows_out
             seconds, _ = _timed(
                 handwritten.run_spark, spark, query, str(data), versions, str(out / f"{query}_spark")
@@ -191,7 +193,10 @@ def bench_scale(
                 result.times.setdefault("duckdb", []).append(seconds)
             print(
                 f"[scale {scale}] {query} round {round_ + 1}: "
-                + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in result.times.items()),
+                + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in result.times.items())
+                + " (replay: "
+                + ", ".join(f"{phase} {s:.1f} s" for phase, s in metrics.phases.items())
+                + ")",
                 flush=True,
             )
         if query in live:

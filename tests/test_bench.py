@@ -50,6 +50,9 @@ def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, 
         assert r["live"]["same_as_replay"] is True, r["query"]
         assert r["rows_out"] > 0
         assert set(r["times"]) == {"replay", "handwritten", "floor", "duckdb"}
+        assert [set(p) for p in r["phases"]] == [{"prepare", "read", "join", "write"}] * len(
+            r["times"]["replay"]
+        )
     report = (out / "report.md").read_text()
     assert "| 0.25x | q20 |" in report and "replay / hand-written" in report
     assert "live / replay" in report

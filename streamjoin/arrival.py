@@ -283,24 +283,26 @@ def timeline(commits: list[CommitStats], max_before: int | None) -> Timeline:
     return Timeline(before, running, through, max_before)
 
 
-def watermark_table(
-    spark: SparkSession, marks: dict[tuple[int, int], int | None], column: str = WM
-) -> DataFrame:
-    """A value per commit (by default its watermark) as a small DataFrame with the value in `column`,
-    to join onto rows with `with_watermark`."""
+def per_commit_table(spark: SparkSession, values: dict[str, dict[tuple[int, int], int | None]]) -> DataFrame:
+    """Values per commit as a small DataFrame, a column per name in `values` (each keyed by
+    (source index, version); a commit missing from one has NULL there), to join onto rows with
+    `with_per_commit`: e.g. `{WM: marks}` for each commit's watermark."""
+    names = list(values)
+    commits = dict.fromkeys(key for by_commit in values.values() for key in by_commit)
     schema = StructType(
         [
             StructField("_sj_msrc", LongType()),
             StructField("_sj_mv", LongType()),
-            StructField(column, LongType()),
+            *[StructField(name, LongType()) for name in names],
         ]
     )
-    return spark.createDataFrame([(s, v, w) for (s, v), w in marks.items()], schema)
+    rows = [(s, v, *(values[name].get((s, v)) for name in names)) for s, v in commits]
+    return spark.createDataFrame(rows, schema)
 
 
-def with_watermark(rows: DataFrame, table: DataFrame) -> DataFrame:
-    """Attach to each row the value at its commit from `table` (`watermark_table`): by default the
-    watermark, as column `_sj_wm` (NULL: no watermark yet)."""
+def with_per_commit(rows: DataFrame, table: DataFrame) -> DataFrame:
+    """Attach to each row the values at its commit from `table` (`per_commit_table`); NULL for a
+    commit it does not hold (for the watermark `_sj_wm`: no watermark yet)."""
     joined = rows.join(
         F.broadcast(table),
         (F.col(SRC) == F.col("_sj_msrc")) & (F.col(V) == F.col("_sj_mv")),

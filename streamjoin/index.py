@@ -609,8 +609,8 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
     """The timeline of `commits` from index entries (position, the source's largest accepted event
     time up to and including that commit): before each commit, the largest over the sources of
     their latest entry strictly before it; through it, the same with its own entry; at the end, of
-    their latest entry at or before the frontier. `entries` must hold, per source, every entry from its last one before the earliest
-    commit up to the frontier."""
+    their latest entry at or before the frontier. `entries` must hold, per source, every entry from
+    its last one before the earliest commit up to the frontier."""
     entries = sorted(entries, key=lambda entry: entry[0])
     latest: dict[int, int | None] = {}  # source index -> max so far
     marks: dict[tuple[int, int], int | None] = {}

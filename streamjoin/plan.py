@@ -316,6 +316,12 @@ def _inequality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple
     return None
 
 
+def looks_back(op: str) -> bool:
+    """ASOF `stream <op> table` with >= or >: the table's values lie at or below the stream's, so
+    the nearest is the largest (nearest preceding); with <= or < the smallest (nearest following)."""
+    return op in (">=", ">")
+
+
 def _equality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
     match = _EQUALITY.match(conjunct)
     if not match:
@@ -631,7 +637,7 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
     elif join.family == "asof" and join.spec.as_of == "event_time":
         assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
         left_col, op, right_col = join.inequality
-        preceding = op in (">=", ">")
+        preceding = looks_back(op)
         lines.append(
             f"ASOF over the table's history: among every version of the table (each a row at its version time "
             f"{table.time}) with equal keys and {left_col} {op} {right_col}, the one with the "
@@ -654,7 +660,7 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
         if join.family == "asof":
             assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
             left_col, op, right_col = join.inequality
-            nearest = "largest" if op in (">=", ">") else "smallest"
+            nearest = "largest" if looks_back(op) else "smallest"
             lines.append(
                 f"ASOF: among those rows with equal keys and {left_col} {op} {right_col}, the one with the {nearest} {right_col}"
             )

@@ -120,12 +120,12 @@ class IntervalJoin(JoinOperator):
         closing = None if max_event is None else max_event - self.grace
 
         on_time, late_parts, tally_parts = {}, [], []
-        table = arrival.watermark_table(spark, marks)
-        clocks = arrival.watermark_table(spark, timeline.through, THROUGH) if self.emit == "eager" else None
+        per_commit = {arrival.WM: marks}
+        if self.emit == "eager":
+            per_commit[THROUGH] = timeline.through
+        table = arrival.per_commit_table(spark, per_commit)
         for name, rows in settled.items():
-            marked = arrival.with_watermark(rows, table)
-            if clocks is not None:
-                marked = arrival.with_watermark(marked, clocks)
+            marked = arrival.with_per_commit(rows, table)
             late = arrival.is_late()
             late_parts.append(
                 arrival.side_rows(
@@ -154,7 +154,7 @@ class IntervalJoin(JoinOperator):
                     )
                 )
                 earlier = state[name].withColumn(NEW, F.lit(False))
-                if clocks is not None:
+                if self.emit == "eager":
                     earlier = earlier.withColumn(THROUGH, F.lit(None).cast("long"))
                 fresh = earlier.unionByName(fresh)
             on_time[name] = fresh

@@ -59,7 +59,7 @@ from streamjoin.changelog import TableInput
 from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register, tally_by_slice
 from streamjoin.joins.interval import MATCHED, OUT_T, Evaluation, SideCounts
 from streamjoin.metrics import LinkCounts, SourceCounts
-from streamjoin.plan import BoundJoin, BoundSource, Plan
+from streamjoin.plan import BoundJoin, BoundSource, Plan, looks_back
 from streamjoin.timeutil import to_micros
 
 DECIDED = "_sj_decided"
@@ -134,7 +134,7 @@ class TemporalJoin:
         marks, largest = watermarks(table.commits, None, self.grace)
         if not self.by_watermark or mode == "complete":
             marks = {}
-        changes = arrival.with_watermark(table.changes, arrival.watermark_table(spark, marks))
+        changes = arrival.with_per_commit(table.changes, arrival.per_commit_table(spark, {arrival.WM: marks}))
         accepted, late = F.col(REJECT).isNull(), F.col(REJECT).isNull() & arrival.is_late()
         versions = changelog.versions(
             changes.where(accepted & ~late).drop(arrival.WM, REJECT), self.key, self.order
@@ -178,7 +178,7 @@ class TemporalJoin:
         if horizon is None:  # no version yet: decided() already kept every row back
             return F.lit(True)
         left_col, op, _ = self.inequality
-        if op in (">=", ">"):  # nearest preceding: every row still to come lies at or above the watermark
+        if looks_back(op):  # nearest preceding: every row still to come lies at or above the watermark
             return ~(F.unix_micros(F.expr(left_col).cast("timestamp")) < F.lit(horizon))
         return ~(self.matched() & (self._col(self.table, T) < F.lit(horizon)))
 
@@ -226,8 +226,7 @@ class TemporalJoin:
         tie = F.to_json(F.struct(*[self._col(R, c) for c in _user_columns(joined, R)]))
         commit, version = self._col(R, TS), self._col(R, V)
         by_row = Window.partitionBy(*row_columns)
-        # left >= right (or >): the largest right value is nearest; left <= right (or <): the smallest.
-        if op in (">=", ">"):
+        if looks_back(op):
             order = F.struct(
                 F.expr(right_col).alias("v"), commit.alias("ts"), version.alias("cv"), tie.alias("t")
             )

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
@@ -31,6 +33,7 @@ SRC = "_sj_src"  # source index in the join chain
 V = "_sj_v"  # commit version
 REJECT = "_sj_reject"  # why the row is bad input, or NULL
 WM = "_sj_wm"  # the watermark at the row's arrival (NULL before any event time arrived)
+EMIT = "_sj_emit"  # a derived row's emission position (a `position_struct`)
 META = (T, TS, SRC, V, REJECT)
 
 Position = tuple[int, int, int]  # (commit timestamp micros, source index, commit version)
@@ -263,6 +266,11 @@ class Timeline:
     max_event: int | None
     through: dict[tuple[int, int], int | None] = field(default_factory=dict)
     start: int | None = None
+    # Where the clock rises, from the step's first commit to its last settled one, whatever rows
+    # were read: (the clock after, the commit's position), in position order. The last settled
+    # commit (`end`) is where a closed input ends.
+    rises: tuple[tuple[int, Position], ...] = ()
+    end: Position | None = None
 
     def watermarks(self, grace: int) -> dict[tuple[int, int], int | None]:
         """The watermark at each commit: the largest event time before it, minus `grace`."""
@@ -273,14 +281,17 @@ def timeline(commits: list[CommitStats], max_before: int | None) -> Timeline:
     """The timeline of `commits` (position order) after a settled past whose largest event time is `max_before`."""
     before: dict[tuple[int, int], int | None] = {}
     through: dict[tuple[int, int], int | None] = {}
+    rises: list[tuple[int, Position]] = []
     running = max_before
     for commit in commits:
         key = (commit.position[1], commit.position[2])
         before[key] = running
         if commit.max_event is not None and (running is None or commit.max_event > running):
             running = commit.max_event
+            rises.append((running, commit.position))
         through[key] = running
-    return Timeline(before, running, through, max_before)
+    end = commits[-1].position if commits else None
+    return Timeline(before, running, through, max_before, tuple(rises), end)
 
 
 def per_commit_table(spark: SparkSession, values: dict[str, dict[tuple[int, int], int | None]]) -> DataFrame:
@@ -309,6 +320,61 @@ def with_per_commit(rows: DataFrame, table: DataFrame) -> DataFrame:
         "left",
     )
     return joined.drop("_sj_msrc", "_sj_mv")
+
+
+def when_clock_passes(
+    spark: SparkSession, rows: DataFrame, threshold: Column, own: Column, timeline: Timeline, final: bool
+) -> DataFrame:
+    """`rows` with EMIT: the first settled position at or after `own` (a position struct, see
+    `position_struct`) at which the clock (the largest accepted event time) exceeds `threshold`; a
+    NULL threshold gives `own`. Where the clock never does, a closed input (`final`) gives its last
+    settled commit. How a derived row's emission position is found: a padded row comes out at the
+    commit whose rows close its window (docs/semantics.md, "Chains")."""
+    clocks = [clock for clock, _ in timeline.rises]
+    rise_schema = StructType(
+        [
+            StructField("_sj_rise", LongType()),
+            StructField("_sj_rise_at", StructType(_POSITION_FIELDS)),
+        ]
+    )
+    rises = spark.createDataFrame([(k, p) for k, (_, p) in enumerate(timeline.rises)], rise_schema)
+    started = F.lit(False) if timeline.start is None else F.lit(timeline.start) > threshold
+    first_above = _first_above(clocks)(threshold) if clocks else F.lit(0).cast("long")
+    numbered = rows.withColumn(
+        "_sj_rise_k", F.when(threshold.isNull() | started, None).otherwise(first_above)
+    )
+    joined = numbered.join(F.broadcast(rises), F.col("_sj_rise_k") == F.col("_sj_rise"), "left")
+    emit = F.when(threshold.isNull() | started, own).when(
+        F.col("_sj_rise_at").isNotNull(), F.greatest(own, F.col("_sj_rise_at"))
+    )
+    if final and timeline.end is not None:
+        emit = emit.otherwise(F.greatest(own, position_struct(*(F.lit(x) for x in timeline.end))))
+    return joined.withColumn(EMIT, emit).drop("_sj_rise_k", "_sj_rise", "_sj_rise_at")
+
+
+def _first_above(clocks: list[int]):
+    """A vectorised UDF: for each threshold, the index of the first of `clocks` (ascending) above it."""
+    ascending = np.array(clocks, dtype=np.int64)
+
+    @F.pandas_udf(LongType())  # type: ignore[call-overload]  # pyspark's overloads miss this form
+    def first_above(threshold: pd.Series) -> pd.Series:
+        return pd.Series(np.searchsorted(ascending, threshold.to_numpy(), side="right"))
+
+    return first_above
+
+
+_POSITION_FIELDS = [
+    StructField("ts", LongType()),
+    StructField("src", LongType()),
+    StructField("v", LongType()),
+]
+
+
+def position_struct(ts: Column, src: Column, version: Column) -> Column:
+    """A position as one orderable column (structs compare field by field)."""
+    return F.struct(
+        ts.cast("long").alias("ts"), src.cast("long").alias("src"), version.cast("long").alias("v")
+    )
 
 
 def is_late() -> Column:

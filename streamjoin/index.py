@@ -609,8 +609,9 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
     """The timeline of `commits` from index entries (position, the source's largest accepted event
     time up to and including that commit): before each commit, the largest over the sources of
     their latest entry strictly before it; through it, the same with its own entry; at the end, of
-    their latest entry at or before the frontier. `entries` must hold, per source, every entry from
-    its last one before the earliest commit up to the frontier."""
+    their latest entry at or before the frontier; and where the clock rises in between (`_rises`).
+    `entries` must hold, per source, every entry from its last one before the earliest commit up
+    to the frontier."""
     entries = sorted(entries, key=lambda entry: entry[0])
     latest: dict[int, int | None] = {}  # source index -> max so far
     marks: dict[tuple[int, int], int | None] = {}
@@ -627,7 +628,28 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
     while i < len(entries) and entries[i][0] <= frontier:
         latest[entries[i][0][1]] = entries[i][1]
         i += 1
-    return Timeline(marks, _max(latest.values()), through, start)
+    return Timeline(
+        marks, _max(latest.values()), through, start, _rises(entries, commits, frontier), frontier
+    )
+
+
+def _rises(
+    entries: list[tuple[Position, int | None]], commits: set[Position], frontier: Position
+) -> tuple[tuple[int, Position], ...]:
+    """Every commit from the earliest of `commits` to the frontier at which the largest accepted
+    event time over the sources rises, with the clock after it (`entries` sorted)."""
+    if not commits:
+        return ()
+    first, latest, clock, rises = min(commits), {}, None, []
+    for position, value in entries:
+        if position > frontier:
+            break
+        latest[position[1]] = value
+        now = _max(latest.values())
+        if position >= first and now is not None and (clock is None or now > clock):
+            rises.append((now, position))
+        clock = now
+    return tuple(rises)
 
 
 def _max(values) -> int | None:

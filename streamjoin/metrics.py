@@ -76,14 +76,22 @@ class LinkCounts:
     matched: int = 0
     padded: int = 0
     dropped: int = 0
+    # After a stream-stream first link, the joined rows waiting at this link for a table to be
+    # final: those an earlier run left (carried_in) and those this run leaves (open).
+    carried_in: int = 0
+    open: int = 0
 
     def balanced(self) -> bool:
         return self.reached == self.matched + self.padded + self.dropped
 
 
 def links_balanced(links: list[LinkCounts]) -> bool:
-    """Every link adds up, and each reaches what the one before matched or padded."""
-    chained = all(b.reached == a.matched + a.padded for a, b in zip(links, links[1:], strict=False))
+    """Every link adds up, and each takes what the one before matched or padded (with the rows
+    waiting at it: reached + open = before's matched + padded + carried_in)."""
+    chained = all(
+        b.reached + b.open == a.matched + a.padded + b.carried_in
+        for a, b in zip(links, links[1:], strict=False)
+    )
     return chained and all(link.balanced() for link in links)
 
 
@@ -201,7 +209,10 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
                 setattr(merged, bucket, getattr(merged, bucket) + getattr(counts, bucket))
         merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
         sources[name] = merged
-    links = [LinkCounts(link.link) for link in first.links]
+    links = [
+        LinkCounts(link.link, carried_in=link.carried_in, open=end.open)
+        for link, end in zip(first.links, last.links, strict=True)
+    ]
     phases: dict[str, float] = {}
     for run in runs:
         for phase, seconds in run.phases.items():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from conftest import BASE
@@ -300,12 +300,12 @@ BAND = 100_000  # seconds between two examples laid end to end
 
 @dataclass(frozen=True)
 class Laid:
-    """Enrichment examples laid end to end as one history of a stream (side 0) and its tables
-    (sides 1, 2, ...: the chain's tables in the order joined)."""
+    """Enrichment examples laid end to end as one history of a stream (side 0; or streams 0 and 1)
+    and its tables (the next sides: the chain's tables in the order joined)."""
 
-    stream: list[Event]  # the reference's view
+    stream: list[Event]  # the reference's view of every stream row
     tables: dict[int, list[Change]]  # side -> its changes
-    stream_rows: list[tuple]  # in _ARRIVALS' shape
+    stream_rows: dict[int, list[tuple]]  # stream side -> rows in _ARRIVALS' shape
     table_rows: dict[int, list[tuple]]  # side -> rows in _CHANGES' shape, as the change data feed brings them
     commits: list[tuple[int, int, int]]  # (side, version, rows) of every commit, in arrival order
 
@@ -315,15 +315,19 @@ class Laid:
         return self.tables[1]
 
 
-def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: str, tables: int = 1) -> Laid:
+def lay_end_to_end(
+    examples: Sequence[Sequence[tuple[int, list]]], table_key: str, tables: int = 1, streams: int = 1
+) -> Laid:
     """`examples`: each a list of commits (side, rows): stream rows (id, key, seconds, v), table rows
     (id, key, seconds, v, change type). A table row is a tombstone when its change type is `delete`
-    or its id is None. `tables`: how many table sides (1 .. tables) the examples commit to.
-    `table_key`: the tables' primary key: "k" (its key), "k,t" (key and time) or "k,id"."""
-    sides = range(tables + 1)
-    stream, stream_rows, commits = [], [], []
-    changes: dict[int, list[Change]] = {side: [] for side in sides[1:]}
-    table_rows: dict[int, list[tuple]] = {side: [] for side in sides[1:]}
+    or its id is None. `streams`: how many stream sides (0 ..), `tables`: how many table sides
+    after them the examples commit to. `table_key`: the tables' primary key: "k" (its key), "k,t"
+    (key and time) or "k,id"."""
+    sides = range(streams + tables)
+    stream, commits = [], []
+    stream_rows: dict[int, list[tuple]] = {side: [] for side in sides[:streams]}
+    changes: dict[int, list[Change]] = {side: [] for side in sides[streams:]}
+    table_rows: dict[int, list[tuple]] = {side: [] for side in sides[streams:]}
     versions = dict.fromkeys(sides, 0)
     for example, example_commits in enumerate(examples):
         shift = example * BAND
@@ -337,9 +341,9 @@ def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: st
                 key = None if row[1] is None else f"{example}:{row[1]}"
                 seconds = None if row[2] is None else row[2] + shift
                 at = None if seconds is None else BASE + timedelta(seconds=seconds)
-                if side == 0:
-                    stream.append(Event(0, row_id, key, seconds, position, row[3]))
-                    stream_rows.append((row_id, key, at, row[3], versions[side], committed))
+                if side < streams:
+                    stream.append(Event(side, row_id, key, seconds, position, row[3]))
+                    stream_rows[side].append((row_id, key, at, row[3], versions[side], committed))
                     continue
                 deleted = row[4] == "delete" or row_id is None
                 primary = {"k": (key,), "k,t": (key, seconds), "k,id": (key, row_id)}[table_key]
@@ -350,18 +354,22 @@ def lay_end_to_end(examples: Sequence[Sequence[tuple[int, list]]], table_key: st
 
 @dataclass
 class Decided:
-    """What a replay or a sequence of live batches decided: output rows (stream id, each table's
-    id, seconds) and counts in the reference's buckets, for the stream and each table (by side)."""
+    """What a replay or a sequence of live batches decided: output rows (each stream's id, each
+    table's id, seconds) and counts in the reference's buckets, for each source (by side)."""
 
     output: Counter
-    stream: Counter
-    tables: dict[int, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    sources: dict[int, Counter] = field(default_factory=lambda: defaultdict(Counter))
     links: Counter = field(default_factory=Counter)  # (link number from 0, bucket) -> rows
+
+    @property
+    def stream(self) -> Counter:
+        """The first stream's counts."""
+        return self.sources[0]
 
     @property
     def table(self) -> Counter:
         """The one table's counts of a single join."""
-        return self.tables[1]
+        return self.sources[1]
 
 
 def enrichment_replay(
@@ -374,14 +382,31 @@ def enrichment_replay(
 ) -> list[Decided]:
     """The replay runner's part for consecutive slices `windows` (whole seconds after BASE,
     [start, end)) replayed together: the stream rows they own, each table's changes with its
-    commits, one kernel step (`final`: of a closed input); what each slice decided."""
-    stream = plan.streams[0]
+    commits, one kernel step (`final`: of a closed input); what each slice decided. Streams are
+    read in the operator's margins around the slices, settled by their frontier, and timed by
+    their commits (a chain after a stream-stream join)."""
     base = base_micros(spark)
     slices = arrival.Slices.of([(base + _micros(a), base + _micros(b)) for a, b in windows])
-    rows = _stream_frame(spark, plan, laid.stream_rows)
-    stream_commits = arrival.commit_stats(rows, slices)
-    accepted, _ = kernel.split_rejected(rows)
-    clock = max((c.position[0] for c in stream_commits), default=None)
+    operator = kernel.family(plan)
+    low, high = base + _micros(windows[0][0]), base + _micros(windows[-1][1])
+    frames, owned_commits, all_commits = {}, {}, []
+    for source in plan.streams:
+        frames[source.name] = _stream_frame(spark, plan, laid.stream_rows[source.index], source.index)
+        owned_commits[source.index] = arrival.commit_stats(frames[source.name], slices)
+        all_commits += owned_commits[source.index]
+    newest = arrival.newest_positions(all_commits)
+    frontier = max(newest.values()) if final else arrival.frontier(newest, len(plan.streams))
+    settled = {}
+    for source in plan.streams:
+        before, after = operator.margins(source.name)
+        accepted, _ = kernel.split_rejected(frames[source.name])
+        in_reach = (F.col(arrival.T) >= low - before) & (F.col(arrival.T) < high + after)
+        settled[source.name] = accepted.where(
+            in_reach & (arrival.at_or_before(frontier) if frontier else F.lit(False))
+        )
+    timed = sorted((c for c in all_commits if frontier and c.position <= frontier), key=lambda c: c.position)
+    timeline = replace(arrival.timeline(timed, None), end=frontier)
+    clock = max((p[0] for p in newest.values()), default=None)
     tables, table_commits = {}, {}
     for table in plan.tables:
         changes = changelog.tag(spark.createDataFrame(laid.table_rows[table.index], _CHANGES), table)
@@ -392,8 +417,8 @@ def enrichment_replay(
         spark,
         plan,
         kernel.StepInput(
-            {stream.name: accepted.where(slices.inside(F.col(arrival.T)))},
-            arrival.Timeline({}, None),
+            settled,
+            timeline,
             mode,
             slices=slices,
             tables=tables,
@@ -404,12 +429,10 @@ def enrichment_replay(
     per_slice = []
     for k, (a, b) in enumerate(windows):
         assert isinstance(a, int) and isinstance(b, int)  # output times are whole seconds after BASE
-        decided = Decided(Counter({r: n for r, n in output.items() if a <= r[-1] < b}), Counter())
-        owned = [(decided.stream, stream_commits)]
-        owned += [(decided.tables[side], commits) for side, commits in table_commits.items()]
-        for counts, commits in owned:
-            counts["rows_in"] += sum(c.owned_rows(k) for c in commits)
-            counts["rejected"] += sum(c.owned_rejected(k) for c in commits)
+        decided = Decided(Counter({r: n for r, n in output.items() if a <= r[-1] < b}))
+        for side, commits in {**owned_commits, **table_commits}.items():
+            decided.sources[side]["rows_in"] += sum(c.owned_rows(k) for c in commits)
+            decided.sources[side]["rejected"] += sum(c.owned_rejected(k) for c in commits)
         _add(decided, plan, result.by_slice[k], result.links[k] if result.links else [])
         per_slice.append(decided)
     assert sum(output.values()) == sum(sum(d.output.values()) for d in per_slice)  # no row outside them
@@ -423,7 +446,6 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
     `laid.commits`, and one after the last commit). Each batch brings the stream rows of its
     commits and reads each table as of its newest commit so far (a table commit starts a batch
     too), through `live.decide` with the state the previous batch left."""
-    stream = plan.streams[0]
     base = base_micros(spark)
     changes = {
         table.index: changelog.tag(
@@ -432,22 +454,24 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
         for table in plan.tables
     }
     sizes = {(side, version): rows for side, version, rows in laid.commits}
-    decided = Decided(Counter(), Counter())
+    decided = Decided(Counter())
     previous: Progress | None = None
     state: dict[str, DataFrame] | None = None
-    kept: list = []
+    kept: dict[str, list] = {}
+    last_links: list[LinkCounts] = []
     begin = 0
     for batch_id, end in enumerate(sorted({*cuts, len(laid.commits) - 1})):
         batch = laid.commits[begin : end + 1]
         begin = end + 1
-        stream_versions = {v for s, v, _ in batch if s == 0}
         read = {
             table.index: max((v for s, v, _ in laid.commits[:begin] if s == table.index), default=0)
             for table in plan.tables
         }
-        new = {
-            stream.name: _stream_frame(spark, plan, [r for r in laid.stream_rows if r[4] in stream_versions])
-        }
+        new = {}
+        for stream in plan.streams:
+            versions = {v for s, v, _ in batch if s == stream.index}
+            rows = [r for r in laid.stream_rows[stream.index] if r[4] in versions]
+            new[stream.name] = _stream_frame(spark, plan, rows, stream.index)
 
         def tables_for(newest, counts, rejected, cached, read=read, previous=previous):
             clock = max((p[0] for p in newest.values()), default=None)
@@ -466,19 +490,19 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
 
         commits = batch_commits(new, state)
         decision = decide(spark, plan, new, commits, state, previous, lambda s, v: sizes[(s, v)], tables_for)
-        named = [(stream.name, decided.stream)] + [(t.name, decided.tables[t.index]) for t in plan.tables]
-        for name, counts in named:
-            counts["rows_in"] += decision.counts[name].rows_in
-            counts["rejected"] += decision.counts[name].rejected
-        _add(decided, plan, decision.result.counts, decision.result.links[0], with_open=False)
+        for source in plan.sources:
+            decided.sources[source.index]["rows_in"] += decision.counts[source.name].rows_in
+            decided.sources[source.index]["rejected"] += decision.counts[source.name].rejected
+        last_links = decision.result.links[0] if decision.result.links else []
+        _add(decided, plan, decision.result.counts, last_links, with_open=False)
         decided.output.update(_output(decision.result.output, base))
-        kept = decision.next_state[stream.name].collect()
-        state = {stream.name: spark.createDataFrame(kept, decision.next_state[stream.name].schema)}
+        kept = {name: frame.collect() for name, frame in decision.next_state.items()}
+        state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
         previous = Progress(
             batch_id,
             decision.result.max_event,
             decision.settling.newest,
-            {stream.name: len(kept)},
+            {s.name: sum(1 for r in kept[s.name] if r[PENDING] or not r[MATCHED]) for s in plan.streams},
             decision.settling.partial,
             read,
         )
@@ -486,18 +510,23 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
             frame.unpersist()
     for frame in changes.values():
         frame.unpersist()
-    decided.stream["open"] = sum(1 for r in kept if not r[PENDING])
+    for stream in plan.streams:
+        left = kept[stream.name]
+        decided.sources[stream.index]["open"] = sum(1 for r in left if not r[PENDING] and not r[MATCHED])
+        decided.sources[stream.index]["unsettled"] = sum(1 for r in left if r[PENDING])
+    for n, link in enumerate(last_links):
+        decided.links[(n, "open")] = link.open
     return decided
 
 
-def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple]) -> DataFrame:
-    stream = plan.streams[0]
+def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple], side: int = 0) -> DataFrame:
+    stream = plan.streams[side]
     frame = spark.createDataFrame(rows, _ARRIVALS)
     return arrival.prepare(frame, stream.index, stream.raw_time(), stream.event_time(), stream.keys)
 
 
 def _output(output: DataFrame, base: int) -> Counter:
-    """Output rows as (stream id, each table's id, seconds after BASE)."""
+    """Output rows as (each id column, seconds after BASE)."""
     ids = [c for c in output.columns if c != "event_time"]
     rows = output.select(*ids, F.unix_micros("event_time").alias("_t")).collect()
     return Counter((*(r[c] for c in ids), (r["_t"] - base) // 1_000_000) for r in rows)
@@ -510,15 +539,20 @@ def _add(
     links: list[LinkCounts],
     with_open: bool = True,
 ) -> None:
-    stream = plan.streams[0].name
+    """Add one step's (or slice's) counts; `with_open`: its open rows too (a replay's; a live
+    run's are those the last batch leaves)."""
     assert links_balanced(links), links
     for n, link in enumerate(links):
         decided.links.update({(n, bucket): getattr(link, bucket) for bucket in LINK_BUCKETS})
-    for bucket in ("joined", "unmatched_emitted", "unmatched_dropped") + (("open",) if with_open else ()):
-        decided.stream[bucket] += getattr(counts[stream], bucket)
+        if with_open:
+            decided.links[(n, "open")] += link.open
+    kept = ("late", "joined", "unmatched_emitted", "unmatched_dropped") + (("open",) if with_open else ())
+    for stream in plan.streams:
+        for bucket in kept:
+            decided.sources[stream.index][bucket] += getattr(counts[stream.name], bucket)
     for table in plan.tables:
         for bucket in ("late", "applied"):
-            decided.tables[table.index][bucket] += getattr(counts[table.name], bucket)
+            decided.sources[table.index][bucket] += getattr(counts[table.name], bucket)
 
 
 def slices(draw, examples: int) -> list[tuple[int, int]]:
@@ -554,18 +588,17 @@ def check_replay(
     closed input). `links`: a chain's counts per link, as the reference counts them."""
     (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], final)
     check_decided(whole, expected, stream, tables, links)
-    sliced = Decided(Counter(), Counter())
+    sliced = Decided(Counter())
     parts = []
     for window in windows:
         (part,) = enrichment_replay(spark, plan, laid, mode, [window], final)
         parts.append(part)
         sliced.output.update(part.output)
-        sliced.stream.update(part.stream)
-        for side, counts in part.tables.items():
-            sliced.tables[side].update(counts)
+        for side, counts in part.sources.items():
+            sliced.sources[side].update(counts)
         sliced.links.update(part.links)
     assert sliced.output == whole.output, first_difference(sliced.output, whole.output)
-    assert sliced.stream == whole.stream and sliced.tables == whole.tables and sliced.links == whole.links
+    assert sliced.sources == whole.sources and sliced.links == whole.links
     assert enrichment_replay(spark, plan, laid, mode, windows, final) == parts
 
 
@@ -595,7 +628,7 @@ def check_decided(
     assert decided.output == expected, first_difference(decided.output, expected)
     assert buckets(decided.stream, STREAM_BUCKETS) == stream
     if tables is not None:
-        assert {side: buckets(decided.tables[side], TABLE_BUCKETS) for side in tables} == tables
+        assert {side: buckets(decided.sources[side], TABLE_BUCKETS) for side in tables} == tables
     if links is not None:
         assert per_link(decided.links, len(links)) == links
 

@@ -65,6 +65,25 @@ def reference(
     emit: str = "final",
 ) -> tuple[Counter, dict[int, dict[str, int]]]:
     """(output multiset of (left id | None, right id | None, output time), bucket counts per side)."""
+    emitted, counts = emissions(events, lo, hi, grace, how, mode, residual, closed, emit)
+    return Counter(row for row, _ in emitted), counts
+
+
+def emissions(
+    events: list[Event],
+    lo: int,
+    hi: int,
+    grace: int,
+    how: str,
+    mode: str = "exact",
+    residual: Callable[[Event, Event], bool] = lambda l, r: True,
+    closed: bool = False,
+    emit: str = "final",
+) -> tuple[list[tuple[tuple, tuple[int, int, int]]], dict[int, dict[str, int]]]:
+    """`reference`'s output rows, each with the position at which it became known (what a chain's
+    next link sees): a pair at the later of its rows' positions; a padded row at the first settled
+    position, at or after its own, whose clock C(p) passes its due time (final: edge + grace;
+    eager: due(e)); a row only a closed input decides, at the last position of the input."""
     assert mode in ("exact", "complete") and how in PRESERVED and emit in ("final", "eager")
     counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
     newest = {}
@@ -93,16 +112,19 @@ def reference(
     def match(l: Event, r: Event) -> bool:
         return (how == "cross" or l.key == r.key) and lo <= r.t - l.t <= hi and residual(l, r)
 
-    out = Counter()
+    out = []
     for l in on_time[0]:
         for r in on_time[1]:
             if match(l, r):
-                out[(l.id, r.id, max(l.t, r.t))] += 1
+                out.append(((l.id, r.id, max(l.t, r.t)), max(l.pos, r.pos)))
 
     m_end = max((e.t for e in settled), default=None)
+    positions = sorted({o.pos for o in settled})
+    last = max(e.pos for e in events) if events else None
 
-    def padded(e: Event) -> tuple:
-        return (e.id, None, e.t) if e.side == 0 else (None, e.id, e.t)
+    def padded(e: Event, due: int) -> tuple[tuple, tuple[int, int, int]]:
+        at = next((p for p in positions if p >= e.pos and clock(p) > due), last)
+        return ((e.id, None, e.t) if e.side == 0 else (None, e.id, e.t)), at
 
     def clock(p: tuple[int, int, int]) -> int:
         return max(o.t for o in settled if o.pos <= p)
@@ -114,7 +136,7 @@ def reference(
                 continue
             partners = [o for o in on_time[1 - side] if (match(e, o) if side == 0 else match(o, e))]
             if not any(o.pos < e.pos or clock(o.pos) <= due for o in partners):
-                out[padded(e)] += 1
+                out.append(padded(e, due))
 
     for side in (0, 1):
         for e in on_time[side]:
@@ -126,7 +148,7 @@ def reference(
                 if side in PRESERVED[how]:
                     counts[side]["unmatched_emitted"] += 1
                     if emit == "final":
-                        out[padded(e)] += 1
+                        out.append(padded(e, edge + grace))
                 else:
                     counts[side]["unmatched_dropped"] += 1
             else:
@@ -299,6 +321,50 @@ def chain_reference(
         else:
             counts["joined" if all(m is not None for m in matches) else "unmatched_emitted"] += 1
             out[(e.id, *(None if m is None else m.id for m in matches), e.t)] += 1
+    return out, counts, per_link
+
+
+def interval_chain_reference(
+    events: list[Event],
+    interval: dict,
+    links: list[Link],
+    on: str = "l",
+    closed: bool = False,
+) -> tuple[Counter, dict[int, dict[str, int]], list[dict[str, int]]]:
+    """Streams 0 and 1 joined (`reference`'s semantics, keyword arguments `interval`), then each
+    emitted row looked up by `links` in turn (`chain_reference`'s rules), as a stream row would be
+    at its emission position and output time (`emissions`): (output multiset of (left id, right
+    id, each link's id or None, time), counts per stream side, counts per link). A row's key is
+    that of its `on` side ("l" or "r"; NULL when that side was padded). The first link
+    counts emitted rows: matched (pairs), padded; later links count the rows they decided, and
+    the first of them the rows still waiting for a table (`open`)."""
+    emitted, counts = emissions(events, closed=closed, **interval)
+    keys = {e.id: e.key for e in events}
+    pairs = sum(1 for (lid, rid, _), _ in emitted if lid is not None and rid is not None)
+    per_link = [
+        {"reached": len(emitted), "matched": pairs, "padded": len(emitted) - pairs, "dropped": 0, "open": 0}
+    ]
+    per_link += [dict.fromkeys((*LINK_BUCKETS, "open"), 0) for _ in links]
+    out = Counter()
+    for (lid, rid, t), pos in emitted:
+        mine = lid if on == "l" else rid
+        row = Event(0, f"{lid}|{rid}", None if mine is None else keys[mine], t, pos)
+        matches: list[Change | None] = []
+        decided = True
+        for _how, lookup, key in links:
+            link_decided, match = lookup(row, key(row, matches))
+            decided = decided and link_decided
+            matches.append(match)
+        if not (closed or decided):
+            per_link[1]["open"] += 1
+            continue
+        for match, (how, _, _), link in zip(matches, links, per_link[1:], strict=True):
+            link["reached"] += 1
+            link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
+            if match is None and how == "inner":
+                break
+        if not any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+            out[(lid, rid, *(None if m is None else m.id for m in matches), t)] += 1
     return out, counts, per_link
 
 

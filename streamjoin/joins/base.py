@@ -17,7 +17,7 @@ from typing import Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField
+from pyspark.sql.types import StructField, StructType
 
 from streamjoin.arrival import ALL_TIME, Slices, Timeline
 from streamjoin.changelog import TableInput
@@ -26,6 +26,29 @@ from streamjoin.plan import BoundJoin, Plan
 
 # The watermark of an input that has ended (Flink's final watermark): every window is closed.
 END_OF_INPUT = 2**62
+MATCHED = "_sj_matched"  # a kept row found a partner in an earlier step (state rows of every family)
+OUT_T = "_sj_out_t"  # an emitted row's event time, UTC microseconds
+
+
+@dataclass(frozen=True)
+class SideCounts:
+    """What became of one input's on-time rows in one step."""
+
+    joined: int = 0
+    unmatched_emitted: int = 0
+    unmatched_dropped: int = 0
+    open: int = 0
+
+
+@dataclass
+class Evaluation:
+    """The rows a step emits (in joined form, aliased by source name) and what they account for."""
+
+    emitted: list[DataFrame]
+    counts: list[dict[str, SideCounts]]  # per slice of the step, by input
+    state: dict[str, DataFrame] | None
+    cached: list[DataFrame] = field(default_factory=list)  # persisted here; unpersist after writing
+    links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
 
 
 @dataclass(frozen=True)
@@ -127,6 +150,12 @@ class JoinOperator(Protocol):
     def open_in_state(self) -> Column:
         """Which of its state rows are still undecided (counted `open`)."""
         return F.lit(True)
+
+    def derived_state(self, plan: Plan) -> dict[str, StructType]:
+        """Rows it keeps between live steps that are not a stream source's own (a chain's joined
+        rows waiting for a later link): by name, the schema of their columns beside the arrival
+        columns and `state_fields`. The state and its `StepInput.state` hold them by that name."""
+        return {}
 
 
 Builder = Callable[[Plan, BoundJoin], JoinOperator]

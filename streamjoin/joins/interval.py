@@ -26,7 +26,7 @@ the live runner once per micro-batch over its state plus the newly settled rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -35,38 +35,26 @@ from pyspark.sql.types import BooleanType, StructField
 
 from streamjoin import arrival
 from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, position_le
-from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult, register
-from streamjoin.metrics import LinkCounts, SourceCounts
+from streamjoin.joins.base import (
+    END_OF_INPUT,
+    MATCHED,
+    OUT_T,
+    Evaluation,
+    JoinOperator,
+    SideCounts,
+    StepInput,
+    StepResult,
+    register,
+)
+from streamjoin.joins.chain import PAIR, Chain
+from streamjoin.joins.temporal import ENRICHMENTS
+from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
 
 NEW = "_sj_new"  # the row settled in this step (every row, in a replay)
-MATCHED = "_sj_matched"  # the row found a partner in an earlier step
-OUT_T = "_sj_out_t"  # output event time, UTC microseconds
 THROUGH = "_sj_through"  # eager emission: the clock after the row's commit (NULL: an earlier step's row)
-
-
-@dataclass(frozen=True)
-class SideCounts:
-    """What became of one side's on-time rows in one step."""
-
-    joined: int = 0
-    unmatched_emitted: int = 0
-    unmatched_dropped: int = 0
-    open: int = 0
-
-
-@dataclass
-class Evaluation:
-    """The rows a step emits (in joined form, aliased by source name) and what they account for."""
-
-    emitted: list[DataFrame]
-    counts: list[dict[str, SideCounts]]  # per slice of the step, by side
-    state: dict[str, DataFrame] | None
-    cached: list[DataFrame] = field(
-        default_factory=list
-    )  # persisted here; the runner unpersists after writing
-    links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
+DUE = "_sj_due"  # a padded row: the clock it waited for (its emission position is where the clock passed it)
 
 
 @dataclass(frozen=True)
@@ -110,8 +98,27 @@ class IntervalJoin(JoinOperator):
     def open_in_state(self) -> Column:
         return ~F.col(MATCHED)
 
+    def then(self, plan: Plan, join: BoundJoin) -> Chain | None:
+        """Its joined rows looked up in a table (then in more, in turn): a `Chain`."""
+        if join.family not in ENRICHMENTS:
+            return None
+        return Chain.after(self, plan, join)
+
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Lateness by the streams' watermark, the join, padding of closed windows, the accounting."""
+        ran = self.run(spark, inputs)
+        return StepResult(
+            output=reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in ran.emitted]),
+            late=ran.late,
+            by_slice=ran.by_slice,
+            state=ran.state,
+            max_event=ran.max_event,
+            watermark=ran.watermark,
+            cached=ran.cached,
+        )
+
+    def run(self, spark: SparkSession, inputs: StepInput) -> IntervalStep:
+        """`step` up to the rows it emits, in joined form (`IntervalStep.emitted`), unprojected."""
         settled, timeline, mode, state = inputs.settled, inputs.timeline, inputs.mode, inputs.state
         slices, keep_state, final = inputs.slices, inputs.keep_state, inputs.final
         marks, max_event = timeline.watermarks(self.grace), timeline.max_event
@@ -194,20 +201,59 @@ class IntervalJoin(JoinOperator):
             }
             for k, sides in enumerate(evaluation.counts)
         ]
-        output = reduce(
-            DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted]
-        )
         next_state = None
         if evaluation.state is not None:
             next_state = {name: rows.drop(NEW, THROUGH) for name, rows in evaluation.state.items()}
-        return StepResult(
-            output=output,
+        return IntervalStep(
+            emitted=evaluation.emitted,
             late=reduce(DataFrame.unionByName, late_parts),
             by_slice=by_slice,
             state=next_state,
             max_event=max_event,
             watermark=closing,
             cached=evaluation.cached,
+        )
+
+    def as_rows(
+        self,
+        spark: SparkSession,
+        plan: Plan,
+        emitted: list[DataFrame],
+        timeline: arrival.Timeline,
+        final: bool,
+    ) -> DataFrame:
+        """Emitted rows as the rows of one stream, for the chain's next link: each source's columns
+        in a struct named after it (so that `orders.id` still reads orders' id and equal names never
+        collide), the output event time, and the position at which the row became known: a joined
+        pair when its later row arrived; a padded row at the first settled commit whose clock
+        closed its window (final emission) or decided it (eager), never before its own arrival;
+        at a closed input's last commit when only the input's end closed it. `PAIR` says which."""
+        L, R = self.left, self.right
+        parts = []
+        for part in emitted:
+            has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
+            at_l, at_r = (arrival.position_struct(*self._position(side)) for side in (L, R))
+            own = F.when(has_l & has_r, F.greatest(at_l, at_r)).when(has_l, at_l).otherwise(at_r)
+            parts.append(
+                part.select(
+                    *[
+                        F.struct(
+                            *[self._col(side, c).alias(c) for c in plan.source(side).schema.fieldNames()]
+                        ).alias(side)
+                        for side in (L, R)
+                    ],
+                    F.col(OUT_T).alias(T),
+                    own.alias("_sj_own"),
+                    F.col(DUE),
+                    (has_l & has_r).alias(PAIR),
+                )
+            )
+        rows = arrival.when_clock_passes(
+            spark, reduce(DataFrame.unionByName, parts), F.col(DUE), F.col("_sj_own"), timeline, final
+        )
+        emit = F.col(arrival.EMIT)
+        return rows.select(
+            L, R, T, emit["ts"].alias(TS), emit["src"].cast("int").alias(SRC), emit["v"].alias(V), PAIR
         )
 
     # ------------------------------------------------------------------ time
@@ -277,9 +323,12 @@ class IntervalJoin(JoinOperator):
         joined = left.join(right, self.condition(), "full_outer")
         out_t = F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt)
         # Persisted: the counts below and the runner's write read the join once, not twice.
-        joined = joined.withColumn(OUT_T, out_t).persist()
-        pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         only_l, only_r = has_l & ~has_r, has_r & ~has_l
+        due = F.when(only_l, lt + F.lit(self.upper + self.grace)).when(
+            only_r, rt - F.lit(self.lower - self.grace)
+        )
+        joined = joined.withColumn(OUT_T, out_t).withColumn(DUE, due).persist()
+        pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark)
         fresh_l, fresh_r = ~self._col(L, MATCHED), ~self._col(R, MATCHED)
 
@@ -362,7 +411,7 @@ class IntervalJoin(JoinOperator):
                 joined = left.where(decided).join(right, self.condition() & in_time, "left_outer")
             else:
                 joined = left.join(right.where(decided), self.condition() & in_time, "right_outer")
-            padded = joined.where(self._col(theirs, TS).isNull()).withColumn(OUT_T, t)
+            padded = joined.where(self._col(theirs, TS).isNull()).withColumn(OUT_T, t).withColumn(DUE, due)
             pads.append(padded.where(slices.inside(F.col(OUT_T))))
         return pads
 
@@ -386,6 +435,20 @@ class IntervalJoin(JoinOperator):
                 with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
             )
         return state
+
+
+@dataclass
+class IntervalStep:
+    """What `IntervalJoin.run` decided: `StepResult`'s parts, the rows still in joined form
+    (aliased by source name, with OUT_T and DUE)."""
+
+    emitted: list[DataFrame]
+    late: DataFrame
+    by_slice: list[dict[str, SourceCounts]]
+    state: dict[str, DataFrame] | None
+    max_event: int | None
+    watermark: int | None
+    cached: list[DataFrame]
 
 
 register("interval")(IntervalJoin.build)

@@ -56,8 +56,17 @@ from pyspark.sql.types import BooleanType, StructField
 from streamjoin import arrival, changelog
 from streamjoin.arrival import ALL_TIME, REJECT, TS, Slices, T, V, watermarks
 from streamjoin.changelog import TableInput
-from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register, tally_by_slice
-from streamjoin.joins.interval import MATCHED, OUT_T, Evaluation, SideCounts
+from streamjoin.joins.base import (
+    MATCHED,
+    OUT_T,
+    Evaluation,
+    JoinOperator,
+    SideCounts,
+    StepInput,
+    StepResult,
+    register,
+    tally_by_slice,
+)
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, Plan, looks_back
 from streamjoin.timeutil import to_micros
@@ -264,11 +273,16 @@ class Enrichment(JoinOperator):
 
     stream: str
     links: tuple[TemporalJoin, ...]
+    first: int = 1  # the job's number of its first link (a chain's links after a stream-stream join)
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> Enrichment:
-        stream = join.left[0]
-        return cls(stream, (TemporalJoin.from_plan(join, plan.source(join.right), stream),))
+        return cls.over(join.left[0], plan, join)
+
+    @classmethod
+    def over(cls, stream: str, plan: Plan, join: BoundJoin, first: int = 1) -> Enrichment:
+        """The rows of `stream` (a source, or a chain's joined rows) looked up by `join`."""
+        return cls(stream, (TemporalJoin.from_plan(join, plan.source(join.right), stream),), first)
 
     def then(self, plan: Plan, join: BoundJoin) -> Enrichment | None:
         """The chain extended by one more enrichment link; None for a link of another family."""
@@ -468,7 +482,7 @@ class Enrichment(JoinOperator):
         link = self.links[n]
         unmatched = reached - matched
         return LinkCounts(
-            f"{n + 1}. {link.type.upper()} JOIN {link.table}",
+            f"{self.first + n}. {link.type.upper()} JOIN {link.table}",
             reached=reached,
             matched=matched,
             padded=unmatched if link.type == "left" else 0,

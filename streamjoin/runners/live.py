@@ -44,6 +44,7 @@ from streamjoin.timeutil import from_micros, parse_duration
 PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
 SEED_BATCH = -1  # the step before the first micro-batch: a new checkpoint's catch-up, or a hand-off's seed
 _IDX = "_sj_source"
+_DERIVED = 1000  # the first tag of rows an operator derives and keeps (beside the sources' indices)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,12 @@ class LiveRunner:
         self.app_id = marker["app_id"]
         self.starting_versions: dict[str, int] = marker.get("starting_versions", {})
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
-        self.structs = {s.name: s.schema for s in self.plan.streams}
+        # The rows a batch packs into one frame (its arrivals, its state): each stream source's, and
+        # the rows the operator derives and keeps (a chain's joined rows), by name: (tag, columns).
+        self.parts = {s.name: (s.index, s.schema) for s in self.plan.streams} | {
+            name: (_DERIVED + n, schema)
+            for n, (name, schema) in enumerate(self.join.derived_state(self.plan).items())
+        }
         self._lease: str | None = None  # the token of the checkpoint's lease, while this runner holds it
         self._query: StreamingQuery | None = None
 
@@ -364,7 +370,11 @@ class LiveRunner:
                 for source in plan.streams
             }
             stored = self._state(previous)
-            state = None if stored is None else {s.name: self._unpack(stored, s.index) for s in plan.streams}
+            state = (
+                None
+                if stored is None
+                else {name: self._unpack(stored, index) for name, (index, _) in self.parts.items()}
+            )
             commits = batch_commits(new, state)
             self._index_upto(
                 {
@@ -412,8 +422,8 @@ class LiveRunner:
                     self._write(output, out.location, batch_id, "output", out.partition_by)
 
             parts = [
-                decision.next_state[source.name].select(*self._payloads(source.index), *self._state_meta())
-                for source in plan.streams
+                decision.next_state[name].select(*self._payloads(index), *self._state_meta())
+                for name, (index, _) in self.parts.items()
             ]
             next_state = reduce(DataFrame.unionByName, parts).persist()
             cached.append(next_state)
@@ -621,14 +631,13 @@ class LiveRunner:
         """The source index and a struct column per source, filled only for `index`: one schema
         that the union of all sources (in the stream and in the state) can share."""
         columns = [F.lit(index).alias(_IDX)]
-        for other in self.plan.streams:
-            schema = self.structs[other.name]
+        for other, schema in self.parts.values():
             payload = (
                 F.struct(*[F.col(f"`{c}`") for c in schema.fieldNames()])
-                if other.index == index
+                if other == index
                 else F.lit(None).cast(schema)
             )
-            columns.append(payload.alias(f"_sj_s{other.index}"))
+            columns.append(payload.alias(f"_sj_s{other}"))
         return columns
 
     def _state_path(self, batch_id: int) -> str:
@@ -673,7 +682,7 @@ class LiveRunner:
 
     def _state_schema(self) -> StructType:
         fields = [StructField(_IDX, IntegerType())]
-        fields += [StructField(f"_sj_s{s.index}", self.structs[s.name]) for s in self.plan.streams]
+        fields += [StructField(f"_sj_s{index}", schema) for index, schema in self.parts.values()]
         fields += [
             StructField(arrival.T, LongType()),
             StructField(TS, LongType()),
@@ -752,7 +761,9 @@ class Decision:
     settling: Settling
     counts: dict[str, SourceCounts]  # rows_in, rejected, carried_in; the rest is the kernel's and the state's
     rejected: list[DataFrame]  # side rows of the rejected rows, per source
-    next_state: dict[str, DataFrame]  # per stream source: open rows and rows still waiting (PENDING)
+    next_state: dict[
+        str, DataFrame
+    ]  # per stream source: open rows and rows still waiting (PENDING); derived rows
     tables: dict[str, TableInput]
     cached: list[DataFrame]  # persisted here; unpersist after writing
 
@@ -809,6 +820,9 @@ def decide(
             rejected=sum(c.rejected for c in own_commits),
             carried_in=previous.carried.get(name, 0) if previous else 0,
         )
+    for name in operator.derived_state(plan):
+        if state is not None:
+            open_state[name] = state[name].drop(PENDING)
     frontier = settling.frontier
     settled_commits = [
         c for c in arrived if c.max_event is not None and frontier is not None and c.position <= frontier
@@ -834,7 +848,7 @@ def decide(
         .withColumn(PENDING, F.lit(False))
         .unionByName(_as_state(waiting[name], operator.state_fields()).withColumn(PENDING, F.lit(True)))
         for name in waiting
-    }
+    } | {name: result.state[name].withColumn(PENDING, F.lit(False)) for name in operator.derived_state(plan)}
     return Decision(result, settling, counts, rejected_parts, next_state, tables, cached)
 
 

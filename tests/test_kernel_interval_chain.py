@@ -1,0 +1,224 @@
+"""Chains after a stream-stream join at the kernel's level, against tests/reference.py's
+`interval_chain_reference`.
+
+Streams l and r joined ON l.k = r.k in drawn bounds (INNER, LEFT, RIGHT, FULL; final or eager
+emission), then each emitted row looked up in a table s, ON l.k = s.k or ON r.k = s.k (NULL when
+that side was padded), INNER or LEFT: either s updated in place, as the row saw it at its emission
+(a clock skew that keeps the newest rows waiting), or an event-time temporal changelog (out of
+order, late and NULL versions, tombstones) at the row's output time. The emitted rows carry the
+position at which they became known (a pair at its later row, a padded row where the clock closed
+its window), so each Hypothesis example checks the whole history replayed, three slices that add up
+to it, and live micro-batches cut at random commits, against the reference.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+from harness import SCHEMA, create_tables
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_harness import (
+    SETTINGS,
+    Decided,
+    Laid,
+    buckets,
+    cuts,
+    enrichment_live,
+    enrichment_replay,
+    first_difference,
+    lay_end_to_end,
+    slices,
+)
+from reference import LINK_BUCKETS, arrival_table, interval_chain_reference, temporal_table
+
+from streamjoin.plan import Plan, bind
+from streamjoin.spec import spec_from_dict
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
+STACK = 30
+LINK = (*LINK_BUCKETS, "open")
+DECIDED = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
+
+
+@pytest.fixture(scope="module")
+def paths(spark, tmp_path_factory):
+    """Three empty source tables (l, r, s): the plan binds against their schemas."""
+    root = tmp_path_factory.mktemp("kernel_interval_chain")
+    paths = create_tables(spark, root)
+    paths[2] = f"{root}/s"
+    spark.createDataFrame([], SCHEMA).write.format("delta").save(paths[2])
+    return root, paths
+
+
+@dataclass(frozen=True)
+class Case:
+    first: str  # l JOIN r
+    emit: str
+    lo: int  # r.t - l.t in [lo, hi], seconds
+    hi: int
+    grace: int  # the interval join's, seconds
+    second: str  # ... JOIN s
+    on: str  # "l" or "r": JOIN s ON <on>.k = s.k
+    temporal: bool  # s is an event-time temporal changelog (else a table updated in place, at arrival)
+    table_grace: int  # s's grace (temporal), seconds
+    skew: int  # s's clock skew (in place), seconds
+    laid: Laid
+
+
+@st.composite
+def histories(draw, temporal: bool):
+    """Commits (side, rows) of streams l, r (sides 0, 1: id, key, seconds | None, v) and a table s
+    (side 2): a changelog (id, key, seconds, 0, insert; a tombstone's id is None) or a table updated
+    in place (inserts, update post-images, deletes)."""
+    commits, n, present = [], 0, {}
+    for c in range(draw(st.integers(1, 7))):
+        side = draw(st.sampled_from((0, 1, 0, 1, 2)))
+        if side == 2 and not temporal and present and draw(st.integers(0, 3)) == 0:
+            commits.append((2, [(*present.pop(draw(st.sampled_from(sorted(present)))), "delete")]))
+            continue
+        rows, keys = [], set()
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "a", None) if side != 2 else ("a", "b")))
+            t = None if side != 2 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            if side < 2:
+                rows.append((f"{'lr'[side]}{n}", key, t, draw(st.integers(0, 2))))
+            elif key not in keys:
+                keys.add(key)
+                if temporal:
+                    tombstone = draw(st.integers(0, 4)) == 0
+                    rows.append(
+                        (None, key, t, None, "insert") if tombstone else (f"s{n}", key, t, 0, "insert")
+                    )
+                else:
+                    change = "update_postimage" if key in present else "insert"
+                    present[key] = (f"s{n}", key, t, 0)
+                    rows.append((*present[key], change))
+        commits.append((side, rows))
+    return commits
+
+
+@st.composite
+def chain_cases(draw) -> Case:
+    emit = draw(st.sampled_from(("final", "eager")), label="emit")
+    lo = draw(st.integers(-6, 2), label="lo")
+    temporal = draw(st.booleans(), label="s temporal")
+    return Case(
+        first=draw(st.sampled_from(("inner", "left", "right", "full")), label="l JOIN r"),
+        emit=emit,
+        lo=lo,
+        hi=draw(st.integers(lo, lo + 6), label="hi"),
+        grace=draw(st.sampled_from((0, 2, 5)), label="grace"),
+        second=draw(st.sampled_from(("left", "inner")), label="JOIN s"),
+        on=draw(st.sampled_from(("l", "r")), label="ON <side>.k = s.k"),
+        temporal=temporal,
+        table_grace=draw(st.sampled_from((0, 3)), label="s's grace"),
+        skew=draw(st.sampled_from((0, 3, 3600)), label="s's clock skew (seconds)"),
+        laid=lay_end_to_end(
+            draw(st.lists(histories(temporal), min_size=STACK, max_size=STACK)), "k", tables=1, streams=2
+        ),
+    )
+
+
+def chain_plan(spark, paths, case: Case) -> Plan:
+    root, p = paths
+    s = (
+        {"path": p[2], "kind": "table", "key": ["k"], "time": "t", "changelog": True, "max_future": "none"}
+        if case.temporal
+        else {"path": p[2], "kind": "table", "key": ["k"], "clock_skew": f"{case.skew}s"}
+    )
+    lookup = {"as_of": "event_time", "grace": f"{case.table_grace}s"} if case.temporal else {}
+    return bind(
+        spark,
+        spec_from_dict(
+            {
+                "name": "interval_chain",
+                # max_future: none, since the examples' event times lie apart from their commit times
+                "sources": {
+                    "l": {"path": p[0], "time": "t", "max_future": "none"},
+                    "r": {"path": p[1], "time": "t", "max_future": "none"},
+                    "s": s,
+                },
+                "from": "l",
+                "joins": [
+                    {
+                        "join": "r",
+                        "type": case.first,
+                        "on": "l.k = r.k",
+                        "between": [f"{case.lo}s", f"{case.hi}s"],
+                        "grace": f"{case.grace}s",
+                        "emit": case.emit,
+                    },
+                    {"join": "s", "type": case.second, "on": f"{case.on}.k = s.k", **lookup},
+                ],
+                "select": ["l.id AS lid", "r.id AS rid", "s.id AS sid"],
+                "output": {"path": f"{root}/out"},
+            }
+        ),
+    )
+
+
+def expected(case: Case, mode: str = "exact", closed: bool = False):
+    """(output, counts per stream side, counts per link) as the reference decides them."""
+    laid = case.laid
+    if case.temporal:
+        _, lookup = temporal_table(laid.tables[2], case.table_grace, mode)
+    else:
+        lookup = arrival_table(laid.tables[2], laid.stream, case.skew * 1_000_000)
+    interval = {
+        "lo": case.lo,
+        "hi": case.hi,
+        "grace": case.grace,
+        "how": case.first,
+        "mode": mode,
+        "emit": case.emit,
+    }
+    return interval_chain_reference(
+        laid.stream, interval, [(case.second, lookup, lambda e, m: e.key)], case.on, closed
+    )
+
+
+def check(decided: Decided, case: Case, mode: str, closed: bool, live: bool = False) -> None:
+    output, sides, links = expected(case, mode, closed)
+    assert decided.output == output, first_difference(decided.output, output)
+    kept = DECIDED + (("unsettled",) if live else ())
+    for side in (0, 1):
+        assert buckets(decided.sources[side], kept) == buckets(sides[side], kept), side
+    assert [{b: decided.links[(n, b)] for b in LINK} for n in range(2)] == links
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_interval_chain_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
+    case = data.draw(chain_cases())
+    closed = data.draw(st.booleans(), label="closed input")
+    plan = chain_plan(spark, paths, case)
+    windows = slices(data.draw, STACK)
+    (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    check(whole, case, mode, closed)
+    parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
+    summed = Decided(sum((p.output for p in parts), start=type(whole.output)()))
+    for part in parts:
+        for side, counts in part.sources.items():
+            summed.sources[side].update(counts)
+        summed.links.update(part.links)
+    assert summed.output == whole.output, first_difference(summed.output, whole.output)
+    assert summed.sources == whole.sources and summed.links == whole.links
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_interval_chain_live_batches_decide_as_the_reference(spark, paths, data):
+    case = data.draw(chain_cases())
+    plan = chain_plan(spark, paths, case)
+    check(
+        enrichment_live(spark, plan, case.laid, data.draw(cuts(case.laid), label="cuts")),
+        case,
+        "exact",
+        False,
+        live=True,
+    )

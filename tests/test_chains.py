@@ -274,3 +274,120 @@ def test_a_metrics_table_written_before_by_link_takes_the_new_column(spark, chai
     assert [link["link"] for link in json.loads(new)] == ["1. INNER JOIN B", "2. INNER JOIN C"]
     page = build_report(spark, spec, str(tmp_path / "report")).read_text()
     assert "<table id='links'>" in page and "data-link='2. INNER JOIN C' data-runner='replay'" in page
+
+
+# ------------------------------------------------------------------ a table link after a stream-stream join
+
+
+def interval_then_table(root, paths: dict[str, str], name: str):
+    """ksqlDB's `FROM A LEFT JOIN P WITHIN 10 SECONDS ... LEFT JOIN C`, P a stream and C a table."""
+    return spec_from_dict(
+        {
+            "name": name,
+            "sources": {
+                "A": {"path": paths["A"], "time": "t"},
+                "P": {"path": paths["P"], "time": "t"},
+                "C": {"path": paths["C"], "kind": "table", "key": ["purchased_id"], "clock_skew": "0s"},
+            },
+            "from": "A",
+            "joins": [
+                {"join": "P", "type": "left", "on": "A.id = P.id", "within": "10s", "grace": "0s"},
+                {"join": "C", "type": "left", "on": "A.id = C.purchased_id"},
+            ],
+            "select": ["A.name AS purchase", "P.name AS payment", "C.carrier AS carrier"],
+            "output": {"path": f"{root}/out_{name}"},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def interval_chain(spark, tmp_path_factory):
+    """Purchases, payments and shipping committed in turn, three live runs in between (the second
+    run of a twin checkpoint failing after each of its writes), then one replay of everything."""
+    root = tmp_path_factory.mktemp("interval_chain")
+    paths = {name: f"{root}/{name}" for name in "APC"}
+    for name, schema in (("A", PURCHASES), ("P", PURCHASES), ("C", SHIPPING)):
+        spark.createDataFrame([], schema).write.format("delta").save(paths[name])
+    spec = interval_then_table(root, paths, "interval_table")
+    restarted = with_output(spec, f"{root}/out_restarted")
+    runner = LiveRunner(spark, spec, f"{root}/checkpoint")
+    hook = FailAfterEach(batch=-2, writes=("output", "state", "metrics"))
+
+    def live_restarted(**options) -> LiveRunner:
+        return LiveRunner(spark, restarted, f"{root}/checkpoint_restarted", **options)
+
+    def commit(source: str, rows):
+        append(spark, paths[source], [(i, n, at(s)) for i, n, s in rows], PURCHASES)
+
+    upsert(spark, paths["C"], [(1, "post")], SHIPPING, ("purchased_id",))
+    commit("A", [(1, "a1", 0), (2, "a2", 1)])
+    commit("P", [(1, "p1", 3)])  # a1 with p1: known at p1's commit, shipped by post then
+    upsert(spark, paths["C"], [(2, "rail")], SHIPPING, ("purchased_id",))
+    run_live([runner, live_restarted()])  # settles the purchases only: payments may still come before p1
+    commit("P", [(3, "p3", 30)])  # the clock passes a2's window (1 + 10 s): a2 padded here, by rail
+    upsert(
+        spark, paths["C"], [(2, "air")], SHIPPING, ("purchased_id",)
+    )  # after a2 was known: not its carrier
+    commit("A", [(3, "a3", 31)])  # a3 with p3, known at a3's commit: no shipping for 3
+    run_live([runner])
+    hook.batch = 1 + max(r.batch for r in read(spark, restarted.output.side("metrics")))
+    for table in hook.writes:
+        with pytest.raises(Exception, match=f"injected failure after writing {table}"):
+            live_restarted(after_write=hook).run(900)
+    live_restarted(after_write=hook).run(900)  # the last attempt completes the batch
+    commit("A", [(4, "a4", 45), (None, "a5", 40)])  # a4's window stays open; a5 has no key
+    commit("P", [(9, "p9", 50)])  # settles a3 and a4's commit; p9 itself stays unsettled
+    run_live([runner, live_restarted()])
+    replayed = replay(spark, with_output(spec, f"{root}/out_replay"), at(0), at(100))
+    return SimpleNamespace(spec=spec, restarted=restarted, replayed=replayed, fired=hook.fired, root=root)
+
+
+INTERVAL_EXPECTED = Counter(
+    {("a1", "p1", "post", at(3)): 1, ("a2", None, "rail", at(1)): 1, ("a3", "p3", None, at(31)): 1}
+)
+
+
+def interval_rows(spark, location: str) -> Counter:
+    return Counter((r.purchase, r.payment, r.carrier, r.event_time) for r in read(spark, location))
+
+
+def test_a_table_link_after_a_stream_stream_join_sees_the_table_when_each_row_became_known(
+    spark, interval_chain
+):
+    """A joined pair looks the table up as it was when its later row arrived, a padded row as it
+    was when the clock closed its window; live (in three runs) equals the replay, link by link."""
+    spec = interval_chain.spec
+    assert interval_rows(spark, spec.output.location) == INTERVAL_EXPECTED
+    assert interval_rows(spark, f"{interval_chain.root}/out_replay") == INTERVAL_EXPECTED
+    accounting, _ = live_accounting(spark, spec.output.location)
+    assert accounting["A"] == {
+        "rows_in": 5, "rejected": 1, "late": 0, "joined": 2, "unmatched_emitted": 1, "unmatched_dropped": 0,
+        "open": 1, "unsettled": 0,
+    }  # fmt: skip
+    assert accounting["P"] == {
+        "rows_in": 3, "rejected": 0, "late": 0, "joined": 2, "unmatched_emitted": 0, "unmatched_dropped": 0,
+        "open": 0, "unsettled": 1,
+    }  # fmt: skip
+    links = Counter()
+    for row in read(spark, spec.output.side("metrics")):
+        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
+    by_link = {
+        "1. LEFT JOIN P": [3, 2, 1, 0],
+        "2. LEFT JOIN C": [3, 2, 1, 0],
+    }  # reached, matched, padded, dropped
+    assert {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links} == by_link
+    replayed = interval_chain.replayed
+    assert replayed.balanced()
+    assert [[getattr(k, b) for b in LINK_BUCKETS] for k in replayed.links] == list(by_link.values())
+    assert (replayed.sources["A"].joined, replayed.sources["A"].open) == (2, 1)
+
+
+def test_a_batch_of_a_stream_stream_then_table_chain_failing_after_each_write_is_redone_once(
+    spark, interval_chain
+):
+    """The chain's joined rows and open windows live in the checkpoint's state: a batch killed
+    after each of its writes in turn ends with the rows and counts of the run that never failed."""
+    assert [table for table, _ in interval_chain.fired] == ["output", "state", "metrics"]
+    live, restarted = interval_chain.spec.output.location, interval_chain.restarted.output.location
+    assert interval_rows(spark, restarted) == interval_rows(spark, live) == INTERVAL_EXPECTED
+    assert live_accounting(spark, restarted) == live_accounting(spark, live)

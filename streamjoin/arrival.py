@@ -99,11 +99,12 @@ class Slices:
     def __len__(self) -> int:
         return 1 if self.bounds is None else len(self.bounds) - 1
 
-    def inside(self, time: Column) -> Column:
-        """`time` lies in one of the slices."""
+    def inside(self, time: Column, reach: tuple[int, int] = (0, 0)) -> Column:
+        """`time` lies in one of the slices, or up to `reach` (before, after) around them."""
         if self.bounds is None:
             return F.lit(True)
-        return (time >= F.lit(self.bounds[0])) & (time < F.lit(self.bounds[-1]))
+        before, after = reach
+        return (time >= F.lit(self.bounds[0] - before)) & (time < F.lit(self.bounds[-1] + after))
 
     def number(self, time: Column) -> Column:
         """The number of the slice `time` lies in (0, 1, ...); NULL outside them all."""

@@ -609,15 +609,19 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
     """The timeline of `commits` from index entries (position, the source's largest accepted event
     time up to and including that commit): before each commit, the largest over the sources of
     their latest entry strictly before it; through it, the same with its own entry; at the end, of
-    their latest entry at or before the frontier; and where the clock rises in between (`_rises`).
+    their latest entry at or before the frontier; and where the clock rises in between (`_rises`),
+    each rise and the frontier with its marks too.
     `entries` must hold, per source, every entry from its last one before the earliest commit up
     to the frontier."""
     entries = sorted(entries, key=lambda entry: entry[0])
+    rises = _rises(entries, commits, frontier)
     latest: dict[int, int | None] = {}  # source index -> max so far
     marks: dict[tuple[int, int], int | None] = {}
     through: dict[tuple[int, int], int | None] = {}
     i = 0
-    for target in sorted(commits):
+    # The rises and the frontier too: a chain's derived rows arrive at them (`Timeline.rises`).
+    targets = commits | {position for _, position in rises} | ({frontier} if commits else set())
+    for target in sorted(targets):
         while i < len(entries) and entries[i][0] < target:
             latest[entries[i][0][1]] = entries[i][1]
             i += 1
@@ -628,9 +632,7 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
     while i < len(entries) and entries[i][0] <= frontier:
         latest[entries[i][0][1]] = entries[i][1]
         i += 1
-    return Timeline(
-        marks, _max(latest.values()), through, start, _rises(entries, commits, frontier), frontier
-    )
+    return Timeline(marks, _max(latest.values()), through, start, rises, frontier)
 
 
 def _rises(

@@ -80,17 +80,24 @@ class LinkCounts:
     # final: those an earlier run left (carried_in) and those this run leaves (open).
     carried_in: int = 0
     open: int = 0
+    # A stream-stream link after another link: the rows it passed on (one per pair and padded
+    # row), when that is not matched + padded (a row joined with two partners is two rows).
+    emitted: int | None = None
 
     def balanced(self) -> bool:
         return self.reached == self.matched + self.padded + self.dropped
 
+    @property
+    def passed(self) -> int:
+        """The rows this link hands the next one."""
+        return self.matched + self.padded if self.emitted is None else self.emitted
+
 
 def links_balanced(links: list[LinkCounts]) -> bool:
-    """Every link adds up, and each takes what the one before matched or padded (with the rows
-    waiting at it: reached + open = before's matched + padded + carried_in)."""
+    """Every link adds up, and each takes what the one before passed on (with the rows waiting at
+    it: reached + open = before's passed + carried_in)."""
     chained = all(
-        b.reached + b.open == a.matched + a.padded + b.carried_in
-        for a, b in zip(links, links[1:], strict=False)
+        b.reached + b.open == a.passed + b.carried_in for a, b in zip(links, links[1:], strict=False)
     )
     return chained and all(link.balanced() for link in links)
 
@@ -210,8 +217,13 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         merged.open, merged.unsettled = last.sources[name].open, last.sources[name].unsettled
         sources[name] = merged
     links = [
-        LinkCounts(link.link, carried_in=link.carried_in, open=end.open)
-        for link, end in zip(first.links, last.links, strict=True)
+        LinkCounts(
+            link.link,
+            carried_in=link.carried_in,
+            open=end.open,
+            emitted=None if link.emitted is None else sum(run.links[n].emitted or 0 for run in runs),
+        )
+        for n, (link, end) in enumerate(zip(first.links, last.links, strict=True))
     ]
     phases: dict[str, float] = {}
     for run in runs:

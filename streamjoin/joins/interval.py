@@ -26,7 +26,7 @@ the live runner once per micro-batch over its state plus the newly settled rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
@@ -45,9 +45,9 @@ from streamjoin.joins.base import (
     StepInput,
     StepResult,
     register,
+    tally_by_slice,
 )
-from streamjoin.joins.chain import PAIR, Chain
-from streamjoin.joins.temporal import ENRICHMENTS
+from streamjoin.joins.chain import Chain
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -68,6 +68,11 @@ class IntervalJoin(JoinOperator):
     emit: str
     equi: tuple[tuple[str, str], ...]
     residual: str | None
+    # In a chain: the sources whose columns the left rows hold, a struct each, when the left input
+    # is the rows an earlier link emitted (empty: the left is a source); and how far around the
+    # slices its emitted rows must reach, for the links after it (before, after).
+    left_sources: tuple[str, ...] = ()
+    reach: tuple[int, int] = (0, 0)
 
     @classmethod
     def from_plan(cls, join: BoundJoin) -> IntervalJoin:
@@ -99,16 +104,23 @@ class IntervalJoin(JoinOperator):
         return ~F.col(MATCHED)
 
     def then(self, plan: Plan, join: BoundJoin) -> Chain | None:
-        """Its joined rows looked up in a table (then in more, in turn): a `Chain`."""
-        if join.family not in ENRICHMENTS:
-            return None
-        return Chain.after(self, plan, join)
+        """Its joined rows joined with another stream, or looked up in a table: a `Chain`."""
+        return Chain.of(self).then(plan, join)
+
+    def following(self, join: BoundJoin, left: str, sources: tuple[str, ...]) -> IntervalJoin:
+        """The interval join of `join` whose left input is `left`, the rows an earlier link emitted
+        (holding `sources`' columns): a chain's stream-stream link after this one."""
+        return replace(self.from_plan(join), left=left, left_sources=sources)
+
+    def sources(self) -> tuple[str, ...]:
+        """The sources whose columns its emitted rows hold, in the order written."""
+        return (*(self.left_sources or (self.left,)), self.right)
 
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Lateness by the streams' watermark, the join, padding of closed windows, the accounting."""
         ran = self.run(spark, inputs)
         return StepResult(
-            output=reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in ran.emitted]),
+            output=self.output(plan, ran.emitted),
             late=ran.late,
             by_slice=ran.by_slice,
             state=ran.state,
@@ -116,6 +128,24 @@ class IntervalJoin(JoinOperator):
             watermark=ran.watermark,
             cached=ran.cached,
         )
+
+    def output(self, plan: Plan, emitted: list[DataFrame]) -> DataFrame:
+        """Emitted rows (`run`'s joined form) as output rows: `where`, `select`, the output time."""
+        return reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in emitted])
+
+    def tally(self, emitted: list[DataFrame], slices: Slices) -> dict[int, tuple[int, int]]:
+        """(pairs, padded rows) among emitted rows (`run`'s joined form), by slice of their time."""
+        both = self._col(self.left, TS).isNotNull() & self._col(self.right, TS).isNotNull()
+        rows = reduce(
+            DataFrame.unionByName, [part.select(F.col(OUT_T), both.alias("_sj_pair")) for part in emitted]
+        )
+        counted = tally_by_slice(
+            rows,
+            slices.number(F.col(OUT_T)),
+            pairs=F.count(F.when(F.col("_sj_pair"), 1)),
+            pads=F.count(F.when(~F.col("_sj_pair"), 1)),
+        )
+        return {k: (c["pairs"], c["pads"]) for k, c in counted.items()}
 
     def run(self, spark: SparkSession, inputs: StepInput) -> IntervalStep:
         """`step` up to the rows it emits, in joined form (`IntervalStep.emitted`), unprojected."""
@@ -227,7 +257,7 @@ class IntervalJoin(JoinOperator):
         collide), the output event time, and the position at which the row became known: a joined
         pair when its later row arrived; a padded row at the first settled commit whose clock
         closed its window (final emission) or decided it (eager), never before its own arrival;
-        at a closed input's last commit when only the input's end closed it. `PAIR` says which."""
+        at a closed input's last commit when only the input's end closed it."""
         L, R = self.left, self.right
         parts = []
         for part in emitted:
@@ -236,16 +266,10 @@ class IntervalJoin(JoinOperator):
             own = F.when(has_l & has_r, F.greatest(at_l, at_r)).when(has_l, at_l).otherwise(at_r)
             parts.append(
                 part.select(
-                    *[
-                        F.struct(
-                            *[self._col(side, c).alias(c) for c in plan.source(side).schema.fieldNames()]
-                        ).alias(side)
-                        for side in (L, R)
-                    ],
+                    *self._source_columns(plan),
                     F.col(OUT_T).alias(T),
                     own.alias("_sj_own"),
                     F.col(DUE),
-                    (has_l & has_r).alias(PAIR),
                 )
             )
         rows = arrival.when_clock_passes(
@@ -253,8 +277,30 @@ class IntervalJoin(JoinOperator):
         )
         emit = F.col(arrival.EMIT)
         return rows.select(
-            L, R, T, emit["ts"].alias(TS), emit["src"].cast("int").alias(SRC), emit["v"].alias(V), PAIR
+            *self.sources(),
+            T,
+            emit["ts"].alias(TS),
+            emit["src"].cast("int").alias(SRC),
+            emit["v"].alias(V),
         )
+
+    def _source_columns(self, plan: Plan) -> list[Column]:
+        """A struct per source of the joined form (`emitted`), named after it: the right side's
+        columns; the left's, or, when the left holds an earlier link's rows, its structs as they are."""
+        columns = [self._col(self.left, s).alias(s) for s in self.left_sources]
+        for side in () if self.left_sources else (self.left,):
+            columns.append(
+                F.struct(*[self._col(side, c).alias(c) for c in plan.source(side).schema.fieldNames()]).alias(
+                    side
+                )
+            )
+        source = plan.source(self.right)
+        columns.append(
+            F.struct(*[self._col(self.right, c).alias(c) for c in source.schema.fieldNames()]).alias(
+                self.right
+            )
+        )
+        return columns
 
     # ------------------------------------------------------------------ time
 
@@ -338,7 +384,7 @@ class IntervalJoin(JoinOperator):
                 keep = keep | (only_l & closed_l & fresh_l)
             if self.preserves(R):
                 keep = keep | (only_r & closed_r & fresh_r)
-        emitted = [joined.where(keep & slices.inside(F.col(OUT_T)))]
+        emitted = [joined.where(keep & slices.inside(F.col(OUT_T), self.reach))]
         if self.emit == "eager":
             emitted += self._eager_pads(left, right, slices, clock)
 
@@ -412,7 +458,7 @@ class IntervalJoin(JoinOperator):
             else:
                 joined = left.join(right.where(decided), self.condition() & in_time, "right_outer")
             padded = joined.where(self._col(theirs, TS).isNull()).withColumn(OUT_T, t).withColumn(DUE, due)
-            pads.append(padded.where(slices.inside(F.col(OUT_T))))
+            pads.append(padded.where(slices.inside(F.col(OUT_T), self.reach)))
         return pads
 
     def _next_state(

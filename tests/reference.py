@@ -79,38 +79,56 @@ def emissions(
     residual: Callable[[Event, Event], bool] = lambda l, r: True,
     closed: bool = False,
     emit: str = "final",
+    world: list[Event] | None = None,
+    sources: int = 2,
+    derived: bool = False,
 ) -> tuple[list[tuple[tuple, tuple[int, int, int]]], dict[int, dict[str, int]]]:
     """`reference`'s output rows, each with the position at which it became known (what a chain's
     next link sees): a pair at the later of its rows' positions; a padded row at the first settled
     position, at or after its own, whose clock C(p) passes its due time (final: edge + grace;
-    eager: due(e)); a row only a closed input decides, at the last position of the input."""
+    eager: due(e)); a row only a closed input decides, at the last position of the input.
+
+    In a chain, `world` holds every stream row of the job (`sources` streams): the frontier, the
+    clock and the watermarks are the whole job's, not the two inputs'. `derived`: side 0 holds the
+    rows an earlier link emitted (settled already; a NULL key, a padded side's, only never matches)."""
     assert mode in ("exact", "complete") and how in PRESERVED and emit in ("final", "eager")
+    world = events if world is None else world
     counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
     newest = {}
-    for e in events:
+    for e in world:
         newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
-    frontier = min(newest.values()) if len(newest) == 2 else None
+    frontier = min(newest.values()) if len(newest) == sources else None
 
+    def rejected(e: Event) -> bool:
+        return (e.key is None and how != "cross") or e.t is None
+
+    def is_settled(e: Event) -> bool:
+        return closed or (frontier is not None and e.pos <= frontier)
+
+    accepted = [e for e in world if not rejected(e) and is_settled(e)]  # the clock's rows
     settled = []
     for e in events:
         counts[e.side]["rows_in"] += 1
-        if (e.key is None and how != "cross") or e.t is None:
+        if derived and e.side == 0:
+            settled.append(e)
+        elif rejected(e):
             counts[e.side]["rejected"] += 1
-        elif not closed and (frontier is None or e.pos > frontier):
+        elif not is_settled(e):
             counts[e.side]["unsettled"] += 1
         else:
             settled.append(e)
 
     on_time = {0: [], 1: []}
     for e in settled:
-        before = [o.t for o in settled if o.pos < e.pos]
+        before = [o.t for o in accepted if o.pos < e.pos]
         if mode == "exact" and before and e.t < max(before) - grace:
             counts[e.side]["late"] += 1
         else:
             on_time[e.side].append(e)
 
     def match(l: Event, r: Event) -> bool:
-        return (how == "cross" or l.key == r.key) and lo <= r.t - l.t <= hi and residual(l, r)
+        keyed = how == "cross" or (l.key is not None and l.key == r.key)
+        return keyed and lo <= r.t - l.t <= hi and residual(l, r)
 
     out = []
     for l in on_time[0]:
@@ -118,16 +136,16 @@ def emissions(
             if match(l, r):
                 out.append(((l.id, r.id, max(l.t, r.t)), max(l.pos, r.pos)))
 
-    m_end = max((e.t for e in settled), default=None)
-    positions = sorted({o.pos for o in settled})
-    last = max(e.pos for e in events) if events else None
+    m_end = max((e.t for e in accepted), default=None)
+    positions = sorted({o.pos for o in accepted})
+    last = max(e.pos for e in world) if world else None
 
     def padded(e: Event, due: int) -> tuple[tuple, tuple[int, int, int]]:
         at = next((p for p in positions if p >= e.pos and clock(p) > due), last)
         return ((e.id, None, e.t) if e.side == 0 else (None, e.id, e.t)), at
 
     def clock(p: tuple[int, int, int]) -> int:
-        return max(o.t for o in settled if o.pos <= p)
+        return max(o.t for o in accepted if o.pos <= p)
 
     for side in PRESERVED[how] if emit == "eager" else ():
         for e in on_time[side]:
@@ -135,7 +153,7 @@ def emissions(
             if not (closed or m_end > due):
                 continue
             partners = [o for o in on_time[1 - side] if (match(e, o) if side == 0 else match(o, e))]
-            if not any(o.pos < e.pos or clock(o.pos) <= due for o in partners):
+            if not any(o.pos <= e.pos or clock(o.pos) <= due for o in partners):
                 out.append(padded(e, due))
 
     for side in (0, 1):
@@ -366,6 +384,43 @@ def interval_chain_reference(
         if not any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
             out[(lid, rid, *(None if m is None else m.id for m in matches), t)] += 1
     return out, counts, per_link
+
+
+def interval_chain_of_three(
+    events: list[Event], first: dict, second: dict, on: str = "l", closed: bool = False
+) -> tuple[Counter, dict[int, dict[str, int]], list[dict[str, int]]]:
+    """Streams 0 and 1 joined (`emissions`, keyword arguments `first`), then each emitted row
+    joined with stream 2 (`second`) as a stream row at its emission position and output time,
+    keyed by its `on` side ("l" or "r"; NULL when that side was padded); the frontier, clock and
+    watermarks of both links are those of all three streams. (Output multiset of (id 0, id 1,
+    id 2, time), counts per stream, counts per link: the first counts its emitted rows, the second
+    the rows it took: matched, padded, dropped (late or unmatched), open.)"""
+    emitted, counts = emissions(
+        [e for e in events if e.side < 2], closed=closed, world=events, sources=3, **first
+    )
+    keys = {e.id: e.key for e in events}
+    joined = []
+    for (lid, rid, t), pos in emitted:
+        mine = lid if on == "l" else rid
+        joined.append(Event(0, (lid, rid), None if mine is None else keys[mine], t, pos))
+    third = [replace(e, side=1) for e in events if e.side == 2]
+    out, later = emissions(joined + third, closed=closed, world=events, sources=3, derived=True, **second)
+    pairs = sum(1 for (lid, rid, _), _ in emitted if lid is not None and rid is not None)
+    taken = later[0]
+    links = [
+        {"reached": len(emitted), "matched": pairs, "padded": len(emitted) - pairs, "dropped": 0, "open": 0},
+        {
+            "reached": sum(taken[b] for b in ("late", "joined", "unmatched_emitted", "unmatched_dropped")),
+            "matched": taken["joined"],
+            "padded": taken["unmatched_emitted"],
+            "dropped": taken["late"] + taken["unmatched_dropped"],
+            "open": taken["open"],
+        },
+    ]
+    rows = Counter()
+    for (left, cid, t), _ in out:
+        rows[(*(left or (None, None)), cid, t)] += 1
+    return rows, {0: counts[0], 1: counts[1], 2: later[1]}, links
 
 
 def by_stream_key(e: Event, matches: list[Change | None]) -> str | None:

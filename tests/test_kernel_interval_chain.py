@@ -32,7 +32,13 @@ from kernel_harness import (
     lay_end_to_end,
     slices,
 )
-from reference import LINK_BUCKETS, arrival_table, interval_chain_reference, temporal_table
+from reference import (
+    LINK_BUCKETS,
+    arrival_table,
+    interval_chain_of_three,
+    interval_chain_reference,
+    temporal_table,
+)
 
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import spec_from_dict
@@ -222,3 +228,135 @@ def test_interval_chain_live_batches_decide_as_the_reference(spark, paths, data)
         False,
         live=True,
     )
+
+
+# ------------------------------------------------------------------ stream-stream-stream
+
+
+@dataclass(frozen=True)
+class ThreeWay:
+    first: dict  # l JOIN r: how, lo, hi, grace, emit (seconds)
+    second: dict  # ... JOIN c
+    on: str  # "l" or "r": JOIN c ON <on>.k = c.k
+    laid: Laid
+
+
+@st.composite
+def streams_of_three(draw):
+    """Commits (side, rows) of streams l, r and c (sides 0, 1, 2): rows (id, key, seconds | None, v)."""
+    commits, n = [], 0
+    for c in range(draw(st.integers(1, 7))):
+        side = draw(st.integers(0, 2))
+        rows = []
+        for _ in range(draw(st.integers(1, 3))):
+            n += 1
+            key = draw(st.sampled_from(("a", "b", "a", None)))
+            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            rows.append((f"{'lrc'[side]}{n}", key, t, draw(st.integers(0, 2))))
+        commits.append((side, rows))
+    return commits
+
+
+def link_of(draw, name: str) -> dict:
+    lo = draw(st.integers(-6, 2), label=f"{name} lo")
+    return {
+        "how": draw(st.sampled_from(("inner", "left", "right", "full")), label=name),
+        "lo": lo,
+        "hi": draw(st.integers(lo, lo + 6), label=f"{name} hi"),
+        "grace": draw(st.sampled_from((0, 2, 5, 12)), label=f"{name} grace"),
+        "emit": draw(st.sampled_from(("final", "eager")), label=f"{name} emit"),
+    }
+
+
+@st.composite
+def three_way_cases(draw) -> ThreeWay:
+    return ThreeWay(
+        first=link_of(draw, "l JOIN r"),
+        second=link_of(draw, "JOIN c"),
+        on=draw(st.sampled_from(("l", "r")), label="ON <side>.k = c.k"),
+        laid=lay_end_to_end(
+            draw(st.lists(streams_of_three(), min_size=STACK, max_size=STACK)), "k", tables=0, streams=3
+        ),
+    )
+
+
+def three_way_plan(spark, paths, case: ThreeWay) -> Plan:
+    root, p = paths
+
+    def link(source: str, on: str, spec: dict) -> dict:
+        return {
+            "join": source,
+            "type": spec["how"],
+            "on": on,
+            "between": [f"{spec['lo']}s", f"{spec['hi']}s"],
+            "grace": f"{spec['grace']}s",
+            "emit": spec["emit"],
+        }
+
+    return bind(
+        spark,
+        spec_from_dict(
+            {
+                "name": "three_way",
+                "sources": {
+                    name: {"path": p[side], "time": "t", "max_future": "none"}
+                    for side, name in enumerate(("l", "r", "c"))
+                },
+                "from": "l",
+                "joins": [
+                    link("r", "l.k = r.k", case.first),
+                    link("c", f"{case.on}.k = c.k", case.second),
+                ],
+                "select": ["l.id AS lid", "r.id AS rid", "c.id AS cid"],
+                "output": {"path": f"{root}/out3"},
+            }
+        ),
+    )
+
+
+def check_three(decided: Decided, case: ThreeWay, mode: str, closed: bool, live: bool = False) -> None:
+    first, second = ({**link, "mode": mode} for link in (case.first, case.second))
+    output, sides, links = interval_chain_of_three(case.laid.stream, first, second, case.on, closed)
+    assert decided.output == output, first_difference(decided.output, output)
+    kept = DECIDED + (("unsettled",) if live else ())
+    for side in (0, 1, 2):
+        assert buckets(decided.sources[side], kept) == buckets(sides[side], kept), side
+    assert [{b: decided.links[(n, b)] for b in LINK} for n in range(2)] == links
+
+
+@pytest.fixture(scope="module")
+def three_paths(spark, paths):
+    """l, r and a third stream c (paths[2] is the table of the tests above: c has its own)."""
+    root, p = paths
+    c = f"{root}/c"
+    spark.createDataFrame([], SCHEMA).write.format("delta").save(c)
+    return root, {0: p[0], 1: p[1], 2: c}
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_three_streams_replay_and_slices_decide_as_the_reference(spark, three_paths, mode, data):
+    case = data.draw(three_way_cases())
+    closed = data.draw(st.booleans(), label="closed input")
+    plan = three_way_plan(spark, three_paths, case)
+    windows = slices(data.draw, STACK)
+    (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    check_three(whole, case, mode, closed)
+    parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
+    summed = Decided(sum((p.output for p in parts), start=type(whole.output)()))
+    for part in parts:
+        for side, counts in part.sources.items():
+            summed.sources[side].update(counts)
+        summed.links.update(part.links)
+    assert summed.output == whole.output, first_difference(summed.output, whole.output)
+    assert summed.sources == whole.sources and summed.links == whole.links
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_three_streams_live_batches_decide_as_the_reference(spark, three_paths, data):
+    case = data.draw(three_way_cases())
+    plan = three_way_plan(spark, three_paths, case)
+    cut = data.draw(cuts(case.laid), label="cuts")
+    check_three(enrichment_live(spark, plan, case.laid, cut), case, "exact", False, live=True)

@@ -44,10 +44,11 @@ def family(plan: Plan) -> JoinOperator:
             raise UnsupportedJobError(
                 f"job {plan.spec.name!r}: join {step} ({join.spec.type.upper()} JOIN {join.right}, family "
                 f"{join.family}) cannot follow the {plan.joins[step - 2].family} join before it yet. The runners chain "
-                "enrichment joins (stream-table, event-time temporal or ASOF) after a stream or after a first "
-                "stream-stream join: FROM a JOIN b JOIN c with b and c tables, or FROM a JOIN b WITHIN ... JOIN c "
-                "with c a table. Split the job: write the first joins' output to a table and join it in a "
-                "second job"
+                "stream-stream joins after a stream-stream join (FROM a JOIN b WITHIN ... JOIN c WITHIN ..., "
+                "no CROSS after the first), then enrichment joins (stream-table, event-time temporal or ASOF; "
+                "FROM a JOIN b WITHIN ... JOIN c with c a table), or enrichment joins alone after a stream (FROM "
+                "a JOIN b JOIN c with b and c tables). Split the job: write the first joins' output to a table "
+                "and join it in a second job"
             )
         operator = extended
     return operator

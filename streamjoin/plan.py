@@ -428,13 +428,14 @@ _SPACING_COMMITS = 20  # the newest commits a source's spacing is measured on
 
 
 def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
-    """Joins whose grace is shorter than the time between a source's commits.
+    """Joins whose grace is shorter than the time between a source's commits, and stream-stream
+    links whose grace lets the rows of the link before arrive late (`chain_grace_warnings`).
 
     Each commit brings the rows since the one before, so a source committing every 6 hours brings
     rows up to 6 hours old, while lateness counts from the newest event time any source has
     committed: with a 10-minute grace, most of its rows arrive late. The spacing is the median
     gap between the source's newest row-adding commits."""
-    warnings = []
+    warnings = chain_grace_warnings(plan)
     for step, join in enumerate(plan.joins, 1):
         if join.family == "interval":
             judged = [*join.left, join.right]
@@ -467,6 +468,34 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
                     "behind the newest event time of any source is late: expect many late rows. Set grace to at "
                     f"least {format_duration(spacing)}"
                 )
+    return warnings
+
+
+def chain_grace_warnings(plan: Plan) -> list[str]:
+    """Stream-stream links after a stream-stream link whose grace is shorter than the one before
+    needs (docs/semantics.md, "Chains after a stream-stream join"): a pair comes out when its later
+    row arrives, on time by the grace before; a padded row when the clock passes its window's end
+    plus that grace, up to `upper` (left rows) or `-lower` (right rows) after its own time."""
+    warnings = []
+    for step, (before, join) in enumerate(zip(plan.joins, plan.joins[1:], strict=False), 2):
+        if before.family != "interval" or join.family != "interval":
+            continue
+        bounds = before.spec.bounds
+        assert bounds is not None  # every interval join has its bounds (spec validation)
+        widest = timedelta(0)
+        if before.spec.type in ("left", "full"):
+            widest = max(widest, bounds.upper)
+        if before.spec.type in ("right", "full"):
+            widest = max(widest, -bounds.lower)
+        needed = before.spec.grace + widest
+        if join.spec.grace < needed:
+            warnings.append(
+                f"join {step} ({join.spec.type.upper()} JOIN {join.right}): grace is {format_duration(join.spec.grace)}, "
+                f"but the rows join {step - 1} emits can come out up to {format_duration(needed)} behind the newest "
+                f"event time (its grace {format_duration(before.spec.grace)}"
+                + (f" plus {format_duration(widest)} for its padded rows" if widest else "")
+                + f"): those would be late here. Set join {step}'s grace to at least {format_duration(needed)}"
+            )
     return warnings
 
 
@@ -516,6 +545,11 @@ def describe(
                 f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
                 f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side"
             )
+            if step > 1:
+                lines.append(
+                    f"     left side: the rows join {step - 1} emits ({' + '.join(join.left)}), each at the commit "
+                    "where it became known; lateness and closing by the whole job's clock"
+                )
         if join.family in ("stream-table", "temporal", "asof"):
             lines += [f"     {line}" for line in _describe_lookup(plan, join)]
         if join.family == "table-table":
@@ -612,6 +646,8 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
     """How an enrichment join resolves the table's versions (docs/semantics.md)."""
     table = plan.source(join.right).spec
     stream = join.left[0]
+    if plan.joins[0].family == "interval":  # after stream-stream links: their rows, each at its emission
+        stream = f"joined ({' + '.join(join.left)})"
     if table.changelog:
         tombstone = f"{table.deleted} = true" if table.deleted else "every value column NULL"
         form = f"append-only changelog (each row a new value of its key; tombstone: {tombstone})"

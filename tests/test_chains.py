@@ -391,3 +391,92 @@ def test_a_batch_of_a_stream_stream_then_table_chain_failing_after_each_write_is
     live, restarted = interval_chain.spec.output.location, interval_chain.restarted.output.location
     assert interval_rows(spark, restarted) == interval_rows(spark, live) == INTERVAL_EXPECTED
     assert live_accounting(spark, restarted) == live_accounting(spark, live)
+
+
+# ------------------------------------------------------------------ three streams in turn
+
+
+@pytest.fixture(scope="module")
+def three_streams(spark, tmp_path_factory):
+    """ksqlDB's `FROM A LEFT JOIN B WITHIN 10 SECONDS ... FULL JOIN C WITHIN 10 SECONDS`, three
+    streams committed in turn: live in three runs, then one replay of everything."""
+    root = tmp_path_factory.mktemp("three_streams")
+    paths = {name: f"{root}/{name}" for name in "ABC"}
+    for name in "ABC":
+        spark.createDataFrame([], PURCHASES).write.format("delta").save(paths[name])
+    spec = spec_from_dict(
+        {
+            "name": "three_streams",
+            "sources": {name: {"path": paths[name], "time": "t"} for name in "ABC"},
+            "from": "A",
+            "joins": [
+                {"join": "B", "type": "left", "on": "A.id = B.id", "within": "10s", "grace": "0s"},
+                {"join": "C", "type": "full", "on": "A.id = C.id", "within": "10s", "grace": "20s"},
+            ],
+            "select": ["A.name AS a", "B.name AS b", "C.name AS c"],
+            "output": {"path": f"{root}/out"},
+        }
+    )
+    runner = LiveRunner(spark, spec, f"{root}/checkpoint")
+
+    def commit(source: str, rows):
+        append(spark, paths[source], [(i, n, at(s)) for i, n, s in rows], PURCHASES)
+
+    commit("A", [(1, "a1", 0), (2, "a2", 1)])
+    commit("B", [(1, "b1", 3)])  # a1 with b1, known at b1's commit
+    commit("C", [(1, "c1", 5), (7, "c7", 2)])  # c1 meets a1 + b1; c7 meets nothing
+    run_live([runner])
+    commit("B", [(3, "b3", 30)])  # the clock passes a2's window: a2 padded at join 1, then at join 2
+    commit("C", [(2, "c2", 12)])  # A.id = 2 but 11 s after a2: outside join 2's window
+    commit("A", [(3, "a3", 31)])  # a3 with b3; no c3
+    run_live([runner])
+    commit("A", [(4, "a4", 80)])  # closes every window before it; a4's stays open
+    commit("B", [(9, "b9", 90)])
+    commit("C", [(9, "c9", 95)])
+    run_live([runner])
+    replayed = replay(spark, with_output(spec, f"{root}/out_replay"), at(0), at(200))
+    return SimpleNamespace(spec=spec, replayed=replayed, root=root)
+
+
+def test_three_streams_joined_in_turn_live_equal_the_replay_link_by_link(spark, three_streams):
+    """Join 2 takes join 1's rows at the positions they became known (a padded a2 too) and pads
+    both its sides; live (in three runs) writes what the replay writes, and each link adds up."""
+    expected = Counter(
+        {
+            ("a1", "b1", "c1", at(5)): 1,
+            ("a2", None, None, at(1)): 1,  # padded at both joins
+            ("a3", "b3", None, at(31)): 1,
+            (None, None, "c2", at(12)): 1,
+            (None, None, "c7", at(2)): 1,
+        }
+    )
+    spec = three_streams.spec
+
+    def rows(location: str) -> Counter:
+        return Counter((r.a, r.b, r.c, r.event_time) for r in read(spark, location))
+
+    assert rows(spec.output.location) == expected
+    assert rows(f"{three_streams.root}/out_replay") == expected
+    accounting, _ = live_accounting(spark, spec.output.location)
+    assert {
+        name: (c["joined"], c["unmatched_emitted"], c["open"], c["unsettled"])
+        for name, c in accounting.items()
+    } == {
+        "A": (2, 1, 1, 0),  # a1, a3 joined; a2 padded; a4 open
+        "B": (2, 0, 0, 1),  # b1, b3; b9 unsettled (A's newest commit is older)
+        "C": (1, 2, 0, 1),  # c1; c2, c7 padded; c9 unsettled (A's newest commit is older)
+    }
+    links = Counter()
+    for row in read(spark, spec.output.side("metrics")):
+        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
+    by_link = {
+        "1. LEFT JOIN B": [3, 2, 1, 0],
+        "2. FULL JOIN C": [3, 1, 2, 0],
+    }  # reached, matched, padded, dropped
+    assert {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links} == by_link
+    replayed = three_streams.replayed
+    assert replayed.balanced()
+    assert [[getattr(k, b) for b in LINK_BUCKETS] for k in replayed.links] == list(by_link.values())
+    assert (
+        replayed.links[1].emitted == 5
+    )  # the rows join 2 wrote: one pair, two padded A + B rows... and two C rows

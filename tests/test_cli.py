@@ -264,9 +264,9 @@ def test_verify_command_finds_the_demo_live_output_equal_to_the_replay(demo, cap
 
 
 def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys, tmp_path):
-    """Issue 18, item 3: one set of checks. A chain the runners cannot run yet (two interval
-    joins) and a source without change data feed pass the file's structure but fail validate-job
-    and explain, as replay refuses them."""
+    """Issue 18, item 3: one set of checks. A chain the runners cannot run yet (a CROSS join after
+    an interval join) and a source without change data feed pass the file's structure but fail
+    validate-job and explain, as replay refuses them."""
     root, _, _ = demo
     chain = tmp_path / "chain.yaml"
     chain.write_text(
@@ -277,13 +277,13 @@ def test_validate_and_explain_refuse_what_the_runners_refuse(spark, demo, capsys
         "from: orders\n"
         "joins:\n"
         "  - {join: payments, on: orders.order_id = payments.order_id, within: 1h}\n"
-        "  - {join: again, on: orders.order_id = again.order_id, within: 1h}\n"
+        "  - {join: again, type: cross, within: 1h}\n"
         "output: {path: demo/out/chain}\n"
     )
     for command in ("validate-job", "explain"):
         assert main(["--root", str(root), command, str(chain)]) == 2, command
         assert (
-            "join 2 (INNER JOIN again, family interval) cannot follow the interval join"
+            "join 2 (CROSS JOIN again, family interval) cannot follow the interval join"
             in capsys.readouterr().err
         )
     payments = delta_io.read_snapshot(spark, str(root / "demo" / "payments"))

@@ -40,7 +40,7 @@ from reference import (
     temporal_table,
 )
 
-from streamjoin.plan import Plan, bind
+from streamjoin.plan import Plan, bind, chain_grace_warnings
 from streamjoin.spec import spec_from_dict
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
@@ -351,6 +351,10 @@ def test_three_streams_replay_and_slices_decide_as_the_reference(spark, three_pa
         summed.links.update(part.links)
     assert summed.output == whole.output, first_difference(summed.output, whole.output)
     assert summed.sources == whole.sources and summed.links == whole.links
+    # The middle slice alone reads only its margins: they must add up along the chain.
+    (alone,) = enrichment_replay(spark, plan, case.laid, mode, [windows[1]], closed)
+    assert alone.output == parts[1].output, first_difference(alone.output, parts[1].output)
+    assert alone.sources == parts[1].sources and alone.links == parts[1].links
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -360,3 +364,30 @@ def test_three_streams_live_batches_decide_as_the_reference(spark, three_paths, 
     plan = three_way_plan(spark, three_paths, case)
     cut = data.draw(cuts(case.laid), label="cuts")
     check_three(enrichment_live(spark, plan, case.laid, cut), case, "exact", False, live=True)
+
+
+def test_a_second_stream_stream_link_warns_when_its_grace_lets_the_first_links_rows_be_late(
+    spark, three_paths
+):
+    """Join 2 takes join 1's pairs (on time by join 1's grace) and its padded rows (out when the
+    clock passes their window's end plus that grace): a shorter grace at join 2 is warned about."""
+    base = {"how": "left", "lo": -4, "hi": 10, "grace": 5, "emit": "final"}
+    laid = lay_end_to_end([], "k", tables=0, streams=3)
+    short = three_way_plan(spark, three_paths, ThreeWay(base, {**base, "grace": 14}, "l", laid))
+    assert chain_grace_warnings(short) == [
+        "join 2 (LEFT JOIN c): grace is 14s, but the rows join 1 emits can come out up to 15s behind the "
+        "newest event time (its grace 5s plus 10s for its padded rows): those would be late here. Set "
+        "join 2's grace to at least 15s"
+    ]
+    assert not chain_grace_warnings(
+        three_way_plan(spark, three_paths, ThreeWay(base, {**base, "grace": 15}, "l", laid))
+    )
+    right = {**base, "how": "right"}  # pads right rows: up to -lo = 4 s after their time
+    assert not chain_grace_warnings(
+        three_way_plan(spark, three_paths, ThreeWay(right, {**base, "grace": 9}, "l", laid))
+    )
+    assert chain_grace_warnings(
+        three_way_plan(spark, three_paths, ThreeWay(right, {**base, "grace": 8}, "l", laid))
+    )
+    inner = {**base, "how": "inner"}  # pairs only: its own grace
+    assert not chain_grace_warnings(three_way_plan(spark, three_paths, ThreeWay(inner, base, "l", laid)))

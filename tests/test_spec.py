@@ -252,10 +252,10 @@ def test_runners_refuse_what_they_cannot_run_before_data_moves(spark, tables, tm
         family(bind(spark, both_tables))
     three = copy.deepcopy(BASE_JOB)
     three["sources"]["c"] = {"path": "a", "kind": "stream", "time": "ts"}
-    three["joins"].append({"join": "c", "type": "inner", "on": "a.id = c.id", "within": "1h"})
+    three["joins"].append({"join": "c", "type": "cross", "within": "1h"})
     chain = spec_from_dict(three).with_root(tables)
     with pytest.raises(
-        UnsupportedJobError, match=r"join 2 \(INNER JOIN c, family interval\) cannot follow the interval"
+        UnsupportedJobError, match=r"join 2 \(CROSS JOIN c, family interval\) cannot follow the interval"
     ):
         replay(spark, chain, at(0), at(60))
     assert not (tables / "out").exists()  # refused before anything was written

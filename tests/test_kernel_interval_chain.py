@@ -14,6 +14,7 @@ to it, and live micro-batches cut at random commits, against the reference.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -391,3 +392,30 @@ def test_a_second_stream_stream_link_warns_when_its_grace_lets_the_first_links_r
     )
     inner = {**base, "how": "inner"}  # pairs only: its own grace
     assert not chain_grace_warnings(three_way_plan(spark, three_paths, ThreeWay(inner, base, "l", laid)))
+
+
+def test_a_slice_alone_reads_what_the_links_before_its_last_need(spark, three_paths):
+    """l1 and r1 pair at 12 s, before the slice [15 s, ...); the pair meets c1 at 18 s, inside it.
+    Replayed alone, the slice must still read l1 and r1 (join 2's margin on top of join 1's)."""
+    link = {"how": "inner", "lo": 0, "hi": 8, "grace": 0, "emit": "final"}
+    laid = lay_end_to_end(
+        [
+            [
+                (0, [("l1", "a", 10, 0)]),
+                (1, [("r1", "a", 12, 0)]),
+                (2, [("c1", "a", 18, 0)]),
+                (0, [("l2", "b", 40, 0)]),
+                (1, [("r2", "b", 40, 0)]),
+                (2, [("c2", "b", 40, 0)]),
+            ]
+        ],
+        "k",
+        tables=0,
+        streams=3,
+    )
+    plan = three_way_plan(spark, three_paths, ThreeWay({**link, "hi": 5}, link, "l", laid))
+    (alone,) = enrichment_replay(spark, plan, laid, "exact", [(15, 100)])
+    assert alone.output == Counter({("0/l1", "0/r1", "0/c1", 18): 1})
+    # Each input row is counted in the slice of its own time: c1 here, l1, r1 and their pair before it.
+    assert alone.sources[2]["joined"] == 1 and alone.sources[0]["joined"] == alone.sources[1]["joined"] == 0
+    assert [alone.links[(n, "matched")] for n in range(2)] == [0, 0]

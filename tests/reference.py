@@ -342,6 +342,18 @@ def chain_reference(
     return out, counts, per_link
 
 
+def first_link(emitted: list[tuple[tuple, tuple[int, int, int]]]) -> dict[str, int]:
+    """A chain's first (stream-stream) link counts the rows it emits: pairs matched, the others padded."""
+    pairs = sum(1 for (lid, rid, _), _ in emitted if lid is not None and rid is not None)
+    return {
+        "reached": len(emitted),
+        "matched": pairs,
+        "padded": len(emitted) - pairs,
+        "dropped": 0,
+        "open": 0,
+    }
+
+
 def interval_chain_reference(
     events: list[Event],
     interval: dict,
@@ -358,10 +370,7 @@ def interval_chain_reference(
     the first of them the rows still waiting for a table (`open`)."""
     emitted, counts = emissions(events, closed=closed, **interval)
     keys = {e.id: e.key for e in events}
-    pairs = sum(1 for (lid, rid, _), _ in emitted if lid is not None and rid is not None)
-    per_link = [
-        {"reached": len(emitted), "matched": pairs, "padded": len(emitted) - pairs, "dropped": 0, "open": 0}
-    ]
+    per_link = [first_link(emitted)]
     per_link += [dict.fromkeys((*LINK_BUCKETS, "open"), 0) for _ in links]
     out = Counter()
     for (lid, rid, t), pos in emitted:
@@ -405,10 +414,9 @@ def interval_chain_of_three(
         joined.append(Event(0, (lid, rid), None if mine is None else keys[mine], t, pos))
     third = [replace(e, side=1) for e in events if e.side == 2]
     out, later = emissions(joined + third, closed=closed, world=events, sources=3, derived=True, **second)
-    pairs = sum(1 for (lid, rid, _), _ in emitted if lid is not None and rid is not None)
     taken = later[0]
     links = [
-        {"reached": len(emitted), "matched": pairs, "padded": len(emitted) - pairs, "dropped": 0, "open": 0},
+        first_link(emitted),
         {
             "reached": sum(taken[b] for b in ("late", "joined", "unmatched_emitted", "unmatched_dropped")),
             "matched": taken["joined"],

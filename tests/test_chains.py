@@ -135,6 +135,14 @@ EXPECTED = {
 EXPECTED["inner"] = Counter({row: n for row, n in EXPECTED["left"].items() if None not in row})
 
 
+def live_links(spark, spec) -> dict[str, list[int]]:
+    """A live output's counts per link, summed over its micro-batches: reached, matched, padded, dropped."""
+    links = Counter()
+    for row in read(spark, spec.output.side("metrics")):
+        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
+    return {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links}
+
+
 def rows(spark, location: str) -> Counter:
     return Counter((r.purchase, r.product, r.carrier, r.event_time) for r in read(spark, location))
 
@@ -149,10 +157,7 @@ def test_ksqldb_nway_stream_table_table_live_equals_replay(spark, chain):
         "rows_in": 6, "rejected": 1, "late": 0, "joined": 3, "unmatched_emitted": 2, "unmatched_dropped": 0,
         "applied": 0, "open": 0, "unsettled": 0,
     }  # fmt: skip
-    links = Counter()
-    for row in read(spark, live.output.side("metrics")):
-        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
-    assert {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links} == {
+    assert live_links(spark, live) == {
         "1. LEFT JOIN B": [5, 4, 1, 0],  # reached, matched, padded, dropped: a2 has no product
         "2. LEFT JOIN C": [5, 3, 2, 0],  # a2 and a5 have no shipping
     }
@@ -368,15 +373,12 @@ def test_a_table_link_after_a_stream_stream_join_sees_the_table_when_each_row_be
         "rows_in": 3, "rejected": 0, "late": 0, "joined": 2, "unmatched_emitted": 0, "unmatched_dropped": 0,
         "open": 0, "unsettled": 1,
     }  # fmt: skip
-    links = Counter()
-    for row in read(spark, spec.output.side("metrics")):
-        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
     by_link = {
         "1. LEFT JOIN P": [3, 2, 1, 0],
         "2. LEFT JOIN C": [3, 2, 1, 0],
     }  # reached, matched, padded, dropped
-    assert {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links} == by_link
     replayed = interval_chain.replayed
+    assert live_links(spark, spec) == by_link
     assert replayed.balanced()
     assert [[getattr(k, b) for b in LINK_BUCKETS] for k in replayed.links] == list(by_link.values())
     assert (replayed.sources["A"].joined, replayed.sources["A"].open) == (2, 1)
@@ -466,15 +468,12 @@ def test_three_streams_joined_in_turn_live_equal_the_replay_link_by_link(spark, 
         "B": (2, 0, 0, 1),  # b1, b3; b9 unsettled (A's newest commit is older)
         "C": (1, 2, 0, 1),  # c1; c2, c7 padded; c9 unsettled (A's newest commit is older)
     }
-    links = Counter()
-    for row in read(spark, spec.output.side("metrics")):
-        links.update({(link["link"], b): link[b] for link in json.loads(row.by_link) for b in LINK_BUCKETS})
     by_link = {
         "1. LEFT JOIN B": [3, 2, 1, 0],
         "2. FULL JOIN C": [3, 1, 2, 0],
     }  # reached, matched, padded, dropped
-    assert {name: [links[(name, b)] for b in LINK_BUCKETS] for name, _ in links} == by_link
     replayed = three_streams.replayed
+    assert live_links(spark, spec) == by_link
     assert replayed.balanced()
     assert [[getattr(k, b) for b in LINK_BUCKETS] for k in replayed.links] == list(by_link.values())
     assert (

@@ -197,6 +197,17 @@ def check(decided: Decided, case: Case, mode: str, closed: bool, live: bool = Fa
     assert [{b: decided.links[(n, b)] for b in LINK} for n in range(2)] == links
 
 
+def add_up(parts: list[Decided], whole: Decided) -> None:
+    """Slices decided together write and count, summed, what one slice over all of them does."""
+    summed = Decided(sum((p.output for p in parts), start=type(whole.output)()))
+    for part in parts:
+        for side, counts in part.sources.items():
+            summed.sources[side].update(counts)
+        summed.links.update(part.links)
+    assert summed.output == whole.output, first_difference(summed.output, whole.output)
+    assert summed.sources == whole.sources and summed.links == whole.links
+
+
 @pytest.mark.parametrize("mode", ["exact", "complete"])
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
@@ -208,13 +219,7 @@ def test_interval_chain_replay_and_slices_decide_as_the_reference(spark, paths, 
     (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
     check(whole, case, mode, closed)
     parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
-    summed = Decided(sum((p.output for p in parts), start=type(whole.output)()))
-    for part in parts:
-        for side, counts in part.sources.items():
-            summed.sources[side].update(counts)
-        summed.links.update(part.links)
-    assert summed.output == whole.output, first_difference(summed.output, whole.output)
-    assert summed.sources == whole.sources and summed.links == whole.links
+    add_up(parts, whole)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -345,13 +350,7 @@ def test_three_streams_replay_and_slices_decide_as_the_reference(spark, three_pa
     (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
     check_three(whole, case, mode, closed)
     parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
-    summed = Decided(sum((p.output for p in parts), start=type(whole.output)()))
-    for part in parts:
-        for side, counts in part.sources.items():
-            summed.sources[side].update(counts)
-        summed.links.update(part.links)
-    assert summed.output == whole.output, first_difference(summed.output, whole.output)
-    assert summed.sources == whole.sources and summed.links == whole.links
+    add_up(parts, whole)
     # The middle slice alone reads only its margins: they must add up along the chain.
     (alone,) = enrichment_replay(spark, plan, case.laid, mode, [windows[1]], closed)
     assert alone.output == parts[1].output, first_difference(alone.output, parts[1].output)

@@ -761,9 +761,8 @@ class Decision:
     settling: Settling
     counts: dict[str, SourceCounts]  # rows_in, rejected, carried_in; the rest is the kernel's and the state's
     rejected: list[DataFrame]  # side rows of the rejected rows, per source
-    next_state: dict[
-        str, DataFrame
-    ]  # per stream source: open rows and rows still waiting (PENDING); derived rows
+    # Per stream source: open rows and rows still waiting (PENDING); and the operator's derived rows.
+    next_state: dict[str, DataFrame]
     tables: dict[str, TableInput]
     cached: list[DataFrame]  # persisted here; unpersist after writing
 

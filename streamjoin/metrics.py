@@ -7,9 +7,10 @@ settled); a replay starts from nothing. `open` rows are on time and unmatched wi
 still open (enrichment joins: not yet decided); `unsettled` rows arrived after the frontier;
 `applied` counts a table source's changes that became versions (docs/semantics.md).
 
-A chain of joins also counts per link, in decided stream rows: those that reached the link and
-whether they matched there, were padded (LEFT) or dropped (INNER):
-    reached = matched + padded + dropped, and a link reaches what the one before matched or padded.
+A chain of joins also counts per link: the rows that reached the link and whether they matched
+there, were padded (an outer link) or dropped (an INNER link's, or late at a stream-stream link):
+    reached = matched + padded + dropped, and reached + open = the link before's passed + carried_in
+(`links_balanced`; `LinkCounts.passed`).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ class SourceCounts:
 
 @dataclass
 class LinkCounts:
-    """One link of a join chain in one run: the decided stream rows that reached it (not dropped by
-    an earlier INNER link) and what became of them there. A row with several matching versions
-    counts once."""
+    """One link of a join chain in one run: the decided rows that reached it (not dropped by an
+    earlier INNER link) and what became of them there. At an enrichment link a row with several
+    matching versions counts once; a chain's first stream-stream link counts the rows it emitted."""
 
     link: str  # how explain names it: "2. LEFT JOIN customers"
     reached: int = 0

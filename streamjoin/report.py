@@ -793,8 +793,9 @@ def _consistency(checks: list[dict], timezone: str) -> str:
 
 
 def _link_table(plotted: list[Slice], live: list[dict]) -> str:
-    """A chain's links: over the slices plotted, and over every live batch, the stream rows each
-    link reached and what became of them there (metrics.LinkCounts). Empty for a single join."""
+    """A chain's links: over the slices plotted, and over every live batch, the rows each link
+    reached, what became of them there and what it passed on (metrics.LinkCounts). Empty for a
+    single join."""
     runs = {
         "replay": [run.links for run in (s.shown for s in plotted) if run is not None],
         "live": [json.loads(row.get("by_link") or "[]") for row in live],
@@ -804,26 +805,31 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
         totals: dict[str, Counter] = {}
         for links in per_run:
             for link in links:
-                totals.setdefault(link["link"], Counter()).update({b: link[b] for b in LINK_BUCKETS})
+                counts = {b: link[b] for b in LINK_BUCKETS}
+                emitted = link.get("emitted")
+                counts["passed"] = link["matched"] + link["padded"] if emitted is None else emitted
+                totals.setdefault(link["link"], Counter()).update(counts)
         for name, t in totals.items():
             rate = t["matched"] / t["reached"] if t["reached"] else None
             rows.append(
                 f"<tr data-link='{_e(name)}' data-runner='{runner}'><td class='text'>{_e(name)}</td>"
                 f"<td class='text'>{runner}</td>"
-                + "".join(f"<td data-field='{b}'>{_number(t[b])}</td>" for b in LINK_BUCKETS)
+                + "".join(f"<td data-field='{b}'>{_number(t[b])}</td>" for b in (*LINK_BUCKETS, "passed"))
                 + f"<td data-field='match_rate'>{_percent(rate)}</td></tr>"
             )
     if not rows:
         return ""
     head = (
         "<tr><th class='text'>link</th><th class='text'>runner</th><th>rows reached</th><th>matched</th>"
-        "<th>padded (LEFT)</th><th>dropped (INNER)</th><th>match rate</th></tr>"
+        "<th>padded</th><th>dropped</th><th>passed on</th><th>match rate</th></tr>"
     )
     return (
-        "<h2>The chain, link by link</h2><p>Decided stream rows that reached each link (not dropped by an "
-        "earlier INNER link) and what became of them there; a link reaches what the one before matched or "
-        f"padded. Replay: the slices plotted; live: every micro-batch.</p><div class='table-wrap'><table id='links'>"
-        f"<thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></div>"
+        "<h2>The chain, link by link</h2><p>The rows that reached each link and what became of them there: "
+        "matched, padded (an outer link keeps them), dropped (an INNER link's, or late at a stream-stream "
+        "link). A link passes on its matched and padded rows (a stream-stream link one row per pair and "
+        "padded row), and the next link reaches those, less the rows still waiting there for a table or an "
+        "open window. Replay: the slices plotted; live: every micro-batch.</p><div class='table-wrap'>"
+        f"<table id='links'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 

@@ -252,9 +252,10 @@ def test_the_page_shows_the_chain_link_by_link(spark, chain, browser, tmp_path):
     """The data-quality page of the live chain: each link's rows, as the metrics table sums them."""
     open_page(browser, build_report(spark, chain.specs["left"], str(tmp_path / "report")))
     assert severe(browser) == []
-    for name, counts in {"1. LEFT JOIN B": (5, 4, 1, 0), "2. LEFT JOIN C": (5, 3, 2, 0)}.items():
+    for name, counts in {"1. LEFT JOIN B": (5, 4, 1, 0, 5), "2. LEFT JOIN C": (5, 3, 2, 0, 5)}.items():
         row = f"table#links tr[data-link='{name}'][data-runner='live']"
-        assert tuple(number(shown(browser, f"{row} td[data-field='{b}']")) for b in LINK_BUCKETS) == counts
+        fields = (*LINK_BUCKETS, "passed")
+        assert tuple(number(shown(browser, f"{row} td[data-field='{b}']")) for b in fields) == counts
     assert len(browser.find_elements(By.CSS_SELECTOR, "table#links tbody tr")) == 2
 
 
@@ -420,6 +421,11 @@ def three_streams(spark, tmp_path_factory):
         }
     )
     runner = LiveRunner(spark, spec, f"{root}/checkpoint")
+    restarted = with_output(spec, f"{root}/out_restarted")
+    hook = FailAfterEach(batch=-2, writes=("output", "state", "metrics"))
+
+    def live_restarted(**options) -> LiveRunner:
+        return LiveRunner(spark, restarted, f"{root}/checkpoint_restarted", **options)
 
     def commit(source: str, rows):
         append(spark, paths[source], [(i, n, at(s)) for i, n, s in rows], PURCHASES)
@@ -427,17 +433,27 @@ def three_streams(spark, tmp_path_factory):
     commit("A", [(1, "a1", 0), (2, "a2", 1)])
     commit("B", [(1, "b1", 3)])  # a1 with b1, known at b1's commit
     commit("C", [(1, "c1", 5), (7, "c7", 2)])  # c1 meets a1 + b1; c7 meets nothing
-    run_live([runner])
+    run_live([runner, live_restarted()])  # settles A's commit only: B and C may still come before it
     commit("B", [(3, "b3", 30)])  # the clock passes a2's window: a2 padded at join 1, then at join 2
     commit("C", [(2, "c2", 12)])  # A.id = 2 but 11 s after a2: outside join 2's window
     commit("A", [(3, "a3", 31)])  # a3 with b3; no c3
     run_live([runner])
+    # The twin's batch writes a1 + b1 + c1 and keeps joined rows and open windows of both joins.
+    hook.batch = 1 + max(r.batch for r in read(spark, restarted.output.side("metrics")))
+    for table in hook.writes:
+        with pytest.raises(Exception, match=f"injected failure after writing {table}"):
+            live_restarted(after_write=hook).run(900)
+    live_restarted(after_write=hook).run(900)  # the last attempt completes the batch
     commit("A", [(4, "a4", 80)])  # closes every window before it; a4's stays open
     commit("B", [(9, "b9", 90)])
     commit("C", [(9, "c9", 95)])
-    run_live([runner])
+    run_live([runner, live_restarted()])
     replayed = replay(spark, with_output(spec, f"{root}/out_replay"), at(0), at(200))
-    return SimpleNamespace(spec=spec, replayed=replayed, root=root)
+    return SimpleNamespace(spec=spec, restarted=restarted, replayed=replayed, fired=hook.fired, root=root)
+
+
+def three_rows(spark, location: str) -> Counter:
+    return Counter((r.a, r.b, r.c, r.event_time) for r in read(spark, location))
 
 
 def test_three_streams_joined_in_turn_live_equal_the_replay_link_by_link(spark, three_streams):
@@ -454,11 +470,8 @@ def test_three_streams_joined_in_turn_live_equal_the_replay_link_by_link(spark, 
     )
     spec = three_streams.spec
 
-    def rows(location: str) -> Counter:
-        return Counter((r.a, r.b, r.c, r.event_time) for r in read(spark, location))
-
-    assert rows(spec.output.location) == expected
-    assert rows(f"{three_streams.root}/out_replay") == expected
+    assert three_rows(spark, spec.output.location) == expected
+    assert three_rows(spark, f"{three_streams.root}/out_replay") == expected
     accounting, _ = live_accounting(spark, spec.output.location)
     assert {
         name: (c["joined"], c["unmatched_emitted"], c["open"], c["unsettled"])
@@ -479,3 +492,14 @@ def test_three_streams_joined_in_turn_live_equal_the_replay_link_by_link(spark, 
     assert (
         replayed.links[1].emitted == 5
     )  # the rows join 2 wrote: one pair, two padded A + B rows... and two C rows
+
+
+def test_a_batch_of_a_three_stream_chain_failing_after_each_write_is_redone_once(spark, three_streams):
+    """Killed after each of its writes in turn, the batch that settles join 1's rows and feeds
+    join 2 is redone from the checkpoint (both joins' state, join 1's rows kept for join 2): the
+    output and counts are those of the run that never failed."""
+    assert [table for table, _ in three_streams.fired] == ["output", "state", "metrics"]
+    live, restarted = three_streams.spec, three_streams.restarted
+    assert three_rows(spark, restarted.output.location) == three_rows(spark, live.output.location)
+    assert live_accounting(spark, restarted.output.location) == live_accounting(spark, live.output.location)
+    assert live_links(spark, restarted) == live_links(spark, live)

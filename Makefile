@@ -8,9 +8,9 @@ demo: setup
 	.venv/bin/streamjoin demo
 
 # Lint, format and type checks first (seconds), then the tests: two workers, one Spark session
-# each, test files dealt out whole (tests/conftest.py); the 25 slowest are printed.
+# each, test files dealt out whole, slowest first (tests/conftest.py); the 25 slowest are printed.
 test: setup check
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=25 tests
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 check: setup
 	.venv/bin/ruff check .

@@ -54,7 +54,8 @@ def get_spark(
     """Return the active session, or build one with Delta, UTC and small local defaults.
 
     `master` defaults to $STREAMJOIN_MASTER, then `local[*]`; a `spark://` URL runs the same jobs
-    on a standalone cluster.
+    on a standalone cluster. Spark settings of one's own: $STREAMJOIN_SPARK_CONF
+    (`key=value,key=value`), then `extra_conf`, each over the defaults here.
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -109,12 +110,26 @@ def get_spark(
                 os.environ.get("STREAMJOIN_SNAPSHOT_PARTITIONS", "1"),
             )
         )
-    for key, value in (extra_conf or {}).items():
+    for key, value in {**conf_from_env(), **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("STREAMJOIN_LOG_LEVEL", "ERROR"))
     silence_query_context_loggers()
     return spark
+
+
+def conf_from_env() -> dict[str, str]:
+    """$STREAMJOIN_SPARK_CONF as a dict: `key=value` pairs separated by commas. Every process that
+    builds a session reads it (the CLI, a live runner, a DAG task), so one setting reaches them all."""
+    conf = {}
+    for pair in filter(None, (p.strip() for p in os.environ.get("STREAMJOIN_SPARK_CONF", "").split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SetupError(
+                f"$STREAMJOIN_SPARK_CONF holds {pair!r}: write each setting as key=value, separated by commas"
+            )
+        conf[key.strip()] = value.strip()
+    return conf
 
 
 def silence_query_context_loggers() -> None:

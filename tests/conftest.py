@@ -19,6 +19,44 @@ os.environ.setdefault("STREAMJOIN_SHUFFLE_PARTITIONS", "2")
 # Each test worker (make test runs two) has one driver for the files it is dealt, which touch
 # hundreds of Delta tables: 4 GB filled its old generation by the middle of a one-worker run.
 os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
+# The tests' tables hold tens of rows, where compiling each query's Java code (whole-stage and
+# expression code generation) costs more than running it: interpreted, a replay of the fixed
+# example takes 5.2 s instead of 8.0 s (docs/testing.md). Processes the tests start inherit it.
+os.environ.setdefault(
+    "STREAMJOIN_SPARK_CONF", "spark.sql.codegen.wholeStage=false,spark.sql.codegen.factoryMode=NO_CODEGEN"
+)
+
+
+# The test files that take longest (worker-seconds measured 2026-11-25, docs/testing.md), slowest
+# first. `make test` deals whole files to two workers in collection order
+# (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
+# alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
+SLOWEST_FIRST = (
+    "test_restart",  # 679: ten SIGKILLs, each a new process and JVM
+    "test_cli",  # 375: the demo
+    "test_aged_tables",  # 357
+    "test_kernel_interval_chain",  # 321
+    "test_enrichment_seeds",  # 320
+    "test_kernel_interval",  # 312
+    "test_kernel_enrichment",  # 289
+    "test_chains",  # 273
+    "test_bench",  # 241
+    "test_enrichment_equivalence",  # 205
+    "test_backfill",  # 196
+    "test_interval_seeds",  # 177
+    "test_handoff",  # 150
+    "test_kernel_chain",  # 137
+    "test_table_table",  # 114
+    "test_dags",  # 111
+    "test_equivalence",  # 105
+    "test_cluster",  # 101
+)
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Order the collected tests slowest file first (SLOWEST_FIRST), the rest as collected."""
+    rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 
 
 @pytest.fixture(scope="module", autouse=True)

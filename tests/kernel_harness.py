@@ -315,6 +315,35 @@ class Laid:
         return self.tables[1]
 
 
+def table_commit(
+    draw, side: int, c: int, n: int, name: str, changelog: bool, present: dict, keys: tuple[str, ...]
+) -> tuple[tuple, int]:
+    """A drawn commit of a table (for Hypothesis composites; `draw` is theirs), its `c`-th: rows
+    (id, key, seconds, v, change type) with event times around 3c and one change per key. A
+    changelog gets inserts, now and then a tombstone (id and v None); a table updated in place gets
+    inserts and update post-images, or one time in four a delete of one of its rows. `present` (key
+    -> row) is the in-place table's rows and is kept up to date; ids are `name` + row number, `n`
+    the last number used, which is returned with the commit."""
+    if not changelog and present and draw(st.integers(0, 3)) == 0:
+        return (side, [(*present.pop(draw(st.sampled_from(sorted(present)))), "delete")]), n
+    rows, seen = [], set()
+    for _ in range(draw(st.integers(1, 3))):
+        n += 1
+        key = draw(st.sampled_from(keys))
+        t = 3 * c + draw(st.integers(-6, 5))
+        if key in seen:
+            continue
+        seen.add(key)
+        if changelog:
+            tombstone = draw(st.integers(0, 4)) == 0
+            rows.append((None, key, t, None, "insert") if tombstone else (f"{name}{n}", key, t, 0, "insert"))
+        else:
+            change = "update_postimage" if key in present else "insert"
+            present[key] = (f"{name}{n}", key, t, 0)
+            rows.append((*present[key], change))
+    return (side, rows), n
+
+
 def lay_end_to_end(
     examples: Sequence[Sequence[tuple[int, list]]], table_key: str, tables: int = 1, streams: int = 1
 ) -> Laid:

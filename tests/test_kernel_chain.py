@@ -17,7 +17,17 @@ import pytest
 from harness import SCHEMA, create_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import BAND, SETTINGS, Laid, check_live, check_replay, cuts, lay_end_to_end, slices
+from kernel_harness import (
+    BAND,
+    SETTINGS,
+    Laid,
+    check_live,
+    check_replay,
+    cuts,
+    lay_end_to_end,
+    slices,
+    table_commit,
+)
 from reference import arrival_table, by_stream_key, chain_reference, temporal_table
 
 from streamjoin.plan import Plan, bind
@@ -56,27 +66,16 @@ def chain_commits(draw):
     commits, n, present = [], 0, {}
     for c in range(draw(st.integers(1, 6))):
         side = draw(st.sampled_from((0, 0, 1, 2)))
-        if side == 2 and present and draw(st.integers(0, 3)) == 0:
-            commits.append((2, [(*present.pop(draw(st.sampled_from(sorted(present)))), "delete")]))
+        if side:
+            commit, n = table_commit(draw, side, c, n, "rs"[side - 1], side == 1, present, ("a", "b", "c"))
+            commits.append(commit)
             continue
-        rows, keys = [], set()
+        rows = []
         for _ in range(draw(st.integers(1, 3))):
             n += 1
-            key = draw(st.sampled_from(("a", "b", "c", "a", None) if side != 2 else ("a", "b", "c")))
-            t = None if side != 2 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
-            if side == 0:
-                rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
-            elif key not in keys:
-                keys.add(key)
-                if side == 1:
-                    tombstone = draw(st.integers(0, 4)) == 0
-                    rows.append(
-                        (None, key, t, None, "insert") if tombstone else (f"r{n}", key, t, 0, "insert")
-                    )
-                else:
-                    change = "update_postimage" if key in present else "insert"
-                    present[key] = (f"s{n}", key, t, 0)
-                    rows.append((*present[key], change))
+            key = draw(st.sampled_from(("a", "b", "c", "a", None)))
+            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
         commits.append((side, rows))
     return commits
 

@@ -32,6 +32,7 @@ from kernel_harness import (
     first_difference,
     lay_end_to_end,
     slices,
+    table_commit,
 )
 from reference import (
     LINK_BUCKETS,
@@ -83,27 +84,16 @@ def histories(draw, temporal: bool):
     commits, n, present = [], 0, {}
     for c in range(draw(st.integers(1, 7))):
         side = draw(st.sampled_from((0, 1, 0, 1, 2)))
-        if side == 2 and not temporal and present and draw(st.integers(0, 3)) == 0:
-            commits.append((2, [(*present.pop(draw(st.sampled_from(sorted(present)))), "delete")]))
+        if side == 2:
+            commit, n = table_commit(draw, side, c, n, "s", temporal, present, ("a", "b"))
+            commits.append(commit)
             continue
-        rows, keys = [], set()
+        rows = []
         for _ in range(draw(st.integers(1, 3))):
             n += 1
-            key = draw(st.sampled_from(("a", "b", "a", None) if side != 2 else ("a", "b")))
-            t = None if side != 2 and draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
-            if side < 2:
-                rows.append((f"{'lr'[side]}{n}", key, t, draw(st.integers(0, 2))))
-            elif key not in keys:
-                keys.add(key)
-                if temporal:
-                    tombstone = draw(st.integers(0, 4)) == 0
-                    rows.append(
-                        (None, key, t, None, "insert") if tombstone else (f"s{n}", key, t, 0, "insert")
-                    )
-                else:
-                    change = "update_postimage" if key in present else "insert"
-                    present[key] = (f"s{n}", key, t, 0)
-                    rows.append((*present[key], change))
+            key = draw(st.sampled_from(("a", "b", "a", None)))
+            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+            rows.append((f"{'lr'[side]}{n}", key, t, draw(st.integers(0, 2))))
         commits.append((side, rows))
     return commits
 

@@ -27,7 +27,7 @@ from streamjoin.spec import JoinSpec, load_job
 
 DAY = datetime(2024, 5, 1)
 JOBS_DIR = PROJECT_ROOT / "jobs"  # the demo's job files: the demo runs from a source checkout
-RUNNABLE = ("orders_payments", "payments_shipments", "orders_rates")
+RUNNABLE = ("orders_payments", "payments_shipments", "orders_rates", "orders_fulfilment")
 
 ORDERS = StructType(
     [

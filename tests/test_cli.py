@@ -36,7 +36,7 @@ def demo(spark, tmp_path_factory):
 
 def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
     root, results, printed = demo
-    assert set(results) == {"orders_payments", "payments_shipments", "orders_rates"}
+    assert set(results) == {"orders_payments", "payments_shipments", "orders_rates", "orders_fulfilment"}
     # Issue 18, item 4: the demo says each step as it ends (it takes minutes), then the summary.
     steps = ["writing the first ", "orders_payments: live over the first half: ", "writing the other "]
     steps += ["orders_rates: live again, over what came since: ", "orders_payments: replay, exact mode: "]
@@ -73,6 +73,21 @@ def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
     rates = results["orders_rates"]
     assert rates["exact"].sources["orders"].joined == rates["live"].sources["orders"].joined == 120
     assert rates["live"].sources["currency_rates"].late == 3 and rates["complete"].total("late") == 0
+    # The three-way chain: each link reached, matched, padded and passed on the same rows live and
+    # replayed; its unpaid orders are padded at the first link and reach the second one.
+    chain = results["orders_fulfilment"]
+    fields = ("link", "reached", "matched", "padded", "dropped", "passed")
+    live_links, exact_links = (
+        [tuple(getattr(link, f) for f in fields) for link in chain[run].links] for run in ("live", "exact")
+    )
+    assert live_links == exact_links, (live_links, exact_links)
+    assert [link[0] for link in exact_links] == [
+        "1. LEFT JOIN payments",
+        "2. LEFT JOIN shipments",
+        "3. LEFT JOIN customers",
+    ]
+    first, second, _ = chain["exact"].links
+    assert first.padded > 0 and first.matched > 0 and second.matched > 0
 
 
 def test_validate_job_on_every_job(demo, capsys):

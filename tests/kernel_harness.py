@@ -315,6 +315,20 @@ class Laid:
         return self.tables[1]
 
 
+def stream_commit(draw, side: int, c: int, n: int, name: str, keys: tuple) -> tuple[tuple, int]:
+    """A drawn commit of a stream (for Hypothesis composites; `draw` is theirs), its `c`-th: one to
+    three rows (id, key, seconds | None, v) with event times around 3c, now and then a NULL time
+    (and a NULL key where `keys` holds None). Ids are `name` + row number; `n` is the last number
+    used, returned with the commit."""
+    rows = []
+    for _ in range(draw(st.integers(1, 3))):
+        n += 1
+        key = draw(st.sampled_from(keys))
+        t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
+        rows.append((f"{name}{n}", key, t, draw(st.integers(0, 2))))
+    return (side, rows), n
+
+
 def table_commit(
     draw, side: int, c: int, n: int, name: str, changelog: bool, present: dict, keys: tuple[str, ...]
 ) -> tuple[tuple, int]:

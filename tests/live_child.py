@@ -56,15 +56,15 @@ def main(arguments: dict) -> None:
 def caught_up(query) -> bool:
     """The query has run a batch and, twice half a second apart, none is running and its sources
     have no more data: every commit written before it started has been processed."""
-    if query.lastProgress is None:
-        return False
-    for check in range(2):
+
+    def idle() -> bool:
         status = query.status
-        if status["isTriggerActive"] or status["isDataAvailable"]:
-            return False
-        if check == 0:
-            time.sleep(0.5)
-    return True
+        return not status["isTriggerActive"] and not status["isDataAvailable"]
+
+    if query.lastProgress is None or not idle():
+        return False
+    time.sleep(0.5)
+    return idle()
 
 
 if __name__ == "__main__":

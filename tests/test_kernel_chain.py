@@ -26,6 +26,7 @@ from kernel_harness import (
     cuts,
     lay_end_to_end,
     slices,
+    stream_commit,
     table_commit,
 )
 from reference import arrival_table, by_stream_key, chain_reference, temporal_table
@@ -68,15 +69,9 @@ def chain_commits(draw):
         side = draw(st.sampled_from((0, 0, 1, 2)))
         if side:
             commit, n = table_commit(draw, side, c, n, "rs"[side - 1], side == 1, present, ("a", "b", "c"))
-            commits.append(commit)
-            continue
-        rows = []
-        for _ in range(draw(st.integers(1, 3))):
-            n += 1
-            key = draw(st.sampled_from(("a", "b", "c", "a", None)))
-            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
-            rows.append((f"l{n}", key, t, draw(st.integers(0, 2))))
-        commits.append((side, rows))
+        else:
+            commit, n = stream_commit(draw, side, c, n, "l", ("a", "b", "c", "a", None))
+        commits.append(commit)
     return commits
 
 

@@ -32,6 +32,7 @@ from kernel_harness import (
     first_difference,
     lay_end_to_end,
     slices,
+    stream_commit,
     table_commit,
 )
 from reference import (
@@ -86,15 +87,9 @@ def histories(draw, temporal: bool):
         side = draw(st.sampled_from((0, 1, 0, 1, 2)))
         if side == 2:
             commit, n = table_commit(draw, side, c, n, "s", temporal, present, ("a", "b"))
-            commits.append(commit)
-            continue
-        rows = []
-        for _ in range(draw(st.integers(1, 3))):
-            n += 1
-            key = draw(st.sampled_from(("a", "b", "a", None)))
-            t = None if draw(st.integers(0, 12)) == 0 else 3 * c + draw(st.integers(-6, 5))
-            rows.append((f"{'lr'[side]}{n}", key, t, draw(st.integers(0, 2))))
-        commits.append((side, rows))
+        else:
+            commit, n = stream_commit(draw, side, c, n, "lr"[side], ("a", "b", "a", None))
+        commits.append(commit)
     return commits
 
 

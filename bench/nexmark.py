@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 START = datetime(2024, 6, 1)  # event time of the first row (UTC)
 CATEGORIES = 5  # auctions fall in categories 10..14; the queries keep category 10
 AUCTION_HOURS = 2  # an auction runs this long; bids come while it runs
-ARRIVAL = "_arrival_hour"  # which commit carries the row (hours since START)
+ARRIVAL = "_arrival_hour"  # which commit carries the row (hours since START, / commit_hours)
 STATES = ["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"]
 
 
@@ -37,10 +37,14 @@ class Workload:
     mean_delay_s: float = 120.0  # typical arrival delay after the event
     late_fraction: float = 0.01  # rows that arrive 2 to 4 hours after their event
     seed: int = 42
+    commit_hours: int = 1  # hours of arrival per commit
 
     def at(self, scale: float) -> Workload:
-        """The same rates over `scale` times as many hours."""
-        return replace(self, hours=max(1, round(self.hours * scale)))
+        """The same rates over `scale` times as many hours; from 96 hours on, commits of several
+        hours of arrival, so that each table keeps about 48 commits (writing a few thousand
+        one-hour commits would take most of an hour here)."""
+        hours = max(1, round(self.hours * scale))
+        return replace(self, hours=hours, commit_hours=max(1, hours // 48))
 
     def rows(self) -> dict[str, int]:
         return {
@@ -146,9 +150,9 @@ def tables(spark: SparkSession, w: Workload) -> dict[str, DataFrame]:
         "bidder_tiers": "valid_from",
     }
     return {
-        name: frame.withColumn(ARRIVAL, _arrival_hour(w, name, times[name])).drop(
-            *(["id"] if name in ("bids", "bidder_tiers") else [])
-        )
+        name: frame.withColumn(
+            ARRIVAL, F.floor(_arrival_hour(w, name, times[name]) / F.lit(w.commit_hours)).cast("int")
+        ).drop(*(["id"] if name in ("bids", "bidder_tiers") else []))
         for name, frame in frames.items()
     }
 
@@ -187,8 +191,9 @@ def _end_of_stream(spark: SparkSession, frame: DataFrame, w: Workload) -> DataFr
 
 
 def write(spark: SparkSession, root: str, w: Workload) -> dict[str, int]:
-    """Write the workload under `root` (replacing it) as one commit per table per arrival hour, the
-    tables interleaved, then one end-of-stream commit per table; returns the commits per table."""
+    """Write the workload under `root` (replacing it) as one commit per table per arrival hour
+    (`commit_hours` of them), the tables interleaved, then one end-of-stream commit per table;
+    returns the commits per table."""
     shutil.rmtree(root, ignore_errors=True)
     frames = {name: frame.persist() for name, frame in tables(spark, w).items()}
     last = max(frame.agg(F.max(ARRIVAL)).first()[0] for frame in frames.values())

@@ -45,15 +45,17 @@ def write_report(path: Path, results, run: dict) -> None:
         "",
         "replay / hand-written: target at most 1.2; replay / scan-and-write floor: target at most 1.5.",
         "",
-        "| scale | query | replay s | hand-written s | floor s | DuckDB s | replay / hand-written | replay / floor | Spark hand-written / DuckDB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| scale | query | replay s | hand-written s | floor s | DuckDB s | replay / hand-written | (min-max) | replay / floor | Spark hand-written / DuckDB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         duck = "duckdb" in r.times
         duck_s = f"{r.median('duckdb'):.2f}" if duck else "-"
+        spread = r.ratios("replay", "handwritten")
         lines.append(
             f"| {r.scale:g}x | {r.query} | {r.median('replay'):.1f} | {r.median('handwritten'):.1f} | {r.median('floor'):.1f} | "
             f"{duck_s} | {_cell(r.ratio('replay', 'handwritten'), TARGETS['handwritten'])} | "
+            f"{min(spread):.2f}-{max(spread):.2f} | "
             f"{_cell(r.ratio('replay', 'floor'), TARGETS['floor'])} | "
             f"{_cell(r.ratio('handwritten', 'duckdb')) if duck else '-'} |"
         )

@@ -57,9 +57,13 @@ class QueryResult:
     def median(self, what: str) -> float:
         return statistics.median(self.times[what])
 
+    def ratios(self, what: str, to: str) -> list[float]:
+        """The ratio of `what` to `to` in each round (both measured in that round)."""
+        return [a / b for a, b in zip(self.times[what], self.times[to], strict=False)]
+
     def ratio(self, what: str, to: str) -> float:
         """Median over rounds of the ratio of `what` to `to` measured in the same round."""
-        return statistics.median(a / b for a, b in zip(self.times[what], self.times[to], strict=False))
+        return statistics.median(self.ratios(what, to))
 
 
 def _timed(run, *args, **kwargs) -> tuple[float, object]:
@@ -254,7 +258,9 @@ def _write(out: Path, results: list[QueryResult], run: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--scales", default="1,4,16", help="workload sizes, multiples of 4 hours of events (default 1,4,16)"
+        "--scales",
+        default="1,4,16,84",
+        help="workload sizes, multiples of 4 hours of events (default 1,4,16,84: 84x holds 5 million bids)",
     )
     parser.add_argument(
         "--rounds", type=int, default=3, help="timed rounds per query and scale; medians are reported"

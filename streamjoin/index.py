@@ -489,6 +489,31 @@ class Index:
             newest[src] = (r["p"]["commit_ts"], src, r["p"]["version"])
         return newest
 
+    def settled_commits(self, ranges: dict[str, tuple[int, int]], frontier: Position | None) -> set[Position]:
+        """The commits, at or before `frontier`, that can hold accepted rows of a stream source
+        whose event times lie in its range `ranges[source]`: those with accepted rows whose range
+        of event times meets it (a superset of the commits of the rows a replay reads, found in the
+        index without reading the rows)."""
+        if frontier is None or not ranges:
+            return set()
+        meets = reduce(
+            Column.__or__,
+            [
+                (F.col("source") == name)
+                & (F.col("max_time") >= F.lit(low))
+                & (F.col("min_time") < F.lit(high))
+                for name, (low, high) in ranges.items()
+            ],
+        )
+        found = (
+            self._frame()
+            .where(F.col("max_event").isNotNull() & (F.col("commit_ts") <= F.lit(frontier[0])) & meets)
+            .select("source", "version", "commit_ts")
+            .collect()
+        )
+        positions = {(r["commit_ts"], self.plan.source(r["source"]).index, r["version"]) for r in found}
+        return {p for p in positions if p <= frontier}
+
     def timeline(self, commits: set[Position], frontier: Position | None) -> Timeline:
         """The largest accepted event time strictly before each of `commits` (positions), and at the
         frontier: what `kernel.step` turns into watermarks. Reads only the index rows between the

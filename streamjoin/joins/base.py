@@ -11,11 +11,15 @@ registration in `streamjoin/joins/__init__.py` (docs/architecture.md, "How to ad
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from py4j.protocol import Py4JError
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -45,7 +49,7 @@ class Evaluation:
     """The rows a step emits (in joined form, aliased by source name) and what they account for."""
 
     emitted: list[DataFrame]
-    counts: list[dict[str, SideCounts]]  # per slice of the step, by input
+    counts: Sequence[dict[str, SideCounts]]  # per slice of the step, by input (maybe `Deferred`)
     state: dict[str, DataFrame] | None
     cached: list[DataFrame] = field(default_factory=list)  # persisted here; unpersist after writing
     links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
@@ -82,7 +86,7 @@ class StepResult:
 
     output: DataFrame
     late: DataFrame
-    by_slice: list[dict[str, SourceCounts]]  # per slice of the step (`Slices`), by source name
+    by_slice: Sequence[dict[str, SourceCounts]]  # per slice of the step (`Slices`), by source name
     state: dict[str, DataFrame] | None
     max_event: int | None
     watermark: int | None = None
@@ -138,6 +142,12 @@ class JoinOperator(Protocol):
         while the family cannot take that link (`streamjoin.kernel.family` refuses the job)."""
         return None
 
+    def reads_rows_once(self) -> bool:
+        """The pass that writes its output reads each settled stream row once (an equi join):
+        the runners then count the rows read in that pass (`SliceCounts`). A nested-loop join
+        reads a side more than once, and Spark would count those rows as often."""
+        return False
+
     def keyed_output(self, plan: Plan) -> KeyedOutput | None:
         """How emitted rows change a keyed result; None: they are rows of the output, appended."""
         return None
@@ -182,3 +192,140 @@ def tally_by_slice(rows: DataFrame, owner: Column, **aggregates: Column) -> dict
         .agg(*[column.alias(name) for name, column in aggregates.items()])
     )
     return {r["_sj_slice"]: {name: r[name] for name in aggregates} for r in grouped.collect()}
+
+
+Item = TypeVar("Item")
+
+
+class Deferred(Sequence[Item], Generic[Item]):
+    """A list computed on first use. A step's counts are observed in the pass that writes its rows
+    (`SliceCounts`), which runs after the step returns: a runner reads them after writing."""
+
+    def __init__(self, compute: Callable[[], list[Item]]) -> None:
+        self._compute: Callable[[], list[Item]] | None = compute
+        self._items: list[Item] = []
+
+    def _get(self) -> list[Item]:
+        if self._compute is not None:
+            self._items, self._compute = self._compute(), None
+        return self._items
+
+    def __getitem__(self, index):
+        return self._get()[index]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self._get())
+
+    def __eq__(self, other: object) -> bool:
+        return self._get() == (list(other) if isinstance(other, Sequence) else other)
+
+    def __repr__(self) -> str:
+        return f"Deferred({self._get()!r})"
+
+
+_PASS_TAG: ContextVar[str | None] = ContextVar("streamjoin_pass_tag", default=None)
+
+
+@contextmanager
+def counted_pass(spark: SparkSession) -> Iterator[None]:
+    """Tag the Spark jobs of one step and its writes (a replay, a live micro-batch), so that the
+    `SliceCounts` made in it can tell whether Spark re-ran part of the pass that counted them."""
+    tag = f"streamjoin-{uuid.uuid4().hex}"
+    spark.sparkContext.addJobTag(tag)
+    token = _PASS_TAG.set(tag)
+    try:
+        yield
+    finally:
+        _PASS_TAG.reset(token)
+        spark.sparkContext.removeJobTag(tag)
+
+
+def _rerun(spark: SparkSession, tag: str) -> bool:
+    """A stage of a job tagged `tag` ran more than once (a retry after a lost executor's shuffle
+    output, say), or Spark no longer knows the job: observed counts may hold some rows twice."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    for job in tracker.getJobIdsForTag(tag):
+        info = tracker.getJobInfo(job)
+        if info.isEmpty():
+            return True
+        for stage in info.get().stageIds():
+            attempt = tracker.getStageInfo(stage)  # empty: skipped (its shuffle output reused)
+            if attempt.isDefined() and attempt.get().currentAttemptId() > 0:
+                return True
+    return False
+
+
+class SliceCounts:
+    """How many rows of `frame` meet each named condition, per slice, counted in whichever pass
+    over them runs first: the frame to go on with is `rows`, which carries a Spark observation, so
+    the counts of rows that are written anyway cost no pass of their own.
+
+    `counts[name]` is (the slice number of a row, NULL outside every slice; the condition).
+    `observed=False` where the plan may read `rows` more than once in one pass (a nested-loop
+    join, eager pads): Spark would count those rows as often. `get` reads the observation once a
+    pass over `rows` ran. Before that, when Spark pruned the observed plan (one it proved empty),
+    re-ran a stage of the pass (within `counted_pass`) or may run tasks twice (speculation), or
+    with more counts than an observation should carry (a backfill of many slices), it counts with
+    an aggregate of its own: the same numbers, one pass more. Only a pass that reads every row may
+    come first (a write, a count, a persist's materialization; never `first()` or `limit`)."""
+
+    MAX_OBSERVED = 512
+
+    def __init__(
+        self, frame: DataFrame, slices: int, /, observed: bool = True, **counts: tuple[Column, Column]
+    ) -> None:
+        owners: dict[str, str] = {}  # a slice-number expression -> the column holding it
+        numbered = frame
+        conditions = {}
+        for name, (owner, condition) in counts.items():
+            column = owners.get(str(owner))
+            if column is None:
+                column = owners[str(owner)] = f"_sj_slice{len(owners)}"
+                numbered = numbered.withColumn(column, owner)
+            conditions[name] = (column, condition)
+        self._slices = slices
+        self._aggregates = [
+            F.count_if((F.col(column) == F.lit(k)) & condition).alias(f"{name}#{k}")
+            for k in range(slices)
+            for name, (column, condition) in conditions.items()
+        ] or [F.count(F.lit(1)).alias("_sj_rows")]
+        self._numbered = numbered
+        self._observation: Observation | None = None
+        self._tag = _PASS_TAG.get()
+        speculative = frame.sparkSession.conf.get("spark.speculation", "false") == "true"
+        if observed and not speculative and len(self._aggregates) <= self.MAX_OBSERVED:
+            self._observation = Observation(f"sj_{uuid.uuid4().hex}")
+            numbered = numbered.observe(self._observation, *self._aggregates)
+        self.rows = numbered.drop(*owners.values())
+        self._names = list(counts)
+        self._values: dict[int, dict[str, int]] | None = None
+
+    def get(self) -> dict[int, dict[str, int]]:
+        """{slice number: {name: count}} for every slice."""
+        if self._values is None:
+            observed = self._observed()
+            if observed is None:
+                row = self._numbered.agg(*self._aggregates).first()
+                assert row is not None  # an aggregate without grouping returns one row
+                observed = row.asDict()
+            self._values = {
+                k: {name: observed[f"{name}#{k}"] for name in self._names} for k in range(self._slices)
+            }
+        return self._values
+
+    def _observed(self) -> dict[str, int] | None:
+        """The observation's values, if a pass over the rows ran with it."""
+        if self._observation is None:
+            return None
+        java = self._observation._jo
+        if java is None or not java.future().isCompleted():
+            return None
+        if self._tag is not None and _rerun(self._numbered.sparkSession, self._tag):
+            return None
+        try:
+            return self._observation.get
+        except Py4JError:  # completed without values: the observed plan was pruned
+            return None

@@ -112,7 +112,7 @@ class Chain(JoinOperator):
             settled = {join.left: inputs.settled[join.left] if rows is None else rows}
             settled[join.right] = inputs.settled[join.right]
             own_state = None if state is None else {name: state[name] for name in settled}
-            ran = join.run(spark, replace(inputs, settled=settled, state=own_state))
+            ran = join.run(spark, replace(inputs, settled=settled, state=own_state), persist=True)
             label = _link_name(k + 1, join)
             late.append(
                 ran.late

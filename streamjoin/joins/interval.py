@@ -26,10 +26,11 @@ the live runner once per micro-batch over its state plus the newly settled rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField
 
@@ -39,9 +40,11 @@ from streamjoin.joins.base import (
     END_OF_INPUT,
     MATCHED,
     OUT_T,
+    Deferred,
     Evaluation,
     JoinOperator,
     SideCounts,
+    SliceCounts,
     StepInput,
     StepResult,
     register,
@@ -147,8 +150,9 @@ class IntervalJoin(JoinOperator):
         )
         return {k: (c["pairs"], c["pads"]) for k, c in counted.items()}
 
-    def run(self, spark: SparkSession, inputs: StepInput) -> IntervalStep:
-        """`step` up to the rows it emits, in joined form (`IntervalStep.emitted`), unprojected."""
+    def run(self, spark: SparkSession, inputs: StepInput, persist: bool = False) -> IntervalStep:
+        """`step` up to the rows it emits, in joined form (`IntervalStep.emitted`), unprojected.
+        `persist`: the emitted rows are read more than once (`evaluate`)."""
         settled, timeline, mode, state = inputs.settled, inputs.timeline, inputs.mode, inputs.state
         slices, keep_state, final = inputs.slices, inputs.keep_state, inputs.final
         marks, max_event = timeline.watermarks(self.grace), timeline.max_event
@@ -156,22 +160,26 @@ class IntervalJoin(JoinOperator):
             marks = {}
         closing = None if max_event is None else max_event - self.grace
 
-        on_time, late_parts, tally_parts = {}, [], []
+        on_time, late_parts, tallies = {}, [], []
         per_commit = {arrival.WM: marks}
         if self.emit == "eager":
             per_commit[THROUGH] = timeline.through
         table = arrival.per_commit_table(spark, per_commit)
+        slice_of = slices.number(F.col(T))
         for name, rows in settled.items():
-            marked = arrival.with_per_commit(rows, table)
             late = arrival.is_late()
+            tally = SliceCounts(
+                arrival.with_per_commit(rows, table),
+                len(slices),
+                observed=self.reads_rows_once(),
+                late=(slice_of, late),
+                candidates=(slice_of, ~late),
+            )
+            tallies.append((name, tally))
+            marked = tally.rows
             late_parts.append(
                 arrival.side_rows(
                     marked.where(late & slices.inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)
-                )
-            )
-            tally_parts.append(
-                marked.select(
-                    F.lit(name).alias("name"), slices.number(F.col(T)).alias("slice"), late.alias("late")
                 )
             )
             fresh = (
@@ -181,56 +189,46 @@ class IntervalJoin(JoinOperator):
                 .withColumn(MATCHED, F.lit(False))
             )
             if state is not None:
-                tally_parts.append(
-                    state[name]
-                    .where(~F.col(MATCHED))
-                    .select(
-                        F.lit(name).alias("name"),
-                        slices.number(F.col(T)).alias("slice"),
-                        F.lit(False).alias("late"),
-                    )
+                kept = SliceCounts(
+                    state[name],
+                    len(slices),
+                    observed=self.reads_rows_once(),
+                    candidates=(slice_of, ~F.col(MATCHED)),
                 )
-                earlier = state[name].withColumn(NEW, F.lit(False))
+                tallies.append((name, kept))
+                earlier = kept.rows.withColumn(NEW, F.lit(False))
                 if self.emit == "eager":
                     earlier = earlier.withColumn(THROUGH, F.lit(None).cast("long"))
                 fresh = earlier.unionByName(fresh)
             on_time[name] = fresh
-        tally: dict[tuple[str, int], Row] = {
-            (r["name"], r["slice"]): r
-            for r in reduce(DataFrame.unionByName, tally_parts)
-            .where(F.col("slice").isNotNull())
-            .groupBy("name", "slice")
-            .agg(
-                F.count(F.when(F.col("late"), 1)).alias("late"),
-                F.count(F.when(~F.col("late"), 1)).alias("candidates"),
-            )
-            .collect()
-        }
 
         def tallied(name: str, k: int, field: str) -> int:
-            return tally[(name, k)][field] if (name, k) in tally else 0
+            return sum(t.get()[k].get(field, 0) for n, t in tallies if n == name)
 
         evaluation = self.evaluate(
             on_time,
             END_OF_INPUT if final else closing,
-            {name: [tallied(name, k, "candidates") for k in range(len(slices))] for name in settled},
+            lambda name, k: tallied(name, k, "candidates"),
             slices=slices,
             keep_state=keep_state,
             clock=(timeline.start, END_OF_INPUT if final else max_event),
+            persist=persist,
         )
-        by_slice = [
-            {
-                name: SourceCounts(
-                    late=tallied(name, k, "late"),
-                    joined=side.joined,
-                    unmatched_emitted=side.unmatched_emitted,
-                    unmatched_dropped=side.unmatched_dropped,
-                    open=side.open,
-                )
-                for name, side in sides.items()
-            }
-            for k, sides in enumerate(evaluation.counts)
-        ]
+        by_slice = Deferred(
+            lambda: [
+                {
+                    name: SourceCounts(
+                        late=tallied(name, k, "late"),
+                        joined=side.joined,
+                        unmatched_emitted=side.unmatched_emitted,
+                        unmatched_dropped=side.unmatched_dropped,
+                        open=side.open,
+                    )
+                    for name, side in sides.items()
+                }
+                for k, sides in enumerate(evaluation.counts)
+            ]
+        )
         next_state = None
         if evaluation.state is not None:
             next_state = {name: rows.drop(NEW, THROUGH) for name, rows in evaluation.state.items()}
@@ -329,6 +327,11 @@ class IntervalJoin(JoinOperator):
     def _col(self, side: str, name: str) -> Column:
         return F.col(f"{side}.`{name}`")
 
+    def reads_rows_once(self) -> bool:
+        """An equi join (a CROSS join's nested loop reads one side once more for its unmatched
+        rows) without eager pads (a second join of the same rows)."""
+        return bool(self.equi) and self.emit == "final"
+
     def condition(self) -> Column:
         cond = F.lit(True)
         for left_col, right_col in self.equi:
@@ -346,20 +349,23 @@ class IntervalJoin(JoinOperator):
         self,
         rows: dict[str, DataFrame],
         watermark: int | None,
-        candidates: dict[str, list[int]],
+        candidates: Callable[[str, int], int],
         slices: Slices = ALL_TIME,
         keep_state: bool = False,
         clock: tuple[int | None, int | None] = (None, None),
+        persist: bool = False,
     ) -> Evaluation:
         """Join on-time rows; emit pairs involving a new row and padded rows whose window closed
         (final emission) or whose eager decision falls in this step.
 
         `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched` (and, for eager
         emission, `_sj_through`); `watermark` is the watermark after every settled row;
-        `candidates[side][k]` counts the side's rows in slice k not matched before this step;
+        `candidates(side, k)` counts the side's rows in slice k not matched before this step;
         `clock` is the streams' clock before and after this step (eager emission). With replay
         `slices`, only output rows whose event time lies in them are kept, and each row is accounted
-        for in the slice of its event time.
+        for in the slice of its event time. The counts are observed in the pass that writes the
+        emitted rows (`SliceCounts`): read them after it. `persist`: more than that pass reads the
+        join (the next state, a chain's next link), so it is kept in memory (`cached`).
         """
         L, R = self.left, self.right
         left, right = rows[L].alias(L), rows[R].alias(R)
@@ -368,59 +374,53 @@ class IntervalJoin(JoinOperator):
 
         joined = left.join(right, self.condition(), "full_outer")
         out_t = F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt)
-        # Persisted: the counts below and the runner's write read the join once, not twice.
         only_l, only_r = has_l & ~has_r, has_r & ~has_l
         due = F.when(only_l, lt + F.lit(self.upper + self.grace)).when(
             only_r, rt - F.lit(self.lower - self.grace)
         )
-        joined = joined.withColumn(OUT_T, out_t).withColumn(DUE, due).persist()
-        pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
+        joined = joined.withColumn(OUT_T, out_t).withColumn(DUE, due)
+        if persist or keep_state:
+            joined = joined.persist()
         closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark)
         fresh_l, fresh_r = ~self._col(L, MATCHED), ~self._col(R, MATCHED)
-
+        # The rows still without a partner, by side and slice, and how many of them closed.
+        stats = SliceCounts(
+            joined,
+            len(slices),
+            observed=bool(self.equi),
+            l_unmatched=(slices.number(lt), only_l & fresh_l),
+            l_closed=(slices.number(lt), only_l & fresh_l & closed_l),
+            r_unmatched=(slices.number(rt), only_r & fresh_r),
+            r_closed=(slices.number(rt), only_r & fresh_r & closed_r),
+        )
+        pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         keep = pair
         if self.emit == "final":
             if self.preserves(L):
                 keep = keep | (only_l & closed_l & fresh_l)
             if self.preserves(R):
                 keep = keep | (only_r & closed_r & fresh_r)
-        emitted = [joined.where(keep & slices.inside(F.col(OUT_T), self.reach))]
+        emitted = [stats.rows.where(keep & slices.inside(F.col(OUT_T), self.reach))]
         if self.emit == "eager":
             emitted += self._eager_pads(left, right, slices, clock)
 
-        # The rows still without a partner, by side and slice, and how many of them closed.
-        unmatched_rows = [
-            joined.where(only & fresh).select(
-                F.lit(prefix).alias("side"), slices.number(time).alias("slice"), closed.alias("closed")
-            )
-            for prefix, only, fresh, time, closed in (
-                ("l", only_l, fresh_l, lt, closed_l),
-                ("r", only_r, fresh_r, rt, closed_r),
-            )
-        ]
-        stats = {
-            (r["side"], r["slice"]): (r["unmatched"], r["closed"])
-            for r in unmatched_rows[0]
-            .unionByName(unmatched_rows[1])
-            .where(F.col("slice").isNotNull())
-            .groupBy("side", "slice")
-            .agg(F.count(F.lit(1)).alias("unmatched"), F.count(F.when(F.col("closed"), 1)).alias("closed"))
-            .collect()
-        }
-        counts = []
-        for k in range(len(slices)):
-            sides = {}
-            for side, prefix in ((L, "l"), (R, "r")):
-                unmatched, closed = stats.get((prefix, k), (0, 0))
-                sides[side] = SideCounts(
-                    joined=candidates[side][k] - unmatched,
-                    unmatched_emitted=closed if self.preserves(side) else 0,
-                    unmatched_dropped=0 if self.preserves(side) else closed,
-                    open=unmatched - closed,
-                )
-            counts.append(sides)
+        def counts() -> list[dict[str, SideCounts]]:
+            tallied = stats.get()
+            return [
+                {
+                    side: SideCounts(
+                        joined=candidates(side, k) - tallied[k][f"{prefix}_unmatched"],
+                        unmatched_emitted=tallied[k][f"{prefix}_closed"] if self.preserves(side) else 0,
+                        unmatched_dropped=0 if self.preserves(side) else tallied[k][f"{prefix}_closed"],
+                        open=tallied[k][f"{prefix}_unmatched"] - tallied[k][f"{prefix}_closed"],
+                    )
+                    for side, prefix in ((L, "l"), (R, "r"))
+                }
+                for k in range(len(slices))
+            ]
+
         state = self._next_state(rows, joined, watermark) if keep_state else None
-        return Evaluation(emitted, counts, state, cached=[joined])
+        return Evaluation(emitted, Deferred(counts), state, cached=[joined])
 
     def _eager_pads(
         self, left: DataFrame, right: DataFrame, slices: Slices, clock: tuple[int | None, int | None]
@@ -490,7 +490,7 @@ class IntervalStep:
 
     emitted: list[DataFrame]
     late: DataFrame
-    by_slice: list[dict[str, SourceCounts]]
+    by_slice: Sequence[dict[str, SourceCounts]]
     state: dict[str, DataFrame] | None
     max_event: int | None
     watermark: int | None

@@ -36,6 +36,7 @@ from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
+from streamjoin.joins.base import counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -335,7 +336,8 @@ class LiveRunner:
             return  # this batch completed before a restart; Spark is only re-committing it
         began, started_at = time.monotonic(), pendulum.now("UTC")
         if self.plan.streams:
-            self._process_streams(batch, batch_id, previous, began, started_at)
+            with counted_pass(self.spark):
+                self._process_streams(batch, batch_id, previous, began, started_at)
         else:
             self._process_tables(batch_id, previous, began, started_at)
 
@@ -405,7 +407,14 @@ class LiveRunner:
             partial, frontier = decision.settling.partial, decision.settling.frontier
             out = self.spec.output
             rows_out = 0
-            if outputs:
+            if outputs:  # the output's pass first: the step's counts are observed in it
+                output = result.output.persist()
+                cached.append(output)
+                rows_out = output.count()
+                if rows_out:
+                    self._write(output, out.location, batch_id, "output", out.partition_by)
+                if any(c.late for c in result.counts.values()):
+                    self._write(result.late, out.side("late"), batch_id, "late")
                 if any(c.rejected for c in counts.values()):
                     self._write(
                         reduce(DataFrame.unionByName, rejected_parts),
@@ -413,13 +422,6 @@ class LiveRunner:
                         batch_id,
                         "rejected",
                     )
-                if any(c.late for c in result.counts.values()):
-                    self._write(result.late, out.side("late"), batch_id, "late")
-                output = result.output.persist()
-                cached.append(output)
-                rows_out = output.count()
-                if rows_out:
-                    self._write(output, out.location, batch_id, "output", out.partition_by)
 
             parts = [
                 decision.next_state[name].select(*self._payloads(index), *self._state_meta())

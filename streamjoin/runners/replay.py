@@ -16,13 +16,13 @@ from datetime import datetime
 from functools import reduce
 
 import pendulum
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog, delta_io, index, kernel
-from streamjoin.arrival import TS, T
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec, Output
@@ -102,7 +102,10 @@ def replay_slices(
     windows = _windows(slices)
     locations = [s.location for s in spec.sources]
     try:
-        with delta_io.translated_errors(", ".join(locations), "the files this replay reads"):
+        with (
+            delta_io.translated_errors(", ".join(locations), "the files this replay reads"),
+            counted_pass(spark),
+        ):
             return _replay(spark, spec, windows, mode, versions, after_write, checked, closed, into)
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
@@ -164,19 +167,18 @@ def _replay(
     lo, hi = to_micros(start), to_micros(end)
     slices = arrival.Slices.of((to_micros(a), to_micros(b)) for a, b in windows)
     owned = slices.owner().isNotNull()
-    settled_rows, rejected_parts, cached = {}, [], []
+    settled_rows, rejected_parts, cached, ranges, read = {}, [], [], {}, {}
     for source in plan.streams:
         before, after = join.margins(source.name)
-        rows = positions.read_rows(source, (lo - before, hi + after), (lo, hi)).persist()
+        ranges[source.name] = (lo - before, hi + after)
+        rows = positions.read_rows(source, ranges[source.name], (lo, hi)).persist()
         cached.append(rows)
-        accepted, rejected = kernel.split_rejected(rows)
+        read[source.name] = _stream_counts(rows, slices, settled, join.reads_rows_once())
+        accepted, rejected = kernel.split_rejected(read[source.name].rows)
         rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
         settled_rows[source.name] = accepted.where(settled)
-    by_slice: list[dict[str, SourceCounts]] = [{} for _ in windows]
-    commits: set[arrival.Position] = set()
-    if plan.streams:
-        by_slice, commits = _tally(cached, plan, slices, frontier)
-    timeline = positions.timeline(commits, frontier)
+    timeline = positions.timeline(positions.settled_commits(ranges, frontier), frontier)
+    table_counts: list[dict[str, SourceCounts]] = [{} for _ in windows]
 
     tables = {}
     for source in plan.tables:
@@ -192,7 +194,7 @@ def _replay(
         tables[source.name] = TableInput(
             changes, commits_of_table, pinned[source.name], slices.owner(), stream_clock
         )
-        for k, counts in enumerate(by_slice):
+        for k, counts in enumerate(table_counts):
             counts[source.name] = SourceCounts(
                 rows_in=sum(c.owned_rows(k) for c in commits_of_table),
                 rejected=sum(c.owned_rejected(k) for c in commits_of_table),
@@ -207,23 +209,25 @@ def _replay(
     watch.lap("join")
     cached += result.cached
     out = into or spec.output
-    output = result.output.persist()
-    cached.append(output)
     keyed = join.keyed_output(plan)
+    written = _output_counts(result.output, slices, out.time, None if keyed is None else keyed.op)
     if keyed is None:
-        delta_io.write_slice(output, out.location, out.time, start, end, out.partition_by)
+        delta_io.write_slice(written.rows, out.location, out.time, start, end, out.partition_by)
         after_write(out.location)
     else:  # the slices' result changes, and the result table as of the pinned versions
         assert result.result is not None  # a keyed operator's step gives its result
-        delta_io.write_slice(output, out.side("changes"), out.time, start, end)
+        delta_io.write_slice(written.rows, out.side("changes"), out.time, start, end)
         after_write(out.side("changes"))
         delta_io.overwrite(result.result, out.location, out.partition_by)
         after_write(out.location)
-    written = _count_output(output, slices, out.time, None if keyed is None else keyed.op)
     any_late = any(c.late for counts in result.by_slice for c in counts.values())
     if any_late or delta_io.exists(spark, out.side("late")):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
         after_write(out.side("late"))
+    by_slice = [
+        {name: SourceCounts(**counted.get()[k]) for name, counted in read.items()} | table_counts[k]
+        for k in range(len(windows))
+    ]
     if any(c.rejected for counts in by_slice for c in counts.values()) or delta_io.exists(
         spark, out.side("rejected")
     ):
@@ -247,7 +251,7 @@ def _replay(
             c.late, c.joined, c.open = decided.late, decided.joined, decided.open
             c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
             c.applied = decided.applied
-        rows_out, upserts, deletes = written.get(k, (0, 0, 0))
+        rows_out, upserts, deletes = (written.get()[k][c] for c in ("rows", "upserts", "deletes"))
         runs.append(
             RunMetrics(
                 job=spec.name,
@@ -273,45 +277,35 @@ def _replay(
     return runs
 
 
-def _count_output(
+def _output_counts(
     output: DataFrame, slices: arrival.Slices, time_column: str, op_column: str | None
-) -> dict[int, tuple[int, int, int]]:
-    """Per slice number: rows written, and (changes of a keyed result, `op_column`) how many are
-    upserts and deletes."""
+) -> SliceCounts:
+    """Per slice: rows written, and (changes of a keyed result, `op_column`) how many are upserts
+    and deletes, counted as the write passes (write `.rows`)."""
     op = F.col(op_column) if op_column else F.lit(None)
-    counted = output.groupBy(slices.number(F.unix_micros(F.col(f"`{time_column}`"))).alias("slice")).agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.count(F.when(op == "upsert", 1)).alias("upserts"),
-        F.count(F.when(op == "delete", 1)).alias("deletes"),
+    number = slices.number(F.unix_micros(F.col(f"`{time_column}`")))
+    return SliceCounts(
+        output,
+        len(slices),
+        rows=(number, F.lit(True)),
+        upserts=(number, op == "upsert"),
+        deletes=(number, op == "delete"),
     )
-    return {r["slice"]: (r["rows"], r["upserts"], r["deletes"]) for r in counted.collect()}
 
 
-def _tally(
-    rows: list[DataFrame], plan: Plan, slices: arrival.Slices, frontier: arrival.Position | None
-) -> tuple[list[dict[str, SourceCounts]], set[arrival.Position]]:
-    """The stream sources' counts per slice (rows each slice owns: in, rejected, not settled) and
-    the positions of the settled commits with accepted rows, from one aggregate per commit over
-    every source's rows (all rows of a commit share its position, so whether they are settled is
-    decided here, from the frontier)."""
-    columns = (TS, arrival.SRC, arrival.V, T, arrival.REJECT)
-    per_commit = arrival.commit_stats(
-        reduce(DataFrame.unionByName, [r.select(*columns) for r in rows]), slices
+def _stream_counts(rows: DataFrame, slices: arrival.Slices, settled: Column, observed: bool) -> SliceCounts:
+    """A stream source's rows each slice owns: read, rejected, and accepted but not settled;
+    counted as the output's pass reads them (go on with `.rows`) when it reads each row once
+    (`observed`), else apart."""
+    owner, accepted = slices.owner(), F.col(arrival.REJECT).isNull()
+    return SliceCounts(
+        rows,
+        len(slices),
+        observed=observed,
+        rows_in=(owner, F.lit(True)),
+        rejected=(owner, ~accepted),
+        unsettled=(owner, accepted & ~settled),
     )
-    by_slice = [{s.name: SourceCounts() for s in plan.streams} for _ in range(len(slices))]
-    names = {s.index: s.name for s in plan.streams}
-    commits: set[arrival.Position] = set()
-    for c in per_commit:
-        settled = frontier is not None and c.position <= frontier
-        for k, counts in enumerate(by_slice):
-            counted = counts[names[c.position[1]]]
-            counted.rows_in += c.owned_rows(k)
-            counted.rejected += c.owned_rejected(k)
-            if not settled:
-                counted.unsettled += c.owned_rows(k) - c.owned_rejected(k)
-        if settled and c.max_event is not None:  # it has accepted rows
-            commits.add(c.position)
-    return by_slice, commits
 
 
 def _describe_position(position: arrival.Position | None) -> str | None:

@@ -46,9 +46,10 @@ def family(plan: Plan) -> JoinOperator:
                 f"{join.family}) cannot follow the {plan.joins[step - 2].family} join before it yet. The runners chain "
                 "stream-stream joins after a stream-stream join (FROM a JOIN b WITHIN ... JOIN c WITHIN ..., "
                 "no CROSS after the first), then enrichment joins (stream-table, event-time temporal or ASOF; "
-                "FROM a JOIN b WITHIN ... JOIN c with c a table), or enrichment joins alone after a stream (FROM "
-                "a JOIN b JOIN c with b and c tables). Split the job: write the first joins' output to a table "
-                "and join it in a second job"
+                "FROM a JOIN b WITHIN ... JOIN c with c a table); or enrichment joins after a stream (FROM "
+                "a JOIN b JOIN c with b and c tables), then at most one stream-stream join as the last join, "
+                "keyed and with final emission (FROM a JOIN b JOIN c WITHIN ..., b a table). Split the job: "
+                "write the first joins' output to a table and join it in a second job"
             )
         operator = extended
     return operator

@@ -359,18 +359,24 @@ def table_commit(
 
 
 def lay_end_to_end(
-    examples: Sequence[Sequence[tuple[int, list]]], table_key: str, tables: int = 1, streams: int = 1
+    examples: Sequence[Sequence[tuple[int, list]]],
+    table_key: str,
+    tables: int = 1,
+    streams: int = 1,
+    kinds: str | None = None,
 ) -> Laid:
     """`examples`: each a list of commits (side, rows): stream rows (id, key, seconds, v), table rows
     (id, key, seconds, v, change type). A table row is a tombstone when its change type is `delete`
     or its id is None. `streams`: how many stream sides (0 ..), `tables`: how many table sides
-    after them the examples commit to. `table_key`: the tables' primary key: "k" (its key), "k,t"
-    (key and time) or "k,id"."""
-    sides = range(streams + tables)
+    after them the examples commit to; or `kinds`, a letter per side in the job's order, "s" a
+    stream and "t" a table (e.g. "sts": a stream, a table, a stream). `table_key`: the tables'
+    primary key: "k" (its key), "k,t" (key and time) or "k,id"."""
+    kinds = kinds or "s" * streams + "t" * tables
+    sides = range(len(kinds))
     stream, commits = [], []
-    stream_rows: dict[int, list[tuple]] = {side: [] for side in sides[:streams]}
-    changes: dict[int, list[Change]] = {side: [] for side in sides[streams:]}
-    table_rows: dict[int, list[tuple]] = {side: [] for side in sides[streams:]}
+    stream_rows: dict[int, list[tuple]] = {side: [] for side in sides if kinds[side] == "s"}
+    changes: dict[int, list[Change]] = {side: [] for side in sides if kinds[side] == "t"}
+    table_rows: dict[int, list[tuple]] = {side: [] for side in sides if kinds[side] == "t"}
     versions = dict.fromkeys(sides, 0)
     for example, example_commits in enumerate(examples):
         shift = example * BAND
@@ -384,7 +390,7 @@ def lay_end_to_end(
                 key = None if row[1] is None else f"{example}:{row[1]}"
                 seconds = None if row[2] is None else row[2] + shift
                 at = None if seconds is None else BASE + timedelta(seconds=seconds)
-                if side < streams:
+                if kinds[side] == "s":
                     stream.append(Event(side, row_id, key, seconds, position, row[3]))
                     stream_rows[side].append((row_id, key, at, row[3], versions[side], committed))
                     continue
@@ -563,7 +569,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
 
 
 def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple], side: int = 0) -> DataFrame:
-    stream = plan.streams[side]
+    stream = next(s for s in plan.streams if s.index == side)
     frame = spark.createDataFrame(rows, _ARRIVALS)
     return arrival.prepare(frame, stream.index, stream.raw_time(), stream.event_time(), stream.keys)
 

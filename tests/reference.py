@@ -82,6 +82,7 @@ def emissions(
     world: list[Event] | None = None,
     sources: int = 2,
     derived: bool = False,
+    waiting: tuple[int, ...] = (),
 ) -> tuple[list[tuple[tuple, tuple[int, int, int]]], dict[int, dict[str, int]]]:
     """`reference`'s output rows, each with the position at which it became known (what a chain's
     next link sees): a pair at the later of its rows' positions; a padded row at the first settled
@@ -90,7 +91,9 @@ def emissions(
 
     In a chain, `world` holds every stream row of the job (`sources` streams): the frontier, the
     clock and the watermarks are the whole job's, not the two inputs'. `derived`: side 0 holds the
-    rows an earlier link emitted (settled already; a NULL key, a padded side's, only never matches)."""
+    rows an earlier link emitted (settled already; a NULL key, a padded side's, only never matches).
+    `waiting`: times of side-0 rows an earlier link still holds back; a side-1 row within the bounds
+    of one of them stays open."""
     assert mode in ("exact", "complete") and how in PRESERVED and emit in ("final", "eager")
     world = events if world is None else world
     counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
@@ -162,7 +165,8 @@ def emissions(
                 counts[side]["joined"] += 1
                 continue
             edge = e.t + hi if side == 0 else e.t - lo
-            if closed or m_end - grace > edge:
+            awaited = side == 1 and any(lo <= e.t - w <= hi for w in waiting)
+            if closed or (m_end - grace > edge and not awaited):
                 if side in PRESERVED[how]:
                     counts[side]["unmatched_emitted"] += 1
                     if emit == "final":
@@ -429,6 +433,86 @@ def interval_chain_of_three(
     for (left, cid, t), _ in out:
         rows[(*(left or (None, None)), cid, t)] += 1
     return rows, {0: counts[0], 1: counts[1], 2: later[1]}, links
+
+
+def enrichment_then_interval(
+    events: list[Event], links: list[Link], second: dict, closed: bool = False
+) -> tuple[Counter, dict[int, dict[str, int]], list[dict[str, int]]]:
+    """Stream 0 looked up in tables by `links` (`chain_reference`'s rules), then joined with stream
+    2 (`emissions`, keyword arguments `second`) ON their keys: ksqlDB's `FROM A JOIN B JOIN C
+    WITHIN ...`, B a table. Both streams settle by their frontier; an enriched row is a row at its
+    stream row's position and time, judged late by the second link's grace at that position. A
+    stream row the tables cannot decide yet waits (open); while it would be on time at the second
+    link, a stream-2 row within its bounds stays open too, for it may still come. (Output multiset
+    of (id 0, each table's id or None, id 2, time), counts per stream side, counts per link: the
+    tables', the first with the rows still waiting (open), then the stream-stream link's as in
+    `interval_chain_of_three`.)"""
+    newest: dict[int, tuple[int, int, int]] = {}
+    for e in events:
+        newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
+    frontier = min(newest.values()) if len(newest) == 2 else None
+
+    def is_settled(e: Event) -> bool:
+        return closed or (frontier is not None and e.pos <= frontier)
+
+    accepted = [e for e in events if e.key is not None and e.t is not None and is_settled(e)]
+    counts = dict.fromkeys(BUCKETS, 0)
+    per_link = [dict.fromkeys((*LINK_BUCKETS, "open"), 0) for _ in links]
+    enriched, waiting = [], []
+    for e in (e for e in events if e.side == 0):
+        counts["rows_in"] += 1
+        if e.key is None or e.t is None:
+            counts["rejected"] += 1
+            continue
+        if not is_settled(e):
+            counts["unsettled"] += 1
+            continue
+        matches: list[Change | None] = []
+        decided = True
+        for _how, lookup, key in links:
+            link_decided, match = lookup(e, key(e, matches))
+            decided = decided and link_decided
+            matches.append(match)
+        if not (closed or decided):
+            counts["open"] += 1
+            per_link[0]["open"] += 1
+            before = [o.t for o in accepted if o.pos < e.pos]
+            if (
+                second.get("mode", "exact") == "complete"
+                or not before
+                or e.t >= max(before) - second["grace"]
+            ):
+                waiting.append(e.t)
+            continue
+        for match, (how, _, _), link in zip(matches, links, per_link, strict=True):
+            link["reached"] += 1
+            link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
+            if match is None and how == "inner":
+                break
+        if any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+            counts["unmatched_dropped"] += 1
+            continue
+        counts["joined" if all(m is not None for m in matches) else "unmatched_emitted"] += 1
+        enriched.append(Event(0, (e.id, *(None if m is None else m.id for m in matches)), e.key, e.t, e.pos))
+    third = [replace(e, side=1) for e in events if e.side == 2]
+    out, later = emissions(
+        enriched + third, closed=closed, world=events, derived=True, waiting=tuple(waiting), **second
+    )
+    taken = later[0]
+    per_link.append(
+        {
+            "reached": sum(taken[b] for b in ("late", "joined", "unmatched_emitted", "unmatched_dropped")),
+            "matched": taken["joined"],
+            "padded": taken["unmatched_emitted"],
+            "dropped": taken["late"] + taken["unmatched_dropped"],
+            "open": taken["open"],
+        }
+    )
+    width = len(links) + 1
+    rows = Counter()
+    for (left, cid, t), _ in out:
+        rows[(*(left or (None,) * width), cid, t)] += 1
+    return rows, {0: counts, 2: later[1]}, per_link
 
 
 def by_stream_key(e: Event, matches: list[Change | None]) -> str | None:

@@ -9,6 +9,9 @@ order, late and NULL versions, tombstones) at the row's output time. The emitted
 position at which they became known (a pair at its later row, a padded row where the clock closed
 its window), so each Hypothesis example checks the whole history replayed, three slices that add up
 to it, and live micro-batches cut at random commits, against the reference.
+
+The same for three streams in turn (l JOIN r WITHIN, then JOIN c WITHIN), and for ksqlDB's
+`FROM l JOIN s JOIN c WITHIN ...` with s a table: l's rows looked up in s, then joined with c.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from kernel_harness import (
 from reference import (
     LINK_BUCKETS,
     arrival_table,
+    enrichment_then_interval,
     interval_chain_of_three,
     interval_chain_reference,
     temporal_table,
@@ -403,3 +407,182 @@ def test_a_slice_alone_reads_what_the_links_before_its_last_need(spark, three_pa
     # Each input row is counted in the slice of its own time: c1 here, l1, r1 and their pair before it.
     assert alone.sources[2]["joined"] == 1 and alone.sources[0]["joined"] == alone.sources[1]["joined"] == 0
     assert [alone.links[(n, "matched")] for n in range(2)] == [0, 0]
+
+
+# ------------------------------------------------------------------ a table link, then a stream
+
+
+@dataclass(frozen=True)
+class TableThenStream:
+    first: str  # l JOIN s: inner | left
+    temporal: bool  # s an event-time temporal changelog (else updated in place, looked up at arrival)
+    table_grace: int  # s's grace (temporal), seconds
+    skew: int  # s's clock skew (in place), seconds
+    second: dict  # ... JOIN c ON l.k = c.k: how, lo, hi, grace (seconds); final emission
+    laid: Laid
+
+
+@st.composite
+def table_then_stream_histories(draw, temporal: bool):
+    """Commits of stream l (side 0), table s (side 1) and stream c (side 2), as `histories` draws them."""
+    commits, n, present = [], 0, {}
+    for c in range(draw(st.integers(1, 7))):
+        side = draw(st.sampled_from((0, 2, 0, 2, 1)))
+        if side == 1:
+            commit, n = table_commit(draw, side, c, n, "s", temporal, present, ("a", "b"))
+        else:
+            commit, n = stream_commit(draw, side, c, n, "l" if side == 0 else "c", ("a", "b", "a", None))
+        commits.append(commit)
+    return commits
+
+
+@st.composite
+def table_then_stream_cases(draw) -> TableThenStream:
+    temporal = draw(st.booleans(), label="s temporal")
+    second = {**link_of(draw, "JOIN c"), "emit": "final"}
+    return TableThenStream(
+        first=draw(st.sampled_from(("inner", "left")), label="l JOIN s"),
+        temporal=temporal,
+        table_grace=draw(st.sampled_from((0, 3)), label="s's grace"),
+        skew=draw(st.sampled_from((0, 3, 3600)), label="s's clock skew (seconds)"),
+        second=second,
+        laid=lay_end_to_end(
+            draw(st.lists(table_then_stream_histories(temporal), min_size=STACK, max_size=STACK)),
+            "k",
+            kinds="sts",
+        ),
+    )
+
+
+def table_then_stream_plan(spark, paths, case: TableThenStream) -> Plan:
+    root, p = paths
+    s = (
+        {"path": p[1], "kind": "table", "key": ["k"], "time": "t", "changelog": True, "max_future": "none"}
+        if case.temporal
+        else {"path": p[1], "kind": "table", "key": ["k"], "clock_skew": f"{case.skew}s"}
+    )
+    lookup = {"as_of": "event_time", "grace": f"{case.table_grace}s"} if case.temporal else {}
+    second = case.second
+    return bind(
+        spark,
+        spec_from_dict(
+            {
+                "name": "table_then_stream",
+                "sources": {
+                    "l": {"path": p[0], "time": "t", "max_future": "none"},
+                    "s": s,
+                    "c": {"path": p[2], "time": "t", "max_future": "none"},
+                },
+                "from": "l",
+                "joins": [
+                    {"join": "s", "type": case.first, "on": "l.k = s.k", **lookup},
+                    {
+                        "join": "c",
+                        "type": second["how"],
+                        "on": "l.k = c.k",
+                        "between": [f"{second['lo']}s", f"{second['hi']}s"],
+                        "grace": f"{second['grace']}s",
+                    },
+                ],
+                "select": ["l.id AS lid", "s.id AS sid", "c.id AS cid"],
+                "output": {"path": f"{root}/out_tts"},
+            }
+        ),
+    )
+
+
+def check_table_then_stream(
+    decided: Decided, case: TableThenStream, mode: str, closed: bool, live: bool = False
+) -> None:
+    laid = case.laid
+    if case.temporal:
+        _, lookup = temporal_table(laid.tables[1], case.table_grace, mode)
+    else:
+        lookup = arrival_table(laid.tables[1], laid.stream, case.skew * 1_000_000)
+    second = {k: v for k, v in case.second.items() if k != "emit"} | {"mode": mode}
+    output, sides, links = enrichment_then_interval(
+        laid.stream, [(case.first, lookup, lambda e, m: e.key)], second, closed
+    )
+    assert decided.output == output, first_difference(decided.output, output)
+    kept = DECIDED + (("unsettled",) if live else ())
+    for side in (0, 2):
+        assert buckets(decided.sources[side], kept) == buckets(sides[side], kept), side
+    assert [{b: decided.links[(n, b)] for b in LINK} for n in range(2)] == links
+
+
+@pytest.fixture(scope="module")
+def table_then_stream_paths(spark, paths):
+    """l, the table s (paths[2] of the tests above) and the stream c, in the job's order."""
+    root, p = paths
+    c = f"{root}/c2"
+    spark.createDataFrame([], SCHEMA).write.format("delta").save(c)
+    return root, {0: p[0], 1: p[2], 2: c}
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_a_table_then_a_stream_replay_and_slices_decide_as_the_reference(
+    spark, table_then_stream_paths, mode, data
+):
+    case = data.draw(table_then_stream_cases())
+    closed = data.draw(st.booleans(), label="closed input")
+    plan = table_then_stream_plan(spark, table_then_stream_paths, case)
+    windows = slices(data.draw, STACK)
+    (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    check_table_then_stream(whole, case, mode, closed)
+    parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
+    add_up(parts, whole)
+    (alone,) = enrichment_replay(spark, plan, case.laid, mode, [windows[1]], closed)
+    assert alone.output == parts[1].output, first_difference(alone.output, parts[1].output)
+    assert alone.sources == parts[1].sources and alone.links == parts[1].links
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_a_table_then_a_stream_live_batches_decide_as_the_reference(spark, table_then_stream_paths, data):
+    case = data.draw(table_then_stream_cases())
+    plan = table_then_stream_plan(spark, table_then_stream_paths, case)
+    cut = data.draw(cuts(case.laid), label="cuts")
+    check_table_then_stream(enrichment_live(spark, plan, case.laid, cut), case, "exact", False, live=True)
+
+
+def test_a_row_a_table_keeps_waiting_meets_its_partner_and_is_late_where_it_arrived(
+    spark, table_then_stream_paths
+):
+    """FROM l JOIN s JOIN c WITHIN [0 s, 5 s], FULL, s updated in place with a long clock skew (a
+    row waits for s's next commit). First history: l1 waits at s while c2 moves the clock far past
+    c1's window; c1 must stay open for l1, which then meets it. Second: l9 arrives after c9 moved
+    the clock to 30 s, so it is late at the stream-stream link, though s lets it through only in
+    a later batch, where its own commit is long past."""
+    laid = lay_end_to_end(
+        [
+            [
+                (1, [("s1", "a", 0, 0, "insert")]),
+                (0, [("l1", "a", 10, 0)]),
+                (2, [("c1", "a", 12, 0)]),
+                (2, [("c2", "b", 40, 0)]),
+                (0, [("l2", "b", 41, 0)]),
+                (1, [("s2", "b", 41, 0, "insert")]),
+            ],
+            [
+                (1, [("s9", "a", 0, 0, "insert")]),
+                (2, [("c9", "a", 30, 0)]),
+                (0, [("l9", "a", 10, 0)]),
+                (2, [("c10", "b", 31, 0)]),
+                (1, [("s10", "b", 31, 0, "insert")]),
+            ],
+        ],
+        "k",
+        kinds="sts",
+    )
+    second = {"how": "full", "lo": 0, "hi": 5, "grace": 0, "emit": "final"}
+    case = TableThenStream("left", False, 0, 3600, second, laid)
+    plan = table_then_stream_plan(spark, table_then_stream_paths, case)
+    for cut in ([3, 4, 9],):
+        decided = enrichment_live(spark, plan, laid, cut)
+        check_table_then_stream(decided, case, "exact", False, live=True)
+        assert decided.output[("0/l1", "0/s1", "0/c1", 12)] == 1, cut
+        assert not any(row[0] == "1/l9" for row in decided.output), cut  # late at join 2
+    (replayed,) = enrichment_replay(spark, plan, laid, "exact", [(0, 200_000)], final=True)
+    check_table_then_stream(replayed, case, "exact", True)

@@ -32,6 +32,10 @@ from streamjoin.plan import BoundJoin, Plan
 END_OF_INPUT = 2**62
 MATCHED = "_sj_matched"  # a kept row found a partner in an earlier step (state rows of every family)
 OUT_T = "_sj_out_t"  # an emitted row's event time, UTC microseconds
+# A chain's stream row that a table link may keep waiting: the largest accepted event time before
+# its position (the job's clock there), so that a later stream-stream link judges it late or on
+# time as at its arrival, whichever live step hands it on.
+CLOCK = "_sj_clock"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
+import numpy as np
+import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField
@@ -37,6 +39,7 @@ from pyspark.sql.types import BooleanType, StructField
 from streamjoin import arrival
 from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, position_le
 from streamjoin.joins.base import (
+    CLOCK,
     END_OF_INPUT,
     MATCHED,
     OUT_T,
@@ -150,9 +153,14 @@ class IntervalJoin(JoinOperator):
         )
         return {k: (c["pairs"], c["pads"]) for k, c in counted.items()}
 
-    def run(self, spark: SparkSession, inputs: StepInput, persist: bool = False) -> IntervalStep:
+    def run(
+        self, spark: SparkSession, inputs: StepInput, persist: bool = False, waiting: Sequence[int] = ()
+    ) -> IntervalStep:
         """`step` up to the rows it emits, in joined form (`IntervalStep.emitted`), unprojected.
-        `persist`: the emitted rows are read more than once (`evaluate`)."""
+        `persist`: the emitted rows are read more than once (`evaluate`). `waiting`: event times of
+        left rows an earlier link still holds, on time here when they come (a chain's table links):
+        a right row one of them could join stays open. Left rows that carry their clock (`CLOCK`)
+        are judged late or on time by it."""
         settled, timeline, mode, state = inputs.settled, inputs.timeline, inputs.mode, inputs.state
         slices, keep_state, final = inputs.slices, inputs.keep_state, inputs.final
         marks, max_event = timeline.watermarks(self.grace), timeline.max_event
@@ -168,8 +176,12 @@ class IntervalJoin(JoinOperator):
         slice_of = slices.number(F.col(T))
         for name, rows in settled.items():
             late = arrival.is_late()
+            timed = arrival.with_per_commit(rows, table)
+            if CLOCK in rows.columns:  # held by a table link: judged at its own position, whenever it comes
+                clock_mark = F.lit(None) if mode == "complete" else F.col(CLOCK) - F.lit(self.grace)
+                timed = timed.withColumn(arrival.WM, clock_mark.cast("long"))
             tally = SliceCounts(
-                arrival.with_per_commit(rows, table),
+                timed,
                 len(slices),
                 observed=self.reads_rows_once(),
                 late=(slice_of, late),
@@ -213,6 +225,7 @@ class IntervalJoin(JoinOperator):
             keep_state=keep_state,
             clock=(timeline.start, END_OF_INPUT if final else max_event),
             persist=persist,
+            waiting=waiting,
         )
         by_slice = Deferred(
             lambda: [
@@ -308,12 +321,16 @@ class IntervalJoin(JoinOperator):
             return max(self.upper, 0), max(-self.lower, 0)
         return max(-self.lower, 0), max(self.upper, 0)
 
-    def closed(self, side: str, time: Column, watermark: int | None) -> Column:
-        """A row's window has closed: no partner still to come can be on time."""
+    def closed(self, side: str, time: Column, watermark: int | None, waiting: Sequence[int] = ()) -> Column:
+        """A row's window has closed: no partner still to come can be on time. A right row within
+        the bounds of a `waiting` left row's time stays open (`run`)."""
         if watermark is None:
             return F.lit(False)
         edge = time + F.lit(self.upper) if side == self.left else time - F.lit(self.lower)
-        return edge < F.lit(watermark)
+        closed = edge < F.lit(watermark)
+        if side == self.right and waiting:
+            closed = closed & ~_within(waiting, self.lower, self.upper)(time)
+        return closed
 
     def preserves(self, side: str) -> bool:
         return (
@@ -354,6 +371,7 @@ class IntervalJoin(JoinOperator):
         keep_state: bool = False,
         clock: tuple[int | None, int | None] = (None, None),
         persist: bool = False,
+        waiting: Sequence[int] = (),
     ) -> Evaluation:
         """Join on-time rows; emit pairs involving a new row and padded rows whose window closed
         (final emission) or whose eager decision falls in this step.
@@ -365,7 +383,8 @@ class IntervalJoin(JoinOperator):
         `slices`, only output rows whose event time lies in them are kept, and each row is accounted
         for in the slice of its event time. The counts are observed in the pass that writes the
         emitted rows (`SliceCounts`): read them after it. `persist`: more than that pass reads the
-        join (the next state, a chain's next link), so it is kept in memory (`cached`).
+        join (the next state, a chain's next link), so it is kept in memory (`cached`). `waiting`:
+        see `run`.
         """
         L, R = self.left, self.right
         left, right = rows[L].alias(L), rows[R].alias(R)
@@ -381,7 +400,7 @@ class IntervalJoin(JoinOperator):
         joined = joined.withColumn(OUT_T, out_t).withColumn(DUE, due)
         if persist or keep_state:
             joined = joined.persist()
-        closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark)
+        closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark, waiting)
         fresh_l, fresh_r = ~self._col(L, MATCHED), ~self._col(R, MATCHED)
         # The rows still without a partner, by side and slice, and how many of them closed.
         stats = SliceCounts(
@@ -419,7 +438,7 @@ class IntervalJoin(JoinOperator):
                 for k in range(len(slices))
             ]
 
-        state = self._next_state(rows, joined, watermark) if keep_state else None
+        state = self._next_state(rows, joined, watermark, waiting) if keep_state else None
         return Evaluation(emitted, Deferred(counts), state, cached=[joined])
 
     def _eager_pads(
@@ -462,7 +481,7 @@ class IntervalJoin(JoinOperator):
         return pads
 
     def _next_state(
-        self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None
+        self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None, waiting: Sequence[int]
     ) -> dict[str, DataFrame]:
         """Rows whose window is still open, with `_sj_matched` updated; closed rows are evicted.
 
@@ -472,7 +491,7 @@ class IntervalJoin(JoinOperator):
         state = {}
         for side, other in ((self.left, self.right), (self.right, self.left)):
             mine, theirs = rows[side].alias(side), rows[other].alias(other)
-            open_ = ~self.closed(side, F.col(T), watermark)
+            open_ = ~self.closed(side, F.col(T), watermark, waiting)
             with_partner = mine.join(theirs, self.condition(), "left_semi")
             without = joined.where(self._col(side, TS).isNotNull() & self._col(other, TS).isNull()).select(
                 *[self._col(side, c) for c in rows[side].columns]
@@ -481,6 +500,28 @@ class IntervalJoin(JoinOperator):
                 with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
             )
         return state
+
+
+def _within(times: Sequence[int], lower: int, upper: int):
+    """A vectorised UDF: is a right row's time within [t + lower, t + upper] of one of `times`?
+    The intervals are merged first, so each row takes one binary search."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for t in sorted(times):
+        if starts and t + lower <= ends[-1]:
+            ends[-1] = max(ends[-1], t + upper)
+        else:
+            starts.append(t + lower)
+            ends.append(t + upper)
+    low, high = np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
+    @F.pandas_udf(BooleanType())  # type: ignore[call-overload]  # pyspark's overloads miss this form
+    def within(time: pd.Series) -> pd.Series:
+        at = time.to_numpy(dtype=np.int64)
+        k = np.searchsorted(low, at, side="right") - 1
+        return pd.Series((k >= 0) & (at <= high[np.maximum(k, 0)]))
+
+    return within
 
 
 @dataclass

@@ -46,6 +46,7 @@ every link, so each link decides as it would alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
@@ -54,9 +55,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField
 
 from streamjoin import arrival, changelog
-from streamjoin.arrival import ALL_TIME, REJECT, TS, Slices, T, V, watermarks
+from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, watermarks
 from streamjoin.changelog import TableInput
 from streamjoin.joins.base import (
+    CLOCK,
     MATCHED,
     OUT_T,
     Evaluation,
@@ -262,6 +264,19 @@ class TableVersions:
     horizon: int | None
 
 
+@dataclass
+class EnrichmentStep:
+    """What `Enrichment.run` decided: `StepResult`'s parts, the rows still in joined form."""
+
+    emitted: list[DataFrame]
+    late: DataFrame
+    by_slice: Sequence[dict[str, SourceCounts]]
+    state: dict[str, DataFrame] | None
+    watermark: int | None
+    cached: list[DataFrame]
+    links: list[list[LinkCounts]]
+
+
 @dataclass(frozen=True)
 class Enrichment(JoinOperator):
     """A stream enriched by one table, or by several in the order written (ksqlDB's
@@ -284,13 +299,39 @@ class Enrichment(JoinOperator):
         """The rows of `stream` (a source, or a chain's joined rows) looked up by `join`."""
         return cls(stream, (TemporalJoin.from_plan(join, plan.source(join.right), stream),), first)
 
-    def then(self, plan: Plan, join: BoundJoin) -> Enrichment | None:
-        """The chain extended by one more enrichment link; None for a link of another family."""
+    def then(self, plan: Plan, join: BoundJoin) -> JoinOperator | None:
+        """The chain extended by one more enrichment link; a stream-stream link after them makes a
+        `Chain` (ksqlDB's `FROM a JOIN b JOIN c WITHIN ...`, b a table); None for any other."""
+        if join.family == "interval":
+            from streamjoin.joins.chain import Chain  # the chain module builds on this one
+
+            return Chain.after_enrichment(self, plan, join)
         if join.family not in ENRICHMENTS:
             return None
         return replace(
             self, links=(*self.links, TemporalJoin.from_plan(join, plan.source(join.right), self.stream))
         )
+
+    def sources(self) -> tuple[str, ...]:
+        """The sources whose columns its emitted rows hold: the stream, then each link's table."""
+        return (self.stream, *(link.table for link in self.links))
+
+    def as_rows(self, plan: Plan, emitted: list[DataFrame]) -> DataFrame:
+        """Emitted rows (`run`'s joined form) as the rows of one stream, for a chain's next link:
+        each source's columns in a struct named after it, and the stream row's event time,
+        position and clock (`CLOCK`): an enriched row is known at its stream row's position."""
+        S = self.stream
+        sources = [
+            F.struct(*[self._col(S, c).alias(c) for c in plan.source(S).schema.fieldNames()]).alias(S),
+            *[
+                F.struct(
+                    *[self._col(link.table, c).alias(c) for c in plan.source(link.table).schema.fieldNames()]
+                ).alias(link.table)
+                for link in self.links
+            ],
+        ]
+        own = [self._col(S, c).alias(c) for c in (T, TS, SRC, V, CLOCK)]
+        return reduce(DataFrame.unionByName, [part.select(*sources, *own) for part in emitted])
 
     def state_fields(self) -> tuple[StructField, ...]:
         """The interval family's shape: undecided stream rows, never matched."""
@@ -303,6 +344,20 @@ class Enrichment(JoinOperator):
         """Stream rows against each link's table versions: table lateness, versions, the lookups,
         accounting. Stream rows are never late in these joins; a table's changes are, when their
         version time is below the table's watermark at their arrival (exact mode)."""
+        ran = self.run(spark, inputs)
+        return StepResult(
+            output=reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in ran.emitted]),
+            late=ran.late,
+            by_slice=ran.by_slice,
+            state=ran.state,
+            max_event=None,
+            watermark=ran.watermark,
+            cached=ran.cached,
+            links=ran.links,
+        )
+
+    def run(self, spark: SparkSession, inputs: StepInput) -> EnrichmentStep:
+        """`step` up to the rows it emits, in joined form (aliased by source name, with OUT_T)."""
         tables = [link.versions(spark, inputs.tables[link.table], inputs.mode) for link in self.links]
         rows = inputs.settled[self.stream]
         if inputs.state is not None:  # the live runner's undecided rows
@@ -344,21 +399,17 @@ class Enrichment(JoinOperator):
             for link, table in zip(self.links, tables, strict=True):
                 counts[link.table] = SourceCounts(**table.tally.get(k, {"late": 0, "applied": 0}))
             by_slice.append(counts)
-        output = reduce(
-            DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in evaluation.emitted]
-        )
         next_state = None
         if evaluation.state is not None:  # the same shape as interval state: undecided rows are never matched
             next_state = {
                 name: rows.withColumn(MATCHED, F.lit(False)) for name, rows in evaluation.state.items()
             }
         horizons = [t.horizon for t in tables]
-        return StepResult(
-            output=output,
+        return EnrichmentStep(
+            emitted=evaluation.emitted,
             late=reduce(DataFrame.unionByName, [t.late for t in tables]),
             by_slice=by_slice,
             state=next_state,
-            max_event=None,
             watermark=None if None in horizons else min(h for h in horizons if h is not None),
             cached=evaluation.cached,
             links=evaluation.links,

@@ -553,14 +553,16 @@ def describe(
         if join.family in ("stream-table", "temporal", "asof"):
             lines += [f"     {line}" for line in _describe_lookup(plan, join)]
         if join.family == "table-table":
-            left = plan.source(join.left[0]).spec
+            first = plan.source(join.left[0]).spec
+            parent = plan.source(join.equi[0][0].split(".", 1)[0]).spec if join.equi else first
             kind = (
                 "primary-key (1:1)"
-                if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(left.key)
+                if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(parent.key)
                 else "foreign-key (1:N)"
             )
+            of = "" if parent.name == first.name else f" of {parent.name}"
             lines.append(
-                f"     {kind}: result keyed by {left.name}'s key ({', '.join(left.key)}); every input commit "
+                f"     {kind}{of}: result keyed by {first.name}'s key ({', '.join(first.key)}); every input commit "
                 f"updates the rows it touches; changes (upsert/delete) in {spec.output.side('changes')}"
             )
     if margins:

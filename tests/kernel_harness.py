@@ -729,16 +729,23 @@ class LaidTables:
 
 def lay_tables_end_to_end(
     examples: Sequence[Sequence[tuple[int, list[tuple[str, str | None]]]]],
+    tables: int = 2,
+    values_are_keys: Sequence[int] = (),
 ) -> LaidTables:
-    """`examples`: each a list of commits (side, rows (key, value | None)); None deletes the key."""
-    rows: dict[int, list[tuple]] = {0: [], 1: []}
+    """`examples`: each a list of commits (side, rows (key, value | None)); None deletes the key.
+    `values_are_keys`: the sides whose values name another table's keys (made the example's own,
+    as its keys are)."""
+    rows: dict[int, list[tuple]] = {side: [] for side in range(tables)}
     commits = []
-    versions = {0: 0, 1: 0}
+    versions = dict.fromkeys(range(tables), 0)
     for example, example_commits in enumerate(examples):
         for j, (side, changes) in enumerate(example_commits):
             versions[side] += 1
             seconds = example * BAND + j
-            keyed = [(f"{example}:{k}", v) for k, v in changes]
+            keyed = [
+                (f"{example}:{k}", f"{example}:{v}" if v is not None and side in values_are_keys else v)
+                for k, v in changes
+            ]
             commits.append((side, versions[side], keyed))
             committed = BASE + timedelta(seconds=seconds)
             rows[side] += [(k, v, "insert", versions[side], committed) for k, v in keyed]

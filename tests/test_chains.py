@@ -182,35 +182,113 @@ def test_explain_shows_every_link(spark, chain):
     assert "2. INNER JOIN C [stream-table] ON A.id = C.purchased_id" in text
 
 
-def test_a_stream_stage_after_a_table_stage_is_refused_before_data_moves(spark, chain, tmp_path):
-    """ksqlDB's second form (C a stream, WITHIN 10 SECONDS) does not run yet: validate-job and the
-    runners refuse it with the same message, naming the link and what runs."""
-    specs = chain.specs
-    document = {
-        "name": "nway_stream",
+SHIPMENTS = StructType(
+    [
+        StructField("purchased_id", IntegerType()),
+        StructField("carrier", StringType()),
+        StructField("t", TimestampType()),
+    ]
+)
+
+
+def nway_stream(root, paths: dict[str, str], name: str, **second) -> dict:
+    """ksqlDB's second form, as the seed prints it: `FROM A JOIN B ON A.id = B.product_id JOIN C
+    WITHIN 10 SECONDS ON A.id = C.purchased_id`, C a stream, with a grace of 2 s (the seed's
+    default of 24 hours would close no window here). B waits for its next commit (a long clock
+    skew), so purchases wait at B across live runs."""
+    return {
+        "name": name,
         "sources": {
-            "A": {"path": specs["inner"].source("A").location, "time": "t"},
+            "A": {"path": paths["A"], "time": "t"},
             "B": {
-                "path": specs["inner"].source("B").location,
+                "path": paths["B"],
                 "kind": "table",
                 "key": ["product_id"],
                 "changelog": True,
+                "clock_skew": "1h",
             },
-            "C": {"path": specs["inner"].source("A").location, "time": "t"},
+            "C": {"path": paths["S"], "time": "t"},
         },
         "from": "A",
         "joins": [
             {"join": "B", "on": "A.id = B.product_id"},
-            {"join": "C", "on": "A.id = C.id", "within": "10s"},
+            {"join": "C", "on": "A.id = C.purchased_id", "within": "10s", "grace": "2s", **second},
         ],
-        "output": {"path": f"{tmp_path}/out"},
+        "select": ["A.name AS purchase", "B.product AS product", "C.carrier AS carrier"],
+        "output": {"path": f"{root}/out_{name}"},
     }
-    plan = bind(spark, spec_from_dict(document))
-    with pytest.raises(
-        UnsupportedJobError,
-        match=r"join 2 \(INNER JOIN C, family interval\) cannot follow the stream-table join",
+
+
+@pytest.fixture(scope="module")
+def stream_chain(spark, tmp_path_factory):
+    """Purchases A, products B and shipments C committed in turn, live runs in between; then replayed."""
+    root = tmp_path_factory.mktemp("stream_chain")
+    paths = {"A": f"{root}/A", "B": f"{root}/B", "S": f"{root}/S"}
+    for name, schema in (("A", PURCHASES), ("B", PRODUCTS), ("S", SHIPMENTS)):
+        spark.createDataFrame([], schema).write.format("delta").save(paths[name])
+    spec = spec_from_dict(nway_stream(root, paths, "nway_stream"))
+    runner = LiveRunner(spark, spec, f"{root}/checkpoint")
+
+    def commit(name, rows, schema):
+        append(spark, paths[name], [(*row[:-1], at(row[-1])) for row in rows], schema)
+
+    commit("B", [(1, "lamp", 0), (2, "desk", 0)], PRODUCTS)
+    commit("A", [(1, "a1", 2), (2, "a2", 3)], PURCHASES)  # both wait for B's next commit
+    commit("S", [(1, "post", 5), (2, "rail", 8)], SHIPMENTS)
+    commit("S", [(9, "boat", 40)], SHIPMENTS)  # the clock passes rail's window while a2 waits at B
+    commit("A", [(3, "a3", 41)], PURCHASES)  # no product 3: dropped at B
+    run_live([runner])
+    commit("B", [(3, "chair", 4)], PRODUCTS)  # a1, a2, a3 decided (B as they arrived): a2 meets rail
+    run_live([runner])
+    commit("A", [(1, "a4", 44), (None, "a5", 45)], PURCHASES)  # a5: NULL key, rejected
+    commit("S", [(1, "air", 48)], SHIPMENTS)
+    commit("B", [(5, "sofa", 45)], PRODUCTS)
+    commit("A", [(7, "a7", 60)], PURCHASES)  # left waiting at B
+    commit("S", [(7, "van", 62)], SHIPMENTS)  # settles a7 (and waits itself, the newest commit)
+    run_live([runner])
+    replayed = replay(spark, with_output(spec, f"{spec.output.location}_replay"), at(0), at(100))
+    return SimpleNamespace(spec=spec, paths=paths, root=root, replayed=replayed)
+
+
+def test_ksqldb_nway_stream_table_stream_live_equals_replay(spark, stream_chain):
+    """A row that waits at the table still meets its stream partner, whose window the clock passed
+    meanwhile; live (three runs) and the replay write the same rows and account for every row."""
+    spec = stream_chain.spec
+    expected = Counter(
+        {("a1", "lamp", "post", at(5)): 1, ("a2", "desk", "rail", at(8)): 1, ("a4", "lamp", "air", at(48)): 1}
+    )
+    assert rows(spark, spec.output.location) == expected
+    assert rows(spark, f"{spec.output.location}_replay") == expected
+    accounting, batches = live_accounting(spark, spec.output.location)
+    assert batches >= 3
+    assert accounting["A"] == {
+        "rows_in": 6, "rejected": 1, "late": 0, "joined": 3, "unmatched_emitted": 0, "unmatched_dropped": 1,
+        "open": 1, "unsettled": 0,
+    }  # fmt: skip
+    assert live_links(spark, spec) == {
+        "1. INNER JOIN B": [4, 4 - 1, 0, 1],  # a1, a2, a3, a4 decided; a3 has no product
+        "2. INNER JOIN C": [3, 3, 0, 0],
+    }
+    metrics = stream_chain.replayed
+    assert metrics.balanced() and metrics.sources["A"].joined == 3 and metrics.sources["A"].open == 1
+    c = metrics.sources["C"]
+    assert (c.rows_in, c.joined, c.unmatched_dropped, c.unsettled) == (5, 3, 1, 1)  # boat closed, van waits
+
+
+def test_after_a_table_and_a_stream_stage_nothing_more_runs_yet(spark, stream_chain):
+    """The stream-stream stage after table stages is the chain's last, keyed, with final emission;
+    validate-job and the runners refuse anything else before data moves, naming the join."""
+    root, paths = stream_chain.root, stream_chain.paths
+    eager = nway_stream(root, paths, "eager", emit="eager")
+    further = nway_stream(root, paths, "further")
+    further["sources"]["D"] = {"path": paths["B"], "kind": "table", "key": ["product_id"], "changelog": True}
+    further["joins"].append({"join": "D", "on": "A.id = D.product_id"})
+    for document, message in (
+        (eager, r"join 2 \(INNER JOIN C, family interval\) cannot follow the stream-table join"),
+        (further, r"join 3 \(INNER JOIN D, family stream-table\) cannot follow the interval join"),
     ):
-        kernel.runnable(spark, plan)
+        with pytest.raises(UnsupportedJobError, match=message):
+            kernel.runnable(spark, bind(spark, spec_from_dict(document)))
 
 
 def test_a_full_outer_stream_table_stage_fails_as_in_ksqldb(tmp_path):

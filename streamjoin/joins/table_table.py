@@ -2,7 +2,7 @@
 
 The result is itself a table, keyed by the left table's primary key (a FULL primary-key join keys
 a right-only row by the right key). After every input commit, in arrival-position order, each
-result row the commit touches is recomputed from both tables as they are at that position:
+result row the commit touches is recomputed from the tables as they are at that position:
 
 - the row appears or its values change: an `upsert`;
 - the row disappears (a tombstone on either side, a foreign key moved away, `where` no longer
@@ -13,15 +13,20 @@ Foreign-key join: any left columns equal the right table's whole primary key; a 
 row updates every left row pointing at it at that moment (ksqlDB's 1:N table, row 8). INNER needs
 both rows (and the residual), LEFT the left row, FULL (primary key only) either.
 
+N-way (`FROM a JOIN b ON ... JOIN c ON ...`, all tables): each further table joins by its whole
+primary key from the columns of one earlier table, INNER or LEFT; the result stays keyed by the
+first table's key, and a change of any table touches every result row that leads to it at that
+moment, back along the links. A FULL join is a job's only join.
+
 Each result change carries the position of the input commit that caused it, so the sequence of
-changes per key is a function of the two tables' logs alone: the live runner and a replay produce
-the same sequence, however commits were grouped into micro-batches. A change is settled once both
+changes per key is a function of the tables' logs alone: the live runner and a replay produce
+the same sequence, however commits were grouped into micro-batches. A change is settled once all
 tables are known past its commit (`clock_skew`, as for enrichment joins).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -40,7 +45,7 @@ from streamjoin.joins.base import (
     tally_by_slice,
 )
 from streamjoin.metrics import SourceCounts
-from streamjoin.plan import BoundJoin, BoundSource, Plan
+from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
 
 POINT = "_sj_point"  # struct(commit timestamp, source index, commit version) of the input commit
@@ -50,33 +55,51 @@ _EXISTS, _VALUE = "_sj_exists", "_sj_value"
 
 
 @dataclass(frozen=True)
-class TableTableJoin(JoinOperator):
-    left: str
-    right: str
+class TableLink:
+    """One table joined to the result so far: `table` by its whole primary key, from columns of
+    one earlier table (`parent`)."""
+
+    table: str
     type: str  # inner | left | full
-    kind: str  # primary-key | foreign-key
-    left_key: tuple[str, ...]
-    right_key: tuple[str, ...]
-    pairs: tuple[tuple[str, str], ...]  # (left column, right key column) for every right key column
+    parent: str
+    pairs: tuple[tuple[str, str], ...]  # (parent column, table key column) for every key column
     residual: str | None
+    by_parent_key: bool  # the parent's columns are its whole primary key (1:1), else a foreign key (1:N)
+
+
+@dataclass(frozen=True)
+class TableTableJoin(JoinOperator):
+    """A table (`left`) joined to one or more tables in turn (ksqlDB's N-way table joins)."""
+
+    left: str
+    left_key: tuple[str, ...]
+    links: tuple[TableLink, ...]
     clock_skew: dict[str, int]  # microseconds, per table
 
-    @classmethod
-    def from_plan(cls, join: BoundJoin, left: BoundSource, right: BoundSource) -> TableTableJoin:
-        """The join's kind from its equalities; refuses many-to-many joins and FULL foreign-key joins."""
+    @staticmethod
+    def link_of(join: BoundJoin, plan: Plan) -> TableLink:
+        """One link from its equalities; refuses many-to-many joins and FULL foreign-key joins."""
+        right = plan.source(join.right)
+        owners = sorted({lc.split(".", 1)[0] for lc, _ in join.equi})
+        where = f"join of {' / '.join(join.left)} with table {right.name!r}"
+        if len(owners) != 1:
+            raise UnsupportedJobError(
+                f"{where}: the condition must take the right table's key from the columns of one earlier table, "
+                f"not of {', '.join(owners)}; join the tables one at a time, each link on one table's columns"
+            )
+        parent = plan.source(owners[0])
         pairs = tuple((lc.split(".", 1)[1], rc.split(".", 1)[1]) for lc, rc in join.equi)
-        where = f"join of table {left.name!r} with table {right.name!r}"
         right_columns = [rc for _, rc in pairs]
         if sorted(set(right_columns)) != sorted(right.spec.key) or len(right_columns) != len(
             set(right_columns)
         ):
             raise UnsupportedJobError(
                 f"{where}: the condition must equate the right table's whole primary key "
-                f"({', '.join(right.spec.key)}) with columns of {left.name!r}, once each (found {', '.join(right_columns)}). "
+                f"({', '.join(right.spec.key)}) with columns of {parent.name!r}, once each (found {', '.join(right_columns)}). "
                 "Table-table joins are primary-key (1:1) or foreign-key (1:N), as in ksqlDB; a many-to-many join "
                 "would keep every pair of matching rows as state and is refused: aggregate one side to its key first"
             )
-        primary = sorted(lc for lc, _ in pairs) == sorted(left.spec.key)
+        primary = sorted(lc for lc, _ in pairs) == sorted(parent.spec.key)
         if not primary and join.spec.type == "full":
             raise UnsupportedJobError(
                 f"{where}: a foreign-key join supports INNER and LEFT (ksqlDB), not FULL"
@@ -86,24 +109,30 @@ class TableTableJoin(JoinOperator):
                 f"{where}: a FULL table-table join takes key equalities only (the result has one row per key); "
                 f"move {join.residual} to 'where'"
             )
-        return cls(
-            left=left.name,
-            right=right.name,
-            type=join.spec.type,
-            kind="primary-key" if primary else "foreign-key",
-            left_key=left.spec.key,
-            right_key=right.spec.key,
-            pairs=pairs,
-            residual=join.residual,
-            clock_skew={
-                left.name: to_micros(left.spec.clock_skew),
-                right.name: to_micros(right.spec.clock_skew),
-            },
+        return TableLink(right.name, join.spec.type, parent.name, pairs, join.residual, primary)
+
+    def then(self, plan: Plan, join: BoundJoin) -> TableTableJoin | None:
+        """One more table: INNER or LEFT, each link keyed by the first table's key (a FULL link is a
+        job's only join: its result key may come from either table); None for a stream."""
+        if join.family != "table-table":
+            return None
+        if join.spec.type == "full" or any(link.type == "full" for link in self.links):
+            raise UnsupportedJobError(
+                f"job {plan.spec.name!r}: join {len(self.links) + 1} (JOIN {join.right}): a FULL table-table join "
+                "must be the job's only join (its result is keyed by either table's key); chain INNER and LEFT "
+                "table joins, or write the FULL join's result to a table and join that in a second job"
+            )
+        link = self.link_of(join, plan)
+        right = plan.source(join.right)
+        return replace(
+            self,
+            links=(*self.links, link),
+            clock_skew={**self.clock_skew, right.name: to_micros(right.spec.clock_skew)},
         )
 
     def known_until(self, newest: dict[str, int | None]) -> int | None:
-        """The commit timestamp up to which both tables' logs are complete: each table's newest
-        change, or the newest change of either minus the table's clock skew (None: no change yet)."""
+        """The commit timestamp up to which every table's log is complete: each table's newest
+        change, or the newest change of any minus the table's clock skew (None: no change yet)."""
         clock = max((ts for ts in newest.values() if ts is not None), default=None)
         if clock is None:
             return None
@@ -111,53 +140,41 @@ class TableTableJoin(JoinOperator):
 
     # ------------------------------------------------------------------ the changelog of the result
 
-    def changes(self, plan: Plan, left: DataFrame, right: DataFrame) -> DataFrame:
+    def changes(self, plan: Plan, applied: dict[str, DataFrame]) -> DataFrame:
         """Every result change, with its key, op, the selected values and the causing position.
 
-        `left`/`right` are each table's applied changes (changelog.read, accepted).
+        `applied`: each table's applied changes (changelog.read, accepted), by name.
         """
-        L, R = self.left, self.right
-        lv = changelog.versions(left, self.left_key, "position").alias(L)
-        rv = changelog.versions(right, self.right_key, "position").alias(R)
+        L = self.left
         key_names = list(self.left_key)
-        left_points = left.select(*[F.col(f"`{k}`") for k in key_names], _position().alias(POINT))
-        # The result keys each right change touches, and how a point finds its right row.
-        if self.kind == "primary-key":  # the right key is the result key
-            by_right = {rc: lc for lc, rc in self.pairs}
-            right_points = right.select(
-                *[F.col(f"`{rc}`").alias(by_right[rc]) for rc in self.right_key], _position().alias(POINT)
-            )
-            at_right = reduce(
-                Column.__and__, [F.col(f"p.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs]
-            )
-        else:  # every left row pointing at the right key at that position
-            to_left = reduce(
-                Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"r.`{rc}`") for lc, rc in self.pairs]
-            )
-            touched = right.alias("r").join(lv, to_left & changelog.valid_at(_position("r"), f"{L}."))
-            right_points = touched.select(
-                *[F.col(f"{L}.`{k}`").alias(k) for k in key_names], _position("r").alias(POINT)
-            )
-            at_right = reduce(
-                Column.__and__, [F.col(f"{L}.`{lc}`") == F.col(f"{R}.`{rc}`") for lc, rc in self.pairs]
-            )
-        points = left_points.unionByName(right_points).distinct().alias("p")
+        versions = {
+            name: changelog.versions(applied[name], plan.source(name).spec.key, "position").alias(name)
+            for name in applied
+        }
+        points = applied[L].select(*[F.col(f"`{k}`") for k in key_names], _position().alias(POINT))
+        for link in self.links:
+            points = points.unionByName(self._touched(plan, link, applied[link.table], versions))
+        points = points.distinct().alias("p")
+        at = F.col(f"p.{POINT}")
         at_left = reduce(Column.__and__, [F.col(f"p.`{k}`") == F.col(f"{L}.`{k}`") for k in key_names])
-        right_condition = at_right & changelog.valid_at(F.col(f"p.{POINT}"), f"{R}.")
-        if self.residual:
-            right_condition = right_condition & F.expr(self.residual)
-        joined = points.join(
-            lv, at_left & changelog.valid_at(F.col(f"p.{POINT}"), f"{L}."), "left_outer"
-        ).join(rv, right_condition, "left_outer")
-        has_l, has_r = F.col(f"{L}.{TS}").isNotNull(), F.col(f"{R}.{TS}").isNotNull()
-        exists = {"inner": has_l & has_r, "left": has_l, "full": has_l | has_r}[self.type]
+        joined = points.join(versions[L], at_left & changelog.valid_at(at, f"{L}."), "left_outer")
+        has = {L: F.col(f"{L}.{TS}").isNotNull()}
+        exists = has[L]
+        for link in self.links:
+            condition = self._link_condition(link) & changelog.valid_at(at, f"{link.table}.")
+            if link.residual:
+                condition = condition & F.expr(link.residual)
+            joined = joined.join(versions[link.table], condition, "left_outer")
+            has[link.table] = F.col(f"{link.table}.{TS}").isNotNull()
+            if link.type == "inner":
+                exists = exists & has[link.table]
+            elif link.type == "full":  # the job's only link (`then`)
+                exists = exists | has[link.table]
         if plan.spec.where:
             exists = exists & F.coalesce(F.expr(plan.spec.where), F.lit(False))
         values = [F.expr(e) for e in plan.select]
         key = F.struct(*[F.col(f"p.`{k}`").alias(k) for k in key_names])
-        rows = joined.select(
-            key.alias(RESULT_KEY), F.col(f"p.{POINT}").alias(POINT), exists.alias(_EXISTS), *values
-        )
+        rows = joined.select(key.alias(RESULT_KEY), at.alias(POINT), exists.alias(_EXISTS), *values)
         outputs = [F.col(f"`{c}`") for c in plan.output_columns]
         rows = rows.select(
             RESULT_KEY,
@@ -176,11 +193,58 @@ class TableTableJoin(JoinOperator):
         )
         return rows.withColumn(OP, op).where(F.col(OP).isNotNull()).drop(_EXISTS, _VALUE)
 
+    def _link_condition(self, link: TableLink) -> Column:
+        """How a result row finds the link's table row: by the first table's key where the link
+        joins by it (so a FULL join finds a right row without a left one), else by the parent's
+        columns."""
+        owner = "p" if link.parent == self.left and link.by_parent_key else link.parent
+        return reduce(
+            Column.__and__,
+            [F.col(f"{owner}.`{pc}`") == F.col(f"{link.table}.`{rc}`") for pc, rc in link.pairs],
+        )
+
+    def _touched(
+        self, plan: Plan, link: TableLink, changes: DataFrame, versions: dict[str, DataFrame]
+    ) -> DataFrame:
+        """The result keys each change of the link's table touches, at its position: by the first
+        table's key itself where the link joins by it; else every row of the first table that
+        leads to it at that moment, back along the links (a foreign key, or a table further on)."""
+        key_names = list(self.left_key)
+        if link.parent == self.left and link.by_parent_key:
+            by_table = {rc: pc for pc, rc in link.pairs}
+            return changes.select(
+                *[F.col(f"`{rc}`").alias(by_table[rc]) for rc in plan.source(link.table).spec.key],
+                _position().alias(POINT),
+            )
+        parents = {step.table: step for step in self.links}
+        at = _position("c")
+        reached = changes.alias("c")
+        child, step = "c", link
+        while True:  # join the parent's rows valid at the change's position that point at the child
+            on = reduce(
+                Column.__and__,
+                [F.col(f"{step.parent}.`{pc}`") == F.col(f"{child}.`{rc}`") for pc, rc in step.pairs],
+            )
+            reached = reached.join(versions[step.parent], on & changelog.valid_at(at, f"{step.parent}."))
+            if step.parent == self.left:
+                break
+            child, step = step.parent, parents[step.parent]
+        return reached.select(*[F.col(f"{self.left}.`{k}`").alias(k) for k in key_names], at.alias(POINT))
+
     # ------------------------------------------------------------------ the operator
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> TableTableJoin:
-        return cls.from_plan(join, plan.source(join.left[0]), plan.source(join.right))
+        left, right = plan.source(join.left[0]), plan.source(join.right)
+        return cls(
+            left=left.name,
+            left_key=left.spec.key,
+            links=(cls.link_of(join, plan),),
+            clock_skew={
+                left.name: to_micros(left.spec.clock_skew),
+                right.name: to_micros(right.spec.clock_skew),
+            },
+        )
 
     def keyed_output(self, plan: Plan) -> KeyedOutput:
         """The result table's changes, keyed by RESULT_KEY; a key's changes in position order."""
@@ -194,7 +258,7 @@ class TableTableJoin(JoinOperator):
         known = self.known_until({name: t.newest_ts for name, t in tables.items()})
         bound = END_OF_INPUT if final else known
         applied = {name: t.changes.where(F.col(REJECT).isNull()).drop(REJECT) for name, t in tables.items()}
-        changes = self.changes(plan, applied[self.left], applied[self.right])
+        changes = self.changes(plan, applied)
         when = F.col(f"{POINT}.ts")
         settled = changes.where(F.lit(False) if bound is None else when <= F.lit(bound))
         emitted = settled

@@ -48,7 +48,8 @@ def family(plan: Plan) -> JoinOperator:
                 "no CROSS after the first), then enrichment joins (stream-table, event-time temporal or ASOF; "
                 "FROM a JOIN b WITHIN ... JOIN c with c a table); or enrichment joins after a stream (FROM "
                 "a JOIN b JOIN c with b and c tables), then at most one stream-stream join as the last join, "
-                "keyed and with final emission (FROM a JOIN b JOIN c WITHIN ..., b a table). Split the job: "
+                "keyed and with final emission (FROM a JOIN b JOIN c WITHIN ..., b a table); or tables joined to "
+                "tables, INNER or LEFT (FROM t JOIN u ON ... JOIN v ON ...). Split the job: "
                 "write the first joins' output to a table and join it in a second job"
             )
         operator = extended

@@ -800,6 +800,12 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
         "replay": [run.links for run in (s.shown for s in plotted) if run is not None],
         "live": [json.loads(row.get("by_link") or "[]") for row in live],
     }
+    # The rows waiting at each link at the end: what the newest live batch left; each slice's own.
+    newest = max(live, key=lambda row: (row["started_at"], row["batch"] or 0), default=None)
+    waiting = {
+        "replay": [link for links in runs["replay"] for link in links],
+        "live": json.loads(newest.get("by_link") or "[]") if newest else [],
+    }
     rows = []
     for runner, per_run in runs.items():
         totals: dict[str, Counter] = {}
@@ -809,26 +815,31 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
                 emitted = link.get("emitted")
                 counts["passed"] = link["matched"] + link["padded"] if emitted is None else emitted
                 totals.setdefault(link["link"], Counter()).update(counts)
+        for link in waiting[runner]:
+            totals[link["link"]]["open"] += link.get("open", 0)
         for name, t in totals.items():
             rate = t["matched"] / t["reached"] if t["reached"] else None
             rows.append(
                 f"<tr data-link='{_e(name)}' data-runner='{runner}'><td class='text'>{_e(name)}</td>"
                 f"<td class='text'>{runner}</td>"
-                + "".join(f"<td data-field='{b}'>{_number(t[b])}</td>" for b in (*LINK_BUCKETS, "passed"))
+                + "".join(
+                    f"<td data-field='{b}'>{_number(t[b])}</td>" for b in (*LINK_BUCKETS, "passed", "open")
+                )
                 + f"<td data-field='match_rate'>{_percent(rate)}</td></tr>"
             )
     if not rows:
         return ""
     head = (
         "<tr><th class='text'>link</th><th class='text'>runner</th><th>rows reached</th><th>matched</th>"
-        "<th>padded</th><th>dropped</th><th>passed on</th><th>match rate</th></tr>"
+        "<th>padded</th><th>dropped</th><th>passed on</th><th>waiting now</th><th>match rate</th></tr>"
     )
     return (
         "<h2>The chain, link by link</h2><p>The rows that reached each link and what became of them there: "
         "matched, padded (an outer link keeps them), dropped (an INNER link's, or late at a stream-stream "
         "link). A link passes on its matched and padded rows (a stream-stream link one row per pair and "
         "padded row), and the next link reaches those, less the rows still waiting there for a table or an "
-        "open window. Replay: the slices plotted; live: every micro-batch.</p><div class='table-wrap'>"
+        "open window; waiting now: those rows at the end (live: as the newest micro-batch left them). "
+        "Replay: the slices plotted; live: every micro-batch.</p><div class='table-wrap'>"
         f"<table id='links'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 

@@ -581,3 +581,17 @@ def test_a_batch_of_a_three_stream_chain_failing_after_each_write_is_redone_once
     assert three_rows(spark, restarted.output.location) == three_rows(spark, live.output.location)
     assert live_accounting(spark, restarted.output.location) == live_accounting(spark, live.output.location)
     assert live_links(spark, restarted) == live_links(spark, live)
+
+
+def test_the_page_shows_the_rows_waiting_at_each_link(spark, stream_chain, browser, tmp_path):
+    """a7 waits at B when the last live batch ends: the page says so at link 1, beside what each
+    link did over every batch."""
+    open_page(browser, build_report(spark, stream_chain.spec, str(tmp_path / "report")))
+    assert severe(browser) == []
+    for name, counts in {
+        "1. INNER JOIN B": (4, 3, 0, 1, 3, 1),
+        "2. INNER JOIN C": (3, 3, 0, 0, 3, 0),
+    }.items():
+        row = f"table#links tr[data-link='{name}'][data-runner='live']"
+        fields = (*LINK_BUCKETS, "passed", "open")
+        assert tuple(number(shown(browser, f"{row} td[data-field='{b}']")) for b in fields) == counts, name

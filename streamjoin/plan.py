@@ -5,15 +5,16 @@ The result, a `Plan`, is what the runners execute and what `streamjoin explain` 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+import sqlglot
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DataType, StringType, StructType, TimestampNTZType, TimestampType
+from sqlglot import exp
 
 from streamjoin import delta_io
 from streamjoin.delta_io import COMMIT_TIMESTAMP
@@ -21,11 +22,7 @@ from streamjoin.errors import JobError
 from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
 from streamjoin.timeutil import format_duration, to_micros
 
-_IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)"
-_EQUALITY = re.compile(rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*==?\s*({_IDENT})\s*\.\s*({_IDENT})\s*$")
-_INEQUALITY = re.compile(
-    rf"^\s*({_IDENT})\s*\.\s*({_IDENT})\s*(<=|>=|<|>)\s*({_IDENT})\s*\.\s*({_IDENT})\s*$"
-)
+_COMPARISONS: dict[type[exp.Expr], str] = {exp.LTE: "<=", exp.GTE: ">=", exp.LT: "<", exp.GT: ">"}
 _MIRROR = {"<=": ">=", ">=": "<=", "<": ">", ">": "<"}
 
 
@@ -209,15 +206,15 @@ def _bind_join(
     residual: list[str] = []
     inequalities: list[tuple[str, str, str]] = []
     if join.on:
-        for conjunct in split_conjuncts(join.on):
-            pair = _equality(conjunct, left_names, right)
-            inequality = _inequality(conjunct, left_names, right) if join.asof else None
+        for term in conjuncts(join.on, f"{where}: the condition"):
+            pair = _equality(term, left_names, right)
+            inequality = _inequality(term, left_names, right) if join.asof else None
             if pair:
                 equi.append(pair)
             elif inequality:
                 inequalities.append(inequality)
             else:
-                residual.append(f"({conjunct.strip()})")
+                residual.append(f"({term.sql(dialect='spark')})")
     else:
         if join.natural:
             right_cols = schemas[right].fieldNames()
@@ -303,12 +300,13 @@ def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
     return "table-table"
 
 
-def _inequality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[str, str, str] | None:
+def _inequality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str, str] | None:
     """`a.x <op> b.y` between a left and the right source, as (left column, op, right column)."""
-    match = _INEQUALITY.match(conjunct)
-    if not match:
+    op = _COMPARISONS.get(type(term))
+    columns = _column_pair(term)
+    if op is None or columns is None:
         return None
-    a_src, a_col, op, b_src, b_col = (g.strip("`") for g in match.groups())
+    (a_src, a_col), (b_src, b_col) = columns
     if a_src in left_names and b_src == right:
         return f"{a_src}.{a_col}", op, f"{b_src}.{b_col}"
     if b_src in left_names and a_src == right:
@@ -322,11 +320,12 @@ def looks_back(op: str) -> bool:
     return op in (">=", ">")
 
 
-def _equality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
-    match = _EQUALITY.match(conjunct)
-    if not match:
+def _equality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
+    """`a.x = b.y` between a left and the right source, as (left column, right column)."""
+    columns = _column_pair(term) if isinstance(term, exp.EQ) else None
+    if columns is None:
         return None
-    a_src, a_col, b_src, b_col = (g.strip("`") for g in match.groups())
+    (a_src, a_col), (b_src, b_col) = columns
     if a_src in left_names and b_src == right:
         return f"{a_src}.{a_col}", f"{b_src}.{b_col}"
     if b_src in left_names and a_src == right:
@@ -334,33 +333,41 @@ def _equality(conjunct: str, left_names: tuple[str, ...], right: str) -> tuple[s
     return None
 
 
+def _column_pair(term: exp.Expr) -> tuple[tuple[str, str], tuple[str, str]] | None:
+    """A comparison of two source-qualified columns, as ((source, column), (source, column))."""
+    left, right = term.args.get("this"), term.args.get("expression")
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column) and left.table and right.table):
+        return None
+    return (left.table, left.name), (right.table, right.name)
+
+
+def conjuncts(expression: str, where: str = "condition") -> list[exp.Expr]:
+    """The top-level AND terms of a SQL condition, parsed (Spark's dialect), parentheses around a
+    conjunction opened: `BETWEEN a AND b` and `CASE WHEN x AND y ...` stay whole. A condition that
+    does not parse raises JobError with the line and column."""
+    try:
+        tree = sqlglot.parse_one(expression, read="spark")
+    except sqlglot.errors.ParseError as exc:
+        error = exc.errors[0] if exc.errors else {}
+        at = f" at line {error['line']}, column {error['col']}" if error.get("line") else ""
+        near = f" (near {error['highlight']!r})" if error.get("highlight") else ""
+        raise JobError(
+            f"{where} {expression!r} does not parse as a SQL condition{at}{near}: write it as Spark SQL, "
+            "e.g. a.id = b.id AND b.amount > 0"
+        ) from None
+
+    def split(node: exp.Expr) -> list[exp.Expr]:
+        node = node.unnest()
+        if isinstance(node, exp.And):
+            return split(node.left) + split(node.right)
+        return [node]
+
+    return split(tree)
+
+
 def split_conjuncts(expression: str) -> list[str]:
-    """Split on top-level AND (outside parentheses and quotes)."""
-    parts, depth, quote, start, i = [], 0, None, 0, 0
-    text = expression
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif (
-            depth == 0
-            and text[i : i + 3].upper() == "AND"
-            and (i == 0 or not text[i - 1].isalnum() and text[i - 1] != "_")
-            and (i + 3 == len(text) or not (text[i + 3].isalnum() or text[i + 3] == "_"))
-        ):
-            parts.append(text[start:i])
-            start = i + 3
-            i += 3
-            continue
-        i += 1
-    parts.append(text[start:])
-    return [p for p in (p.strip() for p in parts) if p]
+    """The top-level AND terms of a condition, as SQL text (`conjuncts`)."""
+    return [term.sql(dialect="spark") for term in conjuncts(expression)]
 
 
 def _check_expressions(

@@ -162,11 +162,28 @@ def test_durations_and_instants():
 
 
 def test_conjuncts_split_at_top_level_only():
+    """Parsed, not cut at every AND: parentheses around a conjunction open, BETWEEN ... AND and
+    CASE WHEN ... AND stay whole, an AND inside a string is text."""
     assert split_conjuncts("a.id = b.id AND (b.x > 1 AND b.y < 2) and b.s = 'AND'") == [
         "a.id = b.id",
-        "(b.x > 1 AND b.y < 2)",
+        "b.x > 1",
+        "b.y < 2",
         "b.s = 'AND'",
     ]
+    assert split_conjuncts("a.id == b.id AND b.x BETWEEN 1 AND 5") == ["a.id = b.id", "b.x BETWEEN 1 AND 5"]
+    assert split_conjuncts("a.id = b.id AND CASE WHEN a.x > 0 AND b.x > 0 THEN true ELSE false END") == [
+        "a.id = b.id",
+        "CASE WHEN a.x > 0 AND b.x > 0 THEN TRUE ELSE FALSE END",
+    ]
+
+
+def test_a_condition_that_does_not_parse_says_where(spark, tables):
+    with pytest.raises(JobError) as error:
+        bind(spark, bound(tables, joins__0__on="a.id = b.id AND"))
+    assert str(error.value).startswith(
+        "job 'j', join with 'b': the condition 'a.id = b.id AND' does not parse as a SQL condition at line 1, "
+        "column 15 (near 'AND'): write it as Spark SQL"
+    )
 
 
 # ------------------------------------------------------------------ schema-level checks (real Delta)
@@ -259,3 +276,27 @@ def test_runners_refuse_what_they_cannot_run_before_data_moves(spark, tables, tm
     ):
         replay(spark, chain, at(0), at(60))
     assert not (tables / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(
+    ("residual", "joined"),
+    [
+        ("b.amount BETWEEN 1 AND 2", True),
+        ("b.amount BETWEEN 3 AND 4", False),
+        ("CASE WHEN a.amount = 1 AND b.amount = 2 THEN true ELSE false END", True),
+        ("CASE WHEN a.amount = 1 AND b.amount = 3 THEN true ELSE false END", False),
+    ],
+)
+def test_a_residual_with_and_inside_runs_as_written(spark, tables, tmp_path, residual, joined):
+    """a's row (amount 1) and b's (amount 2) share their id and lie a second apart: the residual
+    alone decides whether they join (LEFT: a padded a row otherwise)."""
+    from streamjoin.runners.replay import replay
+
+    spec = bound(tables, joins__0__on=f"a.id = b.id AND {residual}", output__path=str(tmp_path / "out"))
+    plan = bind(spark, spec)
+    assert plan.joins[0].equi == (("a.id", "b.id"),) and plan.joins[0].residual == f"({residual})".replace(
+        "true", "TRUE"
+    ).replace("false", "FALSE")
+    replay(spark, spec, at(-60), at(3600), closed=True)
+    rows = spark.read.format("delta").load(str(tmp_path / "out")).collect()
+    assert [(r.a_amount, r.b_amount) for r in rows] == [(1, 2) if joined else (1, None)]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import pendulum
 import yaml
 
+from streamjoin import sql
 from streamjoin.errors import JobError
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
@@ -435,10 +436,14 @@ def _validate(spec: JoinSpec) -> None:
 
 
 def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> JoinSpec:
-    """Load a YAML job file; relative Delta paths resolve against `root` ($STREAMJOIN_ROOT, else ./data)."""
+    """Load a job file, YAML or SQL (`.sql`, streamjoin/sql.py); relative Delta paths resolve
+    against `root` ($STREAMJOIN_ROOT, else ./data)."""
     file = Path(path)
     if not file.exists():
         raise JobError(f"job file {str(file)!r} does not exist")
+    if file.suffix.lower() == ".sql":
+        spec = spec_from_sql(file.read_text(), origin=str(file))
+        return spec.with_root(root or os.environ.get("STREAMJOIN_ROOT", "data"))
     try:
         document = yaml.safe_load(file.read_text())
     except yaml.YAMLError as exc:
@@ -448,6 +453,12 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     document.setdefault("name", file.stem)
     spec = spec_from_dict(document, origin=str(file))
     return spec.with_root(root or os.environ.get("STREAMJOIN_ROOT", "data"))
+
+
+def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
+    """Build a JoinSpec from a SQL job: source declarations and one CREATE STREAM ... AS SELECT
+    (streamjoin/sql.py, docs/job-spec.md "Jobs in SQL")."""
+    return spec_from_dict(sql.spec_document_from_sql(text, origin), origin=origin)
 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:

@@ -1,0 +1,227 @@
+"""Jobs written in SQL (streamjoin/sql.py): the seeds' join statements, copied verbatim after their
+source declarations, compile to the JoinSpecs the YAML tests use; what a join job cannot be is
+refused with the statement's line and column; a `.sql` job file runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+import pytest
+from conftest import append
+from harness import upsert
+from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK_PRICES
+
+from streamjoin.errors import JobError
+from streamjoin.runners.replay import replay
+from streamjoin.spec import load_job, spec_from_dict, spec_from_sql
+
+
+def compiled(declarations: str, query: str, output: str = "joined") -> object:
+    """The JoinSpec of `query` (verbatim from a seed) after `declarations`, written to `out`."""
+    return spec_from_sql(f"{declarations}\nCREATE STREAM {output} WITH (path='out') AS\n{query}")
+
+
+KSQLDB_SOURCES = """
+CREATE STREAM A WITH (path='A', time='t');
+CREATE TABLE B WITH (path='B', key='product_id');
+CREATE TABLE C WITH (path='C', key='purchased_id');
+"""
+
+
+def test_ksqldb_nway_statements_compile_to_the_yaml_jobs():
+    """The seed's N-way joins: A a stream, B and C tables; then C a stream WITHIN 10 SECONDS."""
+    query = """  SELECT *
+  FROM A
+    JOIN B ON A.id = B.product_id
+    JOIN C ON A.id = C.purchased_id;"""
+    yaml = {
+        "name": "joined",
+        "sources": {
+            "A": {"path": "A", "time": "t"},
+            "B": {"path": "B", "kind": "table", "key": ["product_id"]},
+            "C": {"path": "C", "kind": "table", "key": ["purchased_id"]},
+        },
+        "from": "A",
+        "joins": [{"join": "B", "on": "A.id = B.product_id"}, {"join": "C", "on": "A.id = C.purchased_id"}],
+        "output": {"path": "out"},
+    }
+    assert compiled(KSQLDB_SOURCES, query) == spec_from_dict(yaml)
+    with_stream = KSQLDB_SOURCES.replace(
+        "CREATE TABLE C WITH (path='C', key='purchased_id');", "CREATE STREAM C WITH (path='C', time='t');"
+    )
+    query = """  SELECT *
+  FROM A
+    JOIN B ON A.id = B.product_id
+    JOIN C WITHIN 10 SECONDS ON A.id = C.purchased_id;"""
+    yaml["sources"]["C"] = {"path": "C", "time": "t"}
+    yaml["joins"][1]["within"] = "10s"
+    assert compiled(with_stream, query) == spec_from_dict(yaml)
+
+
+def test_ksqldb_within_before_and_after_and_a_grace_period():
+    """`WITHIN (1 HOUR, 2 HOURS)`: the right row up to an hour before the left and two after;
+    aliases name the sources in the statement only."""
+    spec = compiled(
+        "CREATE STREAM orders WITH (path='o', time='t'); CREATE STREAM shipments WITH (path='s', time='t');",
+        "SELECT o.id AS order_id, s.id AS shipment_id FROM orders o LEFT OUTER JOIN shipments s "
+        "WITHIN (1 HOUR, 2 HOURS) GRACE PERIOD 15 MINUTES ON o.id = s.order_id WHERE o.amount BETWEEN 1 AND 5",
+    )
+    (join,) = spec.joins
+    assert (join.type, join.on, str(join.bounds.lower), str(join.bounds.upper), str(join.grace)) == (
+        "left",
+        "orders.id = shipments.order_id",
+        "-1 day, 23:00:00",
+        "2:00:00",
+        "0:15:00",
+    )
+    assert spec.select == ("orders.id AS order_id", "shipments.id AS shipment_id")
+    assert spec.where == "orders.amount BETWEEN 1 AND 5"
+
+
+def test_flinks_event_time_temporal_join_compiles_to_the_yaml_job():
+    query = """SELECT
+     order_id,
+     price,
+     orders.currency,
+     conversion_rate,
+     order_time
+FROM orders
+LEFT JOIN currency_rates FOR SYSTEM_TIME AS OF orders.order_time
+ON orders.currency = currency_rates.currency;"""
+    declarations = """
+CREATE STREAM orders WITH (path='orders', time='order_time');
+CREATE TABLE currency_rates WITH (path='rates', key='currency', time='update_time', changelog=true);
+"""
+    yaml = {
+        "name": "joined",
+        "sources": {
+            "orders": {"path": "orders", "time": "order_time"},
+            "currency_rates": {
+                "path": "rates",
+                "kind": "table",
+                "key": ["currency"],
+                "time": "update_time",
+                "changelog": True,
+            },
+        },
+        "from": "orders",
+        "joins": [
+            {
+                "join": "currency_rates",
+                "type": "left",
+                "on": "orders.currency = currency_rates.currency",
+                "as_of": "event_time",
+            }
+        ],
+        "select": ["order_id", "price", "orders.currency", "conversion_rate", "order_time"],
+        "output": {"path": "out"},
+    }
+    assert compiled(declarations, query) == spec_from_dict(yaml)
+    proctime = compiled(
+        declarations,
+        query.replace("FOR SYSTEM_TIME AS OF orders.order_time", "FOR SYSTEM_TIME AS OF PROCTIME()"),
+    )
+    assert proctime.joins[0].as_of == "arrival"
+
+
+RISINGWAVE_SOURCES = """
+CREATE STREAM stock_prices WITH (path='{prices}', time='stock_time');
+CREATE TABLE market_data WITH (path='{market}', key=['stock_name', 'market_time'], clock_skew='0s');
+"""
+RISINGWAVE_ASOF = """SELECT sp.stock_name, sp.stock_time, sp.price, md.sentiment
+FROM stock_prices sp
+ASOF JOIN market_data md
+ON sp.stock_name = md.stock_name
+AND md.market_time <= sp.stock_time;"""
+
+
+def test_risingwaves_asof_join_compiles_to_the_yaml_job():
+    yaml = {
+        "name": "joined",
+        "sources": {
+            "stock_prices": {"path": "p", "time": "stock_time"},
+            "market_data": {
+                "path": "m",
+                "kind": "table",
+                "key": ["stock_name", "market_time"],
+                "clock_skew": "0s",
+            },
+        },
+        "from": "stock_prices",
+        "joins": [
+            {
+                "join": "market_data",
+                "asof": True,
+                "on": "stock_prices.stock_name = market_data.stock_name AND market_data.market_time <= stock_prices.stock_time",
+            }
+        ],
+        "select": [
+            "stock_prices.stock_name",
+            "stock_prices.stock_time",
+            "stock_prices.price",
+            "market_data.sentiment",
+        ],
+        "output": {"path": "out"},
+    }
+    declarations = RISINGWAVE_SOURCES.format(prices="p", market="m")
+    assert compiled(declarations, RISINGWAVE_ASOF) == spec_from_dict(yaml)
+    left = compiled(declarations, RISINGWAVE_ASOF.replace("ASOF JOIN", "ASOF LEFT JOIN"))
+    assert (left.joins[0].type, left.joins[0].asof) == ("left", True)
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "SELECT a.k, COUNT(*) FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k GROUP BY a.k",
+            "line 4, column 72: GROUP BY (an aggregation) is not supported",
+        ),
+        (
+            "SELECT a.k, MAX(b.v) FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k",
+            "line 4, column 13: MAX(b.v) is an aggregation, which is not supported",
+        ),
+        (
+            "SELECT * FROM a JOIN (SELECT * FROM b) b2 WITHIN 1 HOUR ON a.k = b2.k",
+            "line 4, column 30: subqueries are not supported",
+        ),
+        (
+            "SELECT * FROM a JOIN c WITHIN 1 HOUR ON a.k = c.k",
+            "line 4, column 22: 'c' is not declared; declare it first with CREATE STREAM c",
+        ),
+        ("SELECT * FROM a JOIN b WITHIN ON a.k = b.k", "expected a duration such as 10 SECONDS or 1 HOUR"),
+        ("SELECT * FROM a", "the query joins nothing: add JOIN <source> ON"),
+    ],
+)
+def test_what_a_join_job_cannot_be_is_refused_with_its_position(query, message):
+    declarations = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');"
+    with pytest.raises(JobError) as error:
+        compiled(declarations, query)
+    assert message in str(error.value)
+
+
+def test_a_job_file_holds_declarations_and_one_query():
+    with pytest.raises(JobError, match="exactly one query"):
+        spec_from_sql("CREATE STREAM a WITH (path='a', time='t');")
+    with pytest.raises(JobError, match="CREATE STREAM / CREATE TABLE statements only"):
+        spec_from_sql("CREATE STREAM a WITH (path='a', time='t'); DROP TABLE a;")
+    with pytest.raises(JobError, match="unknown setting 'colour'; settings are path, table, time"):
+        spec_from_sql("CREATE STREAM a WITH (path='a', colour='red');")
+
+
+def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path):
+    """The same file `streamjoin replay` would take: RisingWave's ASOF statement over its tables
+    gives the rows the seed prints."""
+    prices, market = str(tmp_path / "stock_prices"), str(tmp_path / "market_data")
+    upsert(spark, market, MARKET_DATA, MARKET, ("stock_name", "market_time"))
+    append(spark, prices, STOCK_PRICES, PRICES)
+    job = tmp_path / "asof.sql"
+    job.write_text(
+        RISINGWAVE_SOURCES.format(prices=prices, market=market)
+        + f"CREATE STREAM asof_sql WITH (path='{tmp_path}/out') AS\n{RISINGWAVE_ASOF}\n"
+    )
+    spec = load_job(job)
+    replay(spark, spec, datetime(2024, 9, 24), datetime(2024, 9, 25))
+    rows = spark.read.format("delta").load(f"{tmp_path}/out").collect()
+    assert Counter((r.stock_name, r.stock_time, r.price, r.sentiment) for r in rows) == Counter(ASOF_INNER)

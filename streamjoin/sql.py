@@ -171,6 +171,8 @@ def _compile_join(
         item["type"] = side.lower()
     if method.upper() == "ASOF":
         item["asof"] = True
+    elif method.upper() == "NATURAL":
+        item["natural"] = True
     elif method:
         raise JobError(
             f"{where}: {_at(table)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ... or ASOF JOIN"

@@ -80,6 +80,14 @@ def test_ksqldb_within_before_and_after_and_a_grace_period():
     assert spec.where == "orders.amount BETWEEN 1 AND 5"
 
 
+def test_using_natural_and_cross_joins():
+    declarations = "CREATE STREAM a WITH (path='a', time='t'); CREATE STREAM b WITH (path='b', time='t');"
+    using = compiled(declarations, "SELECT * FROM a JOIN b WITHIN 1 MINUTE USING (k, v)").joins[0]
+    natural = compiled(declarations, "SELECT * FROM a NATURAL LEFT JOIN b WITHIN 1 MINUTE").joins[0]
+    cross = compiled(declarations, "SELECT * FROM a CROSS JOIN b WITHIN 1 MINUTE").joins[0]
+    assert (using.using, natural.natural, natural.type, cross.type) == (("k", "v"), True, "left", "cross")
+
+
 def test_flinks_event_time_temporal_join_compiles_to_the_yaml_job():
     query = """SELECT
      order_id,

@@ -31,7 +31,7 @@ from airflow.sdk import (
 from airflow.sdk.exceptions import AirflowFailException
 
 from streamjoin.errors import JobError
-from streamjoin.spec import JoinSpec, load_job
+from streamjoin.spec import JoinSpec, job_files, load_job
 from streamjoin.timeutil import parse_duration
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -305,7 +305,7 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
 def build_dags(folder: Path) -> dict[str, DAG]:
     """Every job file's DAGs by id; a job file that fails to load is skipped with a warning."""
     dags: dict[str, DAG] = {}
-    for job_file in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+    for job_file in job_files(folder):
         try:
             spec = load_job(job_file, root=data_root())
             cron_for(spec.schedule.every)  # refuse a bad schedule before any DAG of the job is registered

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamjoin import __version__
@@ -33,6 +34,14 @@ def _job(args):
     from streamjoin.spec import load_job
 
     return load_job(args.job, root=_root(args))
+
+
+def _compiled_sql(path: str) -> dict | None:
+    """A SQL job file's statements as the YAML job mapping they compile to; None for YAML."""
+    from streamjoin import sql
+
+    file = Path(path)
+    return sql.spec_document_from_sql(file.read_text(), str(file)) if file.suffix.lower() == ".sql" else None
 
 
 def _seconds(text: str) -> float:
@@ -158,9 +167,19 @@ def cmd_explain(args) -> int:
     margins = {source.name: operator.margins(source.name) for source in plan.streams}
     versions = pin_versions(spark, plan, _versions(args.versions))
     warnings = grace_warnings(spark, plan)
+    compiled = _compiled_sql(args.job)
     if args.json:
-        _print_json({**plan_as_json(plan, versions, margins), "warnings": warnings})
+        _print_json(
+            {**plan_as_json(plan, versions, margins), "warnings": warnings}
+            | ({"job": compiled} if compiled else {})
+        )
         return 0
+    if compiled:
+        import yaml
+
+        print("the SQL job as YAML (the same job; either file runs):")
+        print(yaml.safe_dump(compiled, sort_keys=False, allow_unicode=True).rstrip())
+        print()
     print(describe(plan, versions, margins))
     for warning in warnings:
         print(f"warning: {warning}")
@@ -424,18 +443,17 @@ def _interruptible():
 
 def cmd_list(args) -> int:
     """The job files of a folder, each with its output and its last recorded run."""
-    from pathlib import Path
 
     from streamjoin import delta_io
     from streamjoin.session import get_spark
-    from streamjoin.spec import load_job
+    from streamjoin.spec import job_files, load_job
     from streamjoin.timeutil import from_spark
 
     folder = Path(args.jobs)
-    files = sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+    files = job_files(folder)
     if not files:
         raise StreamJoinError(
-            f"no job files (*.yaml) in {str(folder)!r}; point --jobs at the folder that holds them"
+            f"no job files (*.yaml, *.sql) in {str(folder)!r}; point --jobs at the folder that holds them"
         )
     spark = None
     listed: list[dict[str, Any]] = []
@@ -476,7 +494,6 @@ def cmd_list(args) -> int:
 
 
 def cmd_setup_jars(args) -> int:
-    from pathlib import Path
 
     from streamjoin import jars
 
@@ -538,7 +555,7 @@ class _Commands:
         return command
 
 
-_JOB_HELP = "path of a YAML job file, e.g. jobs/orders_payments.yaml"
+_JOB_HELP = "path of a job file, YAML or SQL, e.g. jobs/orders_payments.yaml"
 _JSON_HELP = "print one JSON document on stdout instead of text (progress, if any, stays on stderr)"
 
 

@@ -23,7 +23,7 @@ from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.session import PROJECT_ROOT, get_spark
-from streamjoin.spec import JoinSpec, load_job
+from streamjoin.spec import JoinSpec, job_files, load_job
 
 DAY = datetime(2024, 5, 1)
 JOBS_DIR = PROJECT_ROOT / "jobs"  # the demo's job files: the demo runs from a source checkout
@@ -176,7 +176,13 @@ def write_tables(spark: SparkSession, root: str, data: DemoData, commits: slice 
 
 def demo_job(name: str, root: str) -> JoinSpec:
     """A job of jobs/ with its paths under the demo folder."""
-    return load_job(JOBS_DIR / f"{name}.yaml", root=Path(root).parent)
+    return load_job(job_file(name), root=Path(root).parent)
+
+
+def job_file(name: str) -> Path:
+    """The file of job `name` in jobs/, YAML or SQL."""
+    (file,) = [p for p in job_files(JOBS_DIR) if p.stem == name]
+    return file
 
 
 def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, dict[str, RunMetrics]]:

@@ -435,6 +435,15 @@ def _validate(spec: JoinSpec) -> None:
 # ---------------------------------------------------------------------------- job files
 
 
+JOB_SUFFIXES = (".yaml", ".yml", ".sql")
+
+
+def job_files(folder: str | os.PathLike) -> list[Path]:
+    """The job files of a folder, YAML or SQL, in name order."""
+    found = Path(folder)
+    return sorted(p for p in found.iterdir() if p.suffix.lower() in JOB_SUFFIXES) if found.is_dir() else []
+
+
 def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> JoinSpec:
     """Load a job file, YAML or SQL (`.sql`, streamjoin/sql.py); relative Delta paths resolve
     against `root` ($STREAMJOIN_ROOT, else ./data)."""

@@ -42,7 +42,25 @@ SOURCE_SETTINGS = (
     "start_at",
     "max_future",
 )
-OUTPUT_SETTINGS = ("path", "table", "time", "partition_by", "key", "description")
+# The query's: the output's, the job's description, and its schedule and quality settings with
+# their section as a prefix (schedule_every='1d', quality_min_match_rate=0.95).
+OUTPUT_SETTINGS = (
+    "path",
+    "table",
+    "time",
+    "partition_by",
+    "key",
+    "description",
+    "start_at",
+    "schedule_every",
+    "schedule_timezone",
+    "schedule_start",
+    "schedule_live_every",
+    "schedule_verify",
+    "quality_match_column",
+    "quality_min_match_rate",
+    "quality_not_null",
+)
 _JOIN_WORDS = ("WITHIN", "GRACE")
 
 
@@ -85,7 +103,8 @@ class StreamSQL(Spark):
 def spec_document_from_sql(text: str, origin: str = "job") -> dict[str, Any]:
     """The job mapping (what a YAML job file holds) that a SQL job's statements describe."""
     try:
-        statements = [s for s in sqlglot.parse(text, read=StreamSQL) if s is not None]
+        parsed = sqlglot.parse(text, read=StreamSQL)
+        statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]  # comments
     except sqlglot.errors.ParseError as exc:
         error = exc.errors[0] if exc.errors else {}
         near = f" (near {error['highlight']!r})" if error.get("highlight") else ""
@@ -125,7 +144,13 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
     name = _created_name(create)
     where = f"{origin}: {name}"
     output = _settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
-    description = output.pop("description", None)
+    job: dict[str, Any] = {key: output.pop(key) for key in ("description", "start_at") if key in output}
+    for section in ("schedule", "quality"):
+        settings = {
+            k.removeprefix(f"{section}_"): output.pop(k) for k in list(output) if k.startswith(f"{section}_")
+        }
+        if settings:
+            job[section] = settings
     query = create.expression
     if not isinstance(query, exp.Select):
         raise JobError(f"{where}: {_at(query)}the query must be one SELECT, not {_head(query)}")
@@ -148,9 +173,8 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         "from": first,
         "joins": joins,
         "output": output,
+        **job,
     }
-    if description is not None:
-        document["description"] = description
     if not any(isinstance(e, exp.Star) for e in query.expressions):
         document["select"] = [_sql(e, aliases) for e in query.expressions]
     if query.args.get("where") is not None:

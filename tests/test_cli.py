@@ -19,8 +19,9 @@ from harness import create_tables, write_commit
 from streamjoin import delta_io
 from streamjoin.cli import build_parser, main
 from streamjoin.demo import run_demo
+from streamjoin.spec import job_files
 
-JOBS = sorted(Path(__file__).resolve().parent.parent.joinpath("jobs").glob("*.yaml"))
+JOBS = job_files(Path(__file__).resolve().parent.parent / "jobs")
 
 
 @pytest.fixture(scope="module")

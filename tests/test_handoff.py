@@ -11,11 +11,10 @@ import pytest
 from streamjoin import delta_io
 from streamjoin.backfill import hand_off, plan_backfill, run_backfill
 from streamjoin.cli import main
-from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
+from streamjoin.demo import DAY, demo_job, generate, job_file, write_tables
 from streamjoin.errors import JobError
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job
 
 
 def rows(spark, location: str) -> Counter:
@@ -28,7 +27,7 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     data = generate()
     half = len(data.commits) // 2
     write_tables(spark, str(root / "demo"), data, slice(0, half))
-    spec = load_job(JOBS_DIR / f"{name}.yaml", root=root)
+    spec = demo_job(name, str(root / "demo"))
     start, at, end = DAY - timedelta(days=1), DAY + timedelta(hours=10), DAY + timedelta(days=2)
 
     with pytest.raises(JobError, match="no exact backfill .* ending at"):
@@ -48,7 +47,7 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
         "--root",
         str(root),
         "handoff",
-        str(JOBS_DIR / f"{name}.yaml"),
+        str(job_file(name)),
         "--at",
         at.isoformat(),
         "--checkpoint",

@@ -9,10 +9,12 @@ from collections import Counter
 from datetime import datetime
 
 import pytest
+import yaml
 from conftest import append
 from harness import upsert
 from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK_PRICES
 
+from streamjoin.cli import main
 from streamjoin.errors import JobError
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job, spec_from_dict, spec_from_sql
@@ -218,9 +220,10 @@ def test_a_job_file_holds_declarations_and_one_query():
         spec_from_sql("CREATE STREAM a WITH (path='a', colour='red');")
 
 
-def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path):
+def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path, capsys):
     """The same file `streamjoin replay` would take: RisingWave's ASOF statement over its tables
-    gives the rows the seed prints."""
+    gives the rows the seed prints; `explain` prints the job it became as YAML, which loads to the
+    same job."""
     prices, market = str(tmp_path / "stock_prices"), str(tmp_path / "market_data")
     upsert(spark, market, MARKET_DATA, MARKET, ("stock_name", "market_time"))
     append(spark, prices, STOCK_PRICES, PRICES)
@@ -233,3 +236,16 @@ def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path):
     replay(spark, spec, datetime(2024, 9, 24), datetime(2024, 9, 25))
     rows = spark.read.format("delta").load(f"{tmp_path}/out").collect()
     assert Counter((r.stock_name, r.stock_time, r.price, r.sentiment) for r in rows) == Counter(ASOF_INNER)
+    assert main(["explain", str(job)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("the SQL job as YAML (the same job; either file runs):\n")
+    shown = yaml.safe_load(printed.split("\n", 1)[1].split("\n\n", 1)[0])
+    assert shown["joins"] == [
+        {
+            "join": "market_data",
+            "asof": True,
+            "on": "stock_prices.stock_name = market_data.stock_name AND market_data.market_time <= stock_prices.stock_time",
+        }
+    ]
+    assert spec_from_dict(shown) == spec
+    assert "1. INNER JOIN market_data [asof]" in printed

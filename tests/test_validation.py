@@ -19,10 +19,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamjoin.demo import JOBS_DIR
+from streamjoin.demo import JOBS_DIR, demo_job
 from streamjoin.errors import JobError
 from streamjoin.session import PROJECT_ROOT
-from streamjoin.spec import Output, Quality, load_job, spec_from_dict
+from streamjoin.spec import Output, Quality, job_files, spec_from_dict
 from streamjoin.validation import load_suite, suite_for, suites_folder, validate_slice
 
 START, END = datetime(2024, 5, 1), datetime(2024, 5, 2)
@@ -215,17 +215,17 @@ def test_a_job_writing_to_a_table_needs_a_site(spark, tmp_path):
 # ---------------------------------------------------------------- suites, no Spark session
 
 
-@pytest.mark.parametrize("job", sorted(p.stem for p in JOBS_DIR.glob("*.yaml")))
+@pytest.mark.parametrize("job", [p.stem for p in job_files(JOBS_DIR)])
 def test_the_committed_suites_match_the_jobs(job):
     """Each suite starts with exactly the expectations its job derives; hand-written ones may follow."""
-    spec = load_job(JOBS_DIR / f"{job}.yaml")
+    spec = demo_job(job, "data/demo")
     committed, derived = load_suite(spec), suite_for(spec)
     assert committed == json.loads(
         (suites_folder() / f"{job}.json").read_text()
     )  # the file, not the fallback
     assert committed["name"] == derived["name"] == job
     assert committed["expectations"][: len(derived["expectations"])] == derived["expectations"], (
-        f"expectations/{job}.json drifted from jobs/{job}.yaml; regenerate it (docs/validation.md)"
+        f"expectations/{job}.json drifted from its job in jobs/; regenerate it (docs/validation.md)"
     )
 
 

@@ -20,6 +20,7 @@ the JoinSpec, its metrics and its side tables use the declared names.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import sqlglot
@@ -28,6 +29,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import TokenType
 
 from streamjoin.errors import JobError
+from streamjoin.timeutil import format_duration, parse_duration, to_micros
 
 # The WITH (...) settings of a source declaration and of the query's output, as YAML names them.
 SOURCE_SETTINGS = (
@@ -164,7 +166,14 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         raise JobError(
             f"{where}: {_at(start.this)}WITHIN belongs after a joined stream, not after FROM {first}"
         )
-    joins = [_compile_join(join, sources, aliases, where) for join in query.args.get("joins") or []]
+    for join in query.args.get("joins") or []:  # every alias first: WHERE may name any of them
+        _source_of(join.this, sources, aliases, where)
+    filters = _terms(query.args["where"].this) if query.args.get("where") is not None else []
+    joins, seen = [], [first]
+    for join in query.args.get("joins") or []:
+        item, filters = _compile_join(join, sources, aliases, seen, filters, where)
+        joins.append(item)
+        seen.append(item["join"])
     if not joins:
         raise JobError(f"{where}: {_at(query)}the query joins nothing: add JOIN <source> ON ...")
     document: dict[str, Any] = {
@@ -177,14 +186,23 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
     }
     if not any(isinstance(e, exp.Star) for e in query.expressions):
         document["select"] = [_sql(e, aliases) for e in query.expressions]
-    if query.args.get("where") is not None:
-        document["where"] = _sql(query.args["where"].this, aliases)
+    if filters:
+        document["where"] = _sql(exp.and_(*filters), aliases)
     return document
 
 
 def _compile_join(
-    join: exp.Join, sources: dict[str, dict[str, Any]], aliases: dict[str, str], where: str
-) -> dict:
+    join: exp.Join,
+    sources: dict[str, dict[str, Any]],
+    aliases: dict[str, str],
+    seen: list[str],
+    filters: list[exp.Expr],
+    where: str,
+) -> tuple[dict, list[exp.Expr]]:
+    """One JOIN as a job's join entry, and the WHERE terms left once a comma join (`FROM o, s
+    WHERE o.id = s.order_id AND ...`, Flink's interval join) has taken those relating it to the
+    sources before it. Flink's and RisingWave's interval conditions on the two streams' time
+    columns become the join's bounds (`_interval_bounds`)."""
     table = join.this
     name = _source_of(table, sources, aliases, where)
     side, kind, method = (join.args.get(k) or "" for k in ("side", "kind", "method"))
@@ -229,12 +247,122 @@ def _compile_join(
                 f"{where}: {_at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
                 f"PROCTIME() (as the row arrived), not {point.sql()}"
             )
-    if join.args.get("on") is not None:
-        item["on"] = _sql(join.args["on"], aliases)
+    terms = _terms(join.args["on"]) if join.args.get("on") is not None else []
     using = join.args.get("using")
     if using:
         item["using"] = [identifier.name for identifier in using]
-    return item
+    elif not terms and not item.get("natural") and item.get("type") in (None, "cross"):
+        known = {*seen, name}
+        mine = [t for t in filters if name in _tables(t, aliases) and _tables(t, aliases) <= known]
+        if mine:  # FROM o, s WHERE o.id = s.order_id ...: an inner join on those terms
+            item.pop("type", None)
+            terms, filters = mine, [t for t in filters if all(t is not m for m in mine)]
+    streams_before = [s for s in seen if sources[s]["kind"] == "stream"]
+    if sources[name]["kind"] == "stream" and len(streams_before) == 1 and "within" not in item:
+        bounds, terms = _interval_bounds(terms, streams_before[0], name, sources, aliases, where)
+        if bounds is not None:
+            item["between"] = bounds
+    if terms:
+        item["on"] = _sql(exp.and_(*terms), aliases)
+    return item, filters
+
+
+_BOUNDS: dict[type[exp.Expr], str] = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+_MIRRORED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
+
+
+def _interval_bounds(
+    terms: list[exp.Expr],
+    left: str,
+    right: str,
+    sources: dict[str, dict[str, Any]],
+    aliases: dict[str, str],
+    where: str,
+) -> tuple[list[str] | None, list[exp.Expr]]:
+    """Bounds of `right`.time - `left`.time from the terms comparing the two streams' time
+    columns (`l.t BETWEEN r.t - INTERVAL '4' HOUR AND r.t`, `l.t >= r.t AND l.t < r.t + INTERVAL
+    '10' MINUTE`, `l.t = r.t`), as `between`; None and the terms unchanged when none does. A
+    strict comparison bounds one microsecond inside (the bounds include their ends)."""
+
+    def linear(node: exp.Expr) -> tuple[str, int] | None:
+        """`s.t`, `s.t + INTERVAL ...`, `s.t - INTERVAL ...` of a stream's time column: (s, offset)."""
+        node = node.unnest()
+        if isinstance(node, exp.Column):
+            owner = aliases.get(node.table)
+            return (owner, 0) if owner and sources[owner].get("time") == node.name else None
+        if isinstance(node, exp.Add | exp.Sub):
+            base, span = linear(node.this), _micros(node.expression)
+            if isinstance(node, exp.Add) and base is None:
+                base, span = linear(node.expression), _micros(node.this)
+            if base is not None and span is not None:
+                return base[0], base[1] + (span if isinstance(node, exp.Add) else -span)
+        return None
+
+    def bound(x: exp.Expr, op: str, y: exp.Expr) -> list[tuple[str, int]] | None:
+        a, b = linear(x), linear(y)
+        if a is None or b is None:
+            return None
+        if (a[0], b[0]) == (right, left):  # r.t + ka op l.t + kb: d op kb - ka
+            c = b[1] - a[1]
+        elif (a[0], b[0]) == (left, right):  # l.t + ka op r.t + kb: d op' ka - kb
+            c, op = a[1] - b[1], _MIRRORED[op]
+        else:
+            return None
+        return {
+            ">=": [("lower", c)],
+            ">": [("lower", c + 1)],
+            "<=": [("upper", c)],
+            "<": [("upper", c - 1)],
+            "=": [("lower", c), ("upper", c)],
+        }[op]
+
+    found: dict[str, list[int]] = {"lower": [], "upper": []}
+    rest = []
+    for term in terms:
+        if isinstance(term, exp.Between):
+            low, high = bound(term.this, ">=", term.args["low"]), bound(term.this, "<=", term.args["high"])
+            limits = None if low is None or high is None else low + high
+        else:
+            op = _BOUNDS.get(type(term))
+            limits = None if op is None else bound(term.this, op, term.expression)
+        if limits is None:
+            rest.append(term)
+            continue
+        for side, micros in limits:
+            found[side].append(micros)
+    if not found["lower"] and not found["upper"]:
+        return None, terms
+    if not found["lower"] or not found["upper"]:
+        raise JobError(
+            f"{where}: the time condition of the join with {right!r} bounds it on one side only; an interval "
+            f"join needs both, e.g. {left}.t BETWEEN {right}.t - INTERVAL '4' HOUR AND {right}.t"
+        )
+    return [_duration_text(max(found["lower"])), _duration_text(min(found["upper"]))], rest
+
+
+def _micros(node: exp.Expr) -> int | None:
+    """An INTERVAL's length in microseconds; None for anything else."""
+    node = node.unnest()
+    if not isinstance(node, exp.Interval):
+        return None
+    return to_micros(parse_duration(_duration(node), "interval"))
+
+
+def _duration_text(micros: int) -> str:
+    return format_duration(timedelta(microseconds=micros))
+
+
+def _terms(node: exp.Expr) -> list[exp.Expr]:
+    """The top-level AND terms of a condition, parentheses around a conjunction opened."""
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return _terms(node.left) + _terms(node.right)
+    return [node]
+
+
+def _tables(node: exp.Expr, aliases: dict[str, str]) -> set[str]:
+    """The sources a term names (by their declared names)."""
+    return {aliases.get(c.table, c.table) for c in node.find_all(exp.Column) if c.table}
 
 
 def _refuse_unsupported(query: exp.Select, where: str) -> None:
@@ -324,7 +452,7 @@ def _duration(span: exp.Interval) -> str:
     """`INTERVAL '1' HOUR` or `10 SECONDS` as the duration text YAML takes."""
     number, unit = span.this, span.args.get("unit")
     value = number.this if isinstance(number, exp.Literal) else number.sql()
-    return f"{value} {unit.name if unit is not None else 's'}"
+    return f"{value} {unit.name}" if unit is not None else str(value)  # INTERVAL '1 minute'
 
 
 def _created_name(create: exp.Create) -> str:

@@ -82,6 +82,73 @@ def test_ksqldb_within_before_and_after_and_a_grace_period():
     assert spec.where == "orders.amount BETWEEN 1 AND 5"
 
 
+INTERVAL_SOURCES = (
+    "CREATE STREAM Orders WITH (path='o', time='order_time');\n"
+    "CREATE STREAM Shipments WITH (path='s', time='ship_time');"
+)
+
+
+def test_flinks_interval_join_compiles_to_bounds():
+    """Flink's example verbatim: a comma join whose WHERE holds the key and a BETWEEN on the two
+    time columns: shipments up to four hours after the order."""
+    query = """SELECT *
+FROM Orders o, Shipments s
+WHERE o.id = s.order_id
+AND o.order_time BETWEEN s.ship_time - INTERVAL '4' HOUR AND s.ship_time"""
+    yaml = {
+        "name": "joined",
+        "sources": {
+            "Orders": {"path": "o", "time": "order_time"},
+            "Shipments": {"path": "s", "time": "ship_time"},
+        },
+        "from": "Orders",
+        "joins": [{"join": "Shipments", "on": "Orders.id = Shipments.order_id", "between": ["0s", "4h"]}],
+        "output": {"path": "out"},
+    }
+    assert compiled(INTERVAL_SOURCES, query) == spec_from_dict(yaml)
+
+
+@pytest.mark.parametrize(
+    ("condition", "lower", "upper"),
+    [  # Flink's valid interval conditions (ltime: the order's, rtime: the shipment's), RisingWave's
+        ("o.order_time = s.ship_time", "0:00:00", "0:00:00"),
+        (
+            "o.order_time >= s.ship_time AND o.order_time < s.ship_time + INTERVAL '10' MINUTE",
+            "-1 day, 23:50:00.000001",
+            "0:00:00",
+        ),
+        (
+            "o.order_time BETWEEN s.ship_time - INTERVAL '10' SECOND AND s.ship_time + INTERVAL '5' SECOND",
+            "-1 day, 23:59:55",
+            "0:00:10",
+        ),
+        (
+            "o.order_time between s.ship_time and s.ship_time + INTERVAL '1 minute'",
+            "-1 day, 23:59:00",
+            "0:00:00",
+        ),
+    ],
+)
+def test_interval_conditions_become_the_bounds(condition, lower, upper):
+    spec = compiled(
+        INTERVAL_SOURCES, f"SELECT * FROM Orders o JOIN Shipments s ON o.id = s.order_id AND {condition}"
+    )
+    (join,) = spec.joins
+    assert (join.on, str(join.bounds.lower), str(join.bounds.upper)) == (
+        "Orders.id = Shipments.order_id",
+        lower,
+        upper,
+    )
+
+
+def test_a_time_condition_bounding_one_side_only_is_refused():
+    with pytest.raises(JobError, match="bounds it on one side only; an interval join needs both"):
+        compiled(
+            INTERVAL_SOURCES,
+            "SELECT * FROM Orders o JOIN Shipments s ON o.id = s.order_id AND s.ship_time >= o.order_time",
+        )
+
+
 def test_using_natural_and_cross_joins():
     declarations = "CREATE STREAM a WITH (path='a', time='t'); CREATE STREAM b WITH (path='b', time='t');"
     using = compiled(declarations, "SELECT * FROM a JOIN b WITHIN 1 MINUTE USING (k, v)").joins[0]

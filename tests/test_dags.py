@@ -22,7 +22,7 @@ import pendulum
 import pytest
 from harness import create_tables, write_commit
 
-from streamjoin.spec import load_job
+from streamjoin.spec import job_files, load_job
 
 REPO = Path(__file__).resolve().parent.parent
 DAG_FILE = REPO / "dags" / "streamjoin_dags.py"
@@ -101,7 +101,7 @@ def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_ho
     assert parsed["seconds"] < 10
     assert parsed["heavy"] == []  # Spark, py4j and Great Expectations load inside tasks only
 
-    jobs = [load_job(f, root=REPO / "data") for f in sorted((REPO / "jobs").glob("*.yaml"))]
+    jobs = [load_job(f, root=REPO / "data") for f in job_files(REPO / "jobs")]
     expected = {f"streamjoin_{j.name}" for j in jobs} | {
         f"streamjoin_{j.name}_live" for j in jobs if j.schedule.live_every
     }

@@ -74,13 +74,45 @@ class StreamSQL(Spark):
         KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.TABLE}
 
     class Parser(Spark.Parser):  # type: ignore[misc,valid-type]  # a dialect attribute, to mypy
+        _window: exp.Expr | None = None  # SQLstream's OVER (...) after a source, until its table takes it
+
         def _parse_table_alias(self, alias_tokens=None):
             if self._curr and self._curr.text.upper() in _JOIN_WORDS:
                 return None  # `B WITHIN 1 HOUR`: WITHIN is not B's alias
+            if self._curr and self._curr.text.upper() == "OVER":  # `s OVER (RANGE ...) AS x`
+                self._advance()
+                self._window = self._parse_wrapped(self._parse_join_window)
             return super()._parse_table_alias(alias_tokens)
+
+        def _parse_join_window(self) -> exp.Expr:
+            """SQLstream's `RANGE INTERVAL '1' MINUTE PRECEDING` or `RANGE CURRENT ROW` (ROWS: as written)."""
+            if self._match_text_seq("RANGE"):
+                if self._match_text_seq("CURRENT", "ROW"):
+                    return exp.Interval(this=exp.Literal.number(0), unit=exp.var("SECOND"))
+                span = self._parse_interval()
+                if span is None or not self._match_text_seq("PRECEDING"):
+                    self.raise_error("expected RANGE INTERVAL '<n>' <unit> PRECEDING or RANGE CURRENT ROW")
+                return span
+            start = self._index
+            while self._curr and self._curr.token_type != TokenType.R_PAREN:
+                self._advance()
+            return exp.Var(this=self._find_sql(self._tokens[start], self._prev))
+
+        def _parse_projections(self):
+            follows = self._next.token_type if self._next else None
+            if (
+                self._curr
+                and self._curr.text.upper() == "STREAM"  # SQLstream's SELECT STREAM ...
+                and follows not in (TokenType.COMMA, TokenType.FROM, TokenType.DOT, TokenType.ALIAS)
+            ):  # ... not a column named stream
+                self._advance()
+            return super()._parse_projections()
 
         def _parse_table(self, *args, **kwargs):
             table = super()._parse_table(*args, **kwargs)
+            if table is not None and self._window is not None:
+                table.set("over", self._window)
+                self._window = None
             if table is not None:  # a subquery too, to be refused by name rather than fail to parse
                 if self._match_text_seq("WITHIN"):
                     if self._match(TokenType.L_PAREN):
@@ -168,10 +200,15 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         )
     for join in query.args.get("joins") or []:  # every alias first: WHERE may name any of them
         _source_of(join.this, sources, aliases, where)
+    windows = {
+        aliases.get(t.alias or t.name, t.name): _window_micros(t.args["over"], where)
+        for t in (start.this, *(j.this for j in query.args.get("joins") or []))
+        if isinstance(t, exp.Table) and t.args.get("over") is not None
+    }
     filters = _terms(query.args["where"].this) if query.args.get("where") is not None else []
     joins, seen = [], [first]
     for join in query.args.get("joins") or []:
-        item, filters = _compile_join(join, sources, aliases, seen, filters, where)
+        item, filters = _compile_join(join, sources, aliases, seen, filters, windows, where)
         joins.append(item)
         seen.append(item["join"])
     if not joins:
@@ -184,11 +221,20 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         "output": output,
         **job,
     }
-    if not any(isinstance(e, exp.Star) for e in query.expressions):
-        document["select"] = [_sql(e, aliases) for e in query.expressions]
+    items = _without_rowtime(query.expressions)
+    if items and not any(isinstance(e, exp.Star) for e in items):
+        document["select"] = [_sql(e, aliases) for e in items]
     if filters:
         document["where"] = _sql(exp.and_(*filters), aliases)
     return document
+
+
+def _without_rowtime(items: list[exp.Expr]) -> list[exp.Expr]:
+    """SQLstream's `SELECT STREAM rowtime, ...`: ROWTIME is the output event time, which every job
+    writes (`output.time`), so it leaves the select list (the parser skips STREAM)."""
+    return [
+        e for e in items if not (isinstance(e, exp.Column) and not e.table and e.name.upper() == "ROWTIME")
+    ]
 
 
 def _compile_join(
@@ -197,6 +243,7 @@ def _compile_join(
     aliases: dict[str, str],
     seen: list[str],
     filters: list[exp.Expr],
+    windows: dict[str, int],
     where: str,
 ) -> tuple[dict, list[exp.Expr]]:
     """One JOIN as a job's join entry, and the WHERE terms left once a comma join (`FROM o, s
@@ -219,6 +266,12 @@ def _compile_join(
         raise JobError(
             f"{where}: {_at(table)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ... or ASOF JOIN"
         )
+    if windows:  # SQLstream: each side keeps its rows for its window; no OVER: the current row only
+        if table.args.get("within") is not None:
+            raise JobError(f"{where}: {_at(table)}give WITHIN or OVER windows, not both")
+        if len(seen) > 1:
+            raise JobError(f"{where}: {_at(table)}OVER windows join two streams; in a chain write WITHIN")
+        item["between"] = [_duration_text(-windows.get(name, 0)), _duration_text(windows.get(seen[0], 0))]
     within = table.args.get("within")
     if within is not None:
         spans = [_duration(span) for span in within.expressions]
@@ -338,6 +391,17 @@ def _interval_bounds(
             f"join needs both, e.g. {left}.t BETWEEN {right}.t - INTERVAL '4' HOUR AND {right}.t"
         )
     return [_duration_text(max(found["lower"])), _duration_text(min(found["upper"]))], rest
+
+
+def _window_micros(window: exp.Expr, where: str) -> int:
+    """A SQLstream join window's length: `RANGE INTERVAL '1' MINUTE PRECEDING`; refuses ROWS."""
+    span = _micros(window)
+    if span is None:
+        raise JobError(
+            f"{where}: {_at(window)}the window OVER ({window.sql()}) is not supported yet: SQLstream's ROWS "
+            "windows come with their family; write RANGE INTERVAL '<n>' <unit> PRECEDING"
+        )
+    return span
 
 
 def _micros(node: exp.Expr) -> int | None:

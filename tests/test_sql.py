@@ -149,6 +149,47 @@ def test_a_time_condition_bounding_one_side_only_is_refused():
         )
 
 
+SQLSTREAM_SOURCES = (
+    "CREATE STREAM order_quantity WITH (path='oq', time='t');\n"
+    "CREATE STREAM stock_price WITH (path='sp', time='t');"
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "within"),
+    [
+        (  # SQLstream's stocks example, verbatim: both sides keep a minute of rows
+            "SELECT STREAM rowtime, sp.ticker, oq.quantity, sp.ending_price FROM stocks.order_quantity OVER "
+            "(RANGE INTERVAL '1' MINUTE PRECEDING) AS oq   JOIN stocks.stock_price OVER (RANGE INTERVAL '1' "
+            "MINUTE PRECEDING) AS sp   ON (oq.ticker = sp.ticker);",
+            ("-1 day, 23:59:00", "0:01:00"),
+        ),
+        (  # no OVER on the orders: each order meets the prices of the minute before it
+            "SELECT STREAM oq.quantity FROM order_quantity AS oq JOIN stock_price OVER (RANGE INTERVAL '1' "
+            "MINUTE PRECEDING) AS sp ON oq.ticker = sp.ticker",
+            ("-1 day, 23:59:00", "0:00:00"),
+        ),
+    ],
+)
+def test_sqlstream_windows_become_the_bounds(query, within):
+    """Each side's RANGE window keeps its rows that long: right.time - left.time lies in [-the right
+    window, the left window]; ROWTIME is the output time every job writes."""
+    spec = compiled(SQLSTREAM_SOURCES, query)
+    (join,) = spec.joins
+    assert (join.on, str(join.bounds.lower), str(join.bounds.upper)) == (
+        "order_quantity.ticker = stock_price.ticker",
+        *within,
+    )
+    assert "rowtime" not in " ".join(spec.select).lower()
+    with pytest.raises(
+        JobError, match=r"the window OVER \(ROWS BETWEEN 5 PRECEDING AND CURRENT ROW\) is not supported yet"
+    ):
+        compiled(
+            SQLSTREAM_SOURCES,
+            query.replace("RANGE INTERVAL '1' MINUTE PRECEDING", "ROWS BETWEEN 5 PRECEDING AND CURRENT ROW"),
+        )
+
+
 def test_using_natural_and_cross_joins():
     declarations = "CREATE STREAM a WITH (path='a', time='t'); CREATE STREAM b WITH (path='b', time='t');"
     using = compiled(declarations, "SELECT * FROM a JOIN b WITHIN 1 MINUTE USING (k, v)").joins[0]

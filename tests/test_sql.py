@@ -16,6 +16,7 @@ from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK
 
 from streamjoin.cli import main
 from streamjoin.errors import JobError
+from streamjoin.plan import split_conjuncts
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job, spec_from_dict, spec_from_sql
 
@@ -357,3 +358,15 @@ def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path, capsys):
     ]
     assert spec_from_dict(shown) == spec
     assert "1. INNER JOIN market_data [asof]" in printed
+
+
+def test_a_residual_with_and_inside_stays_whole():
+    """The SQL side of test_spec's residual replays: the condition reaches the job whole, and the
+    plan splits it by its parsed tree (BETWEEN ... AND, CASE WHEN ... AND are one term each)."""
+    declarations = "CREATE STREAM a WITH (path='a', time='t'); CREATE STREAM b WITH (path='b', time='t');"
+    for residual in ("b.v BETWEEN 1 AND 2", "CASE WHEN a.v = 1 AND b.v = 2 THEN TRUE ELSE FALSE END"):
+        (join,) = compiled(
+            declarations, f"SELECT * FROM a JOIN b WITHIN 1 MINUTE ON a.k = b.k AND {residual}"
+        ).joins
+        assert join.on == f"a.k = b.k AND {residual}"
+        assert split_conjuncts(join.on) == ["a.k = b.k", residual]

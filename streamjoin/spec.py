@@ -467,7 +467,14 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
 def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
     """Build a JoinSpec from a SQL job: source declarations and one CREATE STREAM ... AS SELECT
     (streamjoin/sql.py, docs/job-spec.md "Jobs in SQL")."""
-    return spec_from_dict(sql.spec_document_from_sql(text, origin), origin=origin)
+    document, places = sql.compile_sql(text, origin)
+    try:
+        return spec_from_dict(document, origin=origin)
+    except JobError as exc:  # a check of the mapping: point at the join's place in the statement
+        named = re.search(r"join with '([^']+)'", str(exc))
+        if named and named.group(1) in places:
+            raise JobError(f"{places[named.group(1)]}{exc}") from None
+        raise
 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:

@@ -136,6 +136,12 @@ class StreamSQL(Spark):
 
 def spec_document_from_sql(text: str, origin: str = "job") -> dict[str, Any]:
     """The job mapping (what a YAML job file holds) that a SQL job's statements describe."""
+    return compile_sql(text, origin)[0]
+
+
+def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[str, str]]:
+    """`spec_document_from_sql`, and where each joined source stands in the text (`line L, column
+    C: `), for the checks made on the mapping to point at the statement."""
     try:
         parsed = sqlglot.parse(text, read=StreamSQL)
         statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]  # comments
@@ -171,7 +177,12 @@ def spec_document_from_sql(text: str, origin: str = "job") -> dict[str, Any]:
             f"found {len(queries)}"
         )
     (create,) = queries
-    return _compile_query(create, sources, origin)
+    document = _compile_query(create, sources, origin)
+    query = create.expression
+    places = {
+        _source_name(join.this): _at(join.this) for join in query.args.get("joins") or [] if _at(join.this)
+    }
+    return document, places
 
 
 def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origin: str) -> dict[str, Any]:
@@ -473,6 +484,10 @@ def _source_of(
     aliases[table.alias or name] = name
     aliases.setdefault(name, name)
     return name
+
+
+def _source_name(table: exp.Expr) -> str:
+    return table.name if isinstance(table, exp.Table) else ""
 
 
 def _sql(node: exp.Expr, aliases: dict[str, str]) -> str:

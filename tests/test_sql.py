@@ -370,3 +370,15 @@ def test_a_residual_with_and_inside_stays_whole():
         ).joins
         assert join.on == f"a.k = b.k AND {residual}"
         assert split_conjuncts(join.on) == ["a.k = b.k", residual]
+
+
+def test_the_job_checks_point_at_the_statement():
+    """What the YAML checks refuse (here ksqlDB's FULL OUTER stream-table stage) is said with the
+    place of the join in the SQL, and what is supported."""
+    declarations = "CREATE STREAM a WITH (path='a', time='t'); CREATE TABLE t WITH (path='t', key='k');"
+    with pytest.raises(JobError) as error:
+        compiled(declarations, "SELECT *\nFROM a\n  FULL OUTER JOIN t ON a.k = t.k")
+    assert str(error.value).startswith(
+        "line 5, column 19: job 'joined', join with 't': a FULL join of a stream with a table is refused"
+    )
+    assert str(error.value).endswith("Supported: inner, left")

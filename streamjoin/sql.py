@@ -12,7 +12,8 @@ A `.sql` job file declares its sources and holds one query that creates the outp
         JOIN shipments WITHIN 10 SECONDS ON purchases.id = shipments.purchased_id;
 
 It is parsed with sqlglot (Spark's dialect, which the conditions and expressions are written in,
-extended with ksqlDB's `CREATE STREAM`, `WITHIN` and `GRACE PERIOD`) and turned into the mapping a
+extended with ksqlDB's `CREATE STREAM`, `WITHIN` and `GRACE PERIOD` and SQLstream's `SELECT STREAM`
+and `OVER (RANGE ...)` join windows) and turned into the mapping a
 YAML job holds, so `spec_from_dict` checks it as it checks YAML and every command takes either
 (docs/job-spec.md, "Jobs in SQL"). Aliases (`FROM orders o`) name sources in the statement only:
 the JoinSpec, its metrics and its side tables use the declared names.
@@ -68,7 +69,8 @@ _JOIN_WORDS = ("WITHIN", "GRACE")
 
 class StreamSQL(Spark):
     """Spark SQL plus ksqlDB's stream words: `CREATE STREAM`, and after a joined source `WITHIN
-    <n> <unit>` or `WITHIN (<before>, <after>)` and `GRACE PERIOD <n> <unit>`."""
+    <n> <unit>` or `WITHIN (<before>, <after>)` and `GRACE PERIOD <n> <unit>`; and SQLstream's
+    `SELECT STREAM` and `<source> OVER (RANGE INTERVAL ... PRECEDING) [AS alias]`."""
 
     class Tokenizer(Spark.Tokenizer):
         KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.TABLE}

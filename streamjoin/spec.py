@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -17,7 +18,6 @@ from typing import Any, Literal
 import pendulum
 import yaml
 
-from streamjoin import sql
 from streamjoin.errors import JobError
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
@@ -436,6 +436,23 @@ def _validate(spec: JoinSpec) -> None:
 
 
 JOB_SUFFIXES = (".yaml", ".yml", ".sql")
+# The settings of a job file's sections, as YAML names them (SQL jobs name them alike: sql.py).
+SOURCE_KEYS = (
+    "path",
+    "table",
+    "kind",
+    "time",
+    "time_format",
+    "key",
+    "changelog",
+    "deleted",
+    "clock_skew",
+    "start_at",
+    "max_future",
+)
+OUTPUT_KEYS = ("path", "table", "time", "partition_by", "key")
+SCHEDULE_KEYS = ("every", "timezone", "start", "live_every", "verify")
+QUALITY_KEYS = ("match_column", "min_match_rate", "not_null")
 
 
 def job_files(folder: str | os.PathLike) -> list[Path]:
@@ -467,6 +484,8 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
 def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
     """Build a JoinSpec from a SQL job: source declarations and one CREATE STREAM ... AS SELECT
     (streamjoin/sql.py, docs/job-spec.md "Jobs in SQL")."""
+    from streamjoin import sql  # sql.py builds on this module's vocabulary
+
     document, places = sql.compile_sql(text, origin)
     try:
         return spec_from_dict(document, origin=origin)
@@ -506,23 +525,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     for name, body in sources_doc.items():
         body = body or {}
         where = f"{origin}: source {name!r}"
-        _only(
-            body,
-            {
-                "path",
-                "table",
-                "kind",
-                "time",
-                "time_format",
-                "key",
-                "changelog",
-                "deleted",
-                "clock_skew",
-                "start_at",
-                "max_future",
-            },
-            where,
-        )
+        _only(body, SOURCE_KEYS, where)
         skew = (
             parse_duration(body["clock_skew"], f"{where}: clock_skew")
             if "clock_skew" in body
@@ -552,7 +555,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     if isinstance(select, str):
         select = [select]
     output_doc = document["output"] or {}
-    _only(output_doc, {"path", "table", "time", "partition_by", "key"}, f"{origin}: output")
+    _only(output_doc, OUTPUT_KEYS, f"{origin}: output")
     output = Output(
         path=output_doc.get("path"),
         table=output_doc.get("table"),
@@ -561,7 +564,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         key=_names(output_doc.get("key")),
     )
     schedule_doc = document.get("schedule") or {}
-    _only(schedule_doc, {"every", "timezone", "start", "live_every", "verify"}, f"{origin}: schedule")
+    _only(schedule_doc, SCHEDULE_KEYS, f"{origin}: schedule")
     verify = schedule_doc.get("verify", False)
     if not isinstance(verify, bool):
         raise JobError(f"{origin}: schedule: verify must be true or false, not {verify!r}")
@@ -573,7 +576,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         verify=verify,
     )
     quality_doc = document.get("quality") or {}
-    _only(quality_doc, {"match_column", "min_match_rate", "not_null"}, f"{origin}: quality")
+    _only(quality_doc, QUALITY_KEYS, f"{origin}: quality")
     quality = Quality(
         match_column=quality_doc.get("match_column"),
         min_match_rate=float(quality_doc.get("min_match_rate", 0.0)),
@@ -660,10 +663,10 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def _only(body: Any, allowed: set[str], where: str) -> None:
+def _only(body: Any, allowed: Collection[str], where: str) -> None:
     if not isinstance(body, dict):
         raise JobError(f"{where}: expected a mapping of settings")
-    unknown = sorted(set(body) - allowed)
+    unknown = sorted(set(body) - set(allowed))
     if unknown:
         raise JobError(
             f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"

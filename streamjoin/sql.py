@@ -30,39 +30,19 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import TokenType
 
 from streamjoin.errors import JobError
+from streamjoin.spec import OUTPUT_KEYS, QUALITY_KEYS, SCHEDULE_KEYS, SOURCE_KEYS
 from streamjoin.timeutil import format_duration, parse_duration, to_micros
 
-# The WITH (...) settings of a source declaration and of the query's output, as YAML names them.
-SOURCE_SETTINGS = (
-    "path",
-    "table",
-    "time",
-    "time_format",
-    "key",
-    "changelog",
-    "deleted",
-    "clock_skew",
-    "start_at",
-    "max_future",
-)
-# The query's: the output's, the job's description, and its schedule and quality settings with
-# their section as a prefix (schedule_every='1d', quality_min_match_rate=0.95).
+# The WITH (...) settings of a source declaration (its kind is the statement's: CREATE STREAM or
+# CREATE TABLE) and of the query: the output's, the job's description and start, and its schedule
+# and quality settings with their section as a prefix (schedule_every='1d').
+SOURCE_SETTINGS = tuple(key for key in SOURCE_KEYS if key != "kind")
 OUTPUT_SETTINGS = (
-    "path",
-    "table",
-    "time",
-    "partition_by",
-    "key",
+    *OUTPUT_KEYS,
     "description",
     "start_at",
-    "schedule_every",
-    "schedule_timezone",
-    "schedule_start",
-    "schedule_live_every",
-    "schedule_verify",
-    "quality_match_column",
-    "quality_min_match_rate",
-    "quality_not_null",
+    *(f"schedule_{key}" for key in SCHEDULE_KEYS),
+    *(f"quality_{key}" for key in QUALITY_KEYS),
 )
 _JOIN_WORDS = ("WITHIN", "GRACE")
 
@@ -181,10 +161,8 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     (create,) = queries
     document = _compile_query(create, sources, origin)
     query = create.expression
-    places = {
-        _source_name(join.this): _at(join.this) for join in query.args.get("joins") or [] if _at(join.this)
-    }
-    return document, places
+    places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
+    return document, {name: place for name, place in places.items() if place}
 
 
 def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origin: str) -> dict[str, Any]:
@@ -211,17 +189,18 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         raise JobError(
             f"{where}: {_at(start.this)}WITHIN belongs after a joined stream, not after FROM {first}"
         )
-    for join in query.args.get("joins") or []:  # every alias first: WHERE may name any of them
-        _source_of(join.this, sources, aliases, where)
+    joined = query.args.get("joins") or []
+    # Every joined source and its alias first: WHERE may name any of them.
+    names = [_source_of(join.this, sources, aliases, where) for join in joined]
     windows = {
         aliases.get(t.alias or t.name, t.name): _window_micros(t.args["over"], where)
-        for t in (start.this, *(j.this for j in query.args.get("joins") or []))
+        for t in (start.this, *(j.this for j in joined))
         if isinstance(t, exp.Table) and t.args.get("over") is not None
     }
     filters = _terms(query.args["where"].this) if query.args.get("where") is not None else []
     joins, seen = [], [first]
-    for join in query.args.get("joins") or []:
-        item, filters = _compile_join(join, sources, aliases, seen, filters, windows, where)
+    for join, source in zip(joined, names, strict=True):
+        item, filters = _compile_join(join, source, sources, aliases, seen, filters, windows, where)
         joins.append(item)
         seen.append(item["join"])
     if not joins:
@@ -252,6 +231,7 @@ def _without_rowtime(items: list[exp.Expr]) -> list[exp.Expr]:
 
 def _compile_join(
     join: exp.Join,
+    name: str,
     sources: dict[str, dict[str, Any]],
     aliases: dict[str, str],
     seen: list[str],
@@ -262,9 +242,8 @@ def _compile_join(
     """One JOIN as a job's join entry, and the WHERE terms left once a comma join (`FROM o, s
     WHERE o.id = s.order_id AND ...`, Flink's interval join) has taken those relating it to the
     sources before it. Flink's and RisingWave's interval conditions on the two streams' time
-    columns become the join's bounds (`_interval_bounds`)."""
+    columns become the join's bounds (`_interval_bounds`). `name`: the declared source it joins."""
     table = join.this
-    name = _source_of(table, sources, aliases, where)
     side, kind, method = (join.args.get(k) or "" for k in ("side", "kind", "method"))
     item: dict[str, Any] = {"join": name}
     if kind.upper() == "CROSS":

@@ -324,26 +324,51 @@ def chain_reference(
         if e.key is None or e.t is None:
             counts["rejected"] += 1
             continue
-        matches: list[Change | None] = []
-        decided = True
-        for _how, lookup, key in links:
-            link_decided, match = lookup(e, key(e, matches))
-            decided = decided and link_decided
-            matches.append(match)
+        decided, matches = look_up(e, links)
         if not (closed or decided):
             counts["open"] += 1
             continue
-        for match, (how, _, _), link in zip(matches, links, per_link, strict=True):
-            link["reached"] += 1
-            link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
-            if match is None and how == "inner":
-                break
-        if any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+        if count_links(matches, links, per_link):
             counts["unmatched_dropped"] += 1
         else:
             counts["joined" if all(m is not None for m in matches) else "unmatched_emitted"] += 1
             out[(e.id, *(None if m is None else m.id for m in matches), e.t)] += 1
     return out, counts, per_link
+
+
+def look_up(e: Event, links: list[Link]) -> tuple[bool, list[Change | None]]:
+    """Row `e` looked up by each link in turn, a link's key taken from the row or an earlier
+    link's match: (every link has decided it, each link's match or None)."""
+    matches: list[Change | None] = []
+    decided = True
+    for _how, lookup, key in links:
+        link_decided, match = lookup(e, key(e, matches))
+        decided = decided and link_decided
+        matches.append(match)
+    return decided, matches
+
+
+def count_links(matches: list[Change | None], links: list[Link], per_link: list[dict[str, int]]) -> bool:
+    """Count a decided row at each link it reaches (matched, padded by a LEFT link, dropped by an
+    INNER one, which it then goes no further than); True when an INNER link dropped it."""
+    for match, (how, _, _), link in zip(matches, links, per_link, strict=True):
+        link["reached"] += 1
+        link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
+        if match is None and how == "inner":
+            return True
+    return False
+
+
+def later_link(taken: dict[str, int]) -> dict[str, int]:
+    """A stream-stream link after another link counts the rows it took (its side 0): reached,
+    matched, padded, dropped (late, or unmatched on a side it does not keep), open."""
+    return {
+        "reached": sum(taken[b] for b in ("late", "joined", "unmatched_emitted", "unmatched_dropped")),
+        "matched": taken["joined"],
+        "padded": taken["unmatched_emitted"],
+        "dropped": taken["late"] + taken["unmatched_dropped"],
+        "open": taken["open"],
+    }
 
 
 def first_link(emitted: list[tuple[tuple, tuple[int, int, int]]]) -> dict[str, int]:
@@ -380,21 +405,11 @@ def interval_chain_reference(
     for (lid, rid, t), pos in emitted:
         mine = lid if on == "l" else rid
         row = Event(0, f"{lid}|{rid}", None if mine is None else keys[mine], t, pos)
-        matches: list[Change | None] = []
-        decided = True
-        for _how, lookup, key in links:
-            link_decided, match = lookup(row, key(row, matches))
-            decided = decided and link_decided
-            matches.append(match)
+        decided, matches = look_up(row, links)
         if not (closed or decided):
             per_link[1]["open"] += 1
             continue
-        for match, (how, _, _), link in zip(matches, links, per_link[1:], strict=True):
-            link["reached"] += 1
-            link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
-            if match is None and how == "inner":
-                break
-        if not any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+        if not count_links(matches, links, per_link[1:]):
             out[(lid, rid, *(None if m is None else m.id for m in matches), t)] += 1
     return out, counts, per_link
 
@@ -418,17 +433,7 @@ def interval_chain_of_three(
         joined.append(Event(0, (lid, rid), None if mine is None else keys[mine], t, pos))
     third = [replace(e, side=1) for e in events if e.side == 2]
     out, later = emissions(joined + third, closed=closed, world=events, sources=3, derived=True, **second)
-    taken = later[0]
-    links = [
-        first_link(emitted),
-        {
-            "reached": sum(taken[b] for b in ("late", "joined", "unmatched_emitted", "unmatched_dropped")),
-            "matched": taken["joined"],
-            "padded": taken["unmatched_emitted"],
-            "dropped": taken["late"] + taken["unmatched_dropped"],
-            "open": taken["open"],
-        },
-    ]
+    links = [first_link(emitted), later_link(later[0])]
     rows = Counter()
     for (left, cid, t), _ in out:
         rows[(*(left or (None, None)), cid, t)] += 1
@@ -467,12 +472,7 @@ def enrichment_then_interval(
         if not is_settled(e):
             counts["unsettled"] += 1
             continue
-        matches: list[Change | None] = []
-        decided = True
-        for _how, lookup, key in links:
-            link_decided, match = lookup(e, key(e, matches))
-            decided = decided and link_decided
-            matches.append(match)
+        decided, matches = look_up(e, links)
         if not (closed or decided):
             counts["open"] += 1
             per_link[0]["open"] += 1
@@ -484,12 +484,7 @@ def enrichment_then_interval(
             ):
                 waiting.append(e.t)
             continue
-        for match, (how, _, _), link in zip(matches, links, per_link, strict=True):
-            link["reached"] += 1
-            link["matched" if match is not None else "padded" if how == "left" else "dropped"] += 1
-            if match is None and how == "inner":
-                break
-        if any(m is None and how == "inner" for m, (how, _, _) in zip(matches, links, strict=True)):
+        if count_links(matches, links, per_link):
             counts["unmatched_dropped"] += 1
             continue
         counts["joined" if all(m is not None for m in matches) else "unmatched_emitted"] += 1
@@ -498,16 +493,7 @@ def enrichment_then_interval(
     out, later = emissions(
         enriched + third, closed=closed, world=events, derived=True, waiting=tuple(waiting), **second
     )
-    taken = later[0]
-    per_link.append(
-        {
-            "reached": sum(taken[b] for b in ("late", "joined", "unmatched_emitted", "unmatched_dropped")),
-            "matched": taken["joined"],
-            "padded": taken["unmatched_emitted"],
-            "dropped": taken["late"] + taken["unmatched_dropped"],
-            "open": taken["open"],
-        }
-    )
+    per_link.append(later_link(later[0]))
     width = len(links) + 1
     rows = Counter()
     for (left, cid, t), _ in out:

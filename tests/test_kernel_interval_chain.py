@@ -197,6 +197,19 @@ def add_up(parts: list[Decided], whole: Decided) -> None:
     assert summed.sources == whole.sources and summed.links == whole.links
 
 
+def replayed_in_slices(spark, plan: Plan, laid: Laid, mode: str, windows, closed: bool) -> Decided:
+    """The history replayed as one slice over `windows` (returned, for the reference), then in
+    those slices, which must add up to it, and the middle slice alone, which reads only its
+    margins: it must equal its part (the margins add up along the chain)."""
+    (whole,) = enrichment_replay(spark, plan, laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    parts = enrichment_replay(spark, plan, laid, mode, windows, closed)
+    add_up(parts, whole)
+    (alone,) = enrichment_replay(spark, plan, laid, mode, [windows[1]], closed)
+    assert alone.output == parts[1].output, first_difference(alone.output, parts[1].output)
+    assert alone.sources == parts[1].sources and alone.links == parts[1].links
+    return whole
+
+
 @pytest.mark.parametrize("mode", ["exact", "complete"])
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
@@ -335,15 +348,8 @@ def test_three_streams_replay_and_slices_decide_as_the_reference(spark, three_pa
     case = data.draw(three_way_cases())
     closed = data.draw(st.booleans(), label="closed input")
     plan = three_way_plan(spark, three_paths, case)
-    windows = slices(data.draw, STACK)
-    (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    whole = replayed_in_slices(spark, plan, case.laid, mode, slices(data.draw, STACK), closed)
     check_three(whole, case, mode, closed)
-    parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
-    add_up(parts, whole)
-    # The middle slice alone reads only its margins: they must add up along the chain.
-    (alone,) = enrichment_replay(spark, plan, case.laid, mode, [windows[1]], closed)
-    assert alone.output == parts[1].output, first_difference(alone.output, parts[1].output)
-    assert alone.sources == parts[1].sources and alone.links == parts[1].links
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -528,14 +534,8 @@ def test_a_table_then_a_stream_replay_and_slices_decide_as_the_reference(
     case = data.draw(table_then_stream_cases())
     closed = data.draw(st.booleans(), label="closed input")
     plan = table_then_stream_plan(spark, table_then_stream_paths, case)
-    windows = slices(data.draw, STACK)
-    (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    whole = replayed_in_slices(spark, plan, case.laid, mode, slices(data.draw, STACK), closed)
     check_table_then_stream(whole, case, mode, closed)
-    parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
-    add_up(parts, whole)
-    (alone,) = enrichment_replay(spark, plan, case.laid, mode, [windows[1]], closed)
-    assert alone.output == parts[1].output, first_difference(alone.output, parts[1].output)
-    assert alone.sources == parts[1].sources and alone.links == parts[1].links
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)

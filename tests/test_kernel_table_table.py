@@ -82,11 +82,7 @@ def reference(laid: LaidTables, how: str) -> tuple[Counter, set]:
     result: dict[str, tuple] = {}
     changes: Counter = Counter()
     for side, version, rows in laid.commits:
-        for key, value in rows:
-            if value is None:
-                tables[side].pop(key, None)
-            else:
-                tables[side][key] = value
+        apply_commit(tables[side], rows)
         for key in {k for k, _ in rows}:
             lv, rv = tables[0].get(key), tables[1].get(key)
             exists = {
@@ -104,11 +100,41 @@ def reference(laid: LaidTables, how: str) -> tuple[Counter, set]:
     return changes, {(key, *values) for key, values in result.items()}
 
 
-def written(output) -> Counter:
+def apply_commit(table: dict, rows: list[tuple[str, str | None]]) -> None:
+    """One commit's changes to its table: a value sets the key, None deletes it."""
+    for key, value in rows:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+
+def written(output, *values: str) -> Counter:
+    """The result changes a step wrote: (key, op, each of `values`, source, version)."""
     rows = output.select(
-        F.col("result_key.k").alias("k"), "op", "lv", "rv", "change_source", "change_version"
+        F.col("result_key.k").alias("k"), "op", *values, "change_source", "change_version"
     ).collect()
     return Counter(tuple(r) for r in rows)
+
+
+def versions_upto(laid: LaidTables, end: int) -> dict[int, int]:
+    """Each table's newest version among the commits up to index `end` (0: none yet)."""
+    return {
+        side: max((v for s, v, _ in laid.commits[: end + 1] if s == side), default=0) for side in laid.rows
+    }
+
+
+def live_changes(spark, plan, laid: LaidTables, cuts, *values: str) -> Counter:
+    """Live batches ending after the commits `cuts` (and the last one), each emitting what settled
+    after the previous batch's bound: the changes they wrote, together."""
+    got: Counter = Counter()
+    seen, bound = dict.fromkeys(laid.rows, -1), None
+    for end in sorted({*cuts, len(laid.commits) - 1}):
+        upto = versions_upto(laid, end)
+        result = tables_step(spark, plan, laid, upto, seen, bound)
+        got.update(written(result.output, *values))
+        seen, bound = upto, result.watermark if result.watermark is not None else bound
+    return got
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -116,10 +142,10 @@ def written(output) -> Counter:
 def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
     how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")
     laid = lay_tables_end_to_end(data.draw(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
-    last = {side: max((v for s, v, _ in laid.commits if s == side), default=0) for side in (0, 1)}
+    last = versions_upto(laid, len(laid.commits) - 1)
     result = tables_step(spark, plan_for(spark, paths, how), laid, last, {0: -1, 1: -1}, None)
     expected, final = reference(laid, how)
-    assert written(result.output) == expected
+    assert written(result.output, "lv", "rv") == expected
     assert result.result is not None
     assert {(r["result_key"]["k"], r["lv"], r["rv"]) for r in result.result.collect()} == final
     assert result.counts["l"].applied == sum(len(rows) for s, _, rows in laid.commits if s == 0)
@@ -132,16 +158,7 @@ def test_live_batches_write_each_change_once(spark, paths, data):
     laid = lay_tables_end_to_end(data.draw(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
     cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
     plan = plan_for(spark, paths, how)
-    got: Counter = Counter()
-    seen, bound = {0: -1, 1: -1}, None
-    for end in sorted({*cuts, len(laid.commits) - 1}):
-        upto = {
-            side: max((v for s, v, _ in laid.commits[: end + 1] if s == side), default=0) for side in (0, 1)
-        }
-        result = tables_step(spark, plan, laid, upto, seen, bound)
-        got.update(written(result.output))
-        seen, bound = upto, result.watermark if result.watermark is not None else bound
-    assert got == reference(laid, how)[0]
+    assert live_changes(spark, plan, laid, cuts, "lv", "rv") == reference(laid, how)[0]
 
 
 def chain_plan_for(spark, root, first: str, second: str):
@@ -188,11 +205,7 @@ def chain_reference(laid: LaidTables, first: str, second: str) -> tuple[Counter,
     result: dict[str, tuple] = {}
     changes: Counter = Counter()
     for side, version, rows in laid.commits:
-        for key, value in rows:
-            if value is None:
-                tables[side].pop(key, None)
-            else:
-                tables[side][key] = value
+        apply_commit(tables[side], rows)
         now = {}
         for key, lv in tables[0].items():
             rv = tables[1].get(key)
@@ -209,13 +222,6 @@ def chain_reference(laid: LaidTables, first: str, second: str) -> tuple[Counter,
     return changes, {(key, *values) for key, values in result.items()}
 
 
-def written_by_chain(output) -> Counter:
-    rows = output.select(
-        F.col("result_key.k").alias("k"), "op", "lv", "rv", "sv", "change_source", "change_version"
-    ).collect()
-    return Counter(tuple(r) for r in rows)
-
-
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_a_chain_of_three_tables_replayed_and_live_writes_the_reference_changes(spark, paths, data):
@@ -226,22 +232,13 @@ def test_a_chain_of_three_tables_replayed_and_live_writes_the_reference_changes(
     )
     plan = chain_plan_for(spark, paths, first, second)
     expected, final = chain_reference(laid, first, second)
-    last = {side: max((v for s, v, _ in laid.commits if s == side), default=0) for side in range(3)}
+    last = versions_upto(laid, len(laid.commits) - 1)
     result = tables_step(spark, plan, laid, last, dict.fromkeys(range(3), -1), None)
-    assert written_by_chain(result.output) == expected
+    assert written(result.output, "lv", "rv", "sv") == expected
     assert result.result is not None
     assert {(r["result_key"]["k"], r["lv"], r["rv"], r["sv"]) for r in result.result.collect()} == final
     cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=4), label="cuts")
-    got: Counter = Counter()
-    seen, bound = dict.fromkeys(range(3), -1), None
-    for end in sorted({*cuts, len(laid.commits) - 1}):
-        upto = {
-            side: max((v for s, v, _ in laid.commits[: end + 1] if s == side), default=0) for side in range(3)
-        }
-        step = tables_step(spark, plan, laid, upto, seen, bound)
-        got.update(written_by_chain(step.output))
-        seen, bound = upto, step.watermark if step.watermark is not None else bound
-    assert got == expected
+    assert live_changes(spark, plan, laid, cuts, "lv", "rv", "sv") == expected
 
 
 def test_a_full_join_is_a_table_chains_only_join(spark, paths):

@@ -202,10 +202,36 @@ class LiveRun:
     frontiers: list[arrival.Position | None]
 
 
+def laid_streams(examples: Sequence[Sequence[Commit]]) -> list[Event]:
+    """Examples of two streams laid end to end as one history (see BAND below): example e's
+    commits come e x BAND seconds later in commit time and its event times e x BAND seconds
+    later; ids and keys carry its number. Until example e + 1's times pass them, its rows see
+    only its own history; the clock's jump then closes what is still open."""
+    versions = {0: 0, 1: 0}
+    events = []
+    for example, commits in enumerate(examples):
+        shift = example * BAND
+        for j, (side, rows) in enumerate(commits):
+            versions[side] += 1
+            position = (_micros(shift + j), side, versions[side])
+            events += [
+                Event(
+                    side,
+                    f"{example}/{i}",
+                    None if k is None else f"{example}:{k}",
+                    None if t is None else t + shift,
+                    position,
+                    v,
+                )
+                for i, k, t, v in rows
+            ]
+    return events
+
+
 def live_steps(
     spark: SparkSession, plan: Plan, events: list[Event], batches: Sequence[dict[int, int]]
 ) -> LiveRun:
-    """Run `events` (one example, unshifted) through the live runner's `decide`, micro-batch by
+    """Run `events` (one example, or examples laid end to end) through the live runner's `decide`, micro-batch by
     micro-batch: batch i brings the next `batches[i][side]` rows of each side in arrival order (a
     commit may be cut between batches, as maxFilesPerTrigger cuts it). The state a batch leaves
     is collected and handed to the next as new DataFrames, as the runner's parquet state would be."""

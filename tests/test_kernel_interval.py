@@ -13,13 +13,14 @@ import pytest
 from harness import base_micros, create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import PIVOT, SETTINGS, live_steps, positioned, replay_step, stack, unstacked_output
+from kernel_harness import PIVOT, SETTINGS, laid_streams, live_steps, replay_step, stack, unstacked_output
 from reference import BUCKETS, reference
 
 from streamjoin.plan import bind
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))  # stacks of STACK scenarios
-LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "20"))
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))  # histories of LAID scenarios
+LAID = 8  # scenarios laid end to end in one live history
 STACK = 30  # scenarios decided by one kernel step
 DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 
@@ -172,17 +173,18 @@ def test_slices_add_up_to_the_whole(spark, tables, case, cut):
 
 @st.composite
 def deliveries(draw, eager: bool = False):
-    """A scenario and its cut into one to four micro-batches: how many of each side's next rows
-    each batch brings (a commit may be cut). `eager`: an outer join with eager emission, over
-    rowtimes."""
+    """LAID scenarios laid end to end (`laid_streams`) and their cut into two to seven micro-batches:
+    how many of each side's next rows each batch brings (a commit may be cut, a batch may end inside
+    one scenario and begin the next). `eager`: an outer join with eager emission, over rowtimes."""
     how = draw(st.sampled_from(("left", "right", "full") if eager else ("inner", "left", "right", "full")))
     emit = "eager" if eager else "final"
     lo = draw(st.integers(-8, 0 if eager else 4))
     hi = draw(st.integers(lo, lo + 8))
     grace = draw(st.sampled_from((0, 2, 5)))
-    scenario = draw(rowtimes() if eager else commits())
-    rows = {side: sum(len(r) for s, r in scenario if s == side) for side in (0, 1)}
-    count = draw(st.integers(1, 4))
+    scenarios = draw(st.lists(rowtimes() if eager else commits(), min_size=LAID, max_size=LAID))
+    events = laid_streams(scenarios)
+    rows = {side: sum(1 for e in events if e.side == side) for side in (0, 1)}
+    count = draw(st.integers(2, 7))
     cuts = {
         side: sorted(draw(st.lists(st.integers(0, rows[side]), min_size=count - 1, max_size=count - 1)))
         for side in (0, 1)
@@ -190,7 +192,7 @@ def deliveries(draw, eager: bool = False):
     bounds = {side: [0, *cuts[side], rows[side]] for side in (0, 1)}
     batches = [{side: bounds[side][i + 1] - bounds[side][i] for side in (0, 1)} for i in range(count)]
     batches = [b for b in batches if any(b.values())]  # Spark runs no batch without rows
-    return how, emit, lo, hi, grace, scenario, batches
+    return how, emit, lo, hi, grace, events, batches
 
 
 @settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
@@ -210,10 +212,9 @@ def test_eager_emission_over_micro_batches_decides_as_one_step(spark, tables, ca
 
 
 def check_micro_batches(spark, tables, case) -> None:
-    how, emit, lo, hi, grace, scenario, batches = case
+    how, emit, lo, hi, grace, events, batches = case
     root, paths = tables
     plan = bind(spark, job(root, paths, how, lo, hi, grace, emit=emit))
-    events = positioned(0, scenario)
     run = live_steps(spark, plan, events, batches)
     output, counts = reference(events, lo, hi, grace, how, "exact", emit=emit)
     assert run.output == output

@@ -12,8 +12,9 @@ A `.sql` job file declares its sources and holds one query that creates the outp
         JOIN shipments WITHIN 10 SECONDS ON purchases.id = shipments.purchased_id;
 
 It is parsed with sqlglot (Spark's dialect, which the conditions and expressions are written in,
-extended with ksqlDB's `CREATE STREAM`, `WITHIN` and `GRACE PERIOD` and SQLstream's `SELECT STREAM`
-and `OVER (RANGE ...)` join windows) and turned into the mapping a
+extended with ksqlDB's `CREATE STREAM`, `WITHIN` and `GRACE PERIOD`, SQLstream's `SELECT STREAM`
+and `OVER (RANGE ...)` join windows, and the `WATERMARK FOR` and `METADATA` columns of Flink's and
+RisingWave's source declarations) and turned into the mapping a
 YAML job holds, so `spec_from_dict` checks it as it checks YAML and every command takes either
 (docs/job-spec.md, "Jobs in SQL"). Aliases (`FROM orders o`) name sources in the statement only:
 the JoinSpec, its metrics and its side tables use the declared names.
@@ -49,14 +50,40 @@ _JOIN_WORDS = ("WITHIN", "GRACE")
 
 class StreamSQL(Spark):
     """Spark SQL plus ksqlDB's stream words: `CREATE STREAM`, and after a joined source `WITHIN
-    <n> <unit>` or `WITHIN (<before>, <after>)` and `GRACE PERIOD <n> <unit>`; and SQLstream's
-    `SELECT STREAM` and `<source> OVER (RANGE INTERVAL ... PRECEDING) [AS alias]`."""
+    <n> <unit>` or `WITHIN (<before>, <after>)` and `GRACE PERIOD <n> <unit>`; SQLstream's
+    `SELECT STREAM` and `<source> OVER (RANGE INTERVAL ... PRECEDING) [AS alias]`; and in a
+    declaration's column list, Flink's and RisingWave's `WATERMARK FOR t AS ...` and `METADATA`."""
 
     class Tokenizer(Spark.Tokenizer):
         KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.TABLE}
 
     class Parser(Spark.Parser):  # type: ignore[misc,valid-type]  # a dialect attribute, to mypy
         _window: exp.Expr | None = None  # SQLstream's OVER (...) after a source, until its table takes it
+
+        # Flink's and RisingWave's source columns: `WATERMARK FOR t AS t - INTERVAL '15' SECOND` in
+        # the column list, and a column read from the connector's metadata (`METADATA [FROM 'x']
+        # [VIRTUAL]`, which says nothing a Delta table needs).
+        CONSTRAINT_PARSERS = {
+            **Spark.Parser.CONSTRAINT_PARSERS,
+            "WATERMARK": lambda self: self._parse_watermark(),
+            "METADATA": lambda self: self._parse_metadata_column(),
+        }
+        SCHEMA_UNNAMED_CONSTRAINTS = {*Spark.Parser.SCHEMA_UNNAMED_CONSTRAINTS, "WATERMARK"}
+
+        def _parse_watermark(self) -> exp.Expr:
+            column = self._parse_column() if self._match(TokenType.FOR) else None
+            delayed = self._parse_disjunction() if self._match(TokenType.ALIAS) else None
+            if column is None or delayed is None:
+                self.raise_error(
+                    "expected WATERMARK FOR <time column> AS <time column> - INTERVAL '<n>' <unit>"
+                )
+            return self.expression(exp.WatermarkColumnConstraint(this=column, expression=delayed))
+
+        def _parse_metadata_column(self) -> exp.Expr:
+            if self._match(TokenType.FROM):
+                self._parse_string() or self._parse_id_var()  # the metadata key: a string or a quoted name
+            self._match_text_seq("VIRTUAL")
+            return exp.Var(this="METADATA")
 
         def _parse_table_alias(self, alias_tokens=None):
             if self._curr and self._curr.text.upper() in _JOIN_WORDS:
@@ -135,6 +162,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             f"parse: {_first_line(error.get('description') or str(exc))}"
         ) from None
     sources: dict[str, dict[str, Any]] = {}
+    delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
     queries = []
     for statement in statements:
         if isinstance(statement, exp.Command):
@@ -151,7 +179,11 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             queries.append(statement)
             continue
         name = _created_name(statement)
-        settings = _settings(statement, SOURCE_SETTINGS, f"{origin}: source {name!r}")
+        where = f"{origin}: source {name!r}"
+        settings = _settings(statement, SOURCE_SETTINGS, where)
+        delay = _declared_columns(statement, settings, where)
+        if delay is not None:
+            delays[name] = delay
         sources[name] = {"kind": "stream" if statement.args["kind"] == "STREAM" else "table", **settings}
     if len(queries) != 1:
         raise JobError(
@@ -160,6 +192,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
         )
     (create,) = queries
     document = _compile_query(create, sources, origin)
+    _grace_from_watermarks(document, delays)
     query = create.expression
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
     return document, {name: place for name, place in places.items() if place}
@@ -219,6 +252,69 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
     if filters:
         document["where"] = _sql(exp.and_(*filters), aliases)
     return document
+
+
+def _declared_columns(create: exp.Create, settings: dict[str, Any], where: str) -> timedelta | None:
+    """What a source's column list says as Flink and RisingWave declare sources: `PRIMARY KEY (a, b)
+    [NOT ENFORCED]` is its `key`, `WATERMARK FOR t AS t - INTERVAL 'n' <unit>` its `time` (t) and
+    the delay returned (`_grace_from_watermarks`). Given in WITH (...) too, they must agree."""
+    schema = create.this
+    if not isinstance(schema, exp.Schema):
+        return None
+    delay = None
+    key = [item.name for item in schema.expressions if _is_key_column(item)]
+    for item in schema.expressions:
+        if isinstance(item, exp.PrimaryKey):
+            key += [column.name for column in item.expressions]
+        elif isinstance(item, exp.WatermarkColumnConstraint):
+            column = item.this.name
+            delay = _watermark_delay(item, column, where)
+            _agree(settings, "time", column, item, where)
+    if key:
+        _agree(settings, "key", key, schema, where)
+    return delay
+
+
+def _is_key_column(item: exp.Expr) -> bool:
+    """`currency STRING PRIMARY KEY`: a column that is the key by itself."""
+    constraints = item.args.get("constraints") or [] if isinstance(item, exp.ColumnDef) else []
+    return any(isinstance(c.args.get("kind"), exp.PrimaryKeyColumnConstraint) for c in constraints)
+
+
+def _watermark_delay(watermark: exp.WatermarkColumnConstraint, column: str, where: str) -> timedelta:
+    """`t - INTERVAL '15' SECOND` (or `t` alone: no delay) as a duration; anything else refused."""
+    delayed = watermark.expression.unnest()
+    if isinstance(delayed, exp.Column) and delayed.name == column:
+        return timedelta(0)
+    if isinstance(delayed, exp.Sub) and isinstance(delayed.this, exp.Column) and delayed.this.name == column:
+        micros = _micros(delayed.expression)
+        if micros is not None and micros >= 0:
+            return timedelta(microseconds=micros)
+    raise JobError(
+        f"{where}: {_at(watermark)}the watermark {delayed.sql()} is not supported: write WATERMARK FOR {column} "
+        f"AS {column} - INTERVAL '<n>' <unit> (how late a row may arrive: the grace of the joins it takes part in)"
+    )
+
+
+def _agree(settings: dict[str, Any], key: str, value: Any, node: exp.Expr, where: str) -> None:
+    """Set `key` from the column list, or check the WITH (...) setting says the same."""
+    given = settings.setdefault(key, value)
+    if given != value and [given] != value:
+        raise JobError(
+            f"{where}: {_at(node)}the column list gives {key} {value!r} and WITH (...) gives {given!r}; give one"
+        )
+
+
+def _grace_from_watermarks(document: dict[str, Any], delays: dict[str, timedelta]) -> None:
+    """A join without GRACE PERIOD waits as long as the slowest watermark among its sources (its
+    joined source and those before it) allows: Flink's and RisingWave's joins wait for the
+    watermarks of their inputs. Without declared watermarks, the YAML default stands."""
+    before = [document["from"]]
+    for item in document["joins"]:
+        before.append(item["join"])
+        declared = [delays[name] for name in before if name in delays]
+        if "grace" not in item and declared:
+            item["grace"] = format_duration(max(declared))
 
 
 def _without_rowtime(items: list[exp.Expr]) -> list[exp.Expr]:

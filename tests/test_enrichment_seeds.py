@@ -36,12 +36,13 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+from seed_sql import FLINK_SOURCES, FLINK_TEMPORAL, RISINGWAVE_ASOF, RISINGWAVE_SOURCES
 
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict
+from streamjoin.spec import spec_from_dict, spec_from_sql
 
 DATA = Path(__file__).parent / "data"
 KSQL = json.loads((DATA / "ksqldb_stream_table.json").read_text())
@@ -272,15 +273,24 @@ def flink(spark, tmp_path_factory):
     the 12:06 order must wait for it (a processing-time join would give it 1.14)."""
     root = tmp_path_factory.mktemp("flink_rates")
     orders, changelog, in_place = f"{root}/orders", f"{root}/rates_log", f"{root}/rates"
-    specs = {}
+    specs, twins = {}, {}
     for form, path in (("changelog", changelog), ("in_place", in_place)):
         rates = {"path": path, "kind": "table", "key": ["currency"], "time": "update_time"}
         if form == "changelog":
             rates["changelog"] = True
         for how in ("left", "inner"):
-            specs[(form, how)] = job(
+            name = f"{form}_{how}"
+            # The seed's statement as the job that runs (INNER: its JOIN without LEFT); its YAML twin.
+            declarations = FLINK_SOURCES.format(
+                orders=orders, rates=path, changelog=", changelog=true" if form == "changelog" else ""
+            )
+            query = FLINK_TEMPORAL if how == "left" else FLINK_TEMPORAL.replace("LEFT JOIN", "JOIN")
+            specs[(form, how)] = spec_from_sql(
+                f"{declarations}\nCREATE STREAM {name} WITH (path='{root}/out_{name}') AS\n{query}"
+            )
+            twins[(form, how)] = job(
                 root,
-                f"{form}_{how}",
+                name,
                 {"orders": {"path": orders, "time": "order_time"}, "currency_rates": rates},
                 "orders",
                 {
@@ -316,7 +326,7 @@ def flink(spark, tmp_path_factory):
     replays = concurrently(
         {key: (lambda s=spec: replayed(spark, s, hm("11:00"), hm("13:00"))) for key, spec in specs.items()}
     )
-    return SimpleNamespace(specs=specs, early=early, live=live, replays=replays)
+    return SimpleNamespace(specs=specs, twins=twins, early=early, live=live, replays=replays)
 
 
 def _exists(spark, path: str) -> bool:
@@ -328,6 +338,9 @@ def _exists(spark, path: str) -> bool:
 @pytest.mark.parametrize("form", ("changelog", "in_place"))
 @pytest.mark.parametrize("how", ("left", "inner"))
 def test_flink_currency_rates(spark, flink, form, how):
+    """Flink's own statement, run live and replayed, gives the seed's rows; it is the job its YAML
+    twin describes (the watermarks' 15 s delay its grace)."""
+    assert flink.specs[(form, how)] == flink.twins[(form, how)]
     expected = Counter({("o_001", Decimal("1.14")): 1, ("o_002", Decimal("1.10")): 1})
     target, metrics = flink.replays[(form, how)]
     written = [target]
@@ -406,30 +419,16 @@ ASOF_LEFT = ASOF_INNER + [
 
 
 def test_risingwave_asof(spark, tmp_path):
+    """RisingWave's ASOF statement (and its ASOF LEFT JOIN), run live and replayed, gives the rows
+    the seed prints."""
     prices, market = str(tmp_path / "stock_prices"), str(tmp_path / "market_data")
     upsert(spark, market, MARKET_DATA, MARKET, ("stock_name", "market_time"))
     append(spark, prices, STOCK_PRICES, PRICES)
+    declarations = RISINGWAVE_SOURCES.format(prices=prices, market=market)
     specs = {
-        how: job(
-            tmp_path,
-            f"asof_{how}",
-            {
-                "sp": {"path": prices, "time": "stock_time"},
-                "md": {
-                    "path": market,
-                    "kind": "table",
-                    "key": ["stock_name", "market_time"],
-                    "clock_skew": "0s",
-                },
-            },
-            "sp",
-            {
-                "join": "md",
-                "type": how,
-                "asof": True,
-                "on": "sp.stock_name = md.stock_name AND md.market_time <= sp.stock_time",
-            },
-            ["sp.stock_name", "sp.stock_time", "sp.price", "md.sentiment"],
+        how: spec_from_sql(
+            f"{declarations}\nCREATE STREAM asof_{how} WITH (path='{tmp_path}/out_asof_{how}') AS\n"
+            + (RISINGWAVE_ASOF if how == "inner" else RISINGWAVE_ASOF.replace("ASOF JOIN", "ASOF LEFT JOIN"))
         )
         for how in ("inner", "left")
     }
@@ -448,12 +447,12 @@ def test_risingwave_asof(spark, tmp_path):
     for how, (target, _) in replays.items():
         assert outputs(spark, target, *columns) == expected[how]
     left, inner = replays["left"][1], replays["inner"][1]
-    assert left.sources["sp"].unmatched_emitted == 3 and left.sources["sp"].joined == 6
-    assert inner.sources["sp"].unmatched_dropped == 3
-    # md declares no time column: its versions are its commits, and a replay slice owns (counts)
+    assert left.sources["stock_prices"].unmatched_emitted == 3 and left.sources["stock_prices"].joined == 6
+    assert inner.sources["stock_prices"].unmatched_dropped == 3
+    # market_data declares no time column: its versions are its commits, and a replay slice owns (counts)
     # the changes whose commit time it holds; the live run counts each change once.
-    assert sum(m.sources["md"].applied for m in live["inner"]) == 9
-    assert inner.sources["md"].applied == 0
+    assert sum(m.sources["market_data"].applied for m in live["inner"]) == 9
+    assert inner.sources["market_data"].applied == 0
 
 
 # RisingWave's ASOF JOIN relates two append-only relations, whichever row arrives first. Here the

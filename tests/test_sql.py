@@ -5,13 +5,15 @@ refused with the statement's line and column; a `.sql` job file runs.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 import yaml
 from conftest import append
 from harness import upsert
+from seed_sql import FLINK_SOURCES, FLINK_TEMPORAL, RISINGWAVE_ASOF, RISINGWAVE_SOURCES
 from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK_PRICES
 
 from streamjoin.cli import main
@@ -200,19 +202,9 @@ def test_using_natural_and_cross_joins():
 
 
 def test_flinks_event_time_temporal_join_compiles_to_the_yaml_job():
-    query = """SELECT
-     order_id,
-     price,
-     orders.currency,
-     conversion_rate,
-     order_time
-FROM orders
-LEFT JOIN currency_rates FOR SYSTEM_TIME AS OF orders.order_time
-ON orders.currency = currency_rates.currency;"""
-    declarations = """
-CREATE STREAM orders WITH (path='orders', time='order_time');
-CREATE TABLE currency_rates WITH (path='rates', key='currency', time='update_time', changelog=true);
-"""
+    """Flink's declarations and query: the primary key is the table's key, each WATERMARK its time
+    column, and their delay (15 s) the grace of the join between them."""
+    declarations = FLINK_SOURCES.format(orders="orders", rates="rates", changelog=", changelog=true")
     yaml = {
         "name": "joined",
         "sources": {
@@ -232,11 +224,13 @@ CREATE TABLE currency_rates WITH (path='rates', key='currency', time='update_tim
                 "type": "left",
                 "on": "orders.currency = currency_rates.currency",
                 "as_of": "event_time",
+                "grace": "15s",
             }
         ],
         "select": ["order_id", "price", "orders.currency", "conversion_rate", "order_time"],
         "output": {"path": "out"},
     }
+    query = FLINK_TEMPORAL
     assert compiled(declarations, query) == spec_from_dict(yaml)
     proctime = compiled(
         declarations,
@@ -245,15 +239,51 @@ CREATE TABLE currency_rates WITH (path='rates', key='currency', time='update_tim
     assert proctime.joins[0].as_of == "arrival"
 
 
-RISINGWAVE_SOURCES = """
-CREATE STREAM stock_prices WITH (path='{prices}', time='stock_time');
-CREATE TABLE market_data WITH (path='{market}', key=['stock_name', 'market_time'], clock_skew='0s');
-"""
-RISINGWAVE_ASOF = """SELECT sp.stock_name, sp.stock_time, sp.price, md.sentiment
-FROM stock_prices sp
-ASOF JOIN market_data md
-ON sp.stock_name = md.stock_name
-AND md.market_time <= sp.stock_time;"""
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("update_time - INTERVAL '15' SECOND", "update_time + INTERVAL '15' SECOND"),
+            "line 13, column 19: the watermark update_time + INTERVAL '15' SECOND is not supported: write "
+            "WATERMARK FOR update_time AS update_time - INTERVAL '<n>' <unit>",
+        ),
+        (
+            ("path='rates'", "path='rates', key='rate'"),
+            "line 9, column 14: the column list gives key ['currency'] and WITH (...) gives 'rate'; give one",
+        ),
+        (
+            ("path='orders'", "path='orders', time='placed'"),
+            "line 7, column 19: the column list gives time 'order_time' and WITH (...) gives 'placed'; give one",
+        ),
+    ],
+)
+def test_declared_columns_that_say_otherwise_are_refused(change, message):
+    declarations = FLINK_SOURCES.format(orders="orders", rates="rates", changelog="").replace(*change)
+    with pytest.raises(JobError, match=re.escape(message)):
+        compiled(declarations, FLINK_TEMPORAL)
+
+
+def test_a_join_waits_for_the_slowest_declared_watermark_unless_given_a_grace_period():
+    """Flink and RisingWave hold a join back by its inputs' watermarks: without GRACE PERIOD, a
+    join's grace is the largest delay declared by its source and the sources before it."""
+    a = "CREATE STREAM a (k STRING, t TIMESTAMP, WATERMARK FOR t AS t - INTERVAL '5' SECOND) WITH (path='a');"
+    b = "CREATE STREAM b (k STRING, t TIMESTAMP, WATERMARK FOR t AS t - INTERVAL '1' MINUTE) WITH (path='b');"
+    c = "CREATE STREAM c (k STRING, t TIMESTAMP, WATERMARK FOR t AS t) WITH (path='c');"
+    chain = compiled(
+        f"{a}\n{b}\n{c}",
+        "SELECT * FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k JOIN c WITHIN 1 HOUR ON a.k = c.k",
+    )
+    assert [j.grace for j in chain.joins] == [timedelta(minutes=1), timedelta(minutes=1)]
+    assert compiled(f"{c}\n{a}", "SELECT * FROM c JOIN a WITHIN 1 HOUR ON c.k = a.k").joins[
+        0
+    ].grace == timedelta(seconds=5)
+    given = compiled(f"{a}\n{c}", "SELECT * FROM a JOIN c WITHIN 1 HOUR GRACE PERIOD 2 SECONDS ON a.k = c.k")
+    assert given.joins[0].grace == timedelta(seconds=2)
+    key = compiled(
+        "CREATE TABLE u (k STRING PRIMARY KEY, v STRING) WITH (path='u');\n" + a,
+        "SELECT * FROM a JOIN u ON a.k = u.k",
+    )
+    assert key.source("u").key == ("k",)
 
 
 def test_risingwaves_asof_join_compiles_to_the_yaml_job():

@@ -1,0 +1,54 @@
+"""The seeds' join statements verbatim (../shared/seeds/), with declarations of their sources:
+test_sql.py compiles them to the jobs the YAML tests use, and the seed tests run them."""
+
+# Flink's declarations as its seed writes them, the connector's WITH (...) options replaced by the
+# table's path; its append-only `orders` table is a stream here.
+FLINK_SOURCES = """
+CREATE STREAM orders (
+    order_id    STRING,
+    price       DECIMAL(32,2),
+    currency    STRING,
+    order_time  TIMESTAMP(3),
+    WATERMARK FOR order_time AS order_time - INTERVAL '15' SECOND
+) WITH (path='{orders}');
+CREATE TABLE currency_rates (
+    currency STRING,
+    conversion_rate DECIMAL(32, 2),
+    update_time TIMESTAMP(3) METADATA FROM `values.source.timestamp` VIRTUAL,
+    WATERMARK FOR update_time AS update_time - INTERVAL '15' SECOND,
+    PRIMARY KEY(currency) NOT ENFORCED
+) WITH (path='{rates}'{changelog});
+"""
+FLINK_TEMPORAL = """SELECT
+     order_id,
+     price,
+     orders.currency,
+     conversion_rate,
+     order_time
+FROM orders
+LEFT JOIN currency_rates FOR SYSTEM_TIME AS OF orders.order_time
+ON orders.currency = currency_rates.currency;"""
+
+RISINGWAVE_SOURCES = """
+CREATE STREAM stock_prices WITH (path='{prices}', time='stock_time');
+CREATE TABLE market_data WITH (path='{market}', key=['stock_name', 'market_time'], clock_skew='0s');
+"""
+RISINGWAVE_ASOF = """SELECT sp.stock_name, sp.stock_time, sp.price, md.sentiment
+FROM stock_prices sp
+ASOF JOIN market_data md
+ON sp.stock_name = md.stock_name
+AND md.market_time <= sp.stock_time;"""
+
+# ksqlDB's N-way join with C a stream. ksqlDB gives a join's grace only in the statement (its
+# default, 24 hours, would close no window in a test), so C's declaration holds it, as Flink
+# declares it: a 2 s WATERMARK delay, the grace of the join that takes C.
+KSQLDB_NWAY_SOURCES = """
+CREATE STREAM A WITH (path='{A}', time='t');
+CREATE TABLE B WITH (path='{B}', key='product_id', changelog=true, clock_skew='1h');
+CREATE STREAM C (purchased_id INT, carrier STRING, t TIMESTAMP, WATERMARK FOR t AS t - INTERVAL '2' SECOND)
+  WITH (path='{C}');
+"""
+KSQLDB_NWAY_STREAM = """  SELECT *
+  FROM A
+    JOIN B ON A.id = B.product_id
+    JOIN C WITHIN 10 SECONDS ON A.id = C.purchased_id;"""

@@ -385,8 +385,9 @@ def _validate(spec: JoinSpec) -> None:
         if join.type not in SUPPORTED_TYPES[pair]:
             reason = _REFUSALS.get(pair + (join.type,)) or _REFUSALS.get(pair) or "unsupported"
             allowed = ", ".join(SUPPORTED_TYPES[pair]) or "none"
+            article = "an" if join.type in ("inner", "outer") else "a"
             raise JobError(
-                f"{link}: a {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
+                f"{link}: {article} {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
             )
         if pair == ("stream", "stream") and join.asof:
             raise JobError(
@@ -490,10 +491,10 @@ def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
     try:
         return spec_from_dict(document, origin=origin)
     except JobError as exc:  # a check of the mapping: point at the join's place in the statement
-        named = re.search(r"join with '([^']+)'", str(exc))
-        if named and named.group(1) in places:
-            raise JobError(f"{places[named.group(1)]}{exc}") from None
-        raise
+        message = sql.in_statement_words(str(exc))
+        named = re.search(r"join with '([^']+)'", message)
+        place = places.get(named.group(1), "") if named else ""
+        raise type(exc)(f"{place}{message}") from None
 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:

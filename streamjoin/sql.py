@@ -143,6 +143,32 @@ class StreamSQL(Spark):
             return exp.Interval(this=number, unit=unit)
 
 
+# The job checks (spec.py) say what to change in a YAML job's words; said of a SQL job, each
+# becomes the statement's nearest form.
+_STATEMENT_WORDS = {
+    "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time)": (
+        "write WITHIN 1 HOUR after the joined stream, WITHIN (1 HOUR, 2 HOURS) (up to 1 hour before, 2 after), "
+        "or a condition on the two time columns such as r.t BETWEEN l.t - INTERVAL '1' HOUR AND l.t"
+    ),
+    "add 'within: 1m' (SQLstream's RANGE INTERVAL '1' MINUTE on both sides) or 'between: [-1m, 0s]'": (
+        "write CROSS JOIN r WITHIN 1 MINUTE, or OVER (RANGE INTERVAL '1' MINUTE PRECEDING) on both sides"
+    ),
+    "'within'/'between' apply to stream-stream joins only; remove them": (
+        "WITHIN, OVER windows and interval conditions apply to stream-stream joins only; remove them"
+    ),
+    "'as_of' and 'asof' apply to stream-table joins only; remove them": (
+        "FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only; remove them"
+    ),
+}
+
+
+def in_statement_words(message: str) -> str:
+    """A job check's message with its YAML advice in the words of a SQL statement."""
+    for yaml_words, statement_words in _STATEMENT_WORDS.items():
+        message = message.replace(yaml_words, statement_words)
+    return message
+
+
 def spec_document_from_sql(text: str, origin: str = "job") -> dict[str, Any]:
     """The job mapping (what a YAML job file holds) that a SQL job's statements describe."""
     return compile_sql(text, origin)[0]

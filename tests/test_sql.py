@@ -412,3 +412,37 @@ def test_the_job_checks_point_at_the_statement():
         "line 5, column 19: job 'joined', join with 't': a FULL join of a stream with a table is refused"
     )
     assert str(error.value).endswith("Supported: inner, left")
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "SELECT * FROM t RIGHT JOIN a ON t.k = a.k",
+            "line 4, column 28: job 'joined', join with 'a': a RIGHT join of a table with a stream is refused: a "
+            "table cannot drive a stream: put the stream first (stream JOIN table)",
+        ),
+        (
+            "SELECT * FROM a JOIN b ON a.k = b.k",
+            "line 4, column 22: job 'joined', join with 'b': a stream-stream join needs time bounds, or its state "
+            "would grow with all history; write WITHIN 1 HOUR after the joined stream, WITHIN (1 HOUR, 2 HOURS)",
+        ),
+        (
+            "SELECT * FROM a JOIN t WITHIN 1 HOUR ON a.k = t.k",
+            "line 4, column 22: job 'joined', join with 't': WITHIN, OVER windows and interval conditions apply to "
+            "stream-stream joins only; remove them from this stream-table join",
+        ),
+    ],
+)
+def test_the_job_checks_say_what_to_write_in_the_statement(query, message):
+    """The job checks' advice, given for a SQL job, is in the statement's words (`WITHIN 1 HOUR`,
+    not `within: 1h`), at the join's place."""
+    used = {
+        "a": "CREATE STREAM a WITH (path='a', time='t');",
+        "b": "CREATE STREAM b WITH (path='b', time='t');",
+    }
+    used["t"] = "CREATE TABLE t WITH (path='t', key='k');"
+    named = {word for word in query.replace(".", " ").split() if word in used}
+    with pytest.raises(JobError) as error:
+        compiled("\n".join(used[n] for n in sorted(named)), query)
+    assert str(error.value).startswith(message)

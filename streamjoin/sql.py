@@ -22,6 +22,7 @@ the JoinSpec, its metrics and its side tables use the declared names.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -46,6 +47,7 @@ OUTPUT_SETTINGS = (
     *(f"quality_{key}" for key in QUALITY_KEYS),
 )
 _JOIN_WORDS = ("WITHIN", "GRACE")
+_GLUED_DURATION = re.compile(r"\d+(?:\.\d+)?[a-zA-Z]+(?:\d+(?:\.\d+)?[a-zA-Z]+)*\b")  # 5s, 1h30m, 500ms
 
 
 class StreamSQL(Spark):
@@ -107,15 +109,38 @@ class StreamSQL(Spark):
                 self._advance()
             return exp.Var(this=self._find_sql(self._tokens[start], self._prev))
 
+        _selected: str | None = None  # Lenses' SELECT TABLE / SELECT STREAM: what a view reads its source as
+
         def _parse_projections(self):
             follows = self._next.token_type if self._next else None
             if (
                 self._curr
-                and self._curr.text.upper() == "STREAM"  # SQLstream's SELECT STREAM ...
+                and self._curr.text.upper()
+                in ("STREAM", "TABLE")  # SQLstream's and Lenses' SELECT STREAM ...
                 and follows not in (TokenType.COMMA, TokenType.FROM, TokenType.DOT, TokenType.ALIAS)
             ):  # ... not a column named stream
+                self._selected = self._curr.text.lower()
                 self._advance()
             return super()._parse_projections()
+
+        def _parse_cte(self):
+            self._selected = None
+            cte = super()._parse_cte()
+            if isinstance(cte, exp.CTE):
+                cte.set("selected", self._selected)
+            return cte
+
+        def _parse_select_query(self, *args, **kwargs):
+            """Lenses' `WITH v AS (SELECT TABLE * FROM s);`, a statement of its own: the views."""
+            if self._curr and self._curr.token_type == TokenType.WITH:
+                index = self._index
+                views = self._parse_with()
+                if views is not None and (
+                    self._curr is None or self._curr.token_type in (TokenType.SEMICOLON, TokenType.SENTINEL)
+                ):
+                    return views
+                self._retreat(index)
+            return super()._parse_select_query(*args, **kwargs)
 
         def _parse_table(self, *args, **kwargs):
             table = super()._parse_table(*args, **kwargs)
@@ -134,8 +159,20 @@ class StreamSQL(Spark):
                     table.set("grace", self._parse_span())
             return table
 
+        def _parse_query_modifiers(self, this):
+            """Lenses' `... ON a.id = b.id WITHIN 5s`: the window after the query, of its one join."""
+            this = super()._parse_query_modifiers(this)
+            if isinstance(this, exp.Select) and self._match_text_seq("WITHIN"):
+                this.set("within", self._parse_span())
+            return this
+
         def _parse_span(self) -> exp.Interval:
-            """`10 SECONDS`, `1 HOUR`: a number and a unit, as ksqlDB writes them."""
+            """`10 SECONDS`, `1 HOUR`: a number and a unit, as ksqlDB writes them; or Lenses' `5s`, `10m`."""
+            glued = _GLUED_DURATION.match(self.sql, self._curr.start) if self._curr else None
+            if glued:  # Spark's tokenizer reads `5s` as a SMALLINT literal (5::SMALLINT): skip its tokens
+                while self._curr and self._curr.start < glued.end():
+                    self._advance()
+                return exp.Interval(this=exp.Literal.string(glued.group(0)))
             number = self._parse_number()
             unit = self._parse_var(any_token=True)
             if number is None or unit is None:
@@ -187,45 +224,115 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             f"{origin}: line {error.get('line', '?')}, column {error.get('col', '?')}{near}: the statement does not "
             f"parse: {_first_line(error.get('description') or str(exc))}"
         ) from None
-    sources: dict[str, dict[str, Any]] = {}
-    delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
-    queries = []
+    declarations: dict[str, exp.Create] = {}
+    views: dict[str, tuple[str, str, exp.Expr]] = {}  # Lenses' view -> (the source it reads, as what, where)
+    queries: list[tuple[str, exp.Create | None, exp.Expr]] = []  # (output, its settings' statement, query)
     for statement in statements:
         if isinstance(statement, exp.Command):
             raise JobError(
                 f"{origin}: the statement {_head(statement)!r} does not parse: check it against docs/job-spec.md, "
                 '"Jobs in SQL" (CREATE STREAM|TABLE <name> WITH (...) [AS SELECT ... FROM ... JOIN ...])'
             )
-        if not isinstance(statement, exp.Create) or statement.args.get("kind") not in ("STREAM", "TABLE"):
+        if isinstance(statement, exp.With):
+            views.update(_views(statement, origin))
+        elif isinstance(statement, exp.Insert) and isinstance(statement.this, exp.Table):
+            queries.append((statement.this.name, None, statement.expression))
+        elif isinstance(statement, exp.Create) and statement.args.get("kind") in ("STREAM", "TABLE"):
+            if isinstance(statement.expression, exp.Query):
+                queries.append((_created_name(statement), statement, statement.expression))
+            else:
+                declarations[_created_name(statement)] = statement
+        else:
             raise JobError(
                 f"{origin}: {_at(statement)}a job file holds CREATE STREAM / CREATE TABLE statements only (the "
-                f"sources, then one CREATE STREAM <output> WITH (path=...) AS SELECT ...), not {_head(statement)}"
+                f"sources, then one CREATE STREAM <output> WITH (path=...) AS SELECT ..., or Lenses' WITH views "
+                f"and INSERT INTO <output> SELECT ...), not {_head(statement)}"
             )
-        if isinstance(statement.expression, exp.Query):
-            queries.append(statement)
-            continue
-        name = _created_name(statement)
-        where = f"{origin}: source {name!r}"
+    if len(queries) != 1:
+        raise JobError(
+            f"{origin}: a job file holds exactly one query, CREATE STREAM <output> WITH (path=...) AS SELECT ... "
+            f"(or INSERT INTO <output> SELECT ...); found {len(queries)}"
+        )
+    ((name, create, query),) = queries
+    if create is None:  # INSERT INTO <name>: its declaration holds the output's settings
+        create = declarations.pop(name, None)
+        if create is None:
+            raise JobError(
+                f"{origin}: {_at(query.parent)}INSERT INTO {name}: declare the output first, CREATE STREAM {name} "
+                "WITH (path='...')"
+            )
+    sources: dict[str, dict[str, Any]] = {}
+    delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
+    for source, statement in declarations.items():
+        where = f"{origin}: source {source!r}"
         settings = _settings(statement, SOURCE_SETTINGS, where)
         delay = _declared_columns(statement, settings, where)
         if delay is not None:
-            delays[name] = delay
-        sources[name] = {"kind": "stream" if statement.args["kind"] == "STREAM" else "table", **settings}
-    if len(queries) != 1:
-        raise JobError(
-            f"{origin}: a job file holds exactly one query, CREATE STREAM <output> WITH (path=...) AS SELECT ...; "
-            f"found {len(queries)}"
-        )
-    (create,) = queries
-    document = _compile_query(create, sources, origin)
+            delays[source] = delay
+        sources[source] = {"kind": "stream" if statement.args["kind"] == "STREAM" else "table", **settings}
+    _read_through_views(sources, delays, views, origin)
+    document = _compile_query(name, create, query, sources, origin)
     _grace_from_watermarks(document, delays)
-    query = create.expression
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
     return document, {name: place for name, place in places.items() if place}
 
 
-def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origin: str) -> dict[str, Any]:
-    name = _created_name(create)
+def _views(statement: exp.With, origin: str) -> dict[str, tuple[str, str, exp.Expr]]:
+    """Lenses' views: `WITH customersTable AS (SELECT TABLE * FROM customers)` reads a declared
+    source as a table (or, SELECT STREAM, as a stream) under the view's name."""
+    views = {}
+    for cte in statement.expressions:
+        select = cte.this
+        joins = select.args.get("joins") if isinstance(select, exp.Select) else None
+        start = select.args.get("from_") if isinstance(select, exp.Select) else None
+        if joins:
+            raise JobError(
+                f"{origin}: {_at(select)}a WITH that joins (Lenses' way to join more than two sources) is not "
+                "supported yet: write the joins in one query, FROM a JOIN b ON ... JOIN c ON ... (an N-way chain)"
+            )
+        if (
+            start is None
+            or not isinstance(start.this, exp.Table)
+            or cte.args.get("selected") is None
+            or [type(e) for e in select.expressions] != [exp.Star]
+            or any(select.args.get(k) for k in ("where", "group", "having", "order", "limit"))
+        ):
+            raise JobError(
+                f"{origin}: {_at(select)}a view reads one source whole, as Lenses writes it: WITH {cte.alias} AS "
+                "(SELECT TABLE * FROM <source>) or (SELECT STREAM * FROM <source>); filters go in the query's WHERE"
+            )
+        views[cte.alias] = (start.this.name, cte.args["selected"], select)
+    return views
+
+
+def _read_through_views(
+    sources: dict[str, dict[str, Any]],
+    delays: dict[str, timedelta],
+    views: dict[str, tuple[str, str, exp.Expr]],
+    origin: str,
+) -> None:
+    """Each view becomes a source of the job under its own name, declared as the source it reads
+    (path, key, time) and of the kind it reads it as; a source read through views leaves the job."""
+    read = set()
+    for view, (source, kind, node) in views.items():
+        if source not in sources:
+            raise JobError(
+                f"{origin}: {_at(node)}view {view} reads {source!r}, which is not declared; declare it first "
+                f"with CREATE STREAM {source} WITH (path='...')"
+            )
+        sources[view] = {**sources[source], "kind": kind}
+        if source in delays:
+            delays[view] = delays[source]
+        read.add(source)
+    for source in read:
+        sources.pop(source)
+        delays.pop(source, None)
+
+
+def _compile_query(
+    name: str, create: exp.Create, query: exp.Expr, sources: dict[str, dict[str, Any]], origin: str
+) -> dict[str, Any]:
+    """The job mapping of the query that writes output `name` (its settings in `create`'s WITH)."""
     where = f"{origin}: {name}"
     output = _settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
     job: dict[str, Any] = {key: output.pop(key) for key in ("description", "start_at") if key in output}
@@ -235,7 +342,6 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         }
         if settings:
             job[section] = settings
-    query = create.expression
     if not isinstance(query, exp.Select):
         raise JobError(f"{where}: {_at(query)}the query must be one SELECT, not {_head(query)}")
     _refuse_unsupported(query, where)
@@ -257,6 +363,19 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         if isinstance(t, exp.Table) and t.args.get("over") is not None
     }
     filters = _terms(query.args["where"].this) if query.args.get("where") is not None else []
+    trailing = query.args.get("within")  # Lenses: WITHIN after the query, the window of its one join
+    if trailing is not None:
+        if len(joined) != 1:
+            raise JobError(
+                f"{where}: {_at(trailing)}a WITHIN after the query belongs to its one join; with {len(joined)} "
+                "joins, write WITHIN after each joined stream"
+            )
+        given = joined[0].this.args.get("within")
+        if given is not None and [_duration(span) for span in given.expressions] != [_duration(trailing)]:
+            raise JobError(
+                f"{where}: {_at(trailing)}the join and the query give different WITHIN windows; give one"
+            )
+        joined[0].this.set("within", exp.Tuple(expressions=[trailing]))
     joins, seen = [], [first]
     for join, source in zip(joined, names, strict=True):
         item, filters = _compile_join(join, source, sources, aliases, seen, filters, windows, where)
@@ -264,6 +383,7 @@ def _compile_query(create: exp.Create, sources: dict[str, dict[str, Any]], origi
         seen.append(item["join"])
     if not joins:
         raise JobError(f"{where}: {_at(query)}the query joins nothing: add JOIN <source> ON ...")
+    first = _stream_first(first, joins, sources)
     document: dict[str, Any] = {
         "name": name,
         "sources": sources,
@@ -341,6 +461,20 @@ def _grace_from_watermarks(document: dict[str, Any], delays: dict[str, timedelta
         declared = [delays[name] for name in before if name in delays]
         if "grace" not in item and declared:
             item["grace"] = format_duration(max(declared))
+
+
+def _stream_first(first: str, joins: list[dict[str, Any]], sources: dict[str, dict[str, Any]]) -> str:
+    """Lenses' `customersTable RIGHT JOIN ordersStream`, the mirror of `ordersStream LEFT JOIN
+    customersTable` (the same rows), as that join: only a stream's rows drive a stream-table join.
+    Returns the query's first source, swapped into the join when mirrored."""
+    if len(joins) != 1 or joins[0].get("type") != "right":
+        return first
+    join = joins[0]
+    if (sources[first]["kind"], sources[join["join"]]["kind"]) != ("table", "stream"):
+        return first
+    stream = join["join"]
+    join["join"], join["type"] = first, "left"
+    return stream
 
 
 def _without_rowtime(items: list[exp.Expr]) -> list[exp.Expr]:

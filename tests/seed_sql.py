@@ -52,3 +52,41 @@ KSQLDB_NWAY_STREAM = """  SELECT *
   FROM A
     JOIN B ON A.id = B.product_id
     JOIN C WITHIN 10 SECONDS ON A.id = C.purchased_id;"""
+
+# Lenses: a view per source (what it is read as) and INSERT INTO the output; the output and the
+# sources the views read are declared.
+LENSES_SOURCES = """
+CREATE TABLE customers WITH (path='{customers}', key='id', clock_skew='0s');
+CREATE STREAM orders WITH (path='{orders}', time='t');
+CREATE STREAM result WITH (path='{output}');
+"""
+LENSES_INNER = """WITH customersTable AS (SELECT TABLE * FROM customers);
+WITH ordersStream AS (SELECT STREAM * FROM orders);
+
+INSERT INTO result
+SELECT STREAM
+    customersTable.name
+   , ordersStream.item
+ FROM
+    ordersStream JOIN customersTable
+        ON customersTable.id = ordersStream.customer_id;"""
+LENSES_LEFT = """WITH customersTable AS (SELECT TABLE * FROM customers);
+WITH ordersStream AS (SELECT STREAM * FROM orders);
+
+INSERT INTO result
+SELECT STREAM
+    customersTable.name
+    , ordersStream.item
+ FROM
+    ordersStream LEFT JOIN customersTable
+        ON customersTable.id = ordersStream.customer_id;"""
+LENSES_RIGHT = """WITH customersTable AS (SELECT TABLE * FROM customers);
+WITH ordersStream AS (SELECT STREAM * FROM orders);
+
+INSERT INTO result
+SELECT TABLE
+    customersTable.name
+    , ordersStream.item
+ FROM
+    customersTable RIGHT JOIN ordersStream
+        ON customersTable.id = ordersStream.customer_id;"""

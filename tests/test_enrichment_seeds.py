@@ -36,7 +36,16 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-from seed_sql import FLINK_SOURCES, FLINK_TEMPORAL, RISINGWAVE_ASOF, RISINGWAVE_SOURCES
+from seed_sql import (
+    FLINK_SOURCES,
+    FLINK_TEMPORAL,
+    LENSES_INNER,
+    LENSES_LEFT,
+    LENSES_RIGHT,
+    LENSES_SOURCES,
+    RISINGWAVE_ASOF,
+    RISINGWAVE_SOURCES,
+)
 
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import bind
@@ -187,9 +196,9 @@ def lenses_job(root, customers: str, orders: str, how: str, name: str):
     return job(
         root,
         name,
-        {
-            "ordersStream": {"path": orders, "time": "t"},
+        {  # in the order of the seed's views
             "customersTable": {"path": customers, "kind": "table", "key": ["id"], "clock_skew": "0s"},
+            "ordersStream": {"path": orders, "time": "t"},
         },
         "ordersStream",
         {"join": "customersTable", "type": how, "on": "customersTable.id = ordersStream.customer_id"},
@@ -197,11 +206,27 @@ def lenses_job(root, customers: str, orders: str, how: str, name: str):
     )
 
 
+def lenses_statement(root, customers: str, orders: str, statement: str, name: str):
+    """A Lenses statement as the seed prints it (its views and INSERT INTO), writing to `name`."""
+    declarations = LENSES_SOURCES.format(customers=customers, orders=orders, output=f"{root}/out_{name}")
+    return spec_from_sql((declarations + statement).replace("result", name))
+
+
 def test_lenses_customers_and_orders(spark, tmp_path):
+    """Lenses' statements (views, INSERT INTO), run live and replayed, give the seed's rows; its
+    RIGHT JOIN of the table with the stream is the mirror of the LEFT JOIN, and runs as that."""
     customers, orders = str(tmp_path / "customers"), str(tmp_path / "orders")
     upsert(spark, customers, [(1, "John"), (2, "Frank")], CUSTOMERS, ("id",))
     append(spark, orders, [(1, "Computer", at(1)), (1, "Mouse", at(2)), (3, "Keyboard", at(3))], ORDERS)
-    specs = {how: lenses_job(tmp_path, customers, orders, how, f"lenses_{how}") for how in ("inner", "left")}
+    statements = {"inner": LENSES_INNER, "left": LENSES_LEFT}
+    specs = {
+        how: lenses_statement(tmp_path, customers, orders, statements[how], f"lenses_{how}")
+        for how in statements
+    }
+    for how, spec in specs.items():
+        assert spec == lenses_job(tmp_path, customers, orders, how, f"lenses_{how}")
+    right = lenses_statement(tmp_path, customers, orders, LENSES_RIGHT, "lenses_left")
+    assert right == specs["left"]
     live = concurrently(
         {
             how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))

@@ -13,7 +13,14 @@ import pytest
 import yaml
 from conftest import append
 from harness import upsert
-from seed_sql import FLINK_SOURCES, FLINK_TEMPORAL, RISINGWAVE_ASOF, RISINGWAVE_SOURCES
+from seed_sql import (
+    FLINK_SOURCES,
+    FLINK_TEMPORAL,
+    LENSES_INNER,
+    LENSES_SOURCES,
+    RISINGWAVE_ASOF,
+    RISINGWAVE_SOURCES,
+)
 from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK_PRICES
 
 from streamjoin.cli import main
@@ -356,7 +363,10 @@ def test_a_job_file_holds_declarations_and_one_query():
     with pytest.raises(JobError, match="CREATE STREAM / CREATE TABLE statements only"):
         spec_from_sql("CREATE STREAM a WITH (path='a', time='t'); DROP TABLE a;")
     with pytest.raises(JobError, match="unknown setting 'colour'; settings are path, table, time"):
-        spec_from_sql("CREATE STREAM a WITH (path='a', colour='red');")
+        spec_from_sql(
+            "CREATE STREAM a WITH (path='a', colour='red'); CREATE STREAM b WITH (path='b');"
+            "CREATE STREAM o WITH (path='o') AS SELECT * FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k"
+        )
 
 
 def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path, capsys):
@@ -418,8 +428,8 @@ def test_the_job_checks_point_at_the_statement():
     ("query", "message"),
     [
         (
-            "SELECT * FROM t RIGHT JOIN a ON t.k = a.k",
-            "line 4, column 28: job 'joined', join with 'a': a RIGHT join of a table with a stream is refused: a "
+            "SELECT * FROM t JOIN a ON t.k = a.k",
+            "line 4, column 22: job 'joined', join with 'a': an INNER join of a table with a stream is refused: a "
             "table cannot drive a stream: put the stream first (stream JOIN table)",
         ),
         (
@@ -446,3 +456,61 @@ def test_the_job_checks_say_what_to_write_in_the_statement(query, message):
     with pytest.raises(JobError) as error:
         compiled("\n".join(used[n] for n in sorted(named)), query)
     assert str(error.value).startswith(message)
+
+
+def test_lenses_sliding_window_and_its_views():
+    """Lenses' sliding-window join verbatim (WITHIN after the joined stream and after the query;
+    `5s` as Lenses writes durations), its views (WITH v AS (SELECT TABLE|STREAM * FROM s)) read a
+    source as a table or a stream under the view's name, INSERT INTO writes the declared output."""
+    declarations = """
+CREATE STREAM customers WITH (path='c', time='t');
+CREATE STREAM orders WITH (path='o', time='t');
+CREATE STREAM result WITH (path='out');
+"""
+    window = """SELECT STREAM
+     customers.name
+    , orders.item
+FROM
+    customers LEFT JOIN orders WITHIN 5s
+        ON customers.id = orders.customer_id
+WITHIN 5s;"""
+    yaml = {
+        "name": "result",
+        "sources": {"customers": {"path": "c", "time": "t"}, "orders": {"path": "o", "time": "t"}},
+        "from": "customers",
+        "joins": [
+            {"join": "orders", "type": "left", "on": "customers.id = orders.customer_id", "within": "5s"}
+        ],
+        "select": ["customers.name", "orders.item"],
+        "output": {"path": "out"},
+    }
+    assert spec_from_sql(f"{declarations}INSERT INTO result\n{window}") == spec_from_dict(yaml)
+    assert compiled(
+        declarations.replace("CREATE STREAM result WITH (path='out');", ""), window, "result"
+    ) == (spec_from_dict(yaml))
+    with pytest.raises(JobError, match="the join and the query give different WITHIN windows; give one"):
+        spec_from_sql(f"{declarations}INSERT INTO result\n{window.replace('WITHIN 5s;', 'WITHIN 10s;')}")
+    with pytest.raises(JobError, match=re.escape("INSERT INTO results: declare the output first")):
+        spec_from_sql(f"{declarations}INSERT INTO results\n{window}")
+    views = LENSES_SOURCES.format(customers="c", orders="o", output="out") + LENSES_INNER
+    spec = spec_from_sql(views)
+    assert [(s.name, s.kind, s.path) for s in spec.sources] == [
+        ("customersTable", "table", "c"),
+        ("ordersStream", "stream", "o"),
+    ]
+
+
+def test_lenses_joins_of_more_than_two_sources_are_written_as_one_query():
+    """Lenses chains joins through a view that joins (WITH customerOrders AS (SELECT ... JOIN ...));
+    a job writes the chain in one query instead, and is told so."""
+    statement = LENSES_SOURCES.format(customers="c", orders="o", output="out") + LENSES_INNER.replace(
+        "(SELECT TABLE * FROM customers)",
+        "(SELECT TABLE * FROM customers INNER JOIN orders ON orders.customer_id = customers.id)",
+    )
+    with pytest.raises(JobError) as error:
+        spec_from_sql(statement)
+    assert (
+        "a WITH that joins (Lenses' way to join more than two sources) is not supported yet: write the joins in "
+        "one query, FROM a JOIN b ON ... JOIN c ON ... (an N-way chain)" in str(error.value)
+    )
+    assert str(error.value).startswith("job: line 5, column")

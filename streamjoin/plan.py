@@ -123,6 +123,14 @@ class Plan:
         )
 
 
+def _expand_star(expression: str, schemas: dict[str, StructType]) -> list[str]:
+    """`orders.*` as the source's own columns (the joined rows also carry streamjoin's)."""
+    name = expression.strip().removesuffix(".*").strip("`")
+    if not expression.strip().endswith(".*") or name not in schemas:
+        return [expression]
+    return [f"{name}.`{field.name}`" for field in schemas[name].fields]
+
+
 def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     """Check the job against its sources' schemas; raise JobError naming what to change."""
     schemas = {}
@@ -147,10 +155,14 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
         source = spec.source(name)
         _check_columns(spec, source, schemas[name])
         sources.append(BoundSource(source, index, schemas[name], tuple(dict.fromkeys(keys[name]))))
-    select = spec.select or tuple(
-        f"{name}.`{field.name}` AS `{name}_{field.name}`"
-        for name in spec.names
-        for field in schemas[name].fields
+    select = (
+        tuple(item for expression in spec.select for item in _expand_star(expression, schemas))
+        if spec.select
+        else tuple(
+            f"{name}.`{field.name}` AS `{name}_{field.name}`"
+            for name in spec.names
+            for field in schemas[name].fields
+        )
     )
     output_columns = _check_expressions(spark, spec, schemas, select)
     reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))

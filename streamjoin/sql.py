@@ -160,10 +160,12 @@ class StreamSQL(Spark):
             return table
 
         def _parse_query_modifiers(self, this):
-            """Lenses' `... ON a.id = b.id WITHIN 5s`: the window after the query, of its one join."""
+            """Lenses' `... ON a.id = b.id WITHIN 5s`: the window after the query, of its one join; and
+            ksqlDB's `EMIT CHANGES` (what a job writes anyway)."""
             this = super()._parse_query_modifiers(this)
             if isinstance(this, exp.Select) and self._match_text_seq("WITHIN"):
                 this.set("within", self._parse_span())
+            self._match_text_seq("EMIT", "CHANGES")  # ksqlDB's push query: every output row as it comes
             return this
 
         def _parse_span(self) -> exp.Interval:
@@ -335,6 +337,8 @@ def _compile_query(
     """The job mapping of the query that writes output `name` (its settings in `create`'s WITH)."""
     where = f"{origin}: {name}"
     output = _settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
+    if "path" not in output and "table" not in output:  # ksqlDB's CREATE STREAM x AS SELECT: a folder x
+        output["path"] = name
     job: dict[str, Any] = {key: output.pop(key) for key in ("description", "start_at") if key in output}
     for section in ("schedule", "quality"):
         settings = {
@@ -506,6 +510,8 @@ def _compile_join(
         item["type"] = "cross"
     elif side:
         item["type"] = side.lower()
+    elif kind.upper() == "OUTER":  # ksqlDB's and Lenses' OUTER JOIN: FULL OUTER
+        item["type"] = "full"
     if method.upper() == "ASOF":
         item["asof"] = True
     elif method.upper() == "NATURAL":
@@ -542,6 +548,7 @@ def _compile_join(
         ):
             item["as_of"] = "arrival"
         elif isinstance(point, exp.Column):
+            _check_event_time(point, seen, sources, aliases, where)
             item["as_of"] = "event_time"
         else:
             raise JobError(
@@ -566,6 +573,29 @@ def _compile_join(
     if terms:
         item["on"] = _sql(exp.and_(*terms), aliases)
     return item, filters
+
+
+def _check_event_time(
+    point: exp.Column,
+    seen: list[str],
+    sources: dict[str, dict[str, Any]],
+    aliases: dict[str, str],
+    where: str,
+) -> None:
+    """`FOR SYSTEM_TIME AS OF o.order_time` names the time column of a stream before the join: an
+    event-time temporal join. Any other column (Flink's lookup joins name a processing-time
+    attribute) is refused rather than taken for event time."""
+    stream = aliases.get(point.table, point.table) if point.table else seen[0]
+    declared = sources.get(stream, {}).get("time") if stream in seen else None
+    if declared != point.name:
+        times = (
+            ", ".join(f"{s}.{sources[s]['time']}" for s in seen if sources[s].get("time")) or "none declared"
+        )
+        raise JobError(
+            f"{where}: {_at(point)}FOR SYSTEM_TIME AS OF {point.sql()} is not the time column of a stream before "
+            f"the join ({times}): write FOR SYSTEM_TIME AS OF <that column> (event time) or PROCTIME() (the table "
+            "as each row arrived); a lookup join on a processing-time attribute comes with its family (planned)"
+        )
 
 
 _BOUNDS: dict[type[exp.Expr], str] = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
@@ -703,6 +733,11 @@ def _refuse_unsupported(query: exp.Select, where: str) -> None:
             raise JobError(f"{where}: {_at(node)}{node.sql()} is an aggregation, which is not supported")
         if isinstance(node, exp.Window):
             raise JobError(f"{where}: {_at(node)}window functions (OVER ...) are not supported yet")
+        if isinstance(node, exp.Column) and isinstance(node.this, exp.Literal):
+            raise JobError(
+                f"{where}: {_at(node)}{node.sql()}: in Spark SQL double quotes make a string, not a name; write "
+                f"{node.table}.{node.this.name} or {node.table}.`{node.this.name}`"
+            )
 
 
 def _source_of(
@@ -732,7 +767,7 @@ def _sql(node: exp.Expr, aliases: dict[str, str]) -> str:
 
     def rename(child: exp.Expr) -> exp.Expr:
         if isinstance(child, exp.Column) and child.table in aliases:
-            return exp.column(child.name, table=aliases[child.table], quoted=child.this.quoted)
+            return exp.Column(this=child.this.copy(), table=exp.to_identifier(aliases[child.table]))
         return child
 
     return node.transform(rename).sql(dialect="spark")

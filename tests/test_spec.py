@@ -221,6 +221,18 @@ def test_unknown_column_in_select_and_ambiguous_names(spark, tables):
         bind(spark, bound(tables, select=["a.id", "b.id"]))
 
 
+def test_a_source_star_selects_its_own_columns(spark, tables, tmp_path):
+    """`a.*` writes a's columns as they are named in its table, never streamjoin's own columns."""
+    from streamjoin.runners.replay import replay
+
+    spec = bound(tables, select=["a.*", "b.amount AS paid"], output__path=str(tmp_path / "out"))
+    assert list(bind(spark, spec).output_columns) == ["id", "amount", "ts", "paid"]
+    replay(spark, spec, at(-60), at(3600), closed=True)
+    written = spark.read.format("delta").load(str(tmp_path / "out"))
+    assert written.columns == ["id", "amount", "ts", "paid", "event_time"]
+    assert [tuple(r) for r in written.select("id", "amount", "paid").collect()] == [("k", 1, 2)]
+
+
 def test_non_equi_condition_is_refused(spark, tables):
     with pytest.raises(JobError) as error:
         bind(spark, bound(tables, joins__0__on="a.amount < b.amount"))

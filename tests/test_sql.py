@@ -536,3 +536,60 @@ def test_every_sql_example_of_the_job_spec_compiles():
         ("stream", "table", False, None, True),
         ("table", "table", False, None, False),
     }
+
+
+def test_ksqldbs_first_example_runs_as_printed():
+    """ksqlDB's pageviews statement verbatim (EMIT CHANGES, no WITH: the output is a folder named
+    after the stream, under the job's root)."""
+    statement = """CREATE STREAM pageviews WITH (path='pageviews', time='viewtime');
+CREATE TABLE users WITH (path='users', key='userid');
+CREATE STREAM pageviews_enriched AS
+  SELECT
+     users.userid AS userid,
+     pageid,
+     regionid,
+     gender
+  FROM pageviews
+    LEFT JOIN users ON pageviews.userid = users.userid
+  EMIT CHANGES;"""
+    spec = spec_from_sql(statement)
+    assert (spec.output.path, spec.joins[0].type, spec.select) == (
+        "pageviews_enriched",
+        "left",
+        ("users.userid AS userid", "pageid", "regionid", "gender"),
+    )
+
+
+def test_outer_join_star_columns_and_names_in_double_quotes():
+    """ksqlDB's and Lenses' `OUTER JOIN` is FULL (and refused between a stream and a table, as in
+    ksqlDB); `o.*` keeps its star under the declared name; a double-quoted name, a string in Spark
+    SQL, is refused with the two ways to write it."""
+    streams = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');"
+    full = compiled(streams, "SELECT x.*, b.v FROM a x OUTER JOIN b WITHIN 1 MINUTE ON x.k = b.k")
+    assert (full.joins[0].type, full.select) == ("full", ("a.*", "b.v"))
+    table = "CREATE STREAM a WITH (path='a', time='t');\nCREATE TABLE u WITH (path='u', key='k');"
+    with pytest.raises(JobError, match="a FULL join of a stream with a table is refused"):
+        compiled(table, "SELECT * FROM a OUTER JOIN u ON a.k = u.k")
+    with pytest.raises(JobError) as error:
+        compiled(streams, 'SELECT * FROM a JOIN b WITHIN 1 MINUTE ON a."k" = b.k')
+    assert "a.'k': in Spark SQL double quotes make a string, not a name; write a.k or a.`k`" in str(
+        error.value
+    )
+
+
+def test_as_of_a_column_that_is_not_the_streams_time_is_refused():
+    """Flink's lookup join (`FOR SYSTEM_TIME AS OF o.proc_time`, a processing-time attribute) is not
+    taken for an event-time temporal join."""
+    declarations = """CREATE STREAM Orders WITH (path='o', time='order_time');
+CREATE TABLE Customers WITH (path='c', key='id');"""
+    query = """SELECT o.order_id, o.total, c.country, c.zip
+FROM Orders AS o
+  JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
+    ON o.customer_id = c.id;"""
+    with pytest.raises(JobError) as error:
+        compiled(declarations, query)
+    assert str(error.value).startswith(
+        "job: joined: line 6, column 40: FOR SYSTEM_TIME AS OF o.proc_time is not the time column of a stream "
+        "before the join (Orders.order_time)"
+    )
+    assert compiled(declarations, query.replace("o.proc_time", "o.order_time")).joins[0].as_of == "event_time"

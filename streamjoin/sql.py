@@ -744,6 +744,11 @@ def _source_of(
     table: exp.Expr, sources: dict[str, dict[str, Any]], aliases: dict[str, str], where: str
 ) -> str:
     """The declared source a FROM or JOIN item names; records its alias."""
+    planned = _planned_family(table)
+    if planned:
+        raise JobError(
+            f"{where}: {_at(table)}{_head(table)}: {planned} join family, planned (docs/job-spec.md)"
+        )
     if not isinstance(table, exp.Table) or not table.name:
         raise JobError(f"{where}: {_at(table)}FROM and JOIN take declared sources, not {_head(table)}")
     name = table.name
@@ -756,6 +761,20 @@ def _source_of(
     aliases[table.alias or name] = name
     aliases.setdefault(name, name)
     return name
+
+
+def _planned_family(item: exp.Expr) -> str | None:
+    """The join family a FROM or JOIN item belongs to when it is not built yet: window joins
+    (TUMBLE, HOP), UNNEST and table functions (LATERAL TABLE)."""
+    if isinstance(item, exp.Unnest):
+        return "UNNEST comes with the UNNEST and table-function"
+    if isinstance(item, exp.Lateral):
+        return "a table function comes with the UNNEST and table-function"
+    if isinstance(item, exp.Table) and isinstance(item.this, exp.Func):
+        name = item.this.name.upper() if isinstance(item.this, exp.Anonymous) else item.this.key.upper()
+        if name in ("TUMBLE", "HOP"):
+            return f"{name} comes with the window"
+    return None
 
 
 def _source_name(table: exp.Expr) -> str:

@@ -593,3 +593,28 @@ FROM Orders AS o
         "before the join (Orders.order_time)"
     )
     assert compiled(declarations, query.replace("o.proc_time", "o.order_time")).joins[0].as_of == "event_time"
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (
+            "SELECT * FROM TUMBLE(a, t, INTERVAL '1' MINUTE) AS x JOIN TUMBLE(b, t, INTERVAL '1' MINUTE) AS y ON x.k = y.k",
+            "line 4, column 15: TUMBLE(a, t, INTERVAL '1' MINUTE) AS x: TUMBLE comes with the window join family, planned",
+        ),
+        (
+            "SELECT * FROM a CROSS JOIN UNNEST(tags) AS t(tag)",
+            "line 4, column 35: UNNEST(tags) AS t(tag): UNNEST comes with the UNNEST and table-function join family",
+        ),
+        (
+            "SELECT * FROM a, LATERAL TABLE(f(k)) AS t(res)",
+            "LATERAL TABLE(F(k)) AS t(res): a table function comes with the UNNEST and table-function join family",
+        ),
+    ],
+)
+def test_the_families_still_to_come_are_named(query, message):
+    """The seeds' window, UNNEST and table-function joins are refused as planned families, by name."""
+    declarations = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');"
+    with pytest.raises(JobError) as error:
+        compiled(declarations, query)
+    assert message in str(error.value)

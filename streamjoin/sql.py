@@ -239,8 +239,8 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             views.update(_views(statement, origin))
         elif isinstance(statement, exp.Insert) and isinstance(statement.this, exp.Table):
             queries.append((statement.this.name, None, statement.expression))
-        elif isinstance(statement, exp.Create) and statement.args.get("kind") in ("STREAM", "TABLE"):
-            if isinstance(statement.expression, exp.Query):
+        elif isinstance(statement, exp.Create) and statement.args.get("kind") in ("STREAM", "TABLE", "VIEW"):
+            if isinstance(statement.expression, exp.Query):  # VIEW: RisingWave's CREATE MATERIALIZED VIEW
                 queries.append((_created_name(statement), statement, statement.expression))
             else:
                 declarations[_created_name(statement)] = statement
@@ -797,6 +797,8 @@ def _settings(create: exp.Create, allowed: tuple[str, ...], where: str) -> dict[
     properties = create.args.get("properties")
     settings: dict[str, Any] = {}
     for prop in properties.expressions if properties else []:
+        if isinstance(prop, exp.MaterializedProperty):  # CREATE MATERIALIZED VIEW: the output, as any
+            continue
         key = prop.name.lower()
         if key not in allowed:
             raise JobError(f"{where}: {_at(prop)}unknown setting {key!r}; settings are {', '.join(allowed)}")

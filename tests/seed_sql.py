@@ -90,3 +90,57 @@ SELECT TABLE
  FROM
     customersTable RIGHT JOIN ordersStream
         ON customersTable.id = ordersStream.customer_id;"""
+
+# More of the seeds' join statements as printed (the outputs of ksqlDB's and RisingWave's have no
+# WITH: a folder named after them), each with declarations of its sources.
+KSQLDB_SHIPPED_ORDERS = """
+CREATE STREAM orders WITH (path='orders', time='ts');
+CREATE STREAM payments WITH (path='payments', time='ts');
+CREATE STREAM shipments WITH (path='shipments', time='ts');
+   CREATE STREAM shipped_orders AS
+     SELECT
+        o.id as orderId,
+        o.itemid as itemId,
+        s.id as shipmentId,
+        p.id as paymentId
+     FROM orders o
+        INNER JOIN payments p WITHIN 1 HOURS ON p.id = o.id
+        INNER JOIN shipments s WITHIN 2 HOURS ON s.id = o.id;"""
+KSQLDB_TABLES = """
+CREATE STREAM A WITH (path='A', time='ts');
+CREATE TABLE B WITH (path='B', key='product_id');
+CREATE TABLE C WITH (path='C', key='purchased_id');
+CREATE STREAM joined AS
+  SELECT *
+  FROM A
+    JOIN B ON A.id = B.product_id
+    JOIN C ON A.id = C.purchased_id;"""
+KSQLDB_FULL_OUTER_STAGE = """
+CREATE STREAM A WITH (path='A', time='ts');
+CREATE STREAM B WITH (path='B', time='ts');
+CREATE TABLE C WITH (path='C', key='purchased_id');
+--- This JOIN fails with the following exception:
+--- Join between invalid operands requested: left type: KTABLE, right type: KSTREAM
+CREATE STREAM joined AS
+  SELECT *
+  FROM A
+    JOIN B WITHIN 10 SECONDS ON A.id = B.product_id
+    FULL OUTER JOIN C ON A.id = C.purchased_id;"""
+FLINK_ORDERS_PRODUCT = """
+CREATE STREAM Orders WITH (path='orders', time='order_time');
+CREATE TABLE Product WITH (path='product', key='id');
+CREATE STREAM joined WITH (path='out') AS
+SELECT *
+FROM Orders
+{join} Product
+ON Orders.product_id = Product.id"""
+RISINGWAVE_INTERVAL = """
+CREATE STREAM s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
+CREATE STREAM s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');
+CREATE MATERIALIZED VIEW interval_join AS
+SELECT s1.id AS id1,
+s1.value AS value1,
+s2.id AS id2,
+s2.value AS value2
+FROM s1 JOIN s2
+ON s1.id = s2.id and s1.ts between s2.ts and s2.ts + INTERVAL '1 minute';"""

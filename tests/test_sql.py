@@ -15,11 +15,16 @@ import yaml
 from conftest import append
 from harness import upsert
 from seed_sql import (
+    FLINK_ORDERS_PRODUCT,
     FLINK_SOURCES,
     FLINK_TEMPORAL,
+    KSQLDB_FULL_OUTER_STAGE,
+    KSQLDB_SHIPPED_ORDERS,
+    KSQLDB_TABLES,
     LENSES_INNER,
     LENSES_SOURCES,
     RISINGWAVE_ASOF,
+    RISINGWAVE_INTERVAL,
     RISINGWAVE_SOURCES,
 )
 from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK_PRICES
@@ -618,3 +623,53 @@ def test_the_families_still_to_come_are_named(query, message):
     with pytest.raises(JobError) as error:
         compiled(declarations, query)
     assert message in str(error.value)
+
+
+def shape(spec) -> list[tuple]:
+    """(joined source, type, bounds in seconds or None, grace in seconds, as_of) per join."""
+    return [
+        (
+            j.source,
+            j.type,
+            j.bounds and (j.bounds.lower.total_seconds(), j.bounds.upper.total_seconds()),
+            j.grace.total_seconds(),
+            j.as_of,
+        )
+        for j in spec.joins
+    ]
+
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        (
+            KSQLDB_SHIPPED_ORDERS,
+            [
+                ("payments", "inner", (-3600, 3600), DAY, None),
+                ("shipments", "inner", (-7200, 7200), DAY, None),
+            ],
+        ),
+        (KSQLDB_TABLES, [("B", "inner", None, DAY, None), ("C", "inner", None, DAY, None)]),
+        (KSQLDB_FULL_OUTER_STAGE, "join with 'C': a FULL join of a stream with a table is refused"),
+        (FLINK_ORDERS_PRODUCT.format(join="INNER JOIN"), [("Product", "inner", None, DAY, None)]),
+        (FLINK_ORDERS_PRODUCT.format(join="LEFT JOIN"), [("Product", "left", None, DAY, None)]),
+        (FLINK_ORDERS_PRODUCT.format(join="RIGHT JOIN"), "a RIGHT join of a stream with a table is refused"),
+        (
+            FLINK_ORDERS_PRODUCT.format(join="FULL OUTER JOIN"),
+            "a FULL join of a stream with a table is refused",
+        ),
+        (RISINGWAVE_INTERVAL, [("s2", "inner", (-60, 0), 20, None)]),
+    ],
+)
+def test_the_seeds_statements_as_printed(statement, expected):
+    """ksqlDB's chains of streams and of tables and its refused FULL OUTER stage, Flink's regular
+    joins of a stream with a table, RisingWave's interval join (CREATE MATERIALIZED VIEW, grace from
+    its sources' watermarks): each statement as its seed prints it, after declarations."""
+    if isinstance(expected, str):
+        with pytest.raises(JobError, match=re.escape(expected)):
+            spec_from_sql(statement)
+    else:
+        assert shape(spec_from_sql(statement)) == expected

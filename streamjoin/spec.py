@@ -385,7 +385,7 @@ def _validate(spec: JoinSpec) -> None:
         if join.type not in SUPPORTED_TYPES[pair]:
             reason = _REFUSALS.get(pair + (join.type,)) or _REFUSALS.get(pair) or "unsupported"
             allowed = ", ".join(SUPPORTED_TYPES[pair]) or "none"
-            article = "an" if join.type in ("inner", "outer") else "a"
+            article = "an" if join.type == "inner" else "a"
             raise JobError(
                 f"{link}: {article} {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
             )

@@ -112,13 +112,13 @@ class StreamSQL(Spark):
         _selected: str | None = None  # Lenses' SELECT TABLE / SELECT STREAM: what a view reads its source as
 
         def _parse_projections(self):
+            # SQLstream's SELECT STREAM ..., Lenses' SELECT STREAM|TABLE ...: not a column so named
             follows = self._next.token_type if self._next else None
             if (
                 self._curr
-                and self._curr.text.upper()
-                in ("STREAM", "TABLE")  # SQLstream's and Lenses' SELECT STREAM ...
+                and self._curr.text.upper() in ("STREAM", "TABLE")
                 and follows not in (TokenType.COMMA, TokenType.FROM, TokenType.DOT, TokenType.ALIAS)
-            ):  # ... not a column named stream
+            ):
                 self._selected = self._curr.text.lower()
                 self._advance()
             return super()._parse_projections()

@@ -22,6 +22,7 @@ the JoinSpec, its metrics and its side tables use the declared names.
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import timedelta
 from typing import Any
@@ -47,6 +48,9 @@ OUTPUT_SETTINGS = (
     *(f"quality_{key}" for key in QUALITY_KEYS),
 )
 _JOIN_WORDS = ("WITHIN", "GRACE")
+# sqlglot logs a warning when it keeps a statement it cannot read as raw text; the JobError raised
+# for that statement says where it is and what to do, so the warning would only come first.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
 _GLUED_DURATION = re.compile(r"\d+(?:\.\d+)?[a-zA-Z]+(?:\d+(?:\.\d+)?[a-zA-Z]+)*\b")  # 5s, 1h30m, 500ms
 
 
@@ -230,10 +234,11 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     views: dict[str, tuple[str, str, exp.Expr]] = {}  # Lenses' view -> (the source it reads, as what, where)
     queries: list[tuple[str, exp.Create | None, exp.Expr]] = []  # (output, its settings' statement, query)
     for statement in statements:
-        if isinstance(statement, exp.Command):
+        if isinstance(statement, exp.Command):  # sqlglot could not read it past its first word
             raise JobError(
-                f"{origin}: the statement {_head(statement)!r} does not parse: check it against docs/job-spec.md, "
-                '"Jobs in SQL" (CREATE STREAM|TABLE <name> WITH (...) [AS SELECT ... FROM ... JOIN ...])'
+                f"{origin}: {_line_of(statement, text)}the statement {_head(statement)!r} does not parse: check it "
+                'against docs/job-spec.md, "Jobs in SQL" (CREATE STREAM|TABLE <name> WITH (...) [AS SELECT ... FROM '
+                "... JOIN ...])"
             )
         if isinstance(statement, exp.With):
             views.update(_views(statement, origin))
@@ -842,6 +847,13 @@ def _at(node: exp.Expr | None) -> str:
                 (meta["line"], meta["col"] - (meta["end"] - meta["start"]) if "end" in meta else meta["col"])
             )
     return "line {}, column {}: ".format(*min(places)) if places else ""
+
+
+def _line_of(command: exp.Command, text: str) -> str:
+    """`line L: ` where a statement sqlglot kept as raw text (a Command) starts in the job file."""
+    word, rest = command.args.get("this"), command.args.get("expression")  # both raw text
+    offset = text.find(f"{word}{rest}") if isinstance(word, str) and isinstance(rest, str) else -1
+    return f"line {text.count(chr(10), 0, offset) + 1}: " if offset >= 0 else ""
 
 
 def _head(node: exp.Expr) -> str:

@@ -673,3 +673,18 @@ def test_the_seeds_statements_as_printed(statement, expected):
             spec_from_sql(statement)
     else:
         assert shape(spec_from_sql(statement)) == expected
+
+
+def test_a_statement_sqlglot_cannot_read_is_refused_at_its_line(caplog):
+    """A statement sqlglot keeps as raw text (a misspelt SELECT here) is refused with the line it
+    starts on, and sqlglot logs no warning before the message."""
+    text = (
+        "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');\n\n"
+        "CREATE STREAM o WITH (path='o') AS\nSSELECT * FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k;"
+    )
+    with pytest.raises(JobError) as error:
+        spec_from_sql(text)
+    assert str(error.value).startswith(
+        "job: line 4: the statement \"CREATE STREAM o WITH (path='o') AS\\nSSELECT"
+    )
+    assert not [record for record in caplog.records if record.name.startswith("sqlglot")]

@@ -60,36 +60,40 @@ CREATE TABLE customers WITH (path='{customers}', key='id', clock_skew='0s');
 CREATE STREAM orders WITH (path='{orders}', time='t');
 CREATE STREAM result WITH (path='{output}');
 """
-LENSES_INNER = """WITH customersTable AS (SELECT TABLE * FROM customers);
+LENSES_VIEWS = """WITH customersTable AS (SELECT TABLE * FROM customers);
 WITH ordersStream AS (SELECT STREAM * FROM orders);
 
-INSERT INTO result
+"""  # the views each of Lenses' join examples opens with
+LENSES_INNER = (
+    LENSES_VIEWS
+    + """INSERT INTO result
 SELECT STREAM
     customersTable.name
    , ordersStream.item
  FROM
     ordersStream JOIN customersTable
         ON customersTable.id = ordersStream.customer_id;"""
-LENSES_LEFT = """WITH customersTable AS (SELECT TABLE * FROM customers);
-WITH ordersStream AS (SELECT STREAM * FROM orders);
-
-INSERT INTO result
+)
+LENSES_LEFT = (
+    LENSES_VIEWS
+    + """INSERT INTO result
 SELECT STREAM
     customersTable.name
     , ordersStream.item
  FROM
     ordersStream LEFT JOIN customersTable
         ON customersTable.id = ordersStream.customer_id;"""
-LENSES_RIGHT = """WITH customersTable AS (SELECT TABLE * FROM customers);
-WITH ordersStream AS (SELECT STREAM * FROM orders);
-
-INSERT INTO result
+)
+LENSES_RIGHT = (
+    LENSES_VIEWS
+    + """INSERT INTO result
 SELECT TABLE
     customersTable.name
     , ordersStream.item
  FROM
     customersTable RIGHT JOIN ordersStream
         ON customersTable.id = ordersStream.customer_id;"""
+)
 
 # More of the seeds' join statements as printed (the outputs of ksqlDB's and RisingWave's have no
 # WITH: a folder named after them), each with declarations of its sources.

@@ -89,6 +89,7 @@ class BoundJoin:
     equi: tuple[tuple[str, str], ...]
     residual: str | None
     inequality: tuple[str, str, str] | None = None  # ASOF: (left column, operator, right column)
+    condition: str | None = None  # the whole ON condition, bare columns named by their source
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class Plan:
     joins: tuple[BoundJoin, ...]
     select: tuple[str, ...]
     output_columns: tuple[str, ...]
+    where: str | None = None  # the job's filter, bare columns named by their source
 
     def source(self, name: str) -> BoundSource:
         return next(s for s in self.sources if s.name == name)
@@ -116,8 +118,8 @@ class Plan:
 
     def project(self, joined: DataFrame, out_time: Column) -> DataFrame:
         """Apply `where` and `select` to joined rows and add the output event time column."""
-        if self.spec.where:
-            joined = joined.where(F.expr(self.spec.where))
+        if self.where:
+            joined = joined.where(F.expr(self.where))
         return joined.select(
             *[F.expr(e) for e in self.select], F.timestamp_micros(out_time).alias(self.spec.output.time)
         )
@@ -143,7 +145,10 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     joins = []
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
-        joins.append(_bind_join(spec, join, left_names, schemas))
+        on = _qualify(
+            join.on, (*left_names, join.source), schemas, f"job {spec.name!r}, join with {join.source!r}"
+        )
+        joins.append(_bind_join(spec, join, on, left_names, schemas))
     keys: dict[str, list[str]] = {name: [] for name in spec.names}
     for bound in joins:
         for left_col, right_col in bound.equi:
@@ -156,7 +161,11 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
         _check_columns(spec, source, schemas[name])
         sources.append(BoundSource(source, index, schemas[name], tuple(dict.fromkeys(keys[name]))))
     select = (
-        tuple(item for expression in spec.select for item in _expand_star(expression, schemas))
+        tuple(
+            _qualify(item, spec.names, schemas, f"job {spec.name!r}, select item {item!r}")
+            for expression in spec.select
+            for item in _expand_star(expression, schemas)
+        )
         if spec.select
         else tuple(
             f"{name}.`{field.name}` AS `{name}_{field.name}`"
@@ -164,14 +173,17 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             for field in schemas[name].fields
         )
     )
-    output_columns = _check_expressions(spark, spec, schemas, select)
+    where = _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
+    output_columns = _check_expressions(
+        spark, spec, schemas, tuple(j.condition for j in joins), where, select
+    )
     reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
     if reserved and any(j.family == "table-table" for j in joins):
         raise JobError(
             f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
             "result and changes; give those select items other aliases"
         )
-    return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns)
+    return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
 
 
 def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
@@ -208,8 +220,48 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
         )
 
 
+def _qualify(
+    expression: str | None, names: tuple[str, ...], schemas: dict[str, StructType], where: str
+) -> str | None:
+    """`expression` with each bare column named by the one source among `names` that has it, so
+    RisingWave's `ON product_id = id` binds as `sales.product_id = products.id`; a bare name that
+    two of them have is refused. Unchanged when nothing is bare (or it does not parse: Spark's
+    analysis then says why)."""
+    if not expression:
+        return expression
+    try:
+        tree = sqlglot.parse_one(expression, read="spark")
+    except sqlglot.errors.ParseError:
+        return expression
+    bound = {p.name.lower() for lam in tree.find_all(exp.Lambda) for p in lam.expressions}
+    changed = False
+
+    def name_owner(node: exp.Expr) -> exp.Expr:
+        nonlocal changed
+        if not isinstance(node, exp.Column) or node.table or isinstance(node.this, exp.Star):
+            return node
+        column = node.name.lower()
+        owners = [n for n in names if column in (f.lower() for f in schemas[n].fieldNames())]
+        if column in bound or not owners:
+            return node
+        if len(owners) > 1:
+            raise JobError(
+                f"{where}: column {node.name!r} is in {' and '.join(owners)}; say which, e.g. "
+                f"{owners[0]}.{node.name}"
+            )
+        changed = True
+        return exp.Column(this=node.this.copy(), table=exp.to_identifier(owners[0]))
+
+    qualified = tree.transform(name_owner)
+    return qualified.sql(dialect="spark") if changed else expression
+
+
 def _bind_join(
-    spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType]
+    spec: JoinSpec,
+    join: Join,
+    on: str | None,
+    left_names: tuple[str, ...],
+    schemas: dict[str, StructType],
 ) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
     family = _family(spec, join, left_names)
@@ -217,8 +269,8 @@ def _bind_join(
     equi: list[tuple[str, str]] = []
     residual: list[str] = []
     inequalities: list[tuple[str, str, str]] = []
-    if join.on:
-        for term in conjuncts(join.on, f"{where}: the condition"):
+    if on:
+        for term in conjuncts(on, f"{where}: the condition"):
             pair = _equality(term, left_names, right)
             inequality = _inequality(term, left_names, right) if join.asof else None
             if pair:
@@ -274,6 +326,7 @@ def _bind_join(
         tuple(equi),
         " AND ".join(residual) or None,
         inequalities[0] if join.asof else None,
+        on,
     )
 
 
@@ -383,7 +436,12 @@ def split_conjuncts(expression: str) -> list[str]:
 
 
 def _check_expressions(
-    spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructType], select: tuple[str, ...]
+    spark: SparkSession,
+    spec: JoinSpec,
+    schemas: dict[str, StructType],
+    conditions: tuple[str | None, ...],
+    where: str | None,
+    select: tuple[str, ...],
 ) -> tuple[str, ...]:
     """Let Spark's analyzer resolve every expression against empty frames of the real schemas."""
     frames = {n: spark.createDataFrame([], schemas[n]).alias(n) for n in spec.names}
@@ -398,20 +456,17 @@ def _check_expressions(
                 f"job {spec.name!r}: {what} does not resolve against the sources' columns: {message}"
             ) from None
 
-    for join in spec.joins:
+    for join, on in zip(spec.joins, conditions, strict=True):
         right = frames[join.source]
         current = joined
-        if join.on:
+        if on:
 
-            def condition(
-                current: DataFrame = current, right: DataFrame = right, on: str = join.on
-            ) -> DataFrame:
+            def condition(current: DataFrame = current, right: DataFrame = right, on: str = on) -> DataFrame:
                 return current.crossJoin(right).where(F.expr(on))
 
-            joined = analyse(f"the condition of the join with {join.source!r} ({join.on})", condition)
+            joined = analyse(f"the condition of the join with {join.source!r} ({on})", condition)
         else:
             joined = current.crossJoin(right)
-    where = spec.where
     if where:
         joined = analyse(f"where ({where})", lambda: joined.where(F.expr(where)))
     projected = analyse("the select list", lambda: joined.select(*[F.expr(e) for e in select]))
@@ -591,8 +646,8 @@ def describe(
             for name, (before, after) in margins.items()
         )
         lines.append(f"replay slice [start, end) reads stream rows by event time: {reads}")
-    if spec.where:
-        lines.append(f"where: {spec.where}")
+    if plan.where:
+        lines.append(f"where: {plan.where}")
     out = spec.output
     lines.append(
         f"output: {out.location} columns {', '.join(plan.output_columns)} + {out.time} (output event time)"
@@ -650,7 +705,7 @@ def as_json(
             }
             for step, j in enumerate(plan.joins, 1)
         ],
-        "where": spec.where,
+        "where": plan.where,
         "output": {
             "location": spec.output.location,
             "columns": list(plan.output_columns),

@@ -387,7 +387,9 @@ def _compile_query(
         joined[0].this.set("within", exp.Tuple(expressions=[trailing]))
     joins, seen = [], [first]
     for join, source in zip(joined, names, strict=True):
-        item, filters = _compile_join(join, source, sources, aliases, seen, filters, windows, where)
+        item, filters = _compile_join(
+            join, source, sources, aliases, seen, filters, windows, where, sole=len(joined) == 1
+        )
         joins.append(item)
         seen.append(item["join"])
     if not joins:
@@ -503,10 +505,12 @@ def _compile_join(
     filters: list[exp.Expr],
     windows: dict[str, int],
     where: str,
+    sole: bool = False,
 ) -> tuple[dict, list[exp.Expr]]:
     """One JOIN as a job's join entry, and the WHERE terms left once a comma join (`FROM o, s
     WHERE o.id = s.order_id AND ...`, Flink's interval join) has taken those relating it to the
-    sources before it. Flink's and RisingWave's interval conditions on the two streams' time
+    sources before it; the `sole` join of two sources takes terms of bare columns too (RisingWave's
+    `FROM stream, version ... WHERE id1 = id2`: the plan names their sources from the schemas). Flink's and RisingWave's interval conditions on the two streams' time
     columns become the join's bounds (`_interval_bounds`). `name`: the declared source it joins."""
     table = join.this
     side, kind, method = (join.args.get(k) or "" for k in ("side", "kind", "method"))
@@ -566,7 +570,12 @@ def _compile_join(
         item["using"] = [identifier.name for identifier in using]
     elif not terms and not item.get("natural") and item.get("type") in (None, "cross"):
         known = {*seen, name}
-        mine = [t for t in filters if name in _tables(t, aliases) and _tables(t, aliases) <= known]
+        mine = [
+            t
+            for t in filters
+            if _tables(t, aliases) <= known
+            and (name in _tables(t, aliases) or sole and not _tables(t, aliases))
+        ]
         if mine:  # FROM o, s WHERE o.id = s.order_id ...: an inner join on those terms
             item.pop("type", None)
             terms, filters = mine, [t for t in filters if all(t is not m for m in mine)]

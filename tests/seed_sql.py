@@ -138,6 +138,19 @@ SELECT *
 FROM Orders
 {join} Product
 ON Orders.product_id = Product.id"""
+# RisingWave's process-time temporal join, verbatim: bare column names, the plan names their
+# sources from the schemas. Its comma form (the EXPLAIN example's shape) with the same tables.
+RISINGWAVE_SALES_SOURCES = """
+CREATE STREAM sales WITH (path='{sales}', time='process_time');
+CREATE TABLE products WITH (path='{products}', key='id', clock_skew='0s');
+"""
+RISINGWAVE_PROCTIME = """SELECT transaction_id, product_id, quantity, sale_date, product_name, price
+FROM sales
+JOIN products FOR SYSTEM_TIME AS OF PROCTIME()
+ON product_id = id;"""
+RISINGWAVE_PROCTIME_COMMA = """select transaction_id, product_id, quantity, sale_date, product_name, price
+from sales, products FOR SYSTEM_TIME AS OF PROCTIME() where product_id = id;"""
+
 RISINGWAVE_INTERVAL = """
 CREATE STREAM s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
 CREATE STREAM s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');

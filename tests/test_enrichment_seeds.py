@@ -7,7 +7,7 @@
 2. Lenses' customers/orders example (INNER, LEFT) and its late customer.
 3. Flink's currency-rates example (event-time temporal join, FOR SYSTEM_TIME AS OF order_time), the
    rates kept in both physical forms and arriving out of order.
-4. RisingWave's ASOF example (ASOF and ASOF LEFT).
+4. RisingWave's ASOF example (ASOF and ASOF LEFT) and its process-time temporal join.
 5. Enrichment jobs that cannot run fail before any data moves, saying what to change.
 
 Golden data: tests/data/ksqldb_stream_table.json holds ksqlDB's table as printed; the other seeds'
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +28,7 @@ from aging import vacuum
 from conftest import append, at
 from harness import FINAL, concurrently, delete, live_accounting, read, run_live, upsert, with_output
 from pyspark.sql.types import (
+    DateType,
     DecimalType,
     DoubleType,
     IntegerType,
@@ -44,6 +45,9 @@ from seed_sql import (
     LENSES_RIGHT,
     LENSES_SOURCES,
     RISINGWAVE_ASOF,
+    RISINGWAVE_PROCTIME,
+    RISINGWAVE_PROCTIME_COMMA,
+    RISINGWAVE_SALES_SOURCES,
     RISINGWAVE_SOURCES,
 )
 
@@ -565,6 +569,72 @@ def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_th
     assert outputs(spark, following, *columns) == Counter(ASOF_FOLLOWING_LEFT)
 
 
+SALES = StructType(
+    [
+        StructField("transaction_id", IntegerType()),
+        StructField("product_id", IntegerType()),
+        StructField("quantity", IntegerType()),
+        StructField("sale_date", DateType()),
+        StructField("process_time", TimestampType()),
+    ]
+)
+PRODUCTS = StructType(
+    [
+        StructField("id", IntegerType()),
+        StructField("product_name", StringType()),
+        StructField("price", IntegerType()),
+    ]
+)
+
+
+def test_risingwave_process_time_temporal_join(spark, tmp_path):
+    """RisingWave's statement as printed (bare column names, FOR SYSTEM_TIME AS OF PROCTIME()),
+    with the products changing between the sales as the seed shows them: each sale gets the price
+    of its moment, live (one run in the middle, one at the end) and replayed. Its comma form binds
+    to the same join."""
+    sales, products = str(tmp_path / "sales"), str(tmp_path / "products")
+    declarations = RISINGWAVE_SALES_SOURCES.format(sales=sales, products=products)
+
+    def statement(name: str, query: str):
+        return spec_from_sql(
+            f"{declarations}CREATE STREAM {name} WITH (path='{tmp_path}/{name}') AS\n{query}"
+        )
+
+    spec = statement("wide_sales", RISINGWAVE_PROCTIME)
+    sale = {
+        1: (1, 101, 3, date(2023, 6, 18), datetime(2023, 6, 18, 10, 15)),
+        2: (2, 102, 2, date(2023, 6, 19), datetime(2023, 6, 19, 15, 30)),
+        3: (3, 101, 1, date(2023, 6, 20), datetime(2023, 6, 20, 11, 45)),
+    }
+    upsert(spark, products, [(101, "Product A", 25), (102, "Product B", 15)], PRODUCTS, ("id",))
+    append(spark, sales, [sale[1]], SALES)
+    upsert(spark, products, [(101, "Product A", 22)], PRODUCTS, ("id",))
+    append(spark, sales, [sale[2]], SALES)
+    runner = LiveRunner(spark, spec, f"{tmp_path}/ck")
+    first = runner.run(600)
+    upsert(spark, products, [(102, "Product B", 18)], PRODUCTS, ("id",))
+    append(spark, sales, [sale[3]], SALES)
+    second = runner.run(600)
+    printed = Counter(
+        [
+            (1, 101, 3, date(2023, 6, 18), "Product A", 25),
+            (2, 102, 2, date(2023, 6, 19), "Product B", 15),
+            (3, 101, 1, date(2023, 6, 20), "Product A", 22),
+        ]
+    )
+    columns = ("transaction_id", "product_id", "quantity", "sale_date", "product_name", "price")
+    assert outputs(spark, spec, *columns) == printed
+    assert all(m.balanced() for m in first + second)
+    target, metrics = replayed(spark, spec, datetime(2023, 6, 18), datetime(2023, 6, 21))
+    assert outputs(spark, target, *columns) == printed
+    assert metrics.sources["sales"].joined == 3
+    comma = bind(spark, statement("wide_sales_comma", RISINGWAVE_PROCTIME_COMMA))
+    assert [(j.family, j.equi, j.spec.type) for j in comma.joins] == [
+        ("stream-table", (("sales.product_id", "products.id"),), "inner")
+    ]
+    assert comma.select == bind(spark, spec).select
+
+
 def refused_asof(spark, tmp_path, table: dict, join: dict) -> str:
     """The message binding a one-row ASOF job gives (prices `sp`, market data `md` with `table`)."""
     prices, market = str(tmp_path / "p"), str(tmp_path / "m")
@@ -590,6 +660,16 @@ def test_asof_over_the_history_orders_by_the_tables_version_time(spark, tmp_path
 
 
 # ============================================================================ 5. errors
+
+
+def test_a_bare_column_two_sources_have_is_refused(spark, tmp_path):
+    message = refused_asof(
+        spark,
+        tmp_path,
+        {"key": ["stock_name"]},
+        {"on": "stock_name = md.stock_name AND md.market_time <= sp.stock_time"},
+    )
+    assert "column 'stock_name' is in sp and md; say which, e.g. sp.stock_name" in message
 
 
 def test_temporal_join_without_a_primary_key_is_refused(tmp_path):

@@ -62,6 +62,10 @@ class StreamSQL(Spark):
 
     class Tokenizer(Spark.Tokenizer):
         KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.TABLE}
+        # As in standard SQL and the seed systems, a double-quoted token is a name (SQLstream's
+        # `b1."ticker"`), and strings take single quotes.
+        QUOTES = ["'"]
+        IDENTIFIERS = ["`", '"']
 
     class Parser(Spark.Parser):  # type: ignore[misc,valid-type]  # a dialect attribute, to mypy
         _window: exp.Expr | None = None  # SQLstream's OVER (...) after a source, until its table takes it
@@ -278,6 +282,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             delays[source] = delay
         sources[source] = {"kind": "stream" if statement.args["kind"] == "STREAM" else "table", **settings}
     _read_through_views(sources, delays, views, origin)
+    _split_self_joins(query, sources, delays, origin)
     document = _compile_query(name, create, query, sources, origin)
     _grace_from_watermarks(document, delays)
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
@@ -334,6 +339,32 @@ def _read_through_views(
     for source in read:
         sources.pop(source)
         delays.pop(source, None)
+
+
+def _split_self_joins(
+    query: exp.Expr, sources: dict[str, dict[str, Any]], delays: dict[str, timedelta], origin: str
+) -> None:
+    """A source the query reads more than once (SQLstream's `FROM bids AS b1 JOIN asks ... JOIN
+    bids AS b2`) becomes one source per alias, each declared as that source: a self-join."""
+    start = query.args.get("from_") if isinstance(query, exp.Select) else None
+    items = [start.this] if start is not None else []
+    items += [join.this for join in query.args.get("joins") or []]
+    tables = [t for t in items if isinstance(t, exp.Table) and t.name in sources]
+    repeated = {t.name for t in tables if sum(u.name == t.name for u in tables) > 1}
+    for table in (t for t in tables if t.name in repeated):
+        alias = table.alias
+        if not alias or alias in sources:
+            raise JobError(
+                f"{origin}: {_at(table)}{table.name} is joined with itself: give each use of it an alias of its "
+                f"own, not a declared name (FROM {table.name} AS a ... JOIN {table.name} AS b ...)"
+            )
+        sources[alias] = dict(sources[table.name])
+        if table.name in delays:
+            delays[alias] = delays[table.name]
+        table.set("this", exp.to_identifier(alias))
+    for name in repeated:
+        sources.pop(name)
+        delays.pop(name, None)
 
 
 def _compile_query(
@@ -529,12 +560,13 @@ def _compile_join(
         raise JobError(
             f"{where}: {_at(table)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ... or ASOF JOIN"
         )
-    if windows:  # SQLstream: each side keeps its rows for its window; no OVER: the current row only
+    if windows and sources[name]["kind"] == "stream":
+        # SQLstream: each side keeps its rows for its window, no OVER: the current row only; the
+        # sources joined so far (a joined reference, which takes no OVER) count as their current row.
         if table.args.get("within") is not None:
             raise JobError(f"{where}: {_at(table)}give WITHIN or OVER windows, not both")
-        if len(seen) > 1:
-            raise JobError(f"{where}: {_at(table)}OVER windows join two streams; in a chain write WITHIN")
-        item["between"] = [_duration_text(-windows.get(name, 0)), _duration_text(windows.get(seen[0], 0))]
+        before = windows.get(seen[0], 0) if len(seen) == 1 else 0
+        item["between"] = [_duration_text(-windows.get(name, 0)), _duration_text(before)]
     within = table.args.get("within")
     if within is not None:
         spans = [_duration(span) for span in within.expressions]
@@ -747,11 +779,6 @@ def _refuse_unsupported(query: exp.Select, where: str) -> None:
             raise JobError(f"{where}: {_at(node)}{node.sql()} is an aggregation, which is not supported")
         if isinstance(node, exp.Window):
             raise JobError(f"{where}: {_at(node)}window functions (OVER ...) are not supported yet")
-        if isinstance(node, exp.Column) and isinstance(node.this, exp.Literal):
-            raise JobError(
-                f"{where}: {_at(node)}{node.sql()}: in Spark SQL double quotes make a string, not a name; write "
-                f"{node.table}.{node.this.name} or {node.table}.`{node.this.name}`"
-            )
 
 
 def _source_of(

@@ -138,6 +138,19 @@ SELECT *
 FROM Orders
 {join} Product
 ON Orders.product_id = Product.id"""
+# SQLstream's three-way join, verbatim: bids joined with itself through asks. SQLstream's
+# streams arrive in rowtime order and need no grace; the test's are out of order by up to five
+# minutes between the two streams, which their watermarks declare (the joins' grace).
+SQLSTREAM_QUOTE_SOURCES = """
+CREATE STREAM bids (ticker STRING, n INT, t TIMESTAMP, WATERMARK FOR t AS t - INTERVAL '5' MINUTE) WITH (path='{bids}');
+CREATE STREAM asks (ticker STRING, n INT, t TIMESTAMP, WATERMARK FOR t AS t - INTERVAL '5' MINUTE) WITH (path='{asks}');
+"""
+SQLSTREAM_THREE_WAY = """SELECT STREAM * from bids over (range interval '1' hour preceding) as b1
+join asks over (range interval '2' second preceding)
+on b1."ticker" = asks."ticker"
+join bids over (range interval '3' minute preceding) as b2
+on b2."ticker" = asks."ticker";"""
+
 # RisingWave's process-time temporal join, verbatim: bare column names, the plan names their
 # sources from the schemas. Its comma form (the EXPLAIN example's shape) with the same tables.
 RISINGWAVE_SALES_SOURCES = """

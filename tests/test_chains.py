@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -20,7 +20,7 @@ from conftest import append, at
 from harness import FINAL, delete, live_accounting, read, run_live, upsert, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 from reference import LINK_BUCKETS
-from seed_sql import KSQLDB_NWAY_SOURCES, KSQLDB_NWAY_STREAM
+from seed_sql import KSQLDB_NWAY_SOURCES, KSQLDB_NWAY_STREAM, SQLSTREAM_QUOTE_SOURCES, SQLSTREAM_THREE_WAY
 from selenium.webdriver.common.by import By
 from test_report import number, open_page, severe, shown
 from test_restart import WRITES, FailAfterEach
@@ -582,6 +582,59 @@ def test_three_streams_joined_in_turn_live_equal_the_replay_link_by_link(spark, 
     assert (
         replayed.links[1].emitted == 5
     )  # the rows join 2 wrote: one pair, two padded A + B rows... and two C rows
+
+
+QUOTES = StructType(
+    [StructField("ticker", StringType()), StructField("n", IntegerType()), StructField("t", TimestampType())]
+)
+
+
+def test_sqlstreams_three_way_join_of_bids_with_itself_through_asks(spark, tmp_path):
+    """SQLstream's statement as printed (OVER windows on each stream, `b1."ticker"`, bids twice):
+    b1 keeps its rows an hour and asks two seconds, so an ask joins b1 within [-2s, 1h] of it; the
+    joined row takes no OVER (its current row, at the later of its times), and b2 keeps its rows
+    three minutes, so b2 lies within [-3m, 0] of the pair. Live (two runs) writes what the replay
+    writes, and both are the rows that rule gives, found by brute force."""
+    paths = {"bids": str(tmp_path / "bids"), "asks": str(tmp_path / "asks")}
+    spec = spec_from_sql(
+        SQLSTREAM_QUOTE_SOURCES.format(**paths)
+        + f"CREATE STREAM quotes WITH (path='{tmp_path}/quotes') AS\n{SQLSTREAM_THREE_WAY}"
+    )
+    assert [(j.source, j.bounds.lower, j.bounds.upper) for j in spec.joins] == [
+        ("asks", timedelta(seconds=-2), timedelta(hours=1)),
+        ("b2", timedelta(minutes=-3), timedelta(0)),
+    ]
+    assert spec.source("b1").path == spec.source("b2").path == paths["bids"]
+    bids = [("X", 1, 0), ("X", 2, 100), ("Y", 4, 10), ("X", 3, 400), ("Z", 9, 10_000)]
+    asks = [("X", 11, 1), ("X", 13, 100), ("X", 14, 399), ("Y", 15, 5_000)]
+
+    def commit(name: str, rows) -> None:
+        append(spark, paths[name], [(k, n, at(t)) for k, n, t in rows], QUOTES)
+
+    commit("bids", bids[:3])
+    commit("asks", asks[:2])
+    runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint")
+    runner.run(900)
+    commit("bids", bids[3:4])
+    commit("asks", asks[2:])
+    commit("bids", bids[4:])  # Z's bid moves the clock past every window but its own
+    runner.run(900)
+    expected = Counter(
+        (b1, a, b2, at(max(tb1, ta, tb2)))
+        for k1, b1, tb1 in bids
+        for k, a, ta in asks
+        for k2, b2, tb2 in bids
+        if k1 == k == k2 and -2 <= ta - tb1 <= 3600 and -180 <= tb2 - max(tb1, ta) <= 0
+    )
+    assert len(expected) == 6  # (1, 11, 1), (1|2, 13, 1|2), (3, 14, 3)
+
+    def written(location: str) -> Counter:
+        return Counter((r.b1_n, r.asks_n, r.b2_n, r.event_time) for r in read(spark, location))
+
+    assert written(spec.output.location) == expected
+    replayed = replay(spark, with_output(spec, f"{tmp_path}/quotes_replay"), at(0), at(20_000))
+    assert written(f"{tmp_path}/quotes_replay") == expected
+    assert replayed.balanced() and sum(c.late for c in replayed.sources.values()) == 0
 
 
 def test_a_batch_of_a_three_stream_chain_failing_after_each_write_is_redone_once(spark, three_streams):

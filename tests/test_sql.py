@@ -567,19 +567,38 @@ CREATE STREAM pageviews_enriched AS
 
 def test_outer_join_star_columns_and_names_in_double_quotes():
     """ksqlDB's and Lenses' `OUTER JOIN` is FULL (and refused between a stream and a table, as in
-    ksqlDB); `o.*` keeps its star under the declared name; a double-quoted name, a string in Spark
-    SQL, is refused with the two ways to write it."""
+    ksqlDB); `o.*` keeps its star under the declared name; a double-quoted token is a name, as in
+    standard SQL and SQLstream (strings take single quotes)."""
     streams = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');"
     full = compiled(streams, "SELECT x.*, b.v FROM a x OUTER JOIN b WITHIN 1 MINUTE ON x.k = b.k")
     assert (full.joins[0].type, full.select) == ("full", ("a.*", "b.v"))
     table = "CREATE STREAM a WITH (path='a', time='t');\nCREATE TABLE u WITH (path='u', key='k');"
     with pytest.raises(JobError, match="a FULL join of a stream with a table is refused"):
         compiled(table, "SELECT * FROM a OUTER JOIN u ON a.k = u.k")
-    with pytest.raises(JobError) as error:
-        compiled(streams, 'SELECT * FROM a JOIN b WITHIN 1 MINUTE ON a."k" = b.k')
-    assert "a.'k': in Spark SQL double quotes make a string, not a name; write a.k or a.`k`" in str(
-        error.value
+    quoted = compiled(streams, """SELECT "v" FROM a JOIN b WITHIN 1 MINUTE ON a."k" = b.k WHERE b.s = 'x'""")
+    assert (quoted.joins[0].on, quoted.select, quoted.where) == ("a.`k` = b.k", ("`v`",), "b.s = 'x'")
+
+
+def test_a_source_joined_with_itself_needs_an_alias_per_use():
+    """SQLstream joins bids with itself: each use becomes a source under its alias, declared as
+    bids (tests/test_chains.py runs its statement); without aliases the two uses cannot be told apart."""
+    declarations = (
+        "CREATE STREAM bids WITH (path='bids', time='t');\nCREATE STREAM asks WITH (path='asks', time='t');"
     )
+    spec = compiled(
+        declarations,
+        "SELECT b1.p, b2.p AS q FROM bids b1 JOIN asks WITHIN 1 MINUTE ON b1.k = asks.k "
+        "JOIN bids b2 WITHIN 1 MINUTE ON b2.k = asks.k",
+    )
+    assert ([s.name for s in spec.sources], spec.start, [j.source for j in spec.joins]) == (
+        ["asks", "b1", "b2"],
+        "b1",
+        ["asks", "b2"],
+    )
+    with pytest.raises(JobError) as error:
+        compiled(declarations, "SELECT * FROM bids JOIN bids WITHIN 1 MINUTE ON bids.k = bids.k")
+    assert "bids is joined with itself: give each use of it an alias of its own" in str(error.value)
+    assert "job: line 4, column 15: bids is joined" in str(error.value)  # its first use
 
 
 def test_as_of_a_column_that_is_not_the_streams_time_is_refused():

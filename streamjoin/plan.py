@@ -145,9 +145,8 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     joins = []
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
-        on = _qualify(
-            join.on, (*left_names, join.source), schemas, f"job {spec.name!r}, join with {join.source!r}"
-        )
+        link = f"job {spec.name!r}, join with {join.source!r}"
+        on = join.on and _qualify(join.on, (*left_names, join.source), schemas, link)
         joins.append(_bind_join(spec, join, on, left_names, schemas))
     keys: dict[str, list[str]] = {name: [] for name in spec.names}
     for bound in joins:
@@ -173,7 +172,7 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             for field in schemas[name].fields
         )
     )
-    where = _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
+    where = spec.where and _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
     output_columns = _check_expressions(
         spark, spec, schemas, tuple(j.condition for j in joins), where, select
     )
@@ -220,15 +219,11 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
         )
 
 
-def _qualify(
-    expression: str | None, names: tuple[str, ...], schemas: dict[str, StructType], where: str
-) -> str | None:
+def _qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> str:
     """`expression` with each bare column named by the one source among `names` that has it, so
     RisingWave's `ON product_id = id` binds as `sales.product_id = products.id`; a bare name that
     two of them have is refused. Unchanged when nothing is bare (or it does not parse: Spark's
     analysis then says why)."""
-    if not expression:
-        return expression
     try:
         tree = sqlglot.parse_one(expression, read="spark")
     except sqlglot.errors.ParseError:

@@ -596,7 +596,10 @@ def _compile_join(
                 f"{where}: {_at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
                 f"PROCTIME() (as the row arrived), not {point.sql()}"
             )
-    terms = _terms(join.args["on"]) if join.args.get("on") is not None else []
+    on = join.args.get("on")
+    if isinstance(on, exp.Boolean) and on.this is True and not item.get("natural"):  # JOIN without ON
+        on = _key_equality(table, seen, name, sources, where)
+    terms = _terms(on) if on is not None else []
     using = join.args.get("using")
     if using:
         item["using"] = [identifier.name for identifier in using]
@@ -619,6 +622,28 @@ def _compile_join(
     if terms:
         item["on"] = _sql(exp.and_(*terms), aliases)
     return item, filters
+
+
+def _key_equality(
+    table: exp.Expr, seen: list[str], name: str, sources: dict[str, dict[str, Any]], where: str
+) -> exp.Expr:
+    """Lenses' JOIN without ON, on the equality of the two sources' keys (its `_key` facet): here
+    the keys their declarations give, column by column in the order declared."""
+
+    def key(source: str) -> list[str]:
+        declared = sources[source].get("key") or []
+        return [declared] if isinstance(declared, str) else list(declared)
+
+    left, right = key(seen[0]), key(name)
+    if len(seen) > 1 or not left or len(left) != len(right):
+        raise JobError(
+            f"{where}: {_at(table)}a JOIN without ON joins two sources on their keys (Lenses' _key): declare key on "
+            f"both, with as many columns ({seen[0]}: {', '.join(left) or 'none'}, {name}: {', '.join(right) or 'none'}), "
+            "or write ON "
+            f"{seen[0]}.<column> = {name}.<column>"
+        )
+    pairs = zip(left, right, strict=True)
+    return exp.and_(*(exp.column(lc, table=seen[0]).eq(exp.column(rc, table=name)) for lc, rc in pairs))
 
 
 def _check_event_time(

@@ -60,6 +60,18 @@ CREATE TABLE customers WITH (path='{customers}', key='id', clock_skew='0s');
 CREATE STREAM orders WITH (path='{orders}', time='t');
 CREATE STREAM result WITH (path='{output}');
 """
+# Lenses' "Matching expression (ON)": two queries it calls equivalent; the _key facet is a column
+# here, each source's declared key.
+LENSES_KEYED_SOURCES = """
+CREATE TABLE customers WITH (path='customers', key='_key');
+CREATE TABLE orders WITH (path='orders', key='_key');
+CREATE TABLE target WITH (path='target');
+"""
+LENSES_DEFAULT_KEY = """SELECT TABLE *
+FROM customers JOIN orders;"""
+LENSES_ON_KEY = """SELECT TABLE *
+FROM customers JOIN orders
+    ON customers._key = orders._key;"""
 LENSES_VIEWS = """WITH customersTable AS (SELECT TABLE * FROM customers);
 WITH ordersStream AS (SELECT STREAM * FROM orders);
 

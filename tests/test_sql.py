@@ -21,7 +21,10 @@ from seed_sql import (
     KSQLDB_FULL_OUTER_STAGE,
     KSQLDB_SHIPPED_ORDERS,
     KSQLDB_TABLES,
+    LENSES_DEFAULT_KEY,
     LENSES_INNER,
+    LENSES_KEYED_SOURCES,
+    LENSES_ON_KEY,
     LENSES_SOURCES,
     RISINGWAVE_ASOF,
     RISINGWAVE_INTERVAL,
@@ -577,6 +580,27 @@ def test_outer_join_star_columns_and_names_in_double_quotes():
         compiled(table, "SELECT * FROM a OUTER JOIN u ON a.k = u.k")
     quoted = compiled(streams, """SELECT "v" FROM a JOIN b WITHIN 1 MINUTE ON a."k" = b.k WHERE b.s = 'x'""")
     assert (quoted.joins[0].on, quoted.select, quoted.where) == ("a.`k` = b.k", ("`v`",), "b.s = 'x'")
+
+
+def test_lenses_join_without_on_is_on_the_keys():
+    """Lenses' two equivalent queries compile to one job; a JOIN without ON where a side declares
+    no key is refused, saying what to declare or write."""
+    default, on_key = (
+        spec_from_sql(f"{LENSES_KEYED_SOURCES}INSERT INTO target\n{query}")
+        for query in (LENSES_DEFAULT_KEY, LENSES_ON_KEY)
+    )
+    assert default == on_key
+    assert default.joins[0].on == "customers._key = orders._key"
+    unkeyed = LENSES_KEYED_SOURCES.replace(
+        "CREATE TABLE orders WITH (path='orders', key='_key')",
+        "CREATE STREAM orders WITH (path='orders', time='t')",
+    )
+    with pytest.raises(JobError) as error:
+        spec_from_sql(f"{unkeyed}INSERT INTO target\n{LENSES_DEFAULT_KEY}")
+    assert (
+        "line 7, column 21: a JOIN without ON joins two sources on their keys (Lenses' _key): declare key on both, "
+        "with as many columns (customers: _key, orders: none), or write ON customers.<column> = orders.<column>"
+    ) in str(error.value)
 
 
 def test_a_source_joined_with_itself_needs_an_alias_per_use():

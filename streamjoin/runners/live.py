@@ -224,6 +224,11 @@ class LiveRunner:
                 raise error
         return self.runs[already:]
 
+    def progress(self) -> list[dict]:
+        """Spark's progress reports of the last run's micro-batches (`StreamingQuery.recentProgress`):
+        what bench/native.py compares with Spark's own stream-stream join."""
+        return [] if self._query is None else [json.loads(p.json) for p in self._query.recentProgress]
+
     def _wait(self, query: StreamingQuery, timeout: float | None, stop_requested: Callable[[], bool]) -> None:
         """Wait for the query to end, the timeout, or a stop request; a requested stop waits for
         the micro-batch in progress to finish (its writes would be redone anyway, but need not be)."""

@@ -690,7 +690,11 @@ def _interval_bounds(
         """`s.t`, `s.t + INTERVAL ...`, `s.t - INTERVAL ...` of a stream's time column: (s, offset)."""
         node = node.unnest()
         if isinstance(node, exp.Column):
-            owner = aliases.get(node.table)
+            if node.table:
+                owner = aliases.get(node.table)
+            else:  # a bare name (Flink's `ltime = rtime`): the one of the two whose time column it is
+                owners = [s for s in (left, right) if sources[s].get("time") == node.name]
+                owner = owners[0] if len(owners) == 1 else None
             return (owner, 0) if owner and sources[owner].get("time") == node.name else None
         if isinstance(node, exp.Add | exp.Sub):
             base, span = linear(node.this), _micros(node.expression)

@@ -160,6 +160,27 @@ def test_interval_conditions_become_the_bounds(condition, lower, upper):
     )
 
 
+def test_bare_time_column_names_bound_a_comma_join():
+    """Flink prints its interval conditions with bare names (`ltime = rtime`): each is the time
+    column of one of the two streams, so a comma join's WHERE gives the bounds as qualified ones do."""
+    sources = "CREATE STREAM l WITH (path='l', time='ltime');\nCREATE STREAM r WITH (path='r', time='rtime');"
+    for condition, bounds in (
+        ("ltime = rtime", ("0:00:00", "0:00:00")),
+        ("ltime >= rtime AND ltime < rtime + INTERVAL '10' MINUTE", ("-1 day, 23:50:00.000001", "0:00:00")),
+        (
+            "ltime BETWEEN rtime - INTERVAL '10' SECOND AND rtime + INTERVAL '5' SECOND",
+            ("-1 day, 23:59:55", "0:00:10"),
+        ),
+    ):
+        spec = compiled(sources, f"SELECT * FROM l, r WHERE l.id = r.id AND {condition}")
+        (join,) = spec.joins
+        assert (join.on, str(join.bounds.lower), str(join.bounds.upper), spec.where) == (
+            "l.id = r.id",
+            *bounds,
+            None,
+        )
+
+
 def test_a_time_condition_bounding_one_side_only_is_refused():
     with pytest.raises(JobError, match="bounds it on one side only; an interval join needs both"):
         compiled(

@@ -203,6 +203,11 @@ _STATEMENT_WORDS = {
     "'within'/'between' apply to stream-stream joins only; remove them": (
         "WITHIN, OVER windows and interval conditions apply to stream-stream joins only; remove them"
     ),
+    "as a table (kind: table, key: [...], time: <column>) and add as_of: event_time": (
+        "as a table (CREATE TABLE ... WITH (path='...', key='...', time='...')) and join it with ASOF JOIN ... "
+        "FOR SYSTEM_TIME AS OF <the stream's time column>"
+    ),
+    "; without as_of each stream row": "; without FOR SYSTEM_TIME AS OF each stream row",
     "'as_of' and 'asof' apply to stream-table joins only; remove them": (
         "FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only; remove them"
     ),

@@ -472,6 +472,25 @@ def test_the_job_checks_point_at_the_statement():
             "line 4, column 22: job 'joined', join with 't': WITHIN, OVER windows and interval conditions apply to "
             "stream-stream joins only; remove them from this stream-table join",
         ),
+        (
+            "SELECT * FROM a CROSS JOIN b",
+            "line 4, column 28: job 'joined', join with 'b': a CROSS join of two streams needs time bounds, or every "
+            "row would pair with every row of the other stream forever; write CROSS JOIN r WITHIN 1 MINUTE, or OVER "
+            "(RANGE INTERVAL '1' MINUTE PRECEDING) on both sides",
+        ),
+        (
+            "SELECT * FROM a ASOF JOIN b WITHIN 1 HOUR ON a.k = b.k AND b.t <= a.t",
+            "line 4, column 27: job 'joined', join with 'b': ASOF between two streams is not supported yet "
+            "(RisingWave's ASOF JOIN of two append-only relations); declare 'b' as a table (CREATE TABLE ... WITH "
+            "(path='...', key='...', time='...')) and join it with ASOF JOIN ... FOR SYSTEM_TIME AS OF <the stream's "
+            "time column> for RisingWave's result, the nearest row over its whole history, final once its watermark "
+            "has passed; without FOR SYSTEM_TIME AS OF each stream row",
+        ),
+        (
+            "SELECT * FROM t JOIN u FOR SYSTEM_TIME AS OF PROCTIME() ON t.k = u.k",
+            "line 4, column 22: job 'joined', join with 'u': FOR SYSTEM_TIME AS OF and ASOF apply to stream-table "
+            "joins only; remove them",
+        ),
     ],
 )
 def test_the_job_checks_say_what_to_write_in_the_statement(query, message):
@@ -482,7 +501,8 @@ def test_the_job_checks_say_what_to_write_in_the_statement(query, message):
         "b": "CREATE STREAM b WITH (path='b', time='t');",
     }
     used["t"] = "CREATE TABLE t WITH (path='t', key='k');"
-    named = {word for word in query.replace(".", " ").split() if word in used}
+    used["u"] = "CREATE TABLE u WITH (path='u', key='k');"
+    named = set(re.findall(r"(?:FROM|JOIN) (\w+)", query)) & set(used)
     with pytest.raises(JobError) as error:
         compiled("\n".join(used[n] for n in sorted(named)), query)
     assert str(error.value).startswith(message)

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from bench import nexmark
+from bench import native, nexmark
 from bench.run import main
 
 
@@ -116,3 +116,18 @@ def test_tiny_verify_benchmark_finds_live_equal_to_the_replay_and_writes_its_tab
     assert result["rows_out"] > 0 and result["slices_whole"] == 3
     assert set(result["ratios"]) == {"day", "whole"}
     assert "| one day | 1 |" in (out / "verify.md").read_text()
+
+
+@pytest.mark.slow
+def test_tiny_native_comparison_writes_the_same_pairs_as_sparks_own_join(spark, tmp_path):
+    out = tmp_path / "results"
+    code = native.main(
+        ["--rows", "20", "--rounds", "1", "--steps", "2", "--work", str(tmp_path / "w"), "--out", str(out)]
+    )
+    saved = json.loads((out / "native.json").read_text())
+    assert code == 0
+    ((rows, summary),) = saved["summary"].items()
+    assert rows == "20" and summary["same_pairs"] is True
+    (measured,) = saved["rounds"]["20"]
+    assert measured["pairs"] > 0 and len(measured["streamjoin"]) == len(measured["native"]) == 2
+    assert "| 20 |" in (out / "native.md").read_text()

@@ -245,9 +245,9 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     for statement in statements:
         if isinstance(statement, exp.Command):  # sqlglot could not read it past its first word
             raise JobError(
-                f"{origin}: {_line_of(statement, text)}the statement {_head(statement)!r} does not parse: check it "
-                'against docs/job-spec.md, "Jobs in SQL" (CREATE STREAM|TABLE <name> WITH (...) [AS SELECT ... FROM '
-                "... JOIN ...])"
+                f"{origin}: {_where_command_fails(statement, text)}the statement {_head(statement)!r} does not parse: "
+                'check it against docs/job-spec.md, "Jobs in SQL" (CREATE STREAM|TABLE <name> WITH (...) [AS SELECT '
+                "... FROM ... JOIN ...])"
             )
         if isinstance(statement, exp.With):
             views.update(_views(statement, origin))
@@ -919,11 +919,40 @@ def _at(node: exp.Expr | None) -> str:
     return "line {}, column {}: ".format(*min(places)) if places else ""
 
 
-def _line_of(command: exp.Command, text: str) -> str:
-    """`line L: ` where a statement sqlglot kept as raw text (a Command) starts in the job file."""
+def _where_command_fails(command: exp.Command, text: str) -> str:
+    """Where a statement sqlglot kept as raw text (a Command) goes wrong in the job file: the
+    token its query (after `CREATE ... AS`) fails to parse at, `line L, column C (near 'x'): `;
+    else the line the statement starts on."""
     word, rest = command.args.get("this"), command.args.get("expression")  # both raw text
     offset = text.find(f"{word}{rest}") if isinstance(word, str) and isinstance(rest, str) else -1
-    return f"line {text.count(chr(10), 0, offset) + 1}: " if offset >= 0 else ""
+    if offset < 0:
+        return ""
+    statement = f"{word}{rest}"
+    tokens, depth, query = StreamSQL().tokenize(statement), 0, None
+    for n, token in enumerate(tokens):
+        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(token.token_type, 0)
+        if token.token_type == TokenType.ALIAS and depth == 0 and n + 1 < len(tokens):
+            query, first = token.end + 1, tokens[n + 1]
+            if first.text.upper() not in ("SELECT", "WITH", "("):  # a misspelt SELECT
+                start = offset + first.start
+                column = start - text.rfind("\n", 0, start)
+                return f"line {text.count(chr(10), 0, start) + 1}, column {column} (near {first.text!r}): "
+            break
+    if query is not None:
+        try:
+            sqlglot.parse(statement[query:], read=StreamSQL)
+        except sqlglot.errors.ParseError as exc:
+            error = exc.errors[0] if exc.errors else {}
+            if error.get("line") and error.get("col"):
+                lines = statement[query:].split("\n")
+                ends = (
+                    offset + query + sum(len(line) + 1 for line in lines[: error["line"] - 1]) + error["col"]
+                )
+                start = ends - len(error.get("highlight") or " ")
+                column = start - text.rfind("\n", 0, start)
+                near = f" (near {error['highlight']!r})" if error.get("highlight") else ""
+                return f"line {text.count(chr(10), 0, start) + 1}, column {column}{near}: "
+    return f"line {text.count(chr(10), 0, offset) + 1}: "
 
 
 def _head(node: exp.Expr) -> str:

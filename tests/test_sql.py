@@ -760,8 +760,8 @@ def test_the_seeds_statements_as_printed(statement, expected):
 
 
 def test_a_statement_sqlglot_cannot_read_is_refused_at_its_line(caplog):
-    """A statement sqlglot keeps as raw text (a misspelt SELECT here) is refused with the line it
-    starts on, and sqlglot logs no warning before the message."""
+    """A statement sqlglot keeps as raw text (a misspelt SELECT here) is refused at the token that
+    is wrong, and sqlglot logs no warning before the message."""
     text = (
         "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');\n\n"
         "CREATE STREAM o WITH (path='o') AS\nSSELECT * FROM a JOIN b WITHIN 1 HOUR ON a.k = b.k;"
@@ -769,6 +769,13 @@ def test_a_statement_sqlglot_cannot_read_is_refused_at_its_line(caplog):
     with pytest.raises(JobError) as error:
         spec_from_sql(text)
     assert str(error.value).startswith(
-        "job: line 4: the statement \"CREATE STREAM o WITH (path='o') AS\\nSSELECT"
+        "job: line 5, column 1 (near 'SSELECT'): the statement \"CREATE STREAM o WITH (path='o') AS\\nSSELECT"
     )
     assert not [record for record in caplog.records if record.name.startswith("sqlglot")]
+    # SQLstream's hopping window, OVER (ORDER BY ...), is no window a join takes: the token is named
+    window = text.replace(
+        "SSELECT * FROM a JOIN",
+        "SELECT * FROM a OVER (ORDER BY FLOOR(t TO HOUR)\n  RANGE CURRENT ROW) AS x JOIN",
+    )
+    with pytest.raises(JobError, match=re.escape("job: line 6, column 9 (near 'CURRENT'): the statement")):
+        spec_from_sql(window)

@@ -934,9 +934,7 @@ def _where_command_fails(command: exp.Command, text: str) -> str:
         if token.token_type == TokenType.ALIAS and depth == 0 and n + 1 < len(tokens):
             query, first = token.end + 1, tokens[n + 1]
             if first.text.upper() not in ("SELECT", "WITH", "("):  # a misspelt SELECT
-                start = offset + first.start
-                column = start - text.rfind("\n", 0, start)
-                return f"line {text.count(chr(10), 0, start) + 1}, column {column} (near {first.text!r}): "
+                return _place(text, offset + first.start, first.text)
             break
     if query is not None:
         try:
@@ -948,11 +946,18 @@ def _where_command_fails(command: exp.Command, text: str) -> str:
                 ends = (
                     offset + query + sum(len(line) + 1 for line in lines[: error["line"] - 1]) + error["col"]
                 )
-                start = ends - len(error.get("highlight") or " ")
-                column = start - text.rfind("\n", 0, start)
-                near = f" (near {error['highlight']!r})" if error.get("highlight") else ""
-                return f"line {text.count(chr(10), 0, start) + 1}, column {column}{near}: "
+                return _place(text, ends - len(error.get("highlight") or " "), error.get("highlight"))
     return f"line {text.count(chr(10), 0, offset) + 1}: "
+
+
+def _place(text: str, offset: int, near: str | None) -> str:
+    """`line L, column C (near 'x'): ` of the character at `offset` in the job file."""
+    column = offset - text.rfind("\n", 0, offset)
+    return (
+        f"line {text.count(chr(10), 0, offset) + 1}, column {column}"
+        + (f" (near {near!r})" if near else "")
+        + ": "
+    )
 
 
 def _head(node: exp.Expr) -> str:

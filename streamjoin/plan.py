@@ -251,6 +251,23 @@ def _qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructT
     return qualified.sql(dialect="spark") if changed else expression
 
 
+def _check_qualifiers(on: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> None:
+    """Refuse a condition that qualifies a column by a name that is neither one of the join's
+    sources nor a struct column of one (a misspelt alias, a source joined later)."""
+    try:
+        tree = sqlglot.parse_one(on, read="spark")
+    except sqlglot.errors.ParseError:
+        return  # `conjuncts` says where it does not parse
+    structs = {f.lower() for n in names for f in schemas[n].fieldNames()}
+    for column in tree.find_all(exp.Column):
+        named = column.table and not column.args.get("db")
+        if named and column.table not in names and column.table.lower() not in structs:
+            raise JobError(
+                f"{where}: the condition names {column.sql(dialect='spark')}, but {column.table!r} is not a "
+                f"source of this join ({', '.join(names)}); write <source>.<column>"
+            )
+
+
 def _bind_join(
     spec: JoinSpec,
     join: Join,
@@ -265,6 +282,7 @@ def _bind_join(
     residual: list[str] = []
     inequalities: list[tuple[str, str, str]] = []
     if on:
+        _check_qualifiers(on, (*left_names, right), schemas, where)
         for term in conjuncts(on, f"{where}: the condition"):
             pair = _equality(term, left_names, right)
             inequality = _inequality(term, left_names, right) if join.asof else None

@@ -662,6 +662,12 @@ def test_asof_over_the_history_orders_by_the_tables_version_time(spark, tmp_path
 # ============================================================================ 5. errors
 
 
+def test_a_condition_naming_no_source_is_refused(spark, tmp_path):
+    """A misspelt alias (SQLstream's own examples have some) is named, not taken for a missing equality."""
+    message = refused_asof(spark, tmp_path, {"key": ["stock_name"]}, {"on": "xp.stock_name = md.stock_name"})
+    assert "the condition names xp.stock_name, but 'xp' is not a source of this join (sp, md)" in message
+
+
 def test_a_bare_column_two_sources_have_is_refused(spark, tmp_path):
     message = refused_asof(
         spark,

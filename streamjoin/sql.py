@@ -610,12 +610,8 @@ def _compile_join(
         item["using"] = [identifier.name for identifier in using]
     elif not terms and not item.get("natural") and item.get("type") in (None, "cross"):
         known = {*seen, name}
-        mine = [
-            t
-            for t in filters
-            if _tables(t, aliases) <= known
-            and (name in _tables(t, aliases) or sole and not _tables(t, aliases))
-        ]
+        named = [(t, _tables(t, aliases)) for t in filters]
+        mine = [t for t, tables in named if tables <= known and (name in tables or sole and not tables)]
         if mine:  # FROM o, s WHERE o.id = s.order_id ...: an inner join on those terms
             item.pop("type", None)
             terms, filters = mine, [t for t in filters if all(t is not m for m in mine)]

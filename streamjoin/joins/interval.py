@@ -61,6 +61,7 @@ from streamjoin.timeutil import to_micros
 NEW = "_sj_new"  # the row settled in this step (every row, in a replay)
 THROUGH = "_sj_through"  # eager emission: the clock after the row's commit (NULL: an earlier step's row)
 DUE = "_sj_due"  # a padded row: the clock it waited for (its emission position is where the clock passed it)
+ROW = "_sj_row"  # an on-time row's number within one live step: its next state is read from the join
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ class IntervalJoin(JoinOperator):
                 if self.emit == "eager":
                     earlier = earlier.withColumn(THROUGH, F.lit(None).cast("long"))
                 fresh = earlier.unionByName(fresh)
-            on_time[name] = fresh
+            on_time[name] = fresh.withColumn(ROW, F.monotonically_increasing_id()) if keep_state else fresh
 
         def tallied(name: str, k: int, field: str) -> int:
             return sum(t.get()[k].get(field, 0) for n, t in tallies if n == name)
@@ -485,20 +486,23 @@ class IntervalJoin(JoinOperator):
     ) -> dict[str, DataFrame]:
         """Rows whose window is still open, with `_sj_matched` updated; closed rows are evicted.
 
-        A row without a partner is in the full outer `joined` exactly once, padded, so it is taken
-        from there (with the `_sj_matched` it had); a row with partners is in it once per partner,
-        so those are found with one semi join (identical rows must stay as many as they were)."""
+        Every on-time row is in the full outer `joined`: once per partner, or once padded. So each
+        side's next state is read from it, grouping by the row's number (`ROW`, so identical rows
+        stay as many as they were): one aggregate over the cached join, no second join."""
         state = {}
         for side, other in ((self.left, self.right), (self.right, self.left)):
-            mine, theirs = rows[side].alias(side), rows[other].alias(other)
-            open_ = ~self.closed(side, F.col(T), watermark, waiting)
-            with_partner = mine.join(theirs, self.condition(), "left_semi")
-            without = joined.where(self._col(side, TS).isNotNull() & self._col(other, TS).isNull()).select(
-                *[self._col(side, c) for c in rows[side].columns]
+            columns = [c for c in rows[side].columns if c != ROW]
+            time = self._col(side, T)
+            open_ = joined.where(
+                self._col(side, TS).isNotNull() & ~self.closed(side, time, watermark, waiting)
             )
-            state[side] = (
-                with_partner.where(open_).withColumn(MATCHED, F.lit(True)).unionByName(without.where(open_))
+            kept = open_.groupBy(self._col(side, ROW)).agg(
+                F.any_value(F.struct(*[self._col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
+                F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_paired"),
             )
+            state[side] = kept.select("_sj_kept.*", "_sj_paired").withColumn(
+                MATCHED, F.col(MATCHED) | F.col("_sj_paired")
+            ).drop("_sj_paired")
         return state
 
 

@@ -13,7 +13,15 @@ import sqlglot
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DataType, StringType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 from sqlglot import exp
 
 from streamjoin import delta_io
@@ -142,6 +150,8 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
                 f"job {spec.name!r}: source {source.name!r} at {source.location!r} is not a Delta table; create it or fix the path"
             )
         schemas[source.name] = delta_io.schema(spark, source.location)
+    stored = dict(schemas)
+    schemas = _with_window_columns(spec, schemas)
     joins = []
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
@@ -157,8 +167,8 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     sources = []
     for index, name in enumerate(spec.names):
         source = spec.source(name)
-        _check_columns(spec, source, schemas[name])
-        sources.append(BoundSource(source, index, schemas[name], tuple(dict.fromkeys(keys[name]))))
+        _check_columns(spec, source, stored[name])
+        sources.append(BoundSource(source, index, stored[name], tuple(dict.fromkeys(keys[name]))))
     select = (
         tuple(
             _qualify(item, spec.names, schemas, f"job {spec.name!r}, select item {item!r}")
@@ -183,6 +193,46 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             "result and changes; give those select items other aliases"
         )
     return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
+
+
+WINDOW_COLUMNS = ("window_start", "window_end")
+
+
+def _with_window_columns(spec: JoinSpec, schemas: dict[str, StructType]) -> dict[str, StructType]:
+    """The schemas that conditions, `where` and `select` see: a window join's two sources each
+    gain `window_start` and `window_end` (as the TVFs add them), for the window a row is in."""
+    windowed = {
+        name
+        for index, join in enumerate(spec.joins)
+        if join.window
+        for name in (spec.names[index], join.source)
+    }
+    seen = dict(schemas)
+    for name in sorted(windowed):
+        clash = [c for c in schemas[name].fieldNames() if c.lower() in WINDOW_COLUMNS]
+        if clash:
+            raise JobError(
+                f"job {spec.name!r}, source {name!r}: its column {clash[0]!r} would be hidden by the window "
+                "join's own window_start/window_end; rename it in the source (or a view over it)"
+            )
+        seen[name] = StructType(
+            [*schemas[name].fields, *(StructField(c, TimestampType()) for c in WINDOW_COLUMNS)]
+        )
+    return seen
+
+
+def _window_equality(pair: tuple[str, str], where: str) -> bool:
+    """An equality of the two sides' window columns: `a.window_start = b.window_start` (or
+    window_end) says what a window join means anyway; equating a start with an end is refused."""
+    left, right = (column.split(".", 1)[1].strip("`").lower() for column in pair)
+    if left not in WINDOW_COLUMNS and right not in WINDOW_COLUMNS:
+        return False
+    if left != right:
+        raise JobError(
+            f"{where}: the condition equates {pair[0]} with {pair[1]}; rows of a window join meet in the same "
+            "window, so equate like with like (a.window_start = b.window_start) or leave it out"
+        )
+    return True
 
 
 def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
@@ -286,6 +336,8 @@ def _bind_join(
         for term in conjuncts(on, f"{where}: the condition"):
             pair = _equality(term, left_names, right)
             inequality = _inequality(term, left_names, right) if join.asof else None
+            if pair and join.window and _window_equality(pair, where):
+                continue  # the window join pairs rows of one window anyway (RisingWave's required equality)
             if pair:
                 equi.append(pair)
             elif inequality:
@@ -295,7 +347,12 @@ def _bind_join(
     else:
         if join.natural:
             right_cols = schemas[right].fieldNames()
-            columns = [c for n in left_names for c in schemas[n].fieldNames() if c in right_cols]
+            columns = [
+                c
+                for n in left_names
+                for c in schemas[n].fieldNames()
+                if c in right_cols and c not in WINDOW_COLUMNS
+            ]
             if not columns:
                 raise JobError(
                     f"{where}: NATURAL finds no column name shared by {', '.join(left_names)} and {right}; use 'on'"
@@ -365,12 +422,12 @@ def _check_asof_over_history(
 
 
 def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
-    """interval | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
+    """interval | window | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
     # What is joined so far is a stream once any of it is one (spec._validate, ksqlDB).
     left_kind = "stream" if any(spec.source(n).kind == "stream" for n in left_names) else "table"
     right_kind = spec.source(join.source).kind
     if left_kind == "stream" and right_kind == "stream":
-        return "interval"
+        return "window" if join.window else "interval"
     if left_kind == "stream" and right_kind == "table":
         if join.asof:
             return "asof"
@@ -524,7 +581,7 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
     gap between the source's newest row-adding commits."""
     warnings = chain_grace_warnings(plan)
     for step, join in enumerate(plan.joins, 1):
-        if join.family == "interval":
+        if join.family in ("interval", "window"):
             judged = [*join.left, join.right]
         elif join.family == "temporal":
             judged = [join.right]  # its versions can be late; the stream's rows cannot
@@ -637,6 +694,13 @@ def describe(
                     f"     left side: the rows join {step - 1} emits ({' + '.join(join.left)}), each at the commit "
                     "where it became known; lateness and closing by the whole job's clock"
                 )
+        if j.window is not None:
+            lines.append(
+                f"     time windows: {j.window.describe()} (each row in {j.window.per_row} window(s) [start, start + "
+                f"{format_duration(j.window.size)}), aligned to the epoch in UTC), grace {format_duration(j.grace)}; "
+                "rows join within a window they share, one output row per pair and window; a row without a "
+                "partner in a window is padded once the watermark passes that window's end"
+            )
         if join.family in ("stream-table", "temporal", "asof"):
             lines += [f"     {line}" for line in _describe_lookup(plan, join)]
         if join.family == "table-table":
@@ -713,6 +777,9 @@ def as_json(
                 "bounds_s": None
                 if j.spec.bounds is None
                 else [seconds(j.spec.bounds.lower), seconds(j.spec.bounds.upper)],
+                "window_s": None
+                if j.spec.window is None
+                else {"hop": seconds(j.spec.window.hop), "size": seconds(j.spec.window.size)},
                 "grace_s": seconds(j.spec.grace),
                 "emit": j.spec.emit,
             }

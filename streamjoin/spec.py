@@ -147,6 +147,25 @@ class TimeBounds:
 
 
 @dataclass(frozen=True)
+class Windows:
+    """Time windows of a window join (RisingWave's and Flink's TUMBLE and HOP): windows of `size`
+    starting every `hop`, aligned to the Unix epoch in UTC, each [start, start + size)."""
+
+    hop: timedelta
+    size: timedelta
+
+    @property
+    def per_row(self) -> int:
+        """How many windows hold each row."""
+        return self.size // self.hop
+
+    def describe(self) -> str:
+        if self.hop == self.size:
+            return f"TUMBLE {format_duration(self.size)}"
+        return f"HOP {format_duration(self.hop)} SIZE {format_duration(self.size)}"
+
+
+@dataclass(frozen=True)
 class Join:
     """One link of the join chain: everything joined so far, joined with `source`."""
 
@@ -160,6 +179,7 @@ class Join:
     emit: Emit = "final"
     as_of: AsOf | None = None
     asof: bool = False
+    window: Windows | None = None
 
     def __post_init__(self) -> None:
         where = f"join with {self.source!r}"
@@ -190,10 +210,43 @@ class Join:
             )
         if self.emit not in ("final", "eager"):
             raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
+        if self.window is not None:
+            self._check_window(where)
         if self.as_of not in (None, "arrival", "event_time"):
             raise JobError(
                 f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
                 "or 'event_time' (the version valid at the row's event time)"
+            )
+
+    def _check_window(self, where: str) -> None:
+        """A window join's settings that no source is needed to refuse (docs/job-spec.md)."""
+        window = self.window
+        assert window is not None
+        if self.bounds is not None:
+            raise JobError(
+                f"{where}: give either 'window' (rows in the same time window) or 'within'/'between' (rows "
+                "close in time), not both"
+            )
+        if self.type == "cross":
+            raise JobError(
+                f"{where}: a window join needs an equality between a left and a right column (RisingWave, "
+                "Flink); use type inner with e.g. on: a.id = b.id"
+            )
+        if self.emit == "eager":
+            raise JobError(
+                f"{where}: a window join writes its padded rows when their window closes, never earlier; "
+                "remove 'emit: eager'"
+            )
+        if window.hop <= timedelta(0) or window.size <= timedelta(0):
+            raise JobError(
+                f"{where}: window durations must be positive; write e.g. window: {{tumble: 10m}} or "
+                "window: {hop: 10m, size: 1h}"
+            )
+        if window.size % window.hop:
+            raise JobError(
+                f"{where}: window size {format_duration(window.size)} is not a multiple of hop "
+                f"{format_duration(window.hop)}; every row must lie in the same number of windows "
+                f"(e.g. size {format_duration(window.hop * max(window.per_row, 1))})"
             )
 
 
@@ -397,16 +450,22 @@ def _validate(spec: JoinSpec) -> None:
                 "history, final once its watermark has passed; without as_of each stream row gets the "
                 "nearest row that had arrived before it"
             )
-        if pair == ("stream", "stream") and join.bounds is None and join.type == "cross":
+        if join.window is not None and pair != ("stream", "stream"):
+            raise JobError(
+                f"{link}: window joins pair rows of two streams in the same time window (RisingWave, Flink); "
+                f"{join.source!r} is a {right_kind}. Use as_of/asof to look rows up in a table"
+            )
+        unbounded = pair == ("stream", "stream") and join.bounds is None and join.window is None
+        if unbounded and join.type == "cross":
             raise JobError(
                 f"{link}: a CROSS join of two streams needs time bounds, or every row would pair with every "
                 "row of the other stream forever; add 'within: 1m' (SQLstream's RANGE INTERVAL '1' MINUTE on "
                 "both sides) or 'between: [-1m, 0s]'"
             )
-        if pair == ("stream", "stream") and join.bounds is None:
+        if unbounded:
             raise JobError(
                 f"{link}: a stream-stream join needs time bounds, or its state would grow with all history; "
-                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time)"
+                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time), or time windows: 'window: {tumble: 10m}'"
             )
         if pair != ("stream", "stream") and join.bounds is not None:
             raise JobError(
@@ -612,14 +671,22 @@ def _join_from_dict(item: Any, origin: str) -> Join:
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(f"{origin}: each entry of 'joins' needs 'join: <source name>'")
     where = f"{origin}: join with {item['join']!r}"
-    if "window" in item:
-        raise JobError(
-            f"{where}: window joins (TUMBLE/HOP) are planned, not supported yet (docs/job-spec.md); an interval "
-            "join with 'within' pairs rows close in time meanwhile"
-        )
     _only(
         item,
-        {"join", "type", "on", "using", "natural", "within", "between", "grace", "emit", "as_of", "asof"},
+        {
+            "join",
+            "type",
+            "on",
+            "using",
+            "natural",
+            "within",
+            "between",
+            "grace",
+            "emit",
+            "as_of",
+            "asof",
+            "window",
+        },
         where,
     )
     bounds = None
@@ -642,6 +709,7 @@ def _join_from_dict(item: Any, origin: str) -> Join:
             parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between")
         )
     grace = parse_duration(item["grace"], f"{where}: grace") if "grace" in item else DEFAULT_GRACE
+    window = _windows_from_dict(item["window"], where) if "window" in item else None
     return Join(
         source=str(item["join"]),
         type=item.get("type", "inner"),
@@ -653,6 +721,26 @@ def _join_from_dict(item: Any, origin: str) -> Join:
         emit=item.get("emit", "final"),
         as_of=item.get("as_of"),
         asof=bool(item.get("asof", False)),
+        window=window,
+    )
+
+
+def _windows_from_dict(value: Any, where: str) -> Windows:
+    """`{tumble: 10m}` or `{hop: 10m, size: 1h}`."""
+    example = "write window: {tumble: 10m} or window: {hop: 10m, size: 1h}"
+    if not isinstance(value, dict):
+        raise JobError(f"{where}: window {value!r} is not a mapping; {example}")
+    _only(value, {"tumble", "hop", "size"}, f"{where}: window")
+    if "tumble" in value:
+        if set(value) != {"tumble"}:
+            raise JobError(f"{where}: a tumbling window takes only its size; {example}")
+        size = parse_duration(value["tumble"], f"{where}: window tumble")
+        return Windows(size, size)
+    if set(value) != {"hop", "size"}:
+        raise JobError(f"{where}: a hopping window takes both 'hop' and 'size'; {example}")
+    return Windows(
+        parse_duration(value["hop"], f"{where}: window hop"),
+        parse_duration(value["size"], f"{where}: window size"),
     )
 
 

@@ -23,7 +23,7 @@ from reference import Event
 
 from streamjoin import delta_io
 from streamjoin.metrics import BUCKETS
-from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds, spec_from_dict
+from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds, Windows, spec_from_dict
 
 SCHEMA = StructType(
     [
@@ -100,9 +100,10 @@ def job(
     residual: bool = False,
     output: str = "out",
     emit: str = "final",
+    window: tuple[int, int] | None = None,
 ) -> JoinSpec:
     """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids (a CROSS
-    join: no condition)."""
+    join: no condition); `window` (hop, size in seconds): in time windows instead of the bounds."""
     on = None if how == "cross" else "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
     return JoinSpec(
         name="eq",
@@ -116,7 +117,8 @@ def job(
                 "r",
                 type=how,
                 on=on,
-                bounds=TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
+                bounds=None if window else TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
+                window=window and Windows(timedelta(seconds=window[0]), timedelta(seconds=window[1])),
                 grace=timedelta(seconds=grace),
                 emit=emit,
             ),

@@ -104,13 +104,16 @@ def stack(
     closed: bool = False,
     spread: bool = False,
     keyed: bool = True,
+    align: int = 1,
 ) -> Stacked:
     """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
     Spark's UTC microseconds (harness.base_micros). `closed`: each example's input has ended, so
     all its rows are settled. `spread`: example e's largest time lands at PIVOT + e x STRIDE instead
     of PIVOT, so that examples lie far apart in time too (for joins without keys, CROSS; the step's
     one closing bound then fits only closed inputs). `keyed=False`: a join without keys (CROSS), in
-    which a NULL key rejects nothing."""
+    which a NULL key rejects nothing. `align`: shifts are multiples of it (seconds), so that time
+    windows of that hop fall alike before and after the shift; an example's largest time then
+    lands up to `align` before PIVOT (its clock at the step's end is PIVOT - shift)."""
     rows: dict[int, list[tuple]] = {0: [], 1: []}
     commits, shift, all_events, any_settled = [], {}, [], False
     for example, example_commits in enumerate(examples):
@@ -127,6 +130,7 @@ def stack(
 
         times = [e.t for e in events if accepted(e) and settled(e)]
         shift[example] = PIVOT + (example * STRIDE if spread else 0) - max(times) if times else 0
+        shift[example] -= shift[example] % align
         any_settled = any_settled or bool(times)
         by_commit: dict[tuple[int, int, int], list[Event]] = {}
         for e in events:
@@ -239,6 +243,7 @@ def live_steps(
     total = {e.pos: sum(1 for o in events if o.pos == e.pos) for e in events}
     by_version = {(p[1], p[2]): n for p, n in total.items()}
     names = {s.index: s.name for s in plan.streams}
+    operator = kernel.family(plan)
     taken = {0: 0, 1: 0}
     previous: Progress | None = None
     state: dict[str, DataFrame] | None = None
@@ -276,10 +281,8 @@ def live_steps(
             run.output[(r["lid"], r["rid"], (r["t"] - base) // 1_000_000)] += 1
         kept = {name: frame.collect() for name, frame in decision.next_state.items()}
         state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
-        carried = {
-            name: len(kept[name]) - sum(1 for r in kept[name] if r[MATCHED] and not r[PENDING])
-            for name in kept
-        }
+        open_rows = {name: state[name].where(~F.col(PENDING) & operator.open_in_state()).count() for name in kept}
+        carried = {name: open_rows[name] + sum(1 for r in kept[name] if r[PENDING]) for name in kept}
         previous = Progress(
             batch_id, decision.result.max_event, decision.settling.newest, carried, decision.settling.partial
         )
@@ -287,9 +290,8 @@ def live_steps(
         for frame in decision.cached:
             frame.unpersist()
     for side, name in names.items():
-        left = kept[name]
-        run.counts[side]["open"] = sum(1 for r in left if not r[PENDING] and not r[MATCHED])
-        run.counts[side]["unsettled"] = sum(1 for r in left if r[PENDING])
+        run.counts[side]["open"] = open_rows[name]
+        run.counts[side]["unsettled"] = sum(1 for r in kept[name] if r[PENDING])
     return run
 
 

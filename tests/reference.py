@@ -178,6 +178,84 @@ def emissions(
     return out, counts
 
 
+def window_reference(
+    events: list[Event],
+    hop: int,
+    size: int,
+    grace: int,
+    how: str,
+    mode: str = "exact",
+    residual: Callable[[Event, Event], bool] = lambda l, r: True,
+    closed: bool = False,
+    end: int | None = None,
+) -> tuple[Counter, dict[int, dict[str, int]]]:
+    """A window join (TUMBLE: hop = size; HOP) as docs/design-window-joins.md states it: rows are
+    rejected, unsettled and late as in `emissions`; row e lies in the windows [s, s + size) with s
+    a multiple of `hop` and s <= e.t < s + size. On-time rows l and r with equal keys (and the
+    residual) write one row per window they share, at max(l.t, r.t). Window s is closed iff the
+    input is closed or M_end - grace > s + size - 1 (`end` overrides M_end, the largest accepted
+    settled time); a preserved row writes one padded row per closed window of its own without a
+    partner there. A row is `joined` if it pairs in any window, else decided (unmatched) once its
+    last window is closed, else `open`."""
+    counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
+    newest = {}
+    for e in events:
+        newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
+    frontier = min(newest.values()) if len(newest) == 2 else None
+
+    def is_settled(e: Event) -> bool:
+        return closed or (frontier is not None and e.pos <= frontier)
+
+    accepted = [e for e in events if e.key is not None and e.t is not None and is_settled(e)]
+    on_time = {0: [], 1: []}
+    for e in events:
+        counts[e.side]["rows_in"] += 1
+        if e.key is None or e.t is None:
+            counts[e.side]["rejected"] += 1
+        elif not is_settled(e):
+            counts[e.side]["unsettled"] += 1
+        else:
+            before = [o.t for o in accepted if o.pos < e.pos]
+            if mode == "exact" and before and e.t < max(before) - grace:
+                counts[e.side]["late"] += 1
+            else:
+                on_time[e.side].append(e)
+
+    def windows(t: int) -> list[int]:
+        last = t - t % hop
+        return [last - i * hop for i in range(size // hop)]
+
+    m_end = end if end is not None else max((e.t for e in accepted), default=None)
+
+    def is_closed(start: int) -> bool:
+        return closed or (m_end is not None and m_end - grace > start + size - 1)
+
+    out: Counter = Counter()
+    partners: dict[tuple[int, str], set[int]] = {}  # (side, id) -> windows where it paired
+    for l in on_time[0]:
+        for r in on_time[1]:
+            if l.key != r.key or not residual(l, r):
+                continue
+            for w in set(windows(l.t)) & set(windows(r.t)):
+                out[(l.id, r.id, max(l.t, r.t))] += 1
+                partners.setdefault((0, l.id), set()).add(w)
+                partners.setdefault((1, r.id), set()).add(w)
+    for side in (0, 1):
+        for e in on_time[side]:
+            paired = partners.get((side, e.id), set())
+            if side in PRESERVED[how]:
+                for w in windows(e.t):
+                    if w not in paired and is_closed(w):
+                        out[(e.id, None, e.t) if side == 0 else (None, e.id, e.t)] += 1
+            if paired:
+                counts[side]["joined"] += 1
+            elif is_closed(max(windows(e.t))):
+                counts[side]["unmatched_emitted" if side in PRESERVED[how] else "unmatched_dropped"] += 1
+            else:
+                counts[side]["open"] += 1
+    return out, counts
+
+
 # ---------------------------------------------------------------------------- enrichment joins
 
 TABLE_BUCKETS = ("rows_in", "rejected", "late", "applied")

@@ -206,14 +206,14 @@ class IntervalJoin(JoinOperator):
                     state[name],
                     len(slices),
                     observed=self.reads_rows_once(),
-                    candidates=(slice_of, ~F.col(MATCHED)),
+                    candidates=(slice_of, self.open_in_state()),
                 )
                 tallies.append((name, kept))
                 earlier = kept.rows.withColumn(NEW, F.lit(False))
                 if self.emit == "eager":
                     earlier = earlier.withColumn(THROUGH, F.lit(None).cast("long"))
-                fresh = earlier.unionByName(fresh)
-            on_time[name] = fresh.withColumn(ROW, F.monotonically_increasing_id()) if keep_state else fresh
+                fresh = earlier.unionByName(fresh, allowMissingColumns=True)
+            on_time[name] = self.numbered(fresh) if keep_state else fresh
 
         def tallied(name: str, k: int, field: str) -> int:
             return sum(t.get()[k].get(field, 0) for n, t in tallies if n == name)
@@ -481,6 +481,10 @@ class IntervalJoin(JoinOperator):
             pads.append(padded.where(slices.inside(F.col(OUT_T), self.reach)))
         return pads
 
+    def numbered(self, rows: DataFrame) -> DataFrame:
+        """On-time rows with a number each (`ROW`), by which the next state finds them in the join."""
+        return rows.withColumn(ROW, F.monotonically_increasing_id())
+
     def _next_state(
         self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None, waiting: Sequence[int]
     ) -> dict[str, DataFrame]:
@@ -500,9 +504,11 @@ class IntervalJoin(JoinOperator):
                 F.any_value(F.struct(*[self._col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
                 F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_paired"),
             )
-            state[side] = kept.select("_sj_kept.*", "_sj_paired").withColumn(
-                MATCHED, F.col(MATCHED) | F.col("_sj_paired")
-            ).drop("_sj_paired")
+            state[side] = (
+                kept.select("_sj_kept.*", "_sj_paired")
+                .withColumn(MATCHED, F.col(MATCHED) | F.col("_sj_paired"))
+                .drop("_sj_paired")
+            )
         return state
 
 

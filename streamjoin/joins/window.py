@@ -1,0 +1,239 @@
+"""Window joins (RisingWave's and Flink's TUMBLE and HOP): rows of two streams join when their keys
+are equal and they lie in the same time window.
+
+Windows of `size` start every `hop` (a tumble: hop = size), aligned to the Unix epoch in UTC, each
+the half-open [start, start + size); a row lies in size / hop of them. Each side is a relation of
+(row, window) pairs, as the SQL table functions make it, and the two are joined on the keys and
+the window: a pair sharing m windows writes m output rows, each with its own `window_start` and
+`window_end` (both sources' columns, as the TVFs add them to each side). A joined row's event time
+is the later of the two rows' times; a padded row's is its own.
+
+Lateness is the interval family's (a row below the watermark at its position is late). A window
+closes when the watermark passes its last instant; a (row, window) of a preserved side with no
+partner in that window is then written padded, once per window, and the rows of closed windows
+leave the state. Accounting is per input row, as for every family: `joined` once it pairs in any
+window, unmatched once its last window closes without a pair, `open` until then.
+
+docs/design-window-joins.md gives the reasons and the worked examples; `evaluate` is the whole
+semantics, run by the replay over all settled rows and by the live runner per micro-batch over its
+state (a row per (row, window) still open) plus the newly settled rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField
+
+from streamjoin.arrival import ALL_TIME, TS, Slices, T
+from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, register
+from streamjoin.joins.interval import DUE, NEW, ROW, IntervalJoin
+from streamjoin.plan import WINDOW_COLUMNS, BoundJoin, Plan
+from streamjoin.timeutil import to_micros
+
+WIN = "_sj_window"  # the start of the window a (row, window) stands for, UTC micros
+
+
+@dataclass(frozen=True)
+class WindowJoin(IntervalJoin):
+    """The interval join's lateness and bookkeeping, with windows in place of time bounds. Its
+    state rows are (row, window) pairs; `MATCHED` says the row paired in some window."""
+
+    hop: int = 0  # microseconds
+    size: int = 0
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> WindowJoin:
+        spec = join.spec
+        assert spec.window is not None  # the plan's family is "window" only with windows
+        size = to_micros(spec.window.size)
+        return cls(
+            left=join.left[0],
+            right=join.right,
+            type=spec.type,
+            lower=-(size - 1),  # rows that share a window are less than `size` apart
+            upper=size - 1,
+            grace=to_micros(spec.grace),
+            emit="final",
+            equi=join.equi,
+            residual=join.residual,
+            hop=to_micros(spec.window.hop),
+            size=size,
+        )
+
+    def then(self, plan: Plan, join: BoundJoin) -> None:
+        """Not in chains yet (docs/design-window-joins.md): the job is refused."""
+        return None
+
+    def margins(self, side: str) -> tuple[int, int]:
+        """A row's windows hold rows up to `size` before and after it."""
+        return self.size, self.size
+
+    def reads_rows_once(self) -> bool:
+        """Counted by aggregates of their own: the per-row accounting reads the join again."""
+        return False
+
+    def state_fields(self) -> tuple[StructField, ...]:
+        """A state row is one (row, window): the row's number (its windows' rows share it), the
+        window's start, and whether the row has paired in any window."""
+        return (
+            StructField(MATCHED, BooleanType()),
+            StructField(ROW, StringType()),
+            StructField(WIN, LongType()),
+        )
+
+    def open_in_state(self) -> Column:
+        """One state row per input row counts: its last window's (the last to close)."""
+        return ~F.col(MATCHED) & (F.col(WIN) == self._last_window(F.col(T)))
+
+    def numbered(self, rows: DataFrame) -> DataFrame:
+        return rows  # `_windowed` numbers the rows without one
+
+    def condition(self) -> Column:
+        cond = self._col(self.left, WIN) == self._col(self.right, WIN)
+        for left_col, right_col in self.equi:
+            cond = cond & (F.expr(left_col) == F.expr(right_col))
+        if self.residual:
+            cond = cond & F.expr(self.residual)
+        return cond
+
+    # ------------------------------------------------------------------ windows
+
+    def _last_window(self, time: Column) -> Column:
+        """The start of the last window holding `time`."""
+        return time - F.pmod(time, F.lit(self.hop))
+
+    def _closed(self, start: Column, watermark: int | None) -> Column:
+        """The window starting at `start` has closed: the watermark is past its last instant."""
+        if watermark is None:
+            return F.lit(False)
+        return start + F.lit(self.size - 1) < F.lit(watermark)
+
+    def _windowed(self, rows: DataFrame) -> DataFrame:
+        """Rows as (row, window) pairs: a new row once per window it lies in, numbered (`ROW`);
+        a state row is one already. Adds the `window_start` and `window_end` columns."""
+        for column, kind in ((ROW, StringType()), (WIN, LongType())):
+            if column not in rows.columns:
+                rows = rows.withColumn(column, F.lit(None).cast(kind))
+        last = self._last_window(F.col(T))
+        starts = F.sequence(last - F.lit(self.size - self.hop), last, F.lit(self.hop))
+        rows = rows.withColumn(ROW, F.coalesce(F.col(ROW), F.expr("uuid()")))
+        rows = rows.withColumn(
+            WIN, F.explode(F.when(F.col(WIN).isNull(), starts).otherwise(F.array(F.col(WIN))))
+        )
+        start, end = WINDOW_COLUMNS
+        return rows.withColumn(start, F.timestamp_micros(F.col(WIN))).withColumn(
+            end, F.timestamp_micros(F.col(WIN) + F.lit(self.size))
+        )
+
+    # ------------------------------------------------------------------ the semantics
+
+    def evaluate(
+        self,
+        rows: dict[str, DataFrame],
+        watermark: int | None,
+        candidates: Callable[[str, int], int],
+        slices: Slices = ALL_TIME,
+        keep_state: bool = False,
+        clock: tuple[int | None, int | None] = (None, None),
+        persist: bool = False,
+        waiting: Sequence[int] = (),
+    ) -> Evaluation:
+        """Join on-time (row, window) pairs; emit pairs involving a new row, and the padded
+        (row, window) pairs of a preserved side whose window closed without a partner.
+
+        `rows`, `watermark`, `candidates` and `slices` as for `IntervalJoin.evaluate`. A window's
+        rows all stay in the state until it closes, so a (row, window) without a partner in the
+        join has never had one. Counts are per input row: among the rows not paired before this
+        step, those without a pair in any window now, and of them those whose last window closed."""
+        L, R = self.left, self.right
+        left, right = self._windowed(rows[L]).alias(L), self._windowed(rows[R]).alias(R)
+        lt, rt = self._col(L, T), self._col(R, T)
+        has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
+        only_l, only_r = has_l & ~has_r, has_r & ~has_l
+        window = F.coalesce(self._col(L, WIN), self._col(R, WIN))
+        joined = (
+            left.join(right, self.condition(), "full_outer")
+            .withColumn(OUT_T, F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt))
+            .withColumn(DUE, F.when(only_l | only_r, window + F.lit(self.size - 1 + self.grace)))
+            .persist()
+        )
+        keep = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
+        for side, only in ((L, only_l), (R, only_r)):
+            if self.preserves(side):
+                keep = keep | (only & self._closed(self._col(side, WIN), watermark))
+        emitted = [joined.where(keep & slices.inside(F.col(OUT_T), self.reach))]
+
+        per_row = [
+            joined.where(self._col(side, TS).isNotNull())
+            .groupBy(self._col(side, ROW))
+            .agg(
+                F.any_value(self._col(side, T)).alias(T),
+                F.bool_or(self._col(side, MATCHED)).alias("_sj_before"),
+                F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_now"),
+            )
+            .select(F.lit(side).alias("_sj_side"), T, "_sj_before", "_sj_now")
+            for side, other in ((L, R), (R, L))
+        ]
+        unmatched = ~F.col("_sj_before") & ~F.col("_sj_now")
+        decided = unmatched & self._closed(self._last_window(F.col(T)), watermark)
+        tallied = (
+            per_row[0]
+            .unionByName(per_row[1])
+            .withColumn("_sj_slice", slices.number(F.col(T)))
+            .where(F.col("_sj_slice").isNotNull())
+            .groupBy("_sj_side", "_sj_slice")
+            .agg(F.count_if(unmatched).alias("unmatched"), F.count_if(decided).alias("decided"))
+        )
+
+        def counts() -> list[dict[str, SideCounts]]:
+            found = {(r["_sj_side"], r["_sj_slice"]): r for r in tallied.collect()}
+            result = []
+            for k in range(len(slices)):
+                sides = {}
+                for side in (L, R):
+                    row = found.get((side, k))
+                    unmatched_rows, decided_rows = (row["unmatched"], row["decided"]) if row else (0, 0)
+                    sides[side] = SideCounts(
+                        joined=candidates(side, k) - unmatched_rows,
+                        unmatched_emitted=decided_rows if self.preserves(side) else 0,
+                        unmatched_dropped=0 if self.preserves(side) else decided_rows,
+                        open=unmatched_rows - decided_rows,
+                    )
+                result.append(sides)
+            return result
+
+        state = self._window_state(rows, joined, watermark) if keep_state else None
+        return Evaluation(emitted, Deferred(counts), state, cached=[joined])
+
+    def _window_state(
+        self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None
+    ) -> dict[str, DataFrame]:
+        """The (row, window) pairs whose window is still open, each once, `MATCHED` set on every
+        window of a row that paired in any window now."""
+        state = {}
+        for side, other in ((self.left, self.right), (self.right, self.left)):
+            columns = [c for c in rows[side].columns if c not in (ROW, WIN)] + [ROW, WIN]
+            per_window = (
+                joined.where(self._col(side, TS).isNotNull())
+                .groupBy(self._col(side, ROW).alias("_sj_of"), self._col(side, WIN).alias("_sj_in"))
+                .agg(
+                    F.any_value(F.struct(*[self._col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
+                    F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_here"),
+                )
+            )
+            paired = F.bool_or(F.col("_sj_here")).over(Window.partitionBy("_sj_of"))
+            state[side] = (
+                per_window.withColumn("_sj_now", paired)
+                .where(~self._closed(F.col("_sj_in"), watermark))
+                .select("_sj_kept.*", "_sj_now")
+                .withColumn(MATCHED, F.col(MATCHED) | F.col("_sj_now"))
+                .drop("_sj_now")
+            )
+        return state
+
+
+register("window")(WindowJoin.build)

@@ -281,7 +281,9 @@ def live_steps(
             run.output[(r["lid"], r["rid"], (r["t"] - base) // 1_000_000)] += 1
         kept = {name: frame.collect() for name, frame in decision.next_state.items()}
         state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
-        open_rows = {name: state[name].where(~F.col(PENDING) & operator.open_in_state()).count() for name in kept}
+        open_rows = {
+            name: state[name].where(~F.col(PENDING) & operator.open_in_state()).count() for name in kept
+        }
         carried = {name: open_rows[name] + sum(1 for r in kept[name] if r[PENDING]) for name in kept}
         previous = Progress(
             batch_id, decision.result.max_event, decision.settling.newest, carried, decision.settling.partial

@@ -97,7 +97,9 @@ def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     parts = [replay_step(spark, plan, stacked, "exact", [window]) for window in windows_]
     sliced = [unstacked_output(part.output, stacked) for part in parts]
     for example, expected in enumerate(unstacked_output(whole.output, stacked)):
-        assert sliced[0][example] + sliced[1][example] == expected, f"scenario {example}: {scenarios[example]}"
+        assert sliced[0][example] + sliced[1][example] == expected, (
+            f"scenario {example}: {scenarios[example]}"
+        )
     for name in ("l", "r"):
         for bucket in DECIDED:
             assert sum(getattr(part.counts[name], bucket) for part in parts) == getattr(

@@ -186,3 +186,16 @@ s2.id AS id2,
 s2.value AS value2
 FROM s1 JOIN s2
 ON s1.id = s2.id and s1.ts between s2.ts and s2.ts + INTERVAL '1 minute';"""
+
+# RisingWave's window join (003): its sources as it declares them, with a path; the statement as printed.
+RISINGWAVE_WINDOW = """
+CREATE STREAM s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
+CREATE STREAM s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');
+CREATE MATERIALIZED VIEW window_join AS
+SELECT s1.id AS id1,
+s1.value AS value1,
+s2.id AS id2,
+s2.value AS value2
+FROM TUMBLE(s1, ts, interval '1' MINUTE)
+JOIN TUMBLE(s2, ts, interval '1' MINUTE)
+ON s1.id = s2.id and s1.window_start = s2.window_start;"""

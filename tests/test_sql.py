@@ -29,6 +29,7 @@ from seed_sql import (
     RISINGWAVE_ASOF,
     RISINGWAVE_INTERVAL,
     RISINGWAVE_SOURCES,
+    RISINGWAVE_WINDOW,
 )
 from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK_PRICES
 
@@ -688,10 +689,6 @@ FROM Orders AS o
     ("query", "message"),
     [
         (
-            "SELECT * FROM TUMBLE(a, t, INTERVAL '1' MINUTE) AS x JOIN TUMBLE(b, t, INTERVAL '1' MINUTE) AS y ON x.k = y.k",
-            "line 4, column 15: TUMBLE(a, t, INTERVAL '1' MINUTE) AS x: TUMBLE comes with the window join family, planned",
-        ),
-        (
             "SELECT * FROM a CROSS JOIN UNNEST(tags) AS t(tag)",
             "line 4, column 35: UNNEST(tags) AS t(tag): UNNEST comes with the UNNEST and table-function join family",
         ),
@@ -702,11 +699,73 @@ FROM Orders AS o
     ],
 )
 def test_the_families_still_to_come_are_named(query, message):
-    """The seeds' window, UNNEST and table-function joins are refused as planned families, by name."""
+    """The seeds' UNNEST and table-function joins are refused as planned families, by name."""
     declarations = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');"
     with pytest.raises(JobError) as error:
         compiled(declarations, query)
     assert message in str(error.value)
+
+
+def test_risingwaves_window_join_compiles_to_the_yaml_job():
+    """TUMBLE(s, ts, ...) items: the sources, windowed by ts; grace from their watermarks; the
+    window_start equality stays in `on` (the plan takes it as the window join's own)."""
+    spec = spec_from_sql(RISINGWAVE_WINDOW)
+    twin = spec_from_dict(
+        {
+            "name": "window_join",
+            "sources": {name: {"path": name, "time": "ts"} for name in ("s1", "s2")},
+            "from": "s1",
+            "joins": [
+                {
+                    "join": "s2",
+                    "on": "s1.id = s2.id AND s1.window_start = s2.window_start",
+                    "window": {"tumble": "1m"},
+                    "grace": "20s",
+                }
+            ],
+            "select": ["s1.id AS id1", "s1.value AS value1", "s2.id AS id2", "s2.value AS value2"],
+            "output": {"path": "window_join"},
+        }
+    )
+    assert spec.joins == twin.joins
+    assert [(s.name, s.time) for s in spec.sources] == [(s.name, s.time) for s in twin.sources]
+    hop = (
+        RISINGWAVE_WINDOW.replace(
+            "TUMBLE(s1, ts, interval '1' MINUTE)",
+            "HOP(s1, ts, interval '1' MINUTE, interval '3' MINUTE) AS a",
+        )
+        .replace(
+            "TUMBLE(s2, ts, interval '1' MINUTE)", "HOP(s2, ts, interval '1' MINUTE, interval '3' MINUTE)"
+        )
+        .replace("ON s1.id", "ON a.id")
+        .replace("and s1.window_start", "and a.window_start")
+    )
+    (join,) = spec_from_sql(hop).joins
+    assert (join.window.hop, join.window.size) == (timedelta(minutes=1), timedelta(minutes=3))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("TUMBLE(s2, ts, interval '1' MINUTE)", "TUMBLE(s2, ts, interval '2' MINUTE)"),
+            "the same window function and size",
+        ),
+        (("TUMBLE(s2, ts, interval '1' MINUTE)", "s2"), "a window join joins two windowed streams"),
+        (
+            (
+                "TUMBLE(s1, ts, interval '1' MINUTE)",
+                "TUMBLE(s1, ts, interval '1' MINUTE, interval '5' SECOND)",
+            ),
+            "an offset is not supported",
+        ),
+        (("TUMBLE(s1, ts,", "TUMBLE(s1, id,"), "its declared time column is ts"),
+        (("TUMBLE(s1, ts,", "TUMBLE(s9, ts,"), "TUMBLE reads 's9', which is not declared"),
+    ],
+)
+def test_window_functions_that_do_not_make_a_window_join_are_refused(change, message):
+    with pytest.raises(JobError, match=re.escape(message)):
+        spec_from_sql(RISINGWAVE_WINDOW.replace(*change))
 
 
 def shape(spec) -> list[tuple]:

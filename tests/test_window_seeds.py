@@ -22,7 +22,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 
 from streamjoin import kernel
 from streamjoin.errors import JobError, UnsupportedJobError
-from streamjoin.plan import bind
+from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
@@ -274,12 +274,17 @@ def test_a_window_join_with_a_table_is_refused(tmp_path):
 
 
 def test_window_jobs_the_sources_refuse(spark, tmp_path):
-    """A source column named like a window column; a window join in a chain; equating a start
-    with an end; a window join without a key equality."""
+    """What `explain` says of a window join; refused: a source column named like a window column,
+    a window join in a chain, equating a start with an end, a window join without a key equality."""
     for name in ("s1", "s2", "s3"):
         append(spark, tmp_path / name, [(1, 1, at(0))], ROWS)
     append(spark, tmp_path / "w", [(1, at(0), at(0))], StructType([StructField("id", IntegerType()), StructField("window_start", TimestampType()), StructField("ts", TimestampType())]))  # fmt: skip
     tumble_ = {"window": {"tumble": "1m"}}
+    hopping = describe(
+        bind(spark, spec_from_dict(window_job(tmp_path, {"window": {"hop": "1m", "size": "3m"}})))
+    )
+    assert "1. INNER JOIN s2 [window] ON s1.id = s2.id" in hopping
+    assert "time windows: HOP 1m SIZE 3m (each row in 3 window(s)" in hopping
     clash = window_job(tmp_path, tumble_, {"s1": {"path": str(tmp_path / "w"), "time": "ts"}, "s2": {"path": str(tmp_path / "s2"), "time": "ts"}})  # fmt: skip
     with pytest.raises(JobError, match="column 'window_start' would be hidden"):
         bind(spark, spec_from_dict(clash))

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
+from typing import Any
 
 import pendulum
 from pyspark.sql import DataFrame, SparkSession
@@ -36,7 +37,7 @@ from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import JobError
-from streamjoin.joins.base import counted_pass
+from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
@@ -432,18 +433,18 @@ class LiveRunner:
                 decision.next_state[name].select(*self._payloads(index), *self._state_meta())
                 for name, (index, _) in self.parts.items()
             ]
-            next_state = reduce(DataFrame.unionByName, parts).persist()
-            cached.append(next_state)
-            next_state.write.mode("overwrite").parquet(self._state_path(batch_id))
+            still_open = ~F.col(PENDING) & self.join.open_in_state()
+            kinds: dict[str, Any] = {  # per stream source: its open rows, its rows still waiting
+                f"{what}_{s.index}": (F.lit(0), (F.col(_IDX) == s.index) & condition)
+                for s in plan.streams
+                for what, condition in (("open", still_open), ("unsettled", F.col(PENDING)))
+            }
+            left = SliceCounts(reduce(DataFrame.unionByName, parts), 1, **kinds)  # counted as written
+            left.rows.write.mode("overwrite").parquet(self._state_path(batch_id))
             self.after_write("state", batch_id)
+            counted = left.get()[0]
             left_over = {
-                r[_IDX]: (r["open"], r["unsettled"])
-                for r in next_state.groupBy(_IDX)
-                .agg(
-                    F.count(F.when(~F.col(PENDING) & self.join.open_in_state(), 1)).alias("open"),
-                    F.count(F.when(F.col(PENDING), 1)).alias("unsettled"),
-                )
-                .collect()
+                s.index: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in plan.streams
             }
             watch.lap("write")
             carried = {}

@@ -50,12 +50,14 @@ SLOWEST_FIRST = (
     "test_kernel_interval_chain",  # 321
     "test_enrichment_seeds",  # 320
     "test_kernel_interval",  # 312
+    "test_kernel_window",  # about 300 (2026-11-26, new)
     "test_kernel_enrichment",  # 289
     "test_chains",  # 273
     "test_bench",  # 241
     "test_enrichment_equivalence",  # 205
     "test_backfill",  # 196
     "test_interval_seeds",  # 177
+    "test_window_seeds",  # about 160 (2026-11-26, new)
     "test_handoff",  # 150
     "test_kernel_chain",  # 137
     "test_table_table",  # 114

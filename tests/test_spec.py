@@ -82,7 +82,8 @@ def test_max_future_is_a_duration_or_none():
         ({"sources__b__max_future": "-1h"}, "max_future -1h is negative; write 0s or more, or none"),
         ({"sources__b__max_future": "soon"}, "max_future 'soon' is not a duration"),
         ({"sources__b__path": None}, "give exactly one of 'path'"),
-        ({"joins__0__window": "1h"}, "window joins (TUMBLE/HOP) are planned, not supported yet"),
+        ({"joins__0__window": "1h"}, "window '1h' is not a mapping; write window: {tumble: 10m}"),
+        ({"joins__0__window": {"tumble": "1h"}}, "give either 'window' (rows in the same time window)"),
         ({"joins__0__within": "soon"}, "is not a duration"),
         ({"joins__0__type": "cross"}, "a CROSS join pairs every row with every row"),
         (

@@ -72,10 +72,6 @@ class WindowJoin(IntervalJoin):
         """A row's windows hold rows up to `size` before and after it."""
         return self.size, self.size
 
-    def reads_rows_once(self) -> bool:
-        """Counted by aggregates of their own: the per-row accounting reads the join again."""
-        return False
-
     def state_fields(self) -> tuple[StructField, ...]:
         """A state row is one (row, window): the row's number (its windows' rows share it), the
         window's start, and whether the row has paired in any window."""

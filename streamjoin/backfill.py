@@ -30,7 +30,7 @@ from streamjoin.plan import Plan, bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import check_inputs, pin_versions, replay, replay_slices
 from streamjoin.spec import JoinSpec
-from streamjoin.timeutil import format_duration, from_spark, parse_duration, to_micros
+from streamjoin.timeutil import END_OF_INPUT, format_duration, from_spark, parse_duration, to_micros
 
 if TYPE_CHECKING:  # imported where it runs: validation needs Great Expectations
     from streamjoin.validation import ValidationResult
@@ -131,7 +131,7 @@ class Backfill:
         lines.append("margins (rows each slice reads beyond its own interval, by event time):")
         for name, margin in self.margins.items():
             text = (
-                "all changes up to its pinned version (a table)"
+                "all its rows (or changes) up to its pinned version"
                 if margin is None
                 else f"{format_duration(margin[0])} before, {format_duration(margin[1])} after"
             )
@@ -164,7 +164,8 @@ def plan_backfill(
     margins: dict[str, tuple[timedelta, timedelta] | None] = {}
     for s in plan.streams:
         before, after = join.margins(s.name)
-        margins[s.name] = (timedelta(microseconds=before), timedelta(microseconds=after))
+        whole = max(before, after) >= END_OF_INPUT  # ROWS windows: every slice reads the whole stream
+        margins[s.name] = None if whole else (timedelta(microseconds=before), timedelta(microseconds=after))
     margins.update({s.name: None for s in plan.tables})
     return Backfill(
         job=spec,

@@ -28,7 +28,7 @@ from streamjoin import delta_io
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
-from streamjoin.timeutil import format_duration, to_micros
+from streamjoin.timeutil import END_OF_INPUT, format_duration, to_micros
 
 _COMPARISONS: dict[type[exp.Expr], str] = {exp.LTE: "<=", exp.GTE: ">=", exp.LT: "<", exp.GT: ">"}
 _MIRROR = {"<=": ">=", ">=": "<=", "<": ">", ">": "<"}
@@ -327,6 +327,11 @@ def _bind_join(
 ) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
     family = _family(spec, join, left_names)
+    strangers = [name for name, _ in join.rows if name not in (left_names[-1], join.source)]
+    if strangers:
+        raise JobError(
+            f"{where}: rows names {strangers[0]!r}, which is not a side of this join ({left_names[-1]}, {join.source})"
+        )
     right = join.source
     equi: list[tuple[str, str]] = []
     residual: list[str] = []
@@ -422,11 +427,13 @@ def _check_asof_over_history(
 
 
 def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
-    """interval | window | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
+    """interval | window | rows | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
     # What is joined so far is a stream once any of it is one (spec._validate, ksqlDB).
     left_kind = "stream" if any(spec.source(n).kind == "stream" for n in left_names) else "table"
     right_kind = spec.source(join.source).kind
     if left_kind == "stream" and right_kind == "stream":
+        if join.rows:
+            return "rows"
         return "window" if join.window else "interval"
     if left_kind == "stream" and right_kind == "table":
         if join.asof:
@@ -694,6 +701,12 @@ def describe(
                     f"     left side: the rows join {step - 1} emits ({' + '.join(join.left)}), each at the commit "
                     "where it became known; lateness and closing by the whole job's clock"
                 )
+        if j.rows:
+            kept = ", ".join(f"the {count} latest {name} rows" for name, count in j.rows)
+            lines.append(
+                f"     ROWS windows: per key, {kept} (a stream not named is seen as its rows arrive); rows "
+                "ordered by arrival, nothing late; live state keeps them for every key ever seen"
+            )
         if j.window is not None:
             lines.append(
                 f"     time windows: {j.window.describe()} (each row in {j.window.per_row} window(s) [start, start + "
@@ -718,7 +731,9 @@ def describe(
             )
     if margins:
         reads = ", ".join(
-            f"{name} from start - {format_duration(timedelta(microseconds=before))} "
+            f"{name} whole (ROWS windows)"
+            if max(before, after) >= END_OF_INPUT
+            else f"{name} from start - {format_duration(timedelta(microseconds=before))} "
             f"to end + {format_duration(timedelta(microseconds=after))}"
             for name, (before, after) in margins.items()
         )

@@ -180,6 +180,9 @@ class Join:
     as_of: AsOf | None = None
     asof: bool = False
     window: Windows | None = None
+    # ROWS windows (SQLstream): per source of the join, how many of its latest rows per key the
+    # other stream sees; a stream not named is seen only as its rows arrive.
+    rows: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         where = f"join with {self.source!r}"
@@ -212,11 +215,34 @@ class Join:
             raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
         if self.window is not None:
             self._check_window(where)
+        object.__setattr__(self, "rows", tuple(self.rows))
+        if self.rows:
+            self._check_rows(where)
         if self.as_of not in (None, "arrival", "event_time"):
             raise JobError(
                 f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
                 "or 'event_time' (the version valid at the row's event time)"
             )
+
+    def _check_rows(self, where: str) -> None:
+        """A ROWS-window join's settings that no source is needed to refuse."""
+        if self.bounds is not None or self.window is not None:
+            raise JobError(
+                f"{where}: give either 'rows' (the latest rows per key) or 'window'/'within'/'between' (time), not both"
+            )
+        if self.type == "cross":
+            raise JobError(
+                f"{where}: ROWS windows count rows per key; a CROSS join has no key. Use type inner with "
+                "on: a.id = b.id"
+            )
+        if self.emit == "eager":
+            raise JobError(f"{where}: a ROWS-window join decides each row as rows arrive; remove 'emit'")
+        for name, count in self.rows:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise JobError(
+                    f"{where}: rows {{{name}: {count!r}}} must be a whole number of rows, 1 or more "
+                    "(SQLstream's ROWS 5 PRECEDING is 6: the five before and the current one)"
+                )
 
     def _check_window(self, where: str) -> None:
         """A window join's settings that no source is needed to refuse (docs/job-spec.md)."""
@@ -455,7 +481,14 @@ def _validate(spec: JoinSpec) -> None:
                 f"{link}: window joins pair rows of two streams in the same time window (RisingWave, Flink); "
                 f"{join.source!r} is a {right_kind}. Use as_of/asof to look rows up in a table"
             )
-        unbounded = pair == ("stream", "stream") and join.bounds is None and join.window is None
+        if join.rows and pair != ("stream", "stream"):
+            raise JobError(
+                f"{link}: ROWS windows keep the latest rows of streams (SQLstream: a table takes no OVER); "
+                f"{join.source!r} is a {right_kind}"
+            )
+        unbounded = (
+            pair == ("stream", "stream") and join.bounds is None and join.window is None and not join.rows
+        )
         if unbounded and join.type == "cross":
             raise JobError(
                 f"{link}: a CROSS join of two streams needs time bounds, or every row would pair with every "
@@ -686,9 +719,18 @@ def _join_from_dict(item: Any, origin: str) -> Join:
             "as_of",
             "asof",
             "window",
+            "rows",
         },
         where,
     )
+    if "rows" in item and "grace" in item:
+        raise JobError(
+            f"{where}: a ROWS window judges no row late (it reads only the order rows arrive in); remove 'grace'"
+        )
+    if "rows" in item and (not isinstance(item["rows"], dict) or not item["rows"]):
+        raise JobError(
+            f"{where}: rows {item['rows']!r} should map a source of the join to a number of rows, e.g. rows: {{prices: 6}}"
+        )
     bounds = None
     if "within" in item and "between" in item:
         raise JobError(f"{where}: give either 'within' or 'between', not both")
@@ -722,6 +764,7 @@ def _join_from_dict(item: Any, origin: str) -> Join:
         as_of=item.get("as_of"),
         asof=bool(item.get("asof", False)),
         window=window,
+        rows=tuple((str(name), count) for name, count in (item.get("rows") or {}).items()),
     )
 
 

@@ -483,11 +483,18 @@ def _compile_query(
     joined = query.args.get("joins") or []
     # Every joined source and its alias first: WHERE may name any of them.
     names = [_source_of(join.this, sources, aliases, where) for join in joined]
-    windows = {
-        aliases.get(t.alias or t.name, t.name): _window_micros(t.args["over"], where)
+    overs = {
+        aliases.get(t.alias or t.name, t.name): t.args["over"]
         for t in (start.this, *(j.this for j in joined))
         if isinstance(t, exp.Table) and t.args.get("over") is not None
     }
+    counted = {name: _rows_window(over, where) for name, over in overs.items() if _counts_rows(over)}
+    if counted and (len(counted) != len(overs) or len(joined) != 1):
+        raise JobError(
+            f"{where}: {_at(query)}ROWS windows take one join whose windows all count rows (SQLstream: a "
+            "joined reference takes no OVER); for RANGE windows write RANGE on every side"
+        )
+    windows = {} if counted else {name: _window_micros(over, where) for name, over in overs.items()}
     filters = _terms(query.args["where"].this) if query.args.get("where") is not None else []
     trailing = query.args.get("within")  # Lenses: WITHIN after the query, the window of its one join
     if trailing is not None:
@@ -511,6 +518,8 @@ def _compile_query(
         seen.append(item["join"])
     if not joins:
         raise JobError(f"{where}: {_at(query)}the query joins nothing: add JOIN <source> ON ...")
+    if counted:
+        joins[0]["rows"] = counted
     first = _stream_first(first, joins, sources)
     document: dict[str, Any] = {
         "name": name,
@@ -829,14 +838,37 @@ def _interval_bounds(
 
 
 def _window_micros(window: exp.Expr, where: str) -> int:
-    """A SQLstream join window's length: `RANGE INTERVAL '1' MINUTE PRECEDING`; refuses ROWS."""
+    """A SQLstream join window's length: `RANGE INTERVAL '1' MINUTE PRECEDING`."""
     span = _micros(window)
     if span is None:
         raise JobError(
-            f"{where}: {_at(window)}the window OVER ({window.sql()}) is not supported yet: SQLstream's ROWS "
-            "windows come with their family; write RANGE INTERVAL '<n>' <unit> PRECEDING"
+            f"{where}: {_at(window)}the window OVER ({window.sql()}) is not supported: write RANGE INTERVAL "
+            "'<n>' <unit> PRECEDING or ROWS <n> PRECEDING"
         )
     return span
+
+
+def _counts_rows(window: exp.Expr) -> bool:
+    return isinstance(window, exp.Var) and window.name.upper().startswith("ROWS")
+
+
+_ROWS_FRAME = re.compile(
+    r"ROWS\s+(?:CURRENT\s+ROW|(\d+)\s+PRECEDING|BETWEEN\s+(\d+)\s+PRECEDING\s+AND\s+CURRENT\s+ROW)"
+)
+
+
+def _rows_window(window: exp.Expr, where: str) -> int:
+    """How many rows a SQLstream ROWS frame holds: `n PRECEDING` (or `BETWEEN n PRECEDING AND
+    CURRENT ROW`) is the n rows before the current one and it, n + 1; `CURRENT ROW` is 1."""
+    text = " ".join(window.name.split()).upper()
+    found = _ROWS_FRAME.fullmatch(text)
+    if found is None:
+        raise JobError(
+            f"{where}: {_at(window)}the window OVER ({window.name}) is not supported: write ROWS <n> PRECEDING, "
+            "ROWS BETWEEN <n> PRECEDING AND CURRENT ROW or ROWS CURRENT ROW (UNBOUNDED would keep every row)"
+        )
+    preceding = found.group(1) or found.group(2)
+    return int(preceding) + 1 if preceding else 1
 
 
 def _micros(node: exp.Expr) -> int | None:

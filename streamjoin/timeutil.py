@@ -96,6 +96,15 @@ def to_micros(value: datetime | timedelta) -> int:
     return to_micros(value - pendulum.datetime(1970, 1, 1, tz="UTC"))
 
 
+# The watermark of an input that has ended (Flink's final watermark): every window is closed.
+# Also a margin that reaches that far: a replay reads the whole stream.
+END_OF_INPUT = 2**62
+# The instants a datetime holds, as UTC micros: a time range reaching beyond them (a ROWS
+# window's margins, "the whole stream") is cut to them.
+EARLIEST = to_micros(pendulum.datetime(1, 1, 2, tz="UTC"))
+LATEST = to_micros(pendulum.datetime(9999, 12, 30, tz="UTC"))
+
+
 def from_spark(value: datetime) -> datetime:
     """A timestamp collected from Spark (naive, in this process's local time) as an aware UTC datetime."""
     return (

@@ -101,9 +101,11 @@ def job(
     output: str = "out",
     emit: str = "final",
     window: tuple[int, int] | None = None,
+    rows: dict[str, int] | None = None,
 ) -> JoinSpec:
     """l JOIN r ON l.k = r.k [AND l.v <> r.v] BETWEEN lo AND hi seconds, projected to ids (a CROSS
-    join: no condition); `window` (hop, size in seconds): in time windows instead of the bounds."""
+    join: no condition); `window` (hop, size in seconds): in time windows instead of the bounds;
+    `rows` (source -> count): in ROWS windows instead."""
     on = None if how == "cross" else "l.k = r.k" + (" AND l.v <> r.v" if residual else "")
     return JoinSpec(
         name="eq",
@@ -117,8 +119,9 @@ def job(
                 "r",
                 type=how,
                 on=on,
-                bounds=None if window else TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
+                bounds=None if window or rows else TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
                 window=window and Windows(timedelta(seconds=window[0]), timedelta(seconds=window[1])),
+                rows=tuple((rows or {}).items()),
                 grace=timedelta(seconds=grace),
                 emit=emit,
             ),

@@ -256,6 +256,62 @@ def window_reference(
     return out, counts
 
 
+def rows_reference(
+    events: list[Event],
+    widths: dict[int, int],
+    how: str,
+    residual: Callable[[Event, Event], bool] = lambda l, r: True,
+    closed: bool = False,
+) -> tuple[Counter, dict[int, dict[str, int]]]:
+    """A ROWS-window join as docs/design-window-joins.md (section 2) states it: rows rejected and
+    unsettled as in `emissions`, none late. Settled rows in arrival order (position, then event
+    time, then id, as the content orders rows of one commit); a row z pairs with each of the
+    `widths[other side]` latest rows of the other side with its key that came before it (none
+    when that side has no width). A row of a side without a width is decided as it arrives; one
+    of a side with width w once w later rows of its side and key have come (or the input is
+    closed): joined if it ever paired, else padded (preserved side) or dropped; open meanwhile."""
+    counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
+    newest = {}
+    for e in events:
+        newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
+    frontier = min(newest.values()) if len(newest) == 2 else None
+    settled = []
+    for e in events:
+        counts[e.side]["rows_in"] += 1
+        if e.key is None or e.t is None:
+            counts[e.side]["rejected"] += 1
+        elif closed or (frontier is not None and e.pos <= frontier):
+            settled.append(e)
+        else:
+            counts[e.side]["unsettled"] += 1
+    order = sorted(settled, key=lambda e: (e.pos, e.t, e.id))
+    history: dict[tuple[int, str | None], list[Event]] = {}
+    out: Counter = Counter()
+    paired: set[tuple[int, str]] = set()
+    for z in order:
+        width = widths.get(1 - z.side, 0)
+        for y in history.get((1 - z.side, z.key), [])[-width:] if width else []:
+            l, r = (z, y) if z.side == 0 else (y, z)
+            if residual(l, r):
+                out[(l.id, r.id, max(l.t, r.t))] += 1
+                paired |= {(0, l.id), (1, r.id)}
+        history.setdefault((z.side, z.key), []).append(z)
+    for z in order:
+        width = widths.get(z.side, 0)
+        mine = history[(z.side, z.key)]
+        decided = not width or closed or len(mine) - 1 - mine.index(z) >= width
+        if (z.side, z.id) in paired:
+            counts[z.side]["joined"] += 1
+        elif decided:
+            preserved = z.side in PRESERVED[how]
+            counts[z.side]["unmatched_emitted" if preserved else "unmatched_dropped"] += 1
+            if preserved:
+                out[(z.id, None, z.t) if z.side == 0 else (None, z.id, z.t)] += 1
+        else:
+            counts[z.side]["open"] += 1
+    return out, counts
+
+
 # ---------------------------------------------------------------------------- enrichment joins
 
 TABLE_BUCKETS = ("rows_in", "rejected", "late", "applied")

@@ -222,13 +222,39 @@ def test_sqlstream_windows_become_the_bounds(query, within):
         *within,
     )
     assert "rowtime" not in " ".join(spec.select).lower()
-    with pytest.raises(
-        JobError, match=r"the window OVER \(ROWS BETWEEN 5 PRECEDING AND CURRENT ROW\) is not supported yet"
-    ):
+    with pytest.raises(JobError, match=r"the window OVER \(ROWS UNBOUNDED PRECEDING\) is not supported"):
         compiled(
             SQLSTREAM_SOURCES,
-            query.replace("RANGE INTERVAL '1' MINUTE PRECEDING", "ROWS BETWEEN 5 PRECEDING AND CURRENT ROW"),
+            query.replace("RANGE INTERVAL '1' MINUTE PRECEDING", "ROWS UNBOUNDED PRECEDING"),
         )
+
+
+def test_sqlstreams_rows_windows_count_the_latest_rows():
+    """SQLstream's ROWS example as printed (5 PRECEDING AND CURRENT ROW: six rows each side)."""
+    query = """SELECT STREAM rowtime, sp.ticker, oq.quantity, sp.ending_price
+  FROM order_quantity OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) AS oq
+  JOIN stock_price OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) AS sp
+  ON (oq.ticker = sp.ticker);"""
+    (join,) = compiled(SQLSTREAM_SOURCES, query).joins
+    assert (join.rows, join.bounds, join.on) == (
+        (("order_quantity", 6), ("stock_price", 6)),
+        None,
+        "order_quantity.ticker = stock_price.ticker",
+    )
+    one_side = query.replace(
+        "order_quantity OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW)", "order_quantity"
+    )
+    assert compiled(
+        SQLSTREAM_SOURCES, one_side.replace("BETWEEN 5 PRECEDING AND CURRENT ROW", "2 PRECEDING")
+    ).joins[0].rows == (("stock_price", 3),)
+    assert compiled(
+        SQLSTREAM_SOURCES, one_side.replace("BETWEEN 5 PRECEDING AND CURRENT ROW", "CURRENT ROW")
+    ).joins[0].rows == (("stock_price", 1),)
+    mixed = query.replace(
+        "ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) AS sp", "RANGE INTERVAL '1' MINUTE PRECEDING) AS sp"
+    )
+    with pytest.raises(JobError, match="ROWS windows take one join whose windows all count rows"):
+        compiled(SQLSTREAM_SOURCES, mixed)
 
 
 def test_using_natural_and_cross_joins():

@@ -27,9 +27,8 @@ from streamjoin.arrival import ALL_TIME, Slices, Timeline
 from streamjoin.changelog import TableInput
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
+from streamjoin.timeutil import END_OF_INPUT as END_OF_INPUT
 
-# The watermark of an input that has ended (Flink's final watermark): every window is closed.
-END_OF_INPUT = 2**62
 MATCHED = "_sj_matched"  # a kept row found a partner in an earlier step (state rows of every family)
 OUT_T = "_sj_out_t"  # an emitted row's event time, UTC microseconds
 # A chain's stream row that a table link may keep waiting: the largest accepted event time before

@@ -26,7 +26,7 @@ from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec, Output
-from streamjoin.timeutil import Instant, from_micros, parse_instant, to_micros
+from streamjoin.timeutil import EARLIEST, LATEST, Instant, from_micros, parse_instant, to_micros
 
 
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
@@ -170,7 +170,7 @@ def _replay(
     settled_rows, rejected_parts, cached, ranges, read = {}, [], [], {}, {}
     for source in plan.streams:
         before, after = join.margins(source.name)
-        ranges[source.name] = (lo - before, hi + after)
+        ranges[source.name] = (max(lo - before, EARLIEST), min(hi + after, LATEST))  # ROWS: all of it
         rows = positions.read_rows(source, ranges[source.name], (lo, hi)).persist()
         cached.append(rows)
         read[source.name] = _stream_counts(rows, slices, settled, join.reads_rows_once())

@@ -1,0 +1,274 @@
+"""ROWS-window joins (SQLstream's `OVER (ROWS n PRECEDING)`): a row joins the latest rows of the
+other stream, counted per key in arrival order.
+
+`rows: {s: w}` keeps, per key, the w latest rows of stream s. Rows of both streams are ordered by
+arrival: position (commit timestamp, source, version), then, within one commit, event time and
+then content (the rule changelog versions and ASOF ties use). A row x of the other stream pairs
+with each row y of s that came before it and is among the w latest rows of s with x's key when x
+arrives (and the residual holds); with windows on both streams, each pair is found from its
+later row. A stream without a window is seen by the other only as its rows arrive: "the join
+evaluates for the current row only" (SQLstream).
+
+Nothing is late: matching reads only the arrival order, which is final once settled. A row of a
+stream without a window is decided as it arrives (paired, or padded on a preserved side, or
+dropped); a row of a windowed stream stays open while it is in its key's window, and is decided
+once w later rows of its key have come (or a closed input ends): `joined` if it ever paired,
+else padded or dropped. A joined row's event time is the later of the two rows' times; a padded
+row's its own. docs/design-window-joins.md, section 2, gives the reasons and an example.
+
+Live, a windowed stream keeps its key's w latest rows (with their number in the key and whether
+they paired); a replay reads each stream whole (`margins`), since a partner may be far away in
+event time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StructField
+
+from streamjoin import arrival
+from streamjoin.arrival import SRC, TS, T, V, user_columns
+from streamjoin.joins.base import (
+    END_OF_INPUT,
+    MATCHED,
+    OUT_T,
+    JoinOperator,
+    StepInput,
+    StepResult,
+    register,
+    tally_by_slice,
+)
+from streamjoin.metrics import SourceCounts
+from streamjoin.plan import BoundJoin, Plan
+
+SEQ = "_sj_seq"  # a windowed stream's row: its number among its key's rows of that stream (from 1)
+_KEY, _NEW, _ROW, _SIDE = "_sj_key", "_sj_new", "_sj_row", "_sj_side"
+_SEEN = "_sj_seen"  # how many rows of the other stream (of the key) came before the row
+_TOTAL = "_sj_total"  # how many rows of the row's own stream (of the key) there are so far
+_NOW = "_sj_now"  # the row pairs in this step
+
+
+@dataclass(frozen=True)
+class RowsJoin(JoinOperator):
+    left: str
+    right: str
+    type: str
+    windows: tuple[tuple[str, int], ...]  # (source, how many of its latest rows per key are kept)
+    equi: tuple[tuple[str, str], ...]
+    residual: str | None
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> RowsJoin:
+        assert join.spec.rows  # the plan's family is "rows" only with rows windows
+        return cls(join.left[0], join.right, join.spec.type, join.spec.rows, join.equi, join.residual)
+
+    def width(self, side: str) -> int:
+        """How many of `side`'s latest rows per key the other stream sees (0: only as they arrive)."""
+        return dict(self.windows).get(side, 0)
+
+    def margins(self, side: str) -> tuple[int, int]:
+        """A partner may lie any distance away in event time: the streams are read whole."""
+        return END_OF_INPUT, END_OF_INPUT
+
+    def state_fields(self) -> tuple[StructField, ...]:
+        return StructField(MATCHED, BooleanType()), StructField(SEQ, LongType())
+
+    def open_in_state(self) -> Column:
+        return ~F.col(MATCHED)
+
+    def preserves(self, side: str) -> bool:
+        return (
+            self.type == "full"
+            or (self.type == "left" and side == self.left)
+            or (self.type == "right" and side == self.right)
+        )
+
+    def _col(self, side: str, name: str) -> Column:
+        return F.col(f"{side}.`{name}`")
+
+    # ------------------------------------------------------------------ the semantics
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Number the rows per key in arrival order, pair each new row with the other stream's
+        window as it arrived, decide the rows that arrived unwindowed or left their window."""
+        L, R = self.left, self.right
+        numbered = self._numbered(plan, inputs).persist()
+        sides = {
+            side: numbered.where(F.col(_SIDE) == F.lit(side)).select(
+                f"_sj_{n}.*", _KEY, _ROW, _NEW, MATCHED, SEQ, _SEEN, _TOTAL
+            )
+            for n, side in enumerate((L, R))
+        }
+        left, right = sides[L].alias(L), sides[R].alias(R)
+        pairs = []
+        for later, earlier in ((L, R), (R, L)):
+            width = self.width(earlier)
+            if not width:
+                continue
+            seen, seq = self._col(later, _SEEN), self._col(earlier, SEQ)
+            condition = (
+                (self._col(L, _KEY) == self._col(R, _KEY))
+                & self._col(later, _NEW)
+                & (seq > seen - F.lit(width))
+                & (seq <= seen)
+            )
+            if self.residual:
+                condition = condition & F.expr(self.residual)
+            pairs.append(
+                left.join(right, condition).withColumn(OUT_T, F.greatest(self._col(L, T), self._col(R, T)))
+            )
+        paired = {
+            side: reduce(DataFrame.unionByName, [p.select(self._col(side, _ROW).alias(_ROW)) for p in pairs])
+            .distinct()
+            .withColumn(_NOW, F.lit(True))
+            if pairs
+            else spark.createDataFrame([], f"{_ROW} long, {_NOW} boolean")
+            for side in (L, R)
+        }
+        decided_rows, state, emitted = {}, {}, list(pairs)
+        for side, other in ((L, R), (R, L)):
+            width = self.width(side)
+            rows = (
+                sides[side]
+                .join(paired[side], _ROW, "left")
+                .withColumn(_NOW, F.coalesce(F.col(_NOW), F.lit(False)))
+            )
+            evicted = F.lit(False) if not width else F.col(SEQ) <= F.col(_TOTAL) - F.lit(width)
+            decided = F.lit(True) if not width or inputs.final else evicted
+            ever = F.col(MATCHED) | F.col(_NOW)
+            rows = rows.withColumn("_sj_decided", decided).withColumn("_sj_ever", ever)
+            decided_rows[side] = rows
+            if self.preserves(side):
+                pads = rows.where(F.col("_sj_decided") & ~F.col("_sj_ever")).withColumn(OUT_T, F.col(T))
+                empty = sides[other].where(F.lit(False))
+                mine, theirs = pads.alias(side), empty.alias(other)
+                emitted.append(mine.join(theirs, F.lit(True), "left_outer"))
+            if inputs.keep_state:
+                kept = rows.where(~F.col("_sj_decided")) if width else rows.where(F.lit(False))
+                state[side] = kept.withColumn(MATCHED, F.col("_sj_ever")).select(
+                    *self._settled(inputs, side).columns, MATCHED, SEQ
+                )
+        slices = inputs.slices
+        emitted = [part.where(slices.inside(F.col(OUT_T))) for part in emitted]
+        by_slice = []
+        tallied = {
+            side: tally_by_slice(
+                rows,
+                slices.number(F.col(T)),
+                joined=F.count_if(~F.col(MATCHED) & F.col(_NOW)),
+                unmatched=F.count_if(F.col("_sj_decided") & ~F.col("_sj_ever")),
+                open=F.count_if(~F.col("_sj_decided") & ~F.col("_sj_ever")),
+            )
+            for side, rows in decided_rows.items()
+        }
+        for k in range(len(slices)):
+            counts = {}
+            for side in (L, R):
+                c = tallied[side].get(k, {"joined": 0, "unmatched": 0, "open": 0})
+                counts[side] = SourceCounts(
+                    joined=c["joined"],
+                    unmatched_emitted=c["unmatched"] if self.preserves(side) else 0,
+                    unmatched_dropped=0 if self.preserves(side) else c["unmatched"],
+                    open=c["open"],
+                )
+            by_slice.append(counts)
+        nothing_late = reduce(
+            DataFrame.unionByName,
+            [
+                arrival.side_rows(self._settled(inputs, side).where(F.lit(False)), side, F.lit("late"))
+                for side in (L, R)
+            ],
+        )
+        output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in emitted])
+        return StepResult(
+            output=output,
+            late=nothing_late,
+            by_slice=by_slice,
+            state=state if inputs.keep_state else None,
+            max_event=inputs.timeline.max_event,
+            cached=[numbered],
+        )
+
+    def _numbered(self, plan: Plan, inputs: StepInput) -> DataFrame:
+        """Both streams' rows (a step's new rows and the state's) as one frame: a struct per
+        stream (`_sj_0`, `_sj_1`), the key (as JSON, the right's columns cast to the left's
+        types), a number, and per row SEQ (its place among its stream's rows of the key), _SEEN
+        (rows of the other stream of the key before it) and _TOTAL (rows of its own stream of
+        the key so far)."""
+        L, R = self.left, self.right
+        left_types = {f.name: f.dataType for f in plan.source(L).schema.fields}
+        frames = {}
+        for side in (L, R):
+            rows = self._settled(inputs, side).withColumn(_NEW, F.lit(True)).withColumn(MATCHED, F.lit(False))
+            rows = rows.withColumn(SEQ, F.lit(None).cast(LongType()))
+            if inputs.state is not None:
+                rows = inputs.state[side].withColumn(_NEW, F.lit(False)).unionByName(rows)
+            frames[side] = rows
+        packed = {
+            side: F.struct(*[F.col(f"`{c}`") for c in rows.columns if c not in (_NEW, MATCHED, SEQ)])
+            for side, rows in frames.items()
+        }
+        types = {side: frames[side].select(packed[side]).schema[0].dataType for side in (L, R)}
+        parts = []
+        for side, rows in frames.items():
+            keys = []
+            for i, (left_col, right_col) in enumerate(self.equi):
+                name = (left_col if side == L else right_col).split(".", 1)[1].strip("`")
+                column = F.col(f"`{name}`")
+                if side == R:
+                    column = column.cast(left_types[left_col.split(".", 1)[1].strip("`")])
+                keys.append(column.alias(f"k{i}"))
+            parts.append(
+                rows.select(
+                    F.lit(side).alias(_SIDE),
+                    F.to_json(F.struct(*keys)).alias(_KEY),
+                    F.col(TS),
+                    F.col(SRC),
+                    F.col(V),
+                    F.col(T),
+                    F.to_json(F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])).alias("_sj_content"),
+                    F.col(_NEW),
+                    F.col(MATCHED),
+                    F.col(SEQ),
+                    *[
+                        (packed[side] if other == side else F.lit(None).cast(types[other])).alias(f"_sj_{n}")
+                        for n, other in enumerate((L, R))
+                    ],
+                )
+            )
+        rows = reduce(DataFrame.unionByName, parts).withColumn(_ROW, F.monotonically_increasing_id())
+        by_key = Window.partitionBy(_KEY)
+        before = by_key.orderBy(TS, SRC, V, T, "_sj_content", _ROW).rowsBetween(Window.unboundedPreceding, -1)
+        counted = {}
+        for side in (L, R):
+            mine = F.col(_SIDE) == F.lit(side)
+            # Numbers go on from the state's: its rows of a windowed stream are the key's latest.
+            base = F.coalesce(F.min(F.when(mine, F.col(SEQ))).over(by_key) - F.lit(1), F.lit(0))
+            earlier = F.coalesce(F.sum(mine.cast("long")).over(before), F.lit(0))
+            rows = rows.withColumn(f"_sj_base{side}", base).withColumn(f"_sj_before{side}", earlier)
+            rows = rows.withColumn(f"_sj_all{side}", F.sum(mine.cast("long")).over(by_key))
+            counted[side] = (F.col(f"_sj_base{side}"), F.col(f"_sj_before{side}"), F.col(f"_sj_all{side}"))
+        own = F.col(_SIDE) == F.lit(L)
+        (base_l, before_l, all_l), (base_r, before_r, all_r) = counted[L], counted[R]
+        return rows.select(
+            *[
+                c
+                for c in rows.columns
+                if c != SEQ and not c.startswith(("_sj_base", "_sj_before", "_sj_all"))
+            ],
+            F.when(own, base_l + before_l + 1).otherwise(base_r + before_r + 1).alias(SEQ),
+            F.when(own, base_r + before_r).otherwise(base_l + before_l).alias(_SEEN),
+            F.when(own, base_l + all_l).otherwise(base_r + all_r).alias(_TOTAL),
+        )
+
+    @staticmethod
+    def _settled(inputs: StepInput, side: str) -> DataFrame:
+        """A stream's settled rows of the step, without the rejection column (all are accepted)."""
+        return inputs.settled[side].drop(arrival.REJECT)
+
+
+register("rows")(RowsJoin.build)

@@ -1,0 +1,145 @@
+"""ROWS-window joins end to end on Delta tables, in both runners, and the jobs they refuse.
+
+SQLstream's stocks (002) per key, docs/design-window-joins.md's Example 2.5: orders LEFT JOIN the
+two latest prices of their ticker (`rows: {stock_price: 2}`). Two prices in one commit are
+ordered by content; a newer price pushes the oldest out of its ticker's window; an order of a
+ticker without prices is padded as it arrives. Live (run between the commits) = replay.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from conftest import append, at
+from harness import live_accounting, read, source_counts
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+
+from streamjoin.errors import JobError
+from streamjoin.plan import bind, describe
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+from streamjoin.spec import spec_from_dict
+
+FIVE = 5 * 3600  # 05:00:00 on the test clock
+PRICES = StructType(
+    [
+        StructField("ticker", StringType()),
+        StructField("ending_price", IntegerType()),
+        StructField("t", TimestampType()),
+    ]
+)
+ORDERS = StructType(
+    [
+        StructField("ticker", StringType()),
+        StructField("quantity", IntegerType()),
+        StructField("t", TimestampType()),
+    ]
+)
+# (source, rows (ticker, value, 05:MM:SS seconds)), one commit each; the last a heartbeat.
+COMMITS = [
+    ("stock_price", [("IBM", 80, 130), ("IBM", 75, 130)]),
+    ("order_quantity", [("IBM", 750, 132)]),
+    ("stock_price", [("IBM", 100, 190)]),
+    ("stock_price", [("MSFT", 100, 195)]),
+    ("order_quantity", [("IBM", 1000, 191), ("GOOGL", 1000, 195)]),
+    ("stock_price", [(None, None, 196)]),
+]
+LIVE_AFTER = (2, len(COMMITS) - 1)  # the order of commit 2 settles once prices commit after it
+# (ticker, quantity, price, event time seconds after 05:00)
+EXPECTED = Counter(
+    {
+        ("IBM", 750, 75, 132): 1,
+        ("IBM", 750, 80, 132): 1,
+        ("IBM", 1000, 80, 191): 1,
+        ("IBM", 1000, 100, 191): 1,
+        ("GOOGL", 1000, None, 195): 1,
+    }
+)
+ACCOUNTING = {
+    "order_quantity": {"rows_in": 3, "rejected": 0, "late": 0, "joined": 2, "unmatched_emitted": 1, "unmatched_dropped": 0, "open": 0, "unsettled": 0},
+    "stock_price": {"rows_in": 5, "rejected": 1, "late": 0, "joined": 3, "unmatched_emitted": 0, "unmatched_dropped": 0, "open": 1, "unsettled": 0},
+}  # fmt: skip
+
+
+def spec(root, runner: str, **join):
+    return spec_from_dict(
+        {
+            "name": f"stocks_rows_{runner}",
+            "sources": {
+                name: {"path": str(root / name), "time": "t"} for name in ("order_quantity", "stock_price")
+            },
+            "from": "order_quantity",
+            "joins": [
+                {
+                    "join": "stock_price",
+                    "type": "left",
+                    "on": "order_quantity.ticker = stock_price.ticker",
+                    "rows": {"stock_price": 2},
+                    **join,
+                }
+            ],
+            "select": [
+                "order_quantity.ticker",
+                "order_quantity.quantity",
+                "stock_price.ending_price AS price",
+            ],
+            "output": {"path": str(root / f"out_{runner}")},
+        }
+    )
+
+
+def joined(rows) -> Counter:
+    return Counter(
+        (r.ticker, r.quantity, r.price, int((r.event_time - at(FIVE)).total_seconds())) for r in rows
+    )
+
+
+def test_the_latest_rows_per_key_live_and_replayed(spark, tmp_path):
+    live = spec(tmp_path, "live")
+    runner, written = None, {}
+    for index, (source, rows) in enumerate(COMMITS):
+        schema = PRICES if source == "stock_price" else ORDERS
+        append(spark, tmp_path / source, [(k, v, at(FIVE + s)) for k, v, s in rows], schema)
+        if index in LIVE_AFTER:
+            runner = runner or LiveRunner(spark, live, str(tmp_path / "checkpoint"))
+            runner.run(900)
+            written[index] = joined(read(spark, live.output.location))
+    # After commit 3 the order has met both IBM prices of commit 1 (75 first: content order).
+    assert written[LIVE_AFTER[0]] == {("IBM", 750, 75, 132): 1, ("IBM", 750, 80, 132): 1}
+    assert written[LIVE_AFTER[1]] == EXPECTED
+    accounting, _ = live_accounting(spark, live.output.location)
+    assert accounting == ACCOUNTING
+    replayed = spec(tmp_path, "replay")
+    metrics = replay(spark, replayed, at(0), at(FIVE + 3600), mode="exact")
+    assert joined(read(spark, replayed.output.location)) == EXPECTED
+    assert source_counts(metrics) == ACCOUNTING
+    text = describe(bind(spark, replayed))
+    assert "ROWS windows: per key, the 2 latest stock_price rows" in text
+
+
+@pytest.mark.parametrize(
+    ("join", "message"),
+    [
+        ({"rows": {"stock_price": 0}}, "must be a whole number of rows, 1 or more"),
+        ({"rows": {"stock_price": 2}, "within": "1m"}, "give either 'rows'"),
+        ({"rows": {"stock_price": 2}, "grace": "1m"}, "remove 'grace'"),
+        ({"rows": {"stock_price": 2}, "emit": "eager"}, "remove 'emit'"),
+        ({"rows": []}, "should map a source of the join to a number of rows"),
+    ],
+)
+def test_rows_settings_are_refused_before_any_data_moves(tmp_path, join, message):
+    with pytest.raises(JobError, match=message):
+        spec(tmp_path, "refused", **join)
+
+
+def test_rows_naming_no_side_of_the_join_is_refused(spark, tmp_path):
+    for source, rows in COMMITS[:2]:
+        append(
+            spark,
+            tmp_path / source,
+            [(k, v, at(s)) for k, v, s in rows],
+            PRICES if source == "stock_price" else ORDERS,
+        )
+    with pytest.raises(JobError, match="rows names 'prices', which is not a side of this join"):
+        bind(spark, spec(tmp_path, "refused", rows={"prices": 2}))

@@ -32,7 +32,7 @@ from reference import LINK_BUCKETS, STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 from streamjoin import arrival, changelog, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
-from streamjoin.joins.interval import MATCHED, IntervalJoin
+from streamjoin.joins.interval import MATCHED
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Progress, batch_commits, decide, table_input
@@ -164,7 +164,6 @@ def replay_step(
         accepted, _ = kernel.split_rejected(prepared)
         rows = accepted.where(F.col(SETTLED)).drop(SETTLED)
         if windows:
-            assert isinstance(join, IntervalJoin)
             before, after = join.margins(source.name)
             low = stacked.base + _micros(windows[0][0]) - before
             high = stacked.base + _micros(windows[-1][1]) + after

@@ -51,6 +51,7 @@ SLOWEST_FIRST = (
     "test_enrichment_seeds",  # 320
     "test_kernel_interval",  # 312
     "test_kernel_window",  # about 300 (2026-11-26, new)
+    "test_kernel_rows",  # about 300 (2026-11-26, new)
     "test_kernel_enrichment",  # 289
     "test_chains",  # 273
     "test_bench",  # 241
@@ -58,6 +59,7 @@ SLOWEST_FIRST = (
     "test_backfill",  # 196
     "test_interval_seeds",  # 177
     "test_window_seeds",  # about 160 (2026-11-26, new)
+    "test_rows_seeds",  # about 140 (2026-11-26, new)
     "test_handoff",  # 150
     "test_kernel_chain",  # 137
     "test_table_table",  # 114

@@ -121,12 +121,11 @@ class RowsJoin(JoinOperator):
             pairs.append(
                 left.join(right, condition).withColumn(OUT_T, F.greatest(self._col(L, T), self._col(R, T)))
             )
+        # At least one stream has a window (spec), so there is at least one way to pair.
         paired = {
             side: reduce(DataFrame.unionByName, [p.select(self._col(side, _ROW).alias(_ROW)) for p in pairs])
             .distinct()
             .withColumn(_NOW, F.lit(True))
-            if pairs
-            else spark.createDataFrame([], f"{_ROW} long, {_NOW} boolean")
             for side in (L, R)
         }
         decided_rows, state, emitted = {}, {}, list(pairs)

@@ -86,9 +86,11 @@ class WindowJoin(IntervalJoin):
         return ~F.col(MATCHED) & (F.col(WIN) == self._last_window(F.col(T)))
 
     def numbered(self, rows: DataFrame) -> DataFrame:
-        return rows  # `_windowed` numbers the rows without one
+        """Unchanged: `_windowed` numbers the new rows; a state row keeps its number."""
+        return rows
 
     def condition(self) -> Column:
+        """Equal windows, equal keys, and the residual (which may name the window columns)."""
         cond = self._col(self.left, WIN) == self._col(self.right, WIN)
         for left_col, right_col in self.equi:
             cond = cond & (F.expr(left_col) == F.expr(right_col))

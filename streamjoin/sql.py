@@ -291,7 +291,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     windowed = _time_windows(query, sources, origin)
     _split_self_joins(query, sources, delays, origin)
     document = _compile_query(name, create, query, sources, origin)
-    _windows_of_joins(document, windowed, query, origin)
+    _windows_of_joins(document, windowed, origin)
     _grace_from_watermarks(document, delays)
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
     return document, {name: place for name, place in places.items() if place}
@@ -395,16 +395,12 @@ def _time_windows(query: exp.Expr, sources: dict[str, dict[str, Any]], origin: s
             )
         window = {"tumble": spans[0]} if name == "TUMBLE" else {"hop": spans[0], "size": spans[1]}
         item.set("this", exp.to_identifier(source))
-        found[item.alias if used[source] > 1 else source] = (
-            window,
-            item,
-        )  # a self-join: one source per alias
+        # In a self-join each use is a source of its own, named by its alias (`_split_self_joins`).
+        found[item.alias if used[source] > 1 else source] = (window, item)
     return found
 
 
-def _windows_of_joins(
-    document: dict[str, Any], windowed: dict[str, tuple], query: exp.Expr, origin: str
-) -> None:
+def _windows_of_joins(document: dict[str, Any], windowed: dict[str, tuple], origin: str) -> None:
     """A join of two windowed items is a window join: both with the same window function and
     sizes (RisingWave's rule); a windowed item joined otherwise is refused."""
     if not windowed:

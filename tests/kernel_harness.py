@@ -196,6 +196,54 @@ def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
     return per_example
 
 
+DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")  # a step's own buckets
+
+
+def assert_step_as_expected(
+    result: kernel.StepResult, stacked: Stacked, expected: list, scenarios: Sequence, names=("l", "r")
+) -> None:
+    """One replay step over stacked scenarios wrote, per scenario, the rows the reference gives
+    (`expected`: its (output, counts) per scenario), and counted its buckets summed over them."""
+    got = unstacked_output(result.output, stacked)
+    for example, ((output, _), actual) in enumerate(zip(expected, got, strict=True)):
+        assert actual == output, f"scenario {example}: {scenarios[example]}"
+    for side, name in enumerate(names):
+        totals = {b: sum(counts[side][b] for _, counts in expected) for b in DECIDED}
+        decided = result.counts[name]
+        assert {b: getattr(decided, b) for b in DECIDED} == totals, name
+
+
+def assert_slices_add_up(
+    whole: kernel.StepResult, parts: list, stacked: Stacked, scenarios: Sequence, names=("l", "r")
+) -> None:
+    """Consecutive slices replayed apart wrote, per scenario, what the whole replay wrote, and
+    their buckets add up to the whole's."""
+    sliced = [unstacked_output(part.output, stacked) for part in parts]
+    for example, expected in enumerate(unstacked_output(whole.output, stacked)):
+        got = sum((piece[example] for piece in sliced), Counter())
+        assert got == expected, f"scenario {example}: {scenarios[example]}"
+    for name in names:
+        for bucket in DECIDED:
+            assert sum(getattr(part.counts[name], bucket) for part in parts) == getattr(
+                whole.counts[name], bucket
+            )
+
+
+def batches(draw, events: Sequence[Event]) -> list[dict[int, int]]:
+    """A cut of `events` into two to seven live micro-batches: how many of each side's next rows
+    each batch brings (a commit may be cut, a batch may end inside one scenario and begin the
+    next); batches without rows are dropped, as Spark runs none."""
+    rows = {side: sum(1 for e in events if e.side == side) for side in (0, 1)}
+    count = draw(st.integers(2, 7))
+    cuts = {
+        side: sorted(draw(st.lists(st.integers(0, rows[side]), min_size=count - 1, max_size=count - 1)))
+        for side in (0, 1)
+    }
+    bounds = {side: [0, *cuts[side], rows[side]] for side in (0, 1)}
+    drawn = [{side: bounds[side][i + 1] - bounds[side][i] for side in (0, 1)} for i in range(count)]
+    return [b for b in drawn if any(b.values())]
+
+
 @dataclass
 class LiveRun:
     """What a sequence of live micro-batches decided, summed over the batches."""

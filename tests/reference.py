@@ -178,6 +178,39 @@ def emissions(
     return out, counts
 
 
+def _on_time(
+    events: list[Event], closed: bool, grace: int | None
+) -> tuple[dict[int, dict[str, int]], dict[int, list[Event]], list[Event]]:
+    """Two streams' rows as `emissions` settles them: rows_in, rejected (NULL key or time),
+    unsettled (after the frontier, unless `closed`) and late (below the watermark at its position;
+    `grace` None: nothing is late) counted per side; the on-time rows per side; and every
+    accepted settled row (the clock's)."""
+    counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
+    newest = {}
+    for e in events:
+        newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
+    frontier = min(newest.values()) if len(newest) == 2 else None
+
+    def is_settled(e: Event) -> bool:
+        return closed or (frontier is not None and e.pos <= frontier)
+
+    accepted = [e for e in events if e.key is not None and e.t is not None and is_settled(e)]
+    on_time: dict[int, list[Event]] = {0: [], 1: []}
+    for e in events:
+        counts[e.side]["rows_in"] += 1
+        if e.key is None or e.t is None:
+            counts[e.side]["rejected"] += 1
+        elif not is_settled(e):
+            counts[e.side]["unsettled"] += 1
+        else:
+            before = [o.t for o in accepted if o.pos < e.pos]
+            if grace is not None and before and e.t < max(before) - grace:
+                counts[e.side]["late"] += 1
+            else:
+                on_time[e.side].append(e)
+    return counts, on_time, accepted
+
+
 def window_reference(
     events: list[Event],
     hop: int,
@@ -197,29 +230,7 @@ def window_reference(
     settled time); a preserved row writes one padded row per closed window of its own without a
     partner there. A row is `joined` if it pairs in any window, else decided (unmatched) once its
     last window is closed, else `open`."""
-    counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
-    newest = {}
-    for e in events:
-        newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
-    frontier = min(newest.values()) if len(newest) == 2 else None
-
-    def is_settled(e: Event) -> bool:
-        return closed or (frontier is not None and e.pos <= frontier)
-
-    accepted = [e for e in events if e.key is not None and e.t is not None and is_settled(e)]
-    on_time = {0: [], 1: []}
-    for e in events:
-        counts[e.side]["rows_in"] += 1
-        if e.key is None or e.t is None:
-            counts[e.side]["rejected"] += 1
-        elif not is_settled(e):
-            counts[e.side]["unsettled"] += 1
-        else:
-            before = [o.t for o in accepted if o.pos < e.pos]
-            if mode == "exact" and before and e.t < max(before) - grace:
-                counts[e.side]["late"] += 1
-            else:
-                on_time[e.side].append(e)
+    counts, on_time, accepted = _on_time(events, closed, grace if mode == "exact" else None)
 
     def windows(t: int) -> list[int]:
         last = t - t % hop
@@ -270,21 +281,8 @@ def rows_reference(
     when that side has no width). A row of a side without a width is decided as it arrives; one
     of a side with width w once w later rows of its side and key have come (or the input is
     closed): joined if it ever paired, else padded (preserved side) or dropped; open meanwhile."""
-    counts = {side: dict.fromkeys(BUCKETS, 0) for side in (0, 1)}
-    newest = {}
-    for e in events:
-        newest[e.side] = max(newest.get(e.side, e.pos), e.pos)
-    frontier = min(newest.values()) if len(newest) == 2 else None
-    settled = []
-    for e in events:
-        counts[e.side]["rows_in"] += 1
-        if e.key is None or e.t is None:
-            counts[e.side]["rejected"] += 1
-        elif closed or (frontier is not None and e.pos <= frontier):
-            settled.append(e)
-        else:
-            counts[e.side]["unsettled"] += 1
-    order = sorted(settled, key=lambda e: (e.pos, e.t, e.id))
+    counts, on_time, _ = _on_time(events, closed, None)
+    order = sorted(on_time[0] + on_time[1], key=lambda e: (e.pos, e.t, e.id))
     history: dict[tuple[int, str | None], list[Event]] = {}
     out: Counter = Counter()
     paired: set[tuple[int, str]] = set()

@@ -13,7 +13,18 @@ import pytest
 from harness import base_micros, create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import PIVOT, SETTINGS, laid_streams, live_steps, replay_step, stack, unstacked_output
+from kernel_harness import (
+    PIVOT,
+    SETTINGS,
+    assert_slices_add_up,
+    assert_step_as_expected,
+    batches,
+    laid_streams,
+    live_steps,
+    replay_step,
+    stack,
+    unstacked_output,
+)
 from reference import BUCKETS, reference
 
 from streamjoin.plan import bind
@@ -22,7 +33,6 @@ EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))  # stacks of 
 LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))  # histories of LAID scenarios
 LAID = 8  # scenarios laid end to end in one live history
 STACK = 30  # scenarios decided by one kernel step
-DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 
 
 @st.composite
@@ -112,13 +122,7 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case, closed):
         )
         for events in stacked.events
     ]
-    got = unstacked_output(result.output, stacked)
-    for example, ((output, _), actual) in enumerate(zip(expected, got, strict=True)):
-        assert actual == output, f"scenario {example}: {scenarios[example]}"
-    for side, name in enumerate(("l", "r")):
-        totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
-        decided = result.counts[name]
-        assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
+    assert_step_as_expected(result, stacked, expected, scenarios)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -133,13 +137,7 @@ def test_a_cross_join_pairs_every_row_in_the_bounds_as_the_reference(spark, tabl
     stacked = stack(scenarios, base_micros(spark), closed=True, spread=True, keyed=False)
     result = replay_step(spark, plan, stacked, mode, final=True)
     expected = [reference(events, lo, hi, grace, "cross", mode, closed=True) for events in stacked.events]
-    got = unstacked_output(result.output, stacked)
-    for example, ((output, _), actual) in enumerate(zip(expected, got, strict=True)):
-        assert actual == output, f"scenario {example}: {scenarios[example]}"
-    for side, name in enumerate(("l", "r")):
-        totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
-        decided = result.counts[name]
-        assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
+    assert_step_as_expected(result, stacked, expected, scenarios)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -156,19 +154,13 @@ def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     whole = replay_step(spark, plan, stacked, "exact")
     parts = [replay_step(spark, plan, stacked, "exact", [window]) for window in windows]
     together = replay_step(spark, plan, stacked, "exact", windows)
+    assert_slices_add_up(whole, parts, stacked, scenarios)
     sliced = [unstacked_output(part.output, stacked) for part in parts]
-    for example, (expected, both) in enumerate(
-        zip(unstacked_output(whole.output, stacked), unstacked_output(together.output, stacked), strict=True)
-    ):
-        got = sliced[0][example] + sliced[1][example]
-        assert got == expected, f"scenario {example}: {scenarios[example]}"
-        assert both == got, f"scenario {example}, slices together: {scenarios[example]}"
+    for example, both in enumerate(unstacked_output(together.output, stacked)):
+        assert both == sliced[0][example] + sliced[1][example], (
+            f"scenario {example}, slices together: {scenarios[example]}"
+        )
     assert together.by_slice == [part.counts for part in parts]
-    for name in ("l", "r"):
-        for bucket in DECIDED:
-            assert sum(getattr(part.counts[name], bucket) for part in parts) == getattr(
-                whole.counts[name], bucket
-            )
 
 
 @st.composite
@@ -183,16 +175,7 @@ def deliveries(draw, eager: bool = False):
     grace = draw(st.sampled_from((0, 2, 5)))
     scenarios = draw(st.lists(rowtimes() if eager else commits(), min_size=LAID, max_size=LAID))
     events = laid_streams(scenarios)
-    rows = {side: sum(1 for e in events if e.side == side) for side in (0, 1)}
-    count = draw(st.integers(2, 7))
-    cuts = {
-        side: sorted(draw(st.lists(st.integers(0, rows[side]), min_size=count - 1, max_size=count - 1)))
-        for side in (0, 1)
-    }
-    bounds = {side: [0, *cuts[side], rows[side]] for side in (0, 1)}
-    batches = [{side: bounds[side][i + 1] - bounds[side][i] for side in (0, 1)} for i in range(count)]
-    batches = [b for b in batches if any(b.values())]  # Spark runs no batch without rows
-    return how, emit, lo, hi, grace, events, batches
+    return how, emit, lo, hi, grace, events, batches(draw, events)
 
 
 @settings(max_examples=LIVE_EXAMPLES, **SETTINGS)

@@ -13,9 +13,19 @@ import pytest
 from harness import base_micros, create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import PIVOT, SETTINGS, laid_streams, live_steps, replay_step, stack, unstacked_output
+from kernel_harness import (
+    PIVOT,
+    SETTINGS,
+    assert_slices_add_up,
+    assert_step_as_expected,
+    batches,
+    laid_streams,
+    live_steps,
+    replay_step,
+    stack,
+)
 from reference import BUCKETS, rows_reference
-from test_kernel_interval import DECIDED, LAID, STACK, commits
+from test_kernel_interval import LAID, STACK, commits
 
 from streamjoin.plan import bind
 
@@ -61,13 +71,7 @@ def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual
     result = replay_step(spark, plan, stacked, "exact", final=closed)
     check = different_v if residual else (lambda left, right: True)
     expected = [rows_reference(events, windows, how, check, closed) for events in stacked.events]
-    got = unstacked_output(result.output, stacked)
-    for example, ((output, _), actual) in enumerate(zip(expected, got, strict=True)):
-        assert actual == output, f"scenario {example}: {scenarios[example]}"
-    for side, name in enumerate(NAMES):
-        totals = {b: sum(counts[side][b] for _, counts in expected) for b in BUCKETS}
-        decided = result.counts[name]
-        assert {b: getattr(decided, b) for b in DECIDED} == {b: totals[b] for b in DECIDED}, name
+    assert_step_as_expected(result, stacked, expected, scenarios)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)
@@ -83,16 +87,7 @@ def test_slices_add_up_to_the_whole(spark, tables, how, windows, cut, scenarios)
     b = PIVOT + cut
     whole = replay_step(spark, plan, stacked, "exact")
     parts = [replay_step(spark, plan, stacked, "exact", [w]) for w in [(-PIVOT, b), (b, 2 * PIVOT)]]
-    sliced = [unstacked_output(part.output, stacked) for part in parts]
-    for example, expected in enumerate(unstacked_output(whole.output, stacked)):
-        assert sliced[0][example] + sliced[1][example] == expected, (
-            f"scenario {example}: {scenarios[example]}"
-        )
-    for name in NAMES:
-        for bucket in DECIDED:
-            assert sum(getattr(part.counts[name], bucket) for part in parts) == getattr(
-                whole.counts[name], bucket
-            )
+    assert_slices_add_up(whole, parts, stacked, scenarios)
 
 
 @st.composite
@@ -101,15 +96,7 @@ def deliveries(draw):
     windows = draw(widths())
     scenarios = draw(st.lists(commits(), min_size=LAID, max_size=LAID))
     events = laid_streams(scenarios)
-    rows = {side: sum(1 for e in events if e.side == side) for side in (0, 1)}
-    count = draw(st.integers(2, 7))
-    cuts = {
-        side: sorted(draw(st.lists(st.integers(0, rows[side]), min_size=count - 1, max_size=count - 1)))
-        for side in (0, 1)
-    }
-    bounds = {side: [0, *cuts[side], rows[side]] for side in (0, 1)}
-    batches = [{side: bounds[side][i + 1] - bounds[side][i] for side in (0, 1)} for i in range(count)]
-    return how, windows, events, [b for b in batches if any(b.values())]
+    return how, windows, events, batches(draw, events)
 
 
 @settings(max_examples=LIVE_EXAMPLES, **SETTINGS)

@@ -171,6 +171,16 @@ class JoinOperator(Protocol):
         return {}
 
 
+def preserves(join_type: str, side: str, left: str, right: str) -> bool:
+    """A join of `join_type` between streams `left` and `right` writes `side`'s rows that find no
+    partner, padded (FULL both, LEFT the left, RIGHT the right)."""
+    return (
+        join_type == "full"
+        or (join_type == "left" and side == left)
+        or (join_type == "right" and side == right)
+    )
+
+
 Builder = Callable[[Plan, BoundJoin], JoinOperator]
 FAMILIES: dict[str, Builder] = {}  # plan family name -> builder
 

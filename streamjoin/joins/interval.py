@@ -50,6 +50,7 @@ from streamjoin.joins.base import (
     SliceCounts,
     StepInput,
     StepResult,
+    preserves,
     register,
     tally_by_slice,
 )
@@ -334,11 +335,7 @@ class IntervalJoin(JoinOperator):
         return closed
 
     def preserves(self, side: str) -> bool:
-        return (
-            self.type == "full"
-            or (self.type == "left" and side == self.left)
-            or (self.type == "right" and side == self.right)
-        )
+        return preserves(self.type, side, self.left, self.right)
 
     # ------------------------------------------------------------------ matching
 

@@ -39,6 +39,7 @@ from streamjoin.joins.base import (
     JoinOperator,
     StepInput,
     StepResult,
+    preserves,
     register,
     tally_by_slice,
 )
@@ -81,11 +82,7 @@ class RowsJoin(JoinOperator):
         return ~F.col(MATCHED)
 
     def preserves(self, side: str) -> bool:
-        return (
-            self.type == "full"
-            or (self.type == "left" and side == self.left)
-            or (self.type == "right" and side == self.right)
-        )
+        return preserves(self.type, side, self.left, self.right)
 
     def _col(self, side: str, name: str) -> Column:
         return F.col(f"{side}.`{name}`")

@@ -14,8 +14,10 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -24,7 +26,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from streamjoin import delta_io
+from streamjoin import delta_io, functions
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
@@ -98,6 +100,10 @@ class BoundJoin:
     residual: str | None
     inequality: tuple[str, str, str] | None = None  # ASOF: (left column, operator, right column)
     condition: str | None = None  # the whole ON condition, bare columns named by their source
+    # Lateral joins: the UNNEST expression or the function's arguments, qualified, and the made
+    # rows' columns as the job names them.
+    lateral: tuple[str, ...] = ()
+    made: StructType | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,12 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
         link = f"job {spec.name!r}, join with {join.source!r}"
+        if join.lateral:
+            bound = _bind_lateral(spark, spec, join, left_names, schemas, link)
+            assert bound.made is not None  # a lateral join's made rows have a schema
+            schemas[join.source] = bound.made
+            joins.append(bound)
+            continue
         on = join.on and _qualify(join.on, (*left_names, join.source), schemas, link)
         joins.append(_bind_join(spec, join, on, left_names, schemas))
     keys: dict[str, list[str]] = {name: [] for name in spec.names}
@@ -165,7 +177,7 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             keys[owner].append(column)
             keys[bound.right].append(right_col.split(".", 1)[1])
     sources = []
-    for index, name in enumerate(spec.names):
+    for index, name in enumerate(n for n in spec.names if n in stored):
         source = spec.source(name)
         _check_columns(spec, source, stored[name])
         sources.append(BoundSource(source, index, stored[name], tuple(dict.fromkeys(keys[name]))))
@@ -403,6 +415,61 @@ def _bind_join(
         inequalities[0] if join.asof else None,
         on,
     )
+
+
+def _bind_lateral(
+    spark: SparkSession,
+    spec: JoinSpec,
+    join: Join,
+    left_names: tuple[str, ...],
+    schemas: dict[str, StructType],
+    where: str,
+) -> BoundJoin:
+    """An UNNEST or table-function join: its expression or arguments resolved against the row, and
+    the columns of the rows it makes (an array's elements, or a struct element's fields; a map's
+    key and value; the function's return type), renamed by `columns`."""
+    (name,) = left_names  # the job's only join (spec)
+    row = spark.createDataFrame([], schemas[name]).alias(name)
+
+    def resolved(what: str, expressions: list[str]) -> StructType:
+        try:
+            return row.select(*[F.expr(e) for e in expressions]).schema
+        except AnalysisException as exc:
+            message = str(exc).strip().splitlines()[0]
+            raise JobError(
+                f"{where}: {what} does not resolve against {name!r}'s columns: {message}"
+            ) from None
+
+    if join.unnest is not None:
+        expression = _qualify(join.unnest, left_names, schemas, where)
+        kind = resolved(f"unnest {join.unnest!r}", [expression])[0].dataType
+        if isinstance(kind, ArrayType) and isinstance(kind.elementType, StructType):
+            fields = list(kind.elementType.fields)
+        elif isinstance(kind, ArrayType):
+            fields = [StructField("element", kind.elementType)]
+        elif isinstance(kind, MapType):
+            fields = [StructField("key", kind.keyType), StructField("value", kind.valueType)]
+        else:
+            raise JobError(
+                f"{where}: unnest {join.unnest!r} is a {kind.simpleString()}; UNNEST expands an array or a map"
+            )
+        lateral: tuple[str, ...] = (expression,)
+        family = "unnest"
+    else:
+        assert join.function is not None  # a lateral join unnests or calls a function (spec)
+        function = functions.load(join.function, where)
+        lateral = tuple(_qualify(a, left_names, schemas, where) for a in join.args)
+        resolved(f"the arguments of {join.function}", list(lateral))
+        assert isinstance(function.returnType, StructType)  # `load` refuses any other
+        fields, family = list(function.returnType.fields), "function"
+    names = join.columns or tuple(f.name for f in fields)
+    if len(names) != len(fields):
+        raise JobError(
+            f"{where}: columns names {len(names)} column(s) but the rows made have {len(fields)} "
+            f"({', '.join(f'{f.name} {f.dataType.simpleString()}' for f in fields)}); name each once"
+        )
+    made = StructType([StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)])
+    return BoundJoin(join, left_names, join.source, family, (), None, lateral=lateral, made=made)
 
 
 def _check_asof_over_history(
@@ -685,6 +752,9 @@ def describe(
             if j.type == "cross"
             else f" ON {equalities}" + (f" AND {join.residual}" if join.residual else "")
         )
+        if join.made is not None:
+            lines += _describe_lateral(join, step)
+            continue
         lines.append(f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}")
         if j.bounds is not None:
             span = j.bounds.upper - j.bounds.lower
@@ -797,6 +867,9 @@ def as_json(
                 else {"hop": seconds(j.spec.window.hop), "size": seconds(j.spec.window.size)},
                 "grace_s": seconds(j.spec.grace),
                 "emit": j.spec.emit,
+                "lateral": None
+                if j.made is None
+                else {"expressions": list(j.lateral), "columns": j.made.fieldNames()},
             }
             for step, j in enumerate(plan.joins, 1)
         ],
@@ -811,6 +884,27 @@ def as_json(
             "metrics": spec.output.side("metrics"),
         },
     }
+
+
+def _describe_lateral(join: BoundJoin, step: int) -> list[str]:
+    """An UNNEST or table-function join as `explain` prints it (Flink's forms)."""
+    assert join.made is not None  # only lateral joins make rows
+    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in join.made.fields)
+    call = (
+        f"UNNEST({join.lateral[0]})"
+        if join.family == "unnest"
+        else f"LATERAL TABLE({join.spec.function}({', '.join(join.lateral)}))"
+    )
+    kind = "CROSS JOIN" if join.spec.type == "inner" else "LEFT JOIN"
+    kept = (
+        "a row that makes none is dropped (counted unmatched_dropped)"
+        if join.spec.type == "inner"
+        else "a row that makes none is kept once, padded with NULLs"
+    )
+    return [
+        f"  {step}. {kind} {call} AS {join.right}({columns}) [{join.family}]",
+        f"     each row joined with the rows made from it, decided as it arrives (nothing late, no state); {kept}",
+    ]
 
 
 def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:

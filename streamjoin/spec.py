@@ -183,6 +183,19 @@ class Join:
     # ROWS windows (SQLstream): per source of the join, how many of its latest rows per key the
     # other stream sees; a stream not named is seen only as its rows arrive.
     rows: tuple[tuple[str, int], ...] = ()
+    # Lateral joins (Flink): each row joined with rows made from it, not with a source; `source`
+    # is then the name those rows go by. `unnest`: an array or map expression over the row;
+    # `function`: a Python table function (`module:attribute`, a Spark UDTF) called with `args`;
+    # `columns`: names for the made rows' columns (default: the element's, or the function's).
+    unnest: str | None = None
+    function: str | None = None
+    args: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+
+    @property
+    def lateral(self) -> bool:
+        """Joined with rows made from each row (UNNEST, a table function) rather than a source."""
+        return self.unnest is not None or self.function is not None
 
     def __post_init__(self) -> None:
         where = f"join with {self.source!r}"
@@ -191,6 +204,15 @@ class Join:
             raise JobError(f"{where}: type {self.type!r} is unknown; write inner, left, right, full or cross")
         object.__setattr__(self, "type", kind)
         object.__setattr__(self, "using", tuple(self.using))
+        object.__setattr__(self, "args", tuple(self.args))
+        object.__setattr__(self, "columns", tuple(self.columns))
+        if self.lateral:
+            self._check_lateral(where)
+            return
+        if self.args or self.columns:
+            raise JobError(
+                f"{where}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
+            )
         conditions = sum([bool(self.on), bool(self.using), bool(self.natural)])
         if kind == "cross" and conditions:
             raise JobError(
@@ -223,6 +245,44 @@ class Join:
                 f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
                 "or 'event_time' (the version valid at the row's event time)"
             )
+
+    def _check_lateral(self, where: str) -> None:
+        """An UNNEST or table-function join's settings (Flink's array expansion and LATERAL TABLE)."""
+        what = "an UNNEST" if self.unnest is not None else "a table-function"
+        if self.unnest is not None and self.function is not None:
+            raise JobError(f"{where}: give either 'unnest' (an array column) or 'function', not both")
+        if self.type not in ("inner", "left", "cross"):
+            raise JobError(
+                f"{where}: {what} join is INNER (CROSS JOIN UNNEST, a row with no element is dropped) or LEFT "
+                f"(the row kept, padded); type {self.type} has no meaning for rows made from the row itself"
+            )
+        if self.type == "cross":
+            object.__setattr__(self, "type", "inner")  # CROSS JOIN UNNEST(...) is Flink's inner form
+        if self.using or self.natural or (self.on is not None and str(self.on).strip().lower() != "true"):
+            raise JobError(
+                f"{where}: {what} join pairs each row with the rows made from it and takes no condition "
+                "(Flink: ON TRUE); remove 'on'/'using'/'natural' and filter in 'where'"
+            )
+        object.__setattr__(self, "on", None)
+        if self.bounds or self.window or self.rows or self.as_of or self.asof or self.emit != "final":
+            raise JobError(
+                f"{where}: {what} join is decided as each row arrives; remove within/between/window/rows/"
+                "as_of/asof/emit"
+            )
+        if self.grace != DEFAULT_GRACE:
+            raise JobError(f"{where}: {what} join judges no row late; remove 'grace'")
+        if self.unnest is not None and self.args:
+            raise JobError(f"{where}: 'args' are a table function's; UNNEST takes its array in 'unnest'")
+        if self.function is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", self.function):
+            raise JobError(
+                f"{where}: function {self.function!r} should name a Spark Python UDTF as module:attribute, e.g. "
+                "function: mypackage.functions:split_words"
+            )
+        for name in self.columns:
+            if not _NAME.match(name):
+                raise JobError(f"{where}: column name {name!r} must be an identifier (letters, digits, _)")
+        if len(set(self.columns)) != len(self.columns):
+            raise JobError(f"{where}: columns {list(self.columns)} name a column twice")
 
     def _check_rows(self, where: str) -> None:
         """A ROWS-window join's settings that no source is needed to refuse."""
@@ -383,7 +443,8 @@ class JoinSpec:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Source names in the order they enter the join chain."""
+        """Names in the order they enter the join chain: sources, and the name of the rows a
+        lateral join (UNNEST, a table function) makes."""
         return (self.start,) + tuple(j.source for j in self.joins)
 
     def with_root(self, root: str | os.PathLike) -> JoinSpec:
@@ -441,7 +502,19 @@ def _validate(spec: JoinSpec) -> None:
         raise JobError(f"{where}: source names must be unique; {', '.join(duplicates)} appear twice")
     if not spec.joins:
         raise JobError(f"{where}: 'joins' is empty; a join job needs at least one join")
-    chain = spec.names
+    made = [j.source for j in spec.joins if j.lateral]
+    for name in made:
+        if name in names:
+            raise JobError(
+                f"{where}: {name!r} names both a source and the rows an UNNEST or table-function join makes; "
+                "give the join another 'as'"
+            )
+    if made and len(spec.joins) > 1:
+        raise JobError(
+            f"{where}: an UNNEST or table-function join runs as the job's only join for now; split the job: "
+            "write the expanded rows to a table in one job and join that table in a second"
+        )
+    chain = [n for n in spec.names if n not in made]
     for name in chain:
         if name not in names:
             raise JobError(
@@ -458,9 +531,16 @@ def _validate(spec: JoinSpec) -> None:
         )
     left_kind = spec.source(spec.start).kind
     for join in spec.joins:
+        link = f"{where}, join with {join.source!r}"
+        if join.lateral:
+            if left_kind != "stream":
+                raise JobError(
+                    f"{link}: UNNEST and table functions expand the rows of a stream; {spec.start!r} is a table, "
+                    "whose rows change. Declare it kind: stream if its rows are events"
+                )
+            continue
         right_kind = spec.source(join.source).kind
         pair = (left_kind, right_kind)
-        link = f"{where}, join with {join.source!r}"
         if join.type not in SUPPORTED_TYPES[pair]:
             reason = _REFUSALS.get(pair + (join.type,)) or _REFUSALS.get(pair) or "unsupported"
             allowed = ", ".join(SUPPORTED_TYPES[pair]) or "none"
@@ -701,8 +781,13 @@ def _start_value(value: Any) -> int | str | None:
 def _join_from_dict(item: Any, origin: str) -> Join:
     if isinstance(item, dict) and True in item:
         item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
+    if isinstance(item, dict) and "join" not in item and ("unnest" in item or "function" in item):
+        return _lateral_from_dict(item, origin)
     if not isinstance(item, dict) or "join" not in item:
-        raise JobError(f"{origin}: each entry of 'joins' needs 'join: <source name>'")
+        raise JobError(
+            f"{origin}: each entry of 'joins' needs 'join: <source name>' (or 'unnest: <array column>' or "
+            "'function: module:udtf' with 'as: <name>')"
+        )
     where = f"{origin}: join with {item['join']!r}"
     _only(
         item,
@@ -765,6 +850,30 @@ def _join_from_dict(item: Any, origin: str) -> Join:
         asof=bool(item.get("asof", False)),
         window=window,
         rows=tuple((str(name), count) for name, count in (item.get("rows") or {}).items()),
+    )
+
+
+def _lateral_from_dict(item: dict, origin: str) -> Join:
+    """`unnest: orders.tags` or `function: pkg.mod:udtf` with `args`, named by `as`."""
+    what = f"unnest {item['unnest']!r}" if "unnest" in item else f"function {item['function']!r}"
+    where = f"{origin}: join {what}"
+    _only(item, {"unnest", "function", "args", "as", "columns", "type", "on"}, where)
+    alias = item.get("as")
+    if not isinstance(alias, str) or not _NAME.match(alias):
+        raise JobError(
+            f"{where}: give the rows it makes a name with 'as' (an identifier), e.g. as: t; select them as t.<column>"
+        )
+    args = item.get("args", [])
+    if not isinstance(args, list):
+        raise JobError(f"{where}: 'args' is a list of expressions, e.g. args: [orders.comment]")
+    return Join(
+        source=alias,
+        type=item.get("type", "inner"),
+        on=item.get("on"),
+        unnest=None if "unnest" not in item else str(item["unnest"]),
+        function=None if "function" not in item else str(item["function"]),
+        args=tuple(str(a) for a in args),
+        columns=_names(item.get("columns")),
     )
 
 

@@ -1,0 +1,127 @@
+"""Lateral joins (Flink): each stream row joined with rows made from the row itself.
+
+- **UNNEST** (`unnest: orders.tags`, Flink's `CROSS JOIN UNNEST(tags) AS t (tag)`): one row per
+  element of an array (a struct element's fields become columns) or per entry of a map (`key`,
+  `value`).
+- **Table functions** (`function: module:udtf`, Flink's `LATERAL TABLE(f(x))`): the rows a Spark
+  Python UDTF yields for the row's arguments (`streamjoin.functions`).
+
+INNER (and CROSS) drops a row that makes no row (an empty or NULL array, a call that yields
+nothing); LEFT keeps it once, the made columns NULL (Flink's `LEFT JOIN ... ON TRUE`). A row is
+decided as it arrives: its answer depends on nothing else, so nothing is late, nothing waits, and
+no state is kept. Output event time is the row's own. Accounting per input row: `joined` when it
+made at least one row, else `unmatched_emitted` (LEFT) or `unmatched_dropped` (INNER), counted in
+the pass that writes the output.
+
+A replay equals the live run because the made rows are a function of the row: a table function
+must depend on its arguments alone (no clock, no randomness, no outside lookups; a lookup join
+records outside answers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StructType
+
+from streamjoin import arrival, functions
+from streamjoin.arrival import REJECT, T, user_columns
+from streamjoin.joins.base import Deferred, JoinOperator, SliceCounts, StepInput, StepResult, register
+from streamjoin.metrics import SourceCounts
+from streamjoin.plan import BoundJoin, Plan
+
+_ORDINAL = functions.ORDINAL  # a made row's number among its row's, from 0; NULL: none made
+
+
+@dataclass(frozen=True)
+class LateralJoin(JoinOperator):
+    source: str  # the stream whose rows are expanded
+    name: str  # what the made rows go by (`as`)
+    type: str  # inner | left
+    family: str  # unnest | function
+    lateral: tuple[str, ...]  # the UNNEST expression, or the function's arguments
+    made: StructType  # the made rows' columns as the job names them
+    function: str | None
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> LateralJoin:
+        assert join.made is not None  # the plan gives a lateral join the schema of its made rows
+        return cls(
+            join.left[0], join.right, join.spec.type, join.family, join.lateral, join.made, join.spec.function
+        )
+
+    def reads_rows_once(self) -> bool:
+        return True
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Expand every settled row, count what each made per slice as the output is written."""
+        rows = inputs.settled[self.source].drop(REJECT)
+        made = self._expanded(rows)
+        slices = inputs.slices
+        owner = slices.number(F.col(T))
+        first, none = F.col(_ORDINAL) == F.lit(0), F.col(_ORDINAL).isNull()
+        tally = SliceCounts(made, len(slices), joined=(owner, first), unmatched=(owner, none))
+        kept = tally.rows if self.type == "left" else tally.rows.where(~none)
+        emitted = kept.where(slices.inside(F.col(T)))
+        padded = self.type == "left"
+
+        def counts() -> list[dict[str, SourceCounts]]:
+            return [
+                {
+                    self.source: SourceCounts(
+                        joined=counted["joined"],
+                        unmatched_emitted=counted["unmatched"] if padded else 0,
+                        unmatched_dropped=0 if padded else counted["unmatched"],
+                    )
+                }
+                for counted in tally.get().values()
+            ]
+
+        nothing = rows.where(F.lit(False))
+        return StepResult(
+            output=plan.project(emitted, F.col(T)),
+            late=arrival.side_rows(nothing, self.source, F.lit("late")),
+            by_slice=Deferred(counts),
+            state={self.source: nothing} if inputs.keep_state else None,
+            max_event=inputs.timeline.max_event,
+        )
+
+    def _expanded(self, rows: DataFrame) -> DataFrame:
+        """Per made row (and per row that made none): the row's event time, the row as a struct
+        named by its source, the made row as a struct named by `name` (NULL for none), and
+        `_ORDINAL`."""
+        own = F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])
+        row = rows.select(F.col(T), own.alias(self.source))
+        fields = self.made.fieldNames()
+        if self.family == "unnest":
+            (expression,) = self.lateral
+            kind = row.select(F.expr(expression)).schema[0].dataType
+            if isinstance(kind, ArrayType):
+                made = row.select("*", F.posexplode_outer(F.expr(expression)).alias(_ORDINAL, "_sj_v"))
+                parts = (
+                    [F.col("_sj_v")[f] for f in kind.elementType.fieldNames()]
+                    if isinstance(kind.elementType, StructType)
+                    else [F.col("_sj_v")]
+                )
+            else:  # a map (the plan refuses other types)
+                made = row.select(
+                    "*", F.posexplode_outer(F.expr(expression)).alias(_ORDINAL, "_sj_k", "_sj_v")
+                )
+                parts = [F.col("_sj_k"), F.col("_sj_v")]
+        else:
+            assert self.function is not None  # the family says which
+            udtf = functions.numbered(
+                functions.load(self.function, f"join {self.name!r}"), self.function, tuple(fields)
+            )
+            call = udtf(*[F.expr(a).outer() for a in self.lateral]).alias("_sj_made")
+            made = row.alias("_sj_row").lateralJoin(call)
+            parts = [F.col(f"_sj_made.`{f}`") for f in fields]
+        item = F.when(
+            F.col(_ORDINAL).isNotNull(), F.struct(*[p.alias(f) for p, f in zip(parts, fields, strict=True)])
+        )
+        return made.select(F.col(T), F.col(self.source), item.alias(self.name), F.col(_ORDINAL))
+
+
+register("unnest", "function")(LateralJoin.build)

@@ -65,6 +65,7 @@ SLOWEST_FIRST = (
     "test_table_table",  # 114
     "test_dags",  # 111
     "test_equivalence",  # 105
+    "test_lateral_seeds",  # about 100 (2026-11-26, new)
     "test_cluster",  # 101
 )
 

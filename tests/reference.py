@@ -683,3 +683,28 @@ def asof_reference(
         stream, [(how, arrival_table(table, stream, skew, asof=True), by_stream_key)]
     )
     return out, counts
+
+
+def lateral_reference(
+    rows: list[tuple[str, object, int | None]], how: str, made: Callable[[object], list[tuple]], width: int
+) -> tuple[Counter, dict[str, int]]:
+    """UNNEST and table-function joins: rows (id, value, seconds; a NULL time is rejected) each
+    joined with the `made(value)` rows (tuples of `width` columns); INNER drops a row that makes
+    none, LEFT writes it once padded with NULLs. Output: (id, *made columns, seconds)."""
+    output: Counter = Counter()
+    counts = dict.fromkeys(BUCKETS, 0)
+    for id_, value, t in rows:
+        counts["rows_in"] += 1
+        if t is None:
+            counts["rejected"] += 1
+            continue
+        items = made(value)
+        if items:
+            counts["joined"] += 1
+            output.update((id_, *item, t) for item in items)
+        elif how == "left":
+            counts["unmatched_emitted"] += 1
+            output[(id_, *([None] * width), t)] += 1
+        else:
+            counts["unmatched_dropped"] += 1
+    return output, counts

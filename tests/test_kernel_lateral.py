@@ -1,0 +1,217 @@
+"""UNNEST and table-function joins decided at the kernel's level, against `reference.lateral_reference`.
+
+Hundreds of rows per example (arrays empty, NULL or holding NULLs; texts blank, NULL or of several
+words; NULL times rejected), many commits: one replay step over slices of every size, and the
+live runner's `decide` over micro-batches that cut commits, each against the reference.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from conftest import BASE, append
+from harness import base_micros
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_harness import SETTINGS
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
+from reference import BUCKETS, lateral_reference
+
+from streamjoin import arrival, kernel
+from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.plan import bind
+from streamjoin.runners.live import PENDING, Progress, batch_commits, decide
+from streamjoin.spec import spec_from_dict
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))
+ORDERS = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("tags", ArrayType(StringType())),
+        StructField("note", StringType()),
+        StructField("t", TimestampType()),
+    ]
+)
+ARRIVALS = StructType(
+    [*ORDERS.fields, StructField(COMMIT_VERSION, LongType()), StructField(COMMIT_TIMESTAMP, TimestampType())]
+)
+# What each join makes of a row's value, as the reference sees it: (made rows, columns per row).
+KINDS = {
+    "unnest": (lambda tags: [(tag,) for tag in tags or []], 1),
+    "function": (lambda note: [(w, i) for i, w in enumerate((note or "").split())], 2),
+}
+WORDS = st.sampled_from(["a", "b", "cc", "d e"])
+
+
+@st.composite
+def histories(draw, most: int = 60):
+    """Rows (id, tags, note, seconds) in commits: [(version, rows)], versions 1, 2, ..."""
+    rows = draw(
+        st.lists(
+            st.tuples(
+                st.none() | st.lists(st.none() | WORDS, max_size=3),
+                st.none() | st.lists(WORDS, max_size=3).map(" ".join),
+                st.none() | st.integers(0, 200),
+            ),
+            min_size=1,
+            max_size=most,
+        )
+    )
+    sizes = draw(st.lists(st.integers(1, 8), min_size=len(rows), max_size=len(rows)))
+    commits, start = [], 0
+    for size in sizes:
+        if start >= len(rows):
+            break
+        commits.append(
+            (len(commits) + 1, [(f"{start + i}", *r) for i, r in enumerate(rows[start : start + size])])
+        )
+        start += size
+    return commits
+
+
+def plan_for(spark, root, kind: str, how: str):
+    join = (
+        {"unnest": "tags", "as": "m", "columns": ["tag"]}
+        if kind == "unnest"
+        else {"function": "table_functions:split_words", "args": ["note"], "as": "m"}
+    )
+    select = ["orders.id", "m.tag"] if kind == "unnest" else ["orders.id", "m.word", "m.position"]
+    return bind(
+        spark,
+        spec_from_dict(
+            {
+                "name": "lateral",
+                "sources": {"orders": {"path": str(root / "orders"), "time": "t"}},
+                "from": "orders",
+                "joins": [{**join, "type": how}],
+                "select": select,
+                "output": {"path": str(root / "out")},
+            }
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def root(spark, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kernel_lateral")
+    append(spark, folder / "orders", [], ORDERS)
+    return folder
+
+
+def prepared(spark, plan, commits):
+    """The commits' rows as the runners hand them to the kernel (arrival columns, rejection)."""
+    rows = [
+        (
+            id_,
+            tags,
+            note,
+            None if t is None else BASE + timedelta(seconds=t),
+            version,
+            BASE + timedelta(seconds=version),
+        )
+        for version, part in commits
+        for id_, tags, note, t in part
+    ]
+    (source,) = plan.streams
+    frame = spark.createDataFrame(rows, ARRIVALS)
+    return arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
+
+
+def expected(commits, kind, how, inside=lambda t: True):
+    made, width = KINDS[kind]
+    value = 1 if kind == "unnest" else 2
+    rows = [(r[0], r[value], r[3]) for _, part in commits for r in part if r[3] is None or inside(r[3])]
+    return lateral_reference(rows, how, made, width)
+
+
+def written(spark, output) -> Counter:
+    base = base_micros(spark)
+    columns = [c for c in output.columns if c != "event_time"]
+    got = output.select(*columns, F.unix_micros("event_time").alias("_t")).collect()
+    return Counter((*(r[c] for c in columns), (r["_t"] - base) // 1_000_000) for r in got)
+
+
+DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(
+    kind=st.sampled_from(sorted(KINDS)),
+    how=st.sampled_from(("inner", "left")),
+    commits=histories(),
+    cuts=st.lists(st.integers(0, 200), max_size=3).map(sorted),
+)
+def test_replayed_slices_decide_as_the_reference(spark, root, kind, how, commits, cuts):
+    """One replay step over consecutive slices: each slice writes and counts what the reference
+    gives for the rows whose event time it holds."""
+    plan = plan_for(spark, root, kind, how)
+    accepted, _ = kernel.split_rejected(prepared(spark, plan, commits))
+    bounds = [-1, *cuts, 201]
+    windows = list(zip(bounds, bounds[1:], strict=False))
+    base = base_micros(spark)
+    slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
+    timeline = arrival.Timeline({}, None)
+    result = kernel.step(
+        spark, plan, kernel.StepInput({"orders": accepted}, timeline, "exact", slices=slices)
+    )
+    output = written(spark, result.output)
+    for k, (a, b) in enumerate(windows):
+        rows, counts = expected(commits, kind, how, lambda t, a=a, b=b: a <= t < b)
+        assert Counter({r: n for r, n in output.items() if a <= r[-1] < b}) == rows, (a, b)
+        assert {c: getattr(result.by_slice[k]["orders"], c) for c in DECIDED} == {
+            c: counts[c] for c in DECIDED
+        }
+
+
+@settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
+@given(
+    kind=st.sampled_from(sorted(KINDS)),
+    how=st.sampled_from(("inner", "left")),
+    commits=histories(),
+    data=st.data(),
+)
+def test_micro_batches_decide_as_the_reference(spark, root, kind, how, commits, data):
+    """The live runner's `decide`, batch after batch over cuts that may split a commit: every row is
+    written and counted once, as the reference says, and nothing is left open or waiting."""
+    plan = plan_for(spark, root, kind, how)
+    frame = prepared(spark, plan, commits)
+    rows, schema = frame.collect(), frame.schema
+    ends = sorted(data.draw(st.sets(st.integers(1, len(rows)), max_size=4)) | {len(rows)})
+    per_version = Counter(r[arrival.V] for r in rows)
+    state, previous, output, counts = None, None, Counter(), Counter()
+    start = 0
+    for batch, end in enumerate(ends):
+        new = {"orders": spark.createDataFrame(rows[start:end], schema)}
+        start = end
+        decision = decide(
+            spark, plan, new, batch_commits(new, state), state, previous, lambda s, v: per_version[v]
+        )
+        output += written(spark, decision.result.output)
+        decided = decision.result.counts["orders"]
+        counts.update(
+            {"rows_in": decision.counts["orders"].rows_in, "rejected": decision.counts["orders"].rejected}
+        )
+        counts.update({c: getattr(decided, c) for c in DECIDED})
+        kept = {name: frame.collect() for name, frame in decision.next_state.items()}
+        state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
+        waiting = sum(1 for r in kept["orders"] if r[PENDING])
+        previous = Progress(
+            batch,
+            decision.result.max_event,
+            decision.settling.newest,
+            {"orders": waiting},
+            decision.settling.partial,
+        )
+        for frame in decision.cached:
+            frame.unpersist()
+    reference_rows, reference_counts = expected(commits, kind, how)
+    assert output == reference_rows
+    assert waiting == 0 and not any(r[PENDING] for r in kept["orders"])
+    assert {b: counts[b] for b in BUCKETS if b not in ("unsettled",)} == {
+        b: reference_counts[b] for b in BUCKETS if b != "unsettled"
+    }

@@ -13,8 +13,9 @@ A `.sql` job file declares its sources and holds one query that creates the outp
 
 It is parsed with sqlglot (Spark's dialect, which the conditions and expressions are written in,
 extended with ksqlDB's `CREATE STREAM`, `WITHIN` and `GRACE PERIOD`, SQLstream's `SELECT STREAM`
-and `OVER (RANGE ...)` join windows, and the `WATERMARK FOR` and `METADATA` columns of Flink's and
-RisingWave's source declarations) and turned into the mapping a
+and `OVER (RANGE ...)` join windows, the `WATERMARK FOR` and `METADATA` columns of Flink's and
+RisingWave's source declarations, and Flink's `CREATE FUNCTION ... LANGUAGE PYTHON` for the table
+functions of `LATERAL TABLE(...)`) and turned into the mapping a
 YAML job holds, so `spec_from_dict` checks it as it checks YAML and every command takes either
 (docs/job-spec.md, "Jobs in SQL"). Aliases (`FROM orders o`) name sources in the statement only:
 the JoinSpec, its metrics and its side tables use the declared names.
@@ -241,6 +242,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             f"parse: {_first_line(error.get('description') or str(exc))}"
         ) from None
     declarations: dict[str, exp.Create] = {}
+    functions: dict[str, str] = {}  # Flink's CREATE FUNCTION name AS 'module.attr' LANGUAGE PYTHON
     views: dict[str, tuple[str, str, exp.Expr]] = {}  # Lenses' view -> (the source it reads, as what, where)
     queries: list[tuple[str, exp.Create | None, exp.Expr]] = []  # (output, its settings' statement, query)
     for statement in statements:
@@ -252,6 +254,8 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             )
         if isinstance(statement, exp.With):
             views.update(_views(statement, origin))
+        elif isinstance(statement, exp.Create) and statement.args.get("kind") == "FUNCTION":
+            functions.update(_function(statement, origin))
         elif isinstance(statement, exp.Insert) and isinstance(statement.this, exp.Table):
             queries.append((statement.this.name, None, statement.expression))
         elif isinstance(statement, exp.Create) and statement.args.get("kind") in ("STREAM", "TABLE", "VIEW"):
@@ -290,11 +294,11 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     _read_through_views(sources, delays, views, origin)
     windowed = _time_windows(query, sources, origin)
     _split_self_joins(query, sources, delays, origin)
-    document = _compile_query(name, create, query, sources, origin)
+    document = _compile_query(name, create, query, sources, functions, origin)
     _windows_of_joins(document, windowed, origin)
     _grace_from_watermarks(document, delays)
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
-    return document, {name: place for name, place in places.items() if place}
+    return document, {name: place for name, place in places.items() if name and place}
 
 
 def _views(statement: exp.With, origin: str) -> dict[str, tuple[str, str, exp.Expr]]:
@@ -450,7 +454,12 @@ def _split_self_joins(
 
 
 def _compile_query(
-    name: str, create: exp.Create, query: exp.Expr, sources: dict[str, dict[str, Any]], origin: str
+    name: str,
+    create: exp.Create,
+    query: exp.Expr,
+    sources: dict[str, dict[str, Any]],
+    functions: dict[str, str],
+    origin: str,
 ) -> dict[str, Any]:
     """The job mapping of the query that writes output `name` (its settings in `create`'s WITH)."""
     where = f"{origin}: {name}"
@@ -478,7 +487,12 @@ def _compile_query(
         )
     joined = query.args.get("joins") or []
     # Every joined source and its alias first: WHERE may name any of them.
-    names = [_source_of(join.this, sources, aliases, where) for join in joined]
+    names = [
+        None
+        if isinstance(join.this, (exp.Unnest, exp.Lateral))
+        else _source_of(join.this, sources, aliases, where)
+        for join in joined
+    ]
     overs = {
         aliases.get(t.alias or t.name, t.name): t.args["over"]
         for t in (start.this, *(j.this for j in joined))
@@ -507,6 +521,11 @@ def _compile_query(
         joined[0].this.set("within", exp.Tuple(expressions=[trailing]))
     joins, seen = [], [first]
     for join, source in zip(joined, names, strict=True):
+        if source is None:
+            item = _compile_lateral(join, aliases, functions, where)
+            joins.append(item)
+            seen.append(item["as"])
+            continue
         item, filters = _compile_join(
             join, source, sources, aliases, seen, filters, windows, where, sole=len(joined) == 1
         )
@@ -590,7 +609,7 @@ def _grace_from_watermarks(document: dict[str, Any], delays: dict[str, timedelta
     watermarks of their inputs. Without declared watermarks, the YAML default stands."""
     before = [document["from"]]
     for item in document["joins"]:
-        before.append(item["join"])
+        before.append(item.get("join") or item["as"])
         declared = [delays[name] for name in before if name in delays]
         if "grace" not in item and declared:
             item["grace"] = format_duration(max(declared))
@@ -600,7 +619,7 @@ def _stream_first(first: str, joins: list[dict[str, Any]], sources: dict[str, di
     """Lenses' `customersTable RIGHT JOIN ordersStream`, the mirror of `ordersStream LEFT JOIN
     customersTable` (the same rows), as that join: only a stream's rows drive a stream-table join.
     Returns the query's first source, swapped into the join when mirrored."""
-    if len(joins) != 1 or joins[0].get("type") != "right":
+    if len(joins) != 1 or joins[0].get("type") != "right" or "join" not in joins[0]:
         return first
     join = joins[0]
     if (sources[first]["kind"], sources[join["join"]]["kind"]) != ("table", "stream"):
@@ -924,11 +943,6 @@ def _source_of(
     table: exp.Expr, sources: dict[str, dict[str, Any]], aliases: dict[str, str], where: str
 ) -> str:
     """The declared source a FROM or JOIN item names; records its alias."""
-    planned = _planned_family(table)
-    if planned:
-        raise JobError(
-            f"{where}: {_at(table)}{_head(table)}: {planned} join family, planned (docs/job-spec.md)"
-        )
     if not isinstance(table, exp.Table) or not table.name:
         raise JobError(f"{where}: {_at(table)}FROM and JOIN take declared sources, not {_head(table)}")
     name = table.name
@@ -943,14 +957,62 @@ def _source_of(
     return name
 
 
-def _planned_family(item: exp.Expr) -> str | None:
-    """The join family a FROM or JOIN item belongs to when it is not built yet: UNNEST and table
-    functions (LATERAL TABLE)."""
+def _compile_lateral(
+    join: exp.Join, aliases: dict[str, str], functions: dict[str, str], where: str
+) -> dict[str, Any]:
+    """Flink's `CROSS JOIN UNNEST(tags) AS t (tag)`, `, LATERAL TABLE(f(x)) t(res)` and `LEFT JOIN
+    LATERAL TABLE(f(x)) t(res) ON TRUE` as a join entry (`f` declared by CREATE FUNCTION)."""
+    item = join.this
+    alias = item.args.get("alias")
+    if alias is None or not alias.name:
+        raise JobError(f"{where}: {_at(item)}name the rows {_head(item)} makes: ... AS t (column, ...)")
+    entry: dict[str, Any] = {"as": alias.name}
+    columns = [c.name for c in alias.args.get("columns") or []]
+    if columns:
+        entry["columns"] = columns
     if isinstance(item, exp.Unnest):
-        return "UNNEST comes with the UNNEST and table-function"
-    if isinstance(item, exp.Lateral):
-        return "a table function comes with the UNNEST and table-function"
-    return None
+        if len(item.expressions) != 1 or item.args.get("offset"):
+            raise JobError(f"{where}: {_at(item)}UNNEST takes one array or map column, without WITH OFFSET")
+        entry["unnest"] = _sql(item.expressions[0], aliases)
+    else:
+        call = item.this
+        if isinstance(call, exp.Anonymous) and call.name.upper() == "TABLE" and len(call.expressions) == 1:
+            call = call.expressions[0]  # Flink's LATERAL TABLE(f(x))
+        if not isinstance(call, exp.Anonymous) or call.name.lower() not in functions:
+            called = call.name if isinstance(call, exp.Func) else _head(call)
+            raise JobError(
+                f"{where}: {_at(item)}{called} is no declared table function; declare it first: CREATE TEMPORARY "
+                f"FUNCTION {called} AS 'module.udtf' LANGUAGE PYTHON (a Spark Python UDTF)"
+            )
+        entry["function"] = functions[call.name.lower()]
+        entry["args"] = [_sql(arg, aliases) for arg in call.expressions]
+    side = (join.args.get("side") or "").upper()
+    on = join.args.get("on")
+    if side not in ("", "LEFT") or (on is not None and not (isinstance(on, exp.Boolean) and on.this is True)):
+        raise JobError(
+            f"{where}: {_at(item)}{_head(item)} is joined INNER (a comma or CROSS JOIN) or LEFT JOIN ... ON TRUE "
+            "(Flink); filter in WHERE"
+        )
+    entry["type"] = "left" if side == "LEFT" else "inner"
+    aliases[alias.name] = alias.name
+    return entry
+
+
+def _function(statement: exp.Create, origin: str) -> dict[str, str]:
+    """Flink's `CREATE [TEMPORARY] FUNCTION name AS 'module.attribute' LANGUAGE PYTHON`: the name
+    -> `module:attribute`."""
+    name, target = _created_name(statement), statement.expression
+    language = next(
+        (p.this.name.upper() for p in statement.find_all(exp.LanguageProperty) if p.this is not None), None
+    )
+    path = target.this if isinstance(target, exp.Literal) and target.is_string else ""
+    module, _, attribute = path.rpartition(".")
+    if language != "PYTHON" or not module:
+        raise JobError(
+            f"{origin}: {_at(statement)}function {name}: declare a Spark Python UDTF as CREATE TEMPORARY FUNCTION "
+            f"{name} AS 'module.udtf' LANGUAGE PYTHON"
+        )
+    return {name.lower(): f"{module}:{attribute}"}
 
 
 def _source_name(table: exp.Expr) -> str:

@@ -711,25 +711,87 @@ FROM Orders AS o
     assert compiled(declarations, query.replace("o.proc_time", "o.order_time")).joins[0].as_of == "event_time"
 
 
+FLINK_ORDERS = """CREATE STREAM Orders WITH (path='orders', time='t');
+CREATE TEMPORARY FUNCTION table_func AS 'table_functions.split_words' LANGUAGE PYTHON;"""
+
+
+@pytest.mark.parametrize(
+    ("query", "join"),
+    [
+        (
+            "SELECT order_id, tag\nFROM Orders CROSS JOIN UNNEST(tags) AS t (tag)",
+            {"unnest": "tags", "as": "t", "columns": ["tag"], "type": "inner"},
+        ),
+        (
+            "SELECT order_id, res\nFROM Orders,\nLATERAL TABLE(table_func(order_id)) t(res, pos)",
+            {
+                "function": "table_functions:split_words",
+                "args": ["order_id"],
+                "as": "t",
+                "columns": ["res", "pos"],
+            },
+        ),
+        (
+            "SELECT order_id, res\nFROM Orders\nLEFT OUTER JOIN LATERAL TABLE(table_func(order_id)) t(res, pos)\n  ON TRUE",
+            {
+                "function": "table_functions:split_words",
+                "args": ["order_id"],
+                "as": "t",
+                "columns": ["res", "pos"],
+                "type": "left",
+            },
+        ),
+    ],
+)
+def test_flinks_unnest_and_table_functions_compile_to_the_yaml_jobs(query, join):
+    """Flink's array expansion and its INNER and LEFT table-function joins (004, as printed; the
+    function's second column named too), with the function declared by CREATE FUNCTION."""
+    spec = compiled(FLINK_ORDERS, query)
+    twin = spec_from_dict(
+        {
+            "name": "joined",
+            "sources": {"Orders": {"path": "orders", "time": "t"}},
+            "from": "Orders",
+            "joins": [join],
+            "select": ["order_id", query.split(",")[1].split()[0]],
+            "output": {"path": "out"},
+        }
+    )
+    assert spec.joins == twin.joins
+    assert spec.select == twin.select
+
+
 @pytest.mark.parametrize(
     ("query", "message"),
     [
         (
-            "SELECT * FROM a CROSS JOIN UNNEST(tags) AS t(tag)",
-            "line 4, column 35: UNNEST(tags) AS t(tag): UNNEST comes with the UNNEST and table-function join family",
+            "SELECT * FROM Orders, LATERAL TABLE(other_func(order_id)) t(res)",
+            "other_func is no declared table function; declare it first: CREATE TEMPORARY FUNCTION other_func",
         ),
         (
-            "SELECT * FROM a, LATERAL TABLE(f(k)) AS t(res)",
-            "LATERAL TABLE(F(k)) AS t(res): a table function comes with the UNNEST and table-function join family",
+            "SELECT * FROM Orders RIGHT JOIN LATERAL TABLE(table_func(order_id)) t(res, pos) ON TRUE",
+            "is joined INNER (a comma or CROSS JOIN) or LEFT JOIN ... ON TRUE",
         ),
+        (
+            "SELECT * FROM Orders LEFT JOIN LATERAL TABLE(table_func(order_id)) t(res, pos) ON t.res = 'x'",
+            "is joined INNER (a comma or CROSS JOIN) or LEFT JOIN ... ON TRUE",
+        ),
+        ("SELECT * FROM Orders CROSS JOIN UNNEST(tags)", "name the rows UNNEST(tags) makes"),
     ],
 )
-def test_the_families_still_to_come_are_named(query, message):
-    """The seeds' UNNEST and table-function joins are refused as planned families, by name."""
-    declarations = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');"
-    with pytest.raises(JobError) as error:
-        compiled(declarations, query)
-    assert message in str(error.value)
+def test_lateral_statements_flink_would_not_take_are_refused(query, message):
+    with pytest.raises(JobError, match=re.escape(message)):
+        compiled(FLINK_ORDERS, query)
+
+
+def test_a_function_declared_in_another_language_is_refused():
+    declarations = (
+        "CREATE STREAM Orders WITH (path='o', time='t');\nCREATE FUNCTION f AS 'com.acme.F' LANGUAGE JAVA;"
+    )
+    with pytest.raises(
+        JobError, match="declare a Spark Python UDTF as CREATE TEMPORARY FUNCTION f AS 'module.udtf'"
+    ):
+        compiled(declarations, "SELECT * FROM Orders, LATERAL TABLE(f(x)) t(y)")
 
 
 def test_risingwaves_window_join_compiles_to_the_yaml_job():

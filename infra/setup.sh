@@ -22,11 +22,16 @@ fi
 # (streamjoin/jars.py; a folder that holds the jars of the shipped POM is left as it is).
 .venv/bin/streamjoin setup-jars --dir "$root/.jars" >/dev/null
 
-# Debian's chromium and its driver, for the report's browser test (tests/test_report.py).
-if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+# Debian's packages the tests start on loopback: chromium and its driver (the report's browser
+# test, tests/test_report.py) and PostgreSQL (the lookup joins' database, tests/postgres.py).
+packages=""
+{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || packages="chromium chromium-driver"
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || packages="$packages postgresql"
+if [ -n "$packages" ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+  # shellcheck disable=SC2086  # the package list splits on purpose
+  $sudo apt-get install -y -qq --no-install-recommends $packages >/dev/null
 fi

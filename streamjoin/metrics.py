@@ -125,6 +125,7 @@ class RunMetrics:
     deletes: int = 0  # table-table joins: result rows removed (output tombstones)
     links: list[LinkCounts] = field(default_factory=list)  # per link of a chain (enrichment joins)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (Stopwatch)
+    lookups: int = 0  # lookup joins: answers fetched from the database in this run, not the journal
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
@@ -147,6 +148,7 @@ class RunMetrics:
                 else ""
             )
             + self._link_note()
+            + (f", looked up in the database (not yet in the journal) {self.lookups}" if self.lookups else "")
             + " "
             f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note() + self._time_note()
         )
@@ -249,6 +251,7 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         duration_s=sum(r.duration_s for r in runs),
         upserts=sum(r.upserts for r in runs),
         deletes=sum(r.deletes for r in runs),
+        lookups=sum(r.lookups for r in runs),
         links=links,
         phases=phases,
     )
@@ -277,6 +280,7 @@ SCHEMA = StructType(
         StructField("deletes", LongType()),
         StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
         StructField("by_phase", StringType()),  # JSON {phase: seconds}; added later still
+        StructField("lookups", LongType()),  # lookup joins (RunMetrics.lookups); added with them
     ]
 )
 

@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from streamjoin import delta_io, functions
+from streamjoin import database, delta_io, functions
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
@@ -429,6 +429,8 @@ def _bind_lateral(
     the columns of the rows it makes (an array's elements, or a struct element's fields; a map's
     key and value; the function's return type), renamed by `columns`."""
     (name,) = left_names  # the job's only join (spec)
+    if join.lookup is not None:
+        return _bind_lookup(spark, join, left_names, schemas, where)
     row = spark.createDataFrame([], schemas[name]).alias(name)
 
     def resolved(what: str, expressions: list[str]) -> StructType:
@@ -470,6 +472,47 @@ def _bind_lateral(
         )
     made = StructType([StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)])
     return BoundJoin(join, left_names, join.source, family, (), None, lateral=lateral, made=made)
+
+
+def _bind_lookup(
+    spark: SparkSession,
+    join: Join,
+    left_names: tuple[str, ...],
+    schemas: dict[str, StructType],
+    where: str,
+) -> BoundJoin:
+    """A lookup join: the database table's columns (read through JDBC now, so an unreachable
+    database is refused before data moves), its condition split into the key equalities (at
+    least one, Flink's rule) and the other terms."""
+    assert join.lookup is not None and join.on  # the spec requires both
+    table = database.table(spark, join.lookup, where)
+    made = StructType([StructField(f.name, f.dataType, True) for f in table.schema.fields])
+    seen = {**schemas, join.source: made}
+    on = _qualify(str(join.on), (*left_names, join.source), seen, where)
+    _check_qualifiers(on, (*left_names, join.source), seen, where)
+    equi, residual = [], []
+    for term in conjuncts(on, f"{where}: the condition"):
+        pair = _equality(term, left_names, join.source)
+        if pair:
+            equi.append(pair)
+        else:
+            residual.append(f"({term.sql(dialect='spark')})")
+    if not equi:
+        raise JobError(
+            f"{where}: a lookup join needs an equality of a stream column and a column of {join.lookup.where} "
+            f"(Flink's rule: the database is asked by key), e.g. on: {left_names[0]}.customer_id = {join.source}.id"
+        )
+    return BoundJoin(
+        join,
+        left_names,
+        join.source,
+        "lookup",
+        tuple(equi),
+        " AND ".join(residual) or None,
+        None,
+        on,
+        made=made,
+    )
 
 
 def _check_asof_over_history(
@@ -753,7 +796,7 @@ def describe(
             else f" ON {equalities}" + (f" AND {join.residual}" if join.residual else "")
         )
         if join.made is not None:
-            lines += _describe_lateral(join, step)
+            lines += _describe_lateral(plan, join, step)
             continue
         lines.append(f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}")
         if j.bounds is not None:
@@ -886,10 +929,21 @@ def as_json(
     }
 
 
-def _describe_lateral(join: BoundJoin, step: int) -> list[str]:
-    """An UNNEST or table-function join as `explain` prints it (Flink's forms)."""
+def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:
+    """An UNNEST, table-function or lookup join as `explain` prints it (Flink's forms)."""
     assert join.made is not None  # only lateral joins make rows
     columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in join.made.fields)
+    if join.spec.lookup is not None:
+        condition = " AND ".join(
+            [*(f"{a} = {b}" for a, b in join.equi), *([join.residual] if join.residual else [])]
+        )
+        return [
+            f"  {step}. {join.spec.type.upper()} JOIN {join.spec.lookup.where} AS {join.right}({columns}) "
+            f"[lookup] ON {condition}",
+            "     each row enriched with the database's rows of its key as it holds them when the row's commit is "
+            f"first processed, recorded in the journal {plan.spec.output.side('lookups')}; later runs read the "
+            "journal (commits it lacks are looked up then, and counted)",
+        ]
     call = (
         f"UNNEST({join.lateral[0]})"
         if join.family == "unnest"

@@ -165,6 +165,57 @@ class Windows:
         return f"HOP {format_duration(self.hop)} SIZE {format_duration(self.size)}"
 
 
+# The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
+JDBC_DRIVERS = {
+    "postgresql": "org.postgresql.Driver",
+    "mysql": "com.mysql.cj.jdbc.Driver",
+    "mariadb": "org.mariadb.jdbc.Driver",
+    "sqlite": "org.sqlite.JDBC",
+    "sqlserver": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
+    "oracle": "oracle.jdbc.OracleDriver",
+}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """An external database table a lookup join reads through JDBC (Flink's JDBC lookup source):
+    `url` (jdbc:postgresql://host:port/db), the `table` in it, and credentials: `user`, and the
+    name of an environment variable holding the password (never the password itself)."""
+
+    url: str
+    table: str
+    user: str | None = None
+    password_env: str | None = None
+    driver: str | None = None  # the JDBC driver class; default: the one the URL's database ships
+
+    def __post_init__(self) -> None:
+        if not str(self.url).startswith("jdbc:"):
+            raise JobError(
+                f"lookup url {self.url!r} is not a JDBC URL; write e.g. url: jdbc:postgresql://127.0.0.1:5432/shop"
+            )
+        if not self.table:
+            raise JobError("lookup: give the database table to look rows up in, e.g. table: customers")
+        if self.password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", self.password_env):
+            raise JobError(
+                f"lookup password_env {self.password_env!r} must name an environment variable (e.g. SHOP_PASSWORD), "
+                "not hold the password"
+            )
+
+    @property
+    def driver_class(self) -> str | None:
+        """`driver`, else the usual driver of the URL's database (Spark finds no driver loaded from
+        spark.jars by URL alone)."""
+        if self.driver:
+            return self.driver
+        kind = self.url.split(":", 2)[1] if self.url.count(":") >= 2 else ""
+        return JDBC_DRIVERS.get(kind)
+
+    @property
+    def where(self) -> str:
+        """The table and database, for messages (without the URL's parameters, which may hold secrets)."""
+        return f"{self.table} at {self.url.split('?', 1)[0]}"
+
+
 @dataclass(frozen=True)
 class Join:
     """One link of the join chain: everything joined so far, joined with `source`."""
@@ -187,15 +238,19 @@ class Join:
     # is then the name those rows go by. `unnest`: an array or map expression over the row;
     # `function`: a Python table function (`module:attribute`, a Spark UDTF) called with `args`;
     # `columns`: names for the made rows' columns (default: the element's, or the function's).
+    # `lookup`: the rows of an external database table with equal keys, looked up as the row is
+    # processed and recorded in a journal beside the output (streamjoin/joins/lookup.py).
     unnest: str | None = None
     function: str | None = None
     args: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()
+    lookup: Lookup | None = None
 
     @property
     def lateral(self) -> bool:
-        """Joined with rows made from each row (UNNEST, a table function) rather than a source."""
-        return self.unnest is not None or self.function is not None
+        """Joined with rows made for each row (UNNEST, a table function, a database lookup) rather
+        than with a source."""
+        return self.unnest is not None or self.function is not None or self.lookup is not None
 
     def __post_init__(self) -> None:
         where = f"join with {self.source!r}"
@@ -247,10 +302,14 @@ class Join:
             )
 
     def _check_lateral(self, where: str) -> None:
-        """An UNNEST or table-function join's settings (Flink's array expansion and LATERAL TABLE)."""
-        what = "an UNNEST" if self.unnest is not None else "a table-function"
-        if self.unnest is not None and self.function is not None:
-            raise JobError(f"{where}: give either 'unnest' (an array column) or 'function', not both")
+        """An UNNEST, table-function or lookup join's settings (Flink's array expansion, LATERAL
+        TABLE and JDBC lookup)."""
+        what = "an UNNEST" if self.unnest is not None else "a table-function" if self.function else "a lookup"
+        if sum(x is not None for x in (self.unnest, self.function, self.lookup)) > 1:
+            raise JobError(f"{where}: give one of 'unnest' (an array column), 'function' or 'lookup'")
+        if self.lookup is not None:
+            self._check_lookup(where)
+            return
         if self.type not in ("inner", "left", "cross"):
             raise JobError(
                 f"{where}: {what} join is INNER (CROSS JOIN UNNEST, a row with no element is dropped) or LEFT "
@@ -283,6 +342,30 @@ class Join:
                 raise JobError(f"{where}: column name {name!r} must be an identifier (letters, digits, _)")
         if len(set(self.columns)) != len(self.columns):
             raise JobError(f"{where}: columns {list(self.columns)} name a column twice")
+
+    def _check_lookup(self, where: str) -> None:
+        """A lookup join: INNER or LEFT, on a condition with an equality (Flink's mandatory one)."""
+        if self.type not in ("inner", "left"):
+            raise JobError(
+                f"{where}: a lookup join is INNER (a row without a database row is dropped) or LEFT (kept, "
+                f"padded); type {self.type} has no meaning for rows looked up for the row"
+            )
+        if not self.on or self.using or self.natural:
+            raise JobError(
+                f"{where}: a lookup join needs 'on' with an equality of a stream column and a column of the "
+                "database table (Flink's mandatory equality), e.g. on: orders.customer_id = c.id"
+            )
+        if self.bounds or self.window or self.rows or self.as_of or self.asof or self.emit != "final":
+            raise JobError(
+                f"{where}: a lookup join is decided as each row is processed; remove within/between/window/"
+                "rows/as_of/asof/emit"
+            )
+        if self.grace != DEFAULT_GRACE:
+            raise JobError(f"{where}: a lookup join judges no row late; remove 'grace'")
+        if self.args or self.columns:
+            raise JobError(
+                f"{where}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
+            )
 
     def _check_rows(self, where: str) -> None:
         """A ROWS-window join's settings that no source is needed to refuse."""
@@ -506,12 +589,12 @@ def _validate(spec: JoinSpec) -> None:
     for name in made:
         if name in names:
             raise JobError(
-                f"{where}: {name!r} names both a source and the rows an UNNEST or table-function join makes; "
+                f"{where}: {name!r} names both a source and the rows an UNNEST, table-function or lookup join makes; "
                 "give the join another 'as'"
             )
     if made and len(spec.joins) > 1:
         raise JobError(
-            f"{where}: an UNNEST or table-function join runs as the job's only join for now; split the job: "
+            f"{where}: an UNNEST, table-function or lookup join runs as the job's only join for now; split the job: "
             "write the expanded rows to a table in one job and join that table in a second"
         )
     chain = [n for n in spec.names if n not in made]
@@ -535,7 +618,7 @@ def _validate(spec: JoinSpec) -> None:
         if join.lateral:
             if left_kind != "stream":
                 raise JobError(
-                    f"{link}: UNNEST and table functions expand the rows of a stream; {spec.start!r} is a table, "
+                    f"{link}: UNNEST, table functions and lookups take the rows of a stream; {spec.start!r} is a table, "
                     "whose rows change. Declare it kind: stream if its rows are events"
                 )
             continue
@@ -781,7 +864,7 @@ def _start_value(value: Any) -> int | str | None:
 def _join_from_dict(item: Any, origin: str) -> Join:
     if isinstance(item, dict) and True in item:
         item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
-    if isinstance(item, dict) and "join" not in item and ("unnest" in item or "function" in item):
+    if isinstance(item, dict) and "join" not in item and ({"unnest", "function", "lookup"} & set(item)):
         return _lateral_from_dict(item, origin)
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(
@@ -854,10 +937,11 @@ def _join_from_dict(item: Any, origin: str) -> Join:
 
 
 def _lateral_from_dict(item: dict, origin: str) -> Join:
-    """`unnest: orders.tags` or `function: pkg.mod:udtf` with `args`, named by `as`."""
-    what = f"unnest {item['unnest']!r}" if "unnest" in item else f"function {item['function']!r}"
-    where = f"{origin}: join {what}"
-    _only(item, {"unnest", "function", "args", "as", "columns", "type", "on"}, where)
+    """`unnest: orders.tags`, `function: pkg.mod:udtf` with `args`, or `lookup: {url, table}` with
+    `on`, named by `as`."""
+    kind = next(k for k in ("unnest", "function", "lookup") if k in item)
+    where = f"{origin}: join {kind} {item[kind]!r}"
+    _only(item, {"unnest", "function", "lookup", "args", "as", "columns", "type", "on"}, where)
     alias = item.get("as")
     if not isinstance(alias, str) or not _NAME.match(alias):
         raise JobError(
@@ -866,10 +950,22 @@ def _lateral_from_dict(item: dict, origin: str) -> Join:
     args = item.get("args", [])
     if not isinstance(args, list):
         raise JobError(f"{where}: 'args' is a list of expressions, e.g. args: [orders.comment]")
+    lookup = None
+    if "lookup" in item:
+        settings = item["lookup"]
+        _only(settings, {"url", "table", "user", "password_env", "driver"}, f"{where}: lookup")
+        lookup = Lookup(
+            url=str(settings.get("url", "")),
+            table=str(settings.get("table", "")),
+            user=None if settings.get("user") is None else str(settings["user"]),
+            password_env=None if settings.get("password_env") is None else str(settings["password_env"]),
+            driver=None if settings.get("driver") is None else str(settings["driver"]),
+        )
     return Join(
         source=alias,
         type=item.get("type", "inner"),
         on=item.get("on"),
+        lookup=lookup,
         unnest=None if "unnest" not in item else str(item["unnest"]),
         function=None if "function" not in item else str(item["function"]),
         args=tuple(str(a) for a in args),

@@ -96,6 +96,7 @@ class StepResult:
     result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
     cached: list[DataFrame] = field(default_factory=list)  # persisted by the step; unpersist after writing
     links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
+    lookups: int | None = None  # lookup joins: answers fetched from the database, not the journal
 
     @property
     def counts(self) -> dict[str, SourceCounts]:

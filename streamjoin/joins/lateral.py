@@ -58,7 +58,7 @@ class LateralJoin(JoinOperator):
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Expand every settled row, count what each made per slice as the output is written."""
         rows = inputs.settled[self.source].drop(REJECT)
-        made = self._expanded(rows)
+        made, lookups = self._made(spark, plan, inputs, rows)
         slices = inputs.slices
         owner = slices.number(F.col(T))
         first, none = F.col(_ORDINAL) == F.lit(0), F.col(_ORDINAL).isNull()
@@ -86,16 +86,28 @@ class LateralJoin(JoinOperator):
             by_slice=Deferred(counts),
             state={self.source: nothing} if inputs.keep_state else None,
             max_event=inputs.timeline.max_event,
+            lookups=lookups,
         )
 
-    def _expanded(self, rows: DataFrame) -> DataFrame:
+    def _made(
+        self, spark: SparkSession, plan: Plan, inputs: StepInput, rows: DataFrame
+    ) -> tuple[DataFrame, int | None]:
+        """The step's rows, expanded (`expanded`), and how many answers came from outside (lookup
+        joins; None here)."""
+        return self.expanded(self.as_row(rows)), None
+
+    def as_row(self, rows: DataFrame, *keep: str) -> DataFrame:
+        """Settled rows as the expansion takes them: the event time, `keep` columns, and the row's
+        own columns as one struct named by its source (how `select` and `where` name them)."""
+        own = F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])
+        return rows.select(F.col(T), *keep, own.alias(self.source))
+
+    def expanded(self, row: DataFrame) -> DataFrame:
         """Per made row (and per row that made none): the row's event time, the row as a struct
         named by its source, the made row as a struct named by `name` (NULL for none), and
         `_ORDINAL`."""
-        own = F.struct(*[F.col(f"`{c}`") for c in user_columns(rows)])
-        row = rows.select(F.col(T), own.alias(self.source))
         fields = self.made.fieldNames()
-        if self.family == "unnest":
+        if self.family != "function":  # an array (or map) expression over the row
             (expression,) = self.lateral
             kind = row.select(F.expr(expression)).schema[0].dataType
             if isinstance(kind, ArrayType):

@@ -476,6 +476,7 @@ class LiveRunner:
                 duration_s=round(time.monotonic() - began, 3),
                 links=result.links[0] if result.links else [],
                 phases=watch.shares(),
+                lookups=result.lookups or 0,
             )
             if outputs:
                 self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")

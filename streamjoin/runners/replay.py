@@ -271,6 +271,7 @@ def _replay(
                 deletes=deletes,
                 links=result.links[k] if result.links else [],
                 phases=watch.shares(len(windows)),
+                lookups=(result.lookups or 0) if k == 0 else 0,  # the step's, on its first slice
             )
         )
     delta_io.append(to_frame(spark, runs), out.side("metrics"), merge_schema=True)

@@ -1,0 +1,175 @@
+"""Lookup joins (Flink's JDBC lookup join), made replayable by a journal of the answers.
+
+Each stream row is enriched with the rows of an external database table whose key columns equal
+the row's, as the database holds them when the row is processed (`lookup: {url, table}`, `on`
+with at least one equality; Flink's `JOIN customers FOR SYSTEM_TIME AS OF o.proc_time`).
+
+No seed system can replay such a join: the database has moved on. Here every answer is recorded
+in the journal `<output>_lookups`, keyed by the row's commit (source, version) and its lookup key:
+the first run that processes a commit (the live runner, as rows arrive) asks the database once per
+key of the commit and appends the answers; every later run of that commit (a replay, a backfill,
+`verify`, a restarted batch) reads them back, so it writes the rows the live run wrote. A run
+that meets commits the journal does not hold (a backfill of history no live run processed) asks
+the database as it is now, records those answers too, and says how many it fetched
+(`RunMetrics.lookups`, in its summary). Rows of one commit with one key share one answer; if two
+runs raced to record one, the first recorded wins for everyone.
+
+INNER drops a row without a database row (or none passing the condition's other terms), LEFT
+keeps it once, padded. A row with a NULL key is rejected (`null_key`), as in every keyed join. Decided as the row is
+processed: nothing is late, nothing waits, no state is kept. Output event time: the row's own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from streamjoin import database, delta_io
+from streamjoin.arrival import V
+from streamjoin.joins.base import StepInput, register
+from streamjoin.joins.lateral import LateralJoin
+from streamjoin.plan import BoundJoin, Plan
+from streamjoin.spec import Lookup
+
+_KEY, _FOUND = "_sj_key", "_sj_found"
+PUSHED_KEYS = 1000  # up to this many keys a step asks the database for them by name; more: the whole table
+
+
+def journal_schema(made: StructType) -> StructType:
+    """The journal's rows: one answer per (source, commit version, key)."""
+    return StructType(
+        [
+            StructField("source", StringType()),
+            StructField("version", LongType()),
+            StructField("key", StringType()),  # the lookup key's values as JSON, in the database's types
+            StructField("rows", ArrayType(made)),  # the database rows with that key (none: [])
+            StructField("looked_up_at", TimestampType()),
+            StructField("looked_up_by", StringType()),  # live | replay
+            StructField("lookup_id", StringType()),  # one per recording step (orders racing records)
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class LookupJoin(LateralJoin):
+    lookup: Lookup
+    keys: tuple[tuple[str, str], ...]  # (stream column, database column)
+    residual: str | None  # the condition's other terms, over the row and the database row
+    journal: str
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> LookupJoin:
+        assert join.made is not None and join.spec.lookup is not None  # the plan binds lookup joins so
+        keys = tuple((a.split(".", 1)[1].strip("`"), b.split(".", 1)[1].strip("`")) for a, b in join.equi)
+        return cls(
+            source=join.left[0],
+            name=join.right,
+            type=join.spec.type,
+            family="lookup",
+            lateral=(_FOUND,),
+            made=join.made,
+            function=None,
+            lookup=join.spec.lookup,
+            keys=keys,
+            residual=join.residual,
+            journal=plan.spec.output.side("lookups"),
+        )
+
+    def _made(
+        self, spark: SparkSession, plan: Plan, inputs: StepInput, rows: DataFrame
+    ) -> tuple[DataFrame, int | None]:
+        """The rows with the database rows recorded for their commit and key (fetched and recorded
+        first where the journal has none), expanded as UNNEST expands an array."""
+        types = {f.name: f.dataType for f in self.made.fields}
+        values = [F.col(f"`{stream}`").cast(types[column]).alias(column) for stream, column in self.keys]
+        # A key that is not a value of the database column's type (a cast giving NULL) finds nothing.
+        usable = reduce(lambda a, b: a & b, [value.isNotNull() for value in values])
+        keyed = rows.withColumn(_KEY, F.when(usable, F.to_json(F.struct(*values))))
+        wanted = keyed.where(usable).select(F.col(V), F.col(_KEY), *values).distinct().persist()
+        try:
+            bounds = wanted.agg(F.min(V), F.max(V)).first()
+            assert bounds is not None  # an aggregate without grouping returns one row
+            lookups = 0
+            if bounds[0] is not None:
+                versions = (bounds[0], bounds[1])
+                known = self._answers(spark, versions).select(
+                    F.col("version").alias(V), F.col("key").alias(_KEY)
+                )
+                missing = wanted.join(known, [V, _KEY], "left_anti").persist()
+                lookups = missing.count()
+                if lookups:
+                    self._record(spark, missing, "live" if inputs.keep_state else "replay")
+                missing.unpersist()
+                answers = self._answers(spark, versions)
+            else:
+                answers = spark.createDataFrame([], journal_schema(self.made))
+        finally:
+            wanted.unpersist()
+        found = answers.select(
+            F.col("version").alias(V), F.col("key").alias(_KEY), F.col("rows").alias(_FOUND)
+        )
+        row = self.as_row(keyed, V, _KEY).join(found, [V, _KEY], "left")
+        everything = F.coalesce(F.col(_FOUND), F.array().cast(ArrayType(self.made)))
+        row = row.withColumn(_FOUND, everything)
+        if self.residual:  # the other terms, per database row (named by `as` in the condition)
+            row = row.withColumn(_FOUND, F.expr(f"filter({_FOUND}, `{self.name}` -> {self.residual})"))
+        return self.expanded(row.drop(V, _KEY)), lookups
+
+    def _answers(self, spark: SparkSession, versions: tuple[int, int]) -> DataFrame:
+        """The journal's answers for this source's commits in `versions`, the first recorded of
+        each (commit, key): (version, key, rows)."""
+        if not delta_io.exists(spark, self.journal):
+            return spark.createDataFrame([], journal_schema(self.made)).select("version", "key", "rows")
+        recorded = delta_io.read_snapshot(spark, self.journal).where(
+            (F.col("source") == F.lit(self.source)) & F.col("version").between(*versions)
+        )
+        first = F.min_by(F.col("rows"), F.struct("looked_up_at", "lookup_id"))
+        return recorded.groupBy("version", "key").agg(first.alias("rows"))
+
+    def _record(self, spark: SparkSession, missing: DataFrame, runner: str) -> None:
+        """Ask the database for the keys of `missing` (by name when few, else the whole table),
+        and append one answer per (commit, key) to the journal."""
+        db = database.table(spark, self.lookup, f"lookup join {self.name!r}")
+        columns = [column for _, column in self.keys]
+        keys = missing.select(*columns).distinct()
+        named = keys.limit(PUSHED_KEYS + 1).collect()
+        if len(named) <= PUSHED_KEYS:  # a filter the JDBC source sends to the database
+            wanted = reduce(
+                lambda a, b: a | b,
+                [
+                    reduce(lambda x, y: x & y, [F.col(f"`{c}`") == F.lit(r[c]) for c in columns])
+                    for r in named
+                ],
+            )
+            matched = db.where(wanted)
+        else:
+            matched = db.join(keys, columns, "left_semi")
+        key = F.to_json(F.struct(*[F.col(f"`{c}`").alias(c) for c in columns]))
+        grouped = matched.groupBy(key.alias(_KEY)).agg(
+            F.collect_list(F.struct(*[F.col(f"`{f}`") for f in self.made.fieldNames()])).alias("rows")
+        )
+        answers = missing.join(grouped, _KEY, "left").select(
+            F.lit(self.source).alias("source"),
+            F.col(V).cast(LongType()).alias("version"),
+            F.col(_KEY).alias("key"),
+            F.coalesce(F.col("rows"), F.array().cast(ArrayType(self.made))).alias("rows"),
+            F.current_timestamp().alias("looked_up_at"),
+            F.lit(runner).alias("looked_up_by"),
+            F.lit(uuid.uuid4().hex).alias("lookup_id"),
+        )
+        delta_io.append(answers, self.journal, merge_schema=True)
+
+
+register("lookup")(LookupJoin.build)

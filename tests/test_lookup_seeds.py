@@ -1,0 +1,194 @@
+"""Lookup joins end to end: a real PostgreSQL on loopback, Delta streams, both runners, the journal.
+
+Flink's lookup join (004): orders enriched with the customers of a JDBC table, `ON o.customer_id
+= c.id`, each order with the customer as the database holds it when the order is processed. The
+database changes between the live runs; the live output shows each order's answer of its time,
+and every replay after it writes the same rows from the journal, however the database changed
+since. A replay of commits no run has processed asks the database as it is, and says so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from conftest import append, at
+from harness import live_accounting, read, source_counts
+from postgres import server
+from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
+
+from streamjoin.errors import JobError
+from streamjoin.plan import bind, describe
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.replay import replay
+from streamjoin.spec import spec_from_dict
+
+ORDERS = StructType(
+    [
+        StructField("order_id", IntegerType()),
+        StructField("customer_id", IntegerType()),
+        StructField("total", IntegerType()),
+        StructField("t", TimestampType()),
+    ]
+)
+# (order_id, customer_id, total, seconds), one commit per list; the database changes before the second.
+FIRST = [(101, 1, 10, 10), (102, 3, 20, 20)]
+SECOND = [(103, 1, 30, 30), (104, 3, 40, 40), (105, None, 50, 50)]
+CUSTOMERS = """
+CREATE TABLE customers (id int PRIMARY KEY, name text, country text, zip text);
+INSERT INTO customers VALUES (1, 'Ann', 'DE', '10115'), (2, 'Bob', 'FR', '75001');
+"""
+MOVED = """
+UPDATE customers SET country = 'AT', zip = '1010' WHERE id = 1;
+INSERT INTO customers VALUES (3, 'Cem', 'FR', '69001');
+"""
+
+
+@pytest.fixture(scope="module")
+def database():
+    with server() as running:
+        yield running
+
+
+def job(root, name: str, url: str, how: str = "inner", on: str = "orders.customer_id = c.id"):
+    return spec_from_dict(
+        {
+            "name": name,
+            "sources": {"orders": {"path": str(root / "orders"), "time": "t"}},
+            "from": "orders",
+            "joins": [{"lookup": {"url": url, "table": "customers"}, "as": "c", "on": on, "type": how}],
+            "select": ["orders.order_id", "c.country", "c.zip"],
+            "output": {"path": str(root / f"out_{name}")},
+        }
+    )
+
+
+def write(spark, root, rows) -> None:
+    append(spark, root / "orders", [(o, c, v, at(s)) for o, c, v, s in rows], ORDERS)
+
+
+def rows_of(spark, spec) -> Counter:
+    return Counter((r.order_id, r.country, r.zip) for r in read(spark, spec.output.location))
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, tmp_path, database, how):
+    database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}")
+    live = job(tmp_path, f"live_{how}", database.url, how)
+    write(spark, tmp_path, FIRST)
+    runner = LiveRunner(spark, live, str(tmp_path / "checkpoint"))
+    runner.run(900)
+    database.sql(MOVED)
+    write(spark, tmp_path, SECOND)
+    runner.run(900)
+    pads = Counter({(102, None, None): 1}) if how == "left" else Counter()  # 105's NULL key: rejected
+    expected = Counter({(101, "DE", "10115"): 1, (103, "AT", "1010"): 1, (104, "FR", "69001"): 1}) + pads
+    assert rows_of(spark, live) == expected
+    accounting, batches = live_accounting(spark, live.output.location)
+    dropped, emitted = (1, 0) if how == "inner" else (0, 1)
+    balance = {"rows_in": 5, "rejected": 1, "late": 0, "joined": 3, "unmatched_emitted": emitted,
+               "unmatched_dropped": dropped, "open": 0, "unsettled": 0}  # fmt: skip
+    assert accounting == {"orders": balance}
+    looked_up = [r.lookups for r in read(spark, f"{live.output.location}_metrics")]
+    assert sorted(looked_up) == [2, 2]  # (commit, key) answers: customers 1 and 3, in each commit
+    journal = read(spark, f"{live.output.location}_lookups")
+    assert len(journal) == 4 and {r.looked_up_by for r in journal} == {"live"}
+
+    database.sql("DELETE FROM customers; INSERT INTO customers VALUES (1, 'Ann', 'SE', '111 20')")
+    metrics = replay(spark, live, at(0), at(3600), mode="exact")
+    assert rows_of(spark, live) == expected  # the journal's answers, not today's database
+    assert source_counts(metrics) == {"orders": balance}
+    assert metrics.lookups == 0
+
+    fresh = job(tmp_path, f"fresh_{how}", database.url, how)  # no run of it processed these commits
+    metrics = replay(spark, fresh, at(0), at(3600), mode="exact")
+    today = Counter({(101, "SE", "111 20"): 1, (103, "SE", "111 20"): 1})
+    if how == "left":
+        today += Counter({(102, None, None): 1, (104, None, None): 1})
+    assert rows_of(spark, fresh) == today
+    assert metrics.lookups == 4
+    assert "looked up in the database (not yet in the journal) 4" in metrics.summary()
+    replay(spark, fresh, at(0), at(3600), mode="exact")  # now from its journal
+    assert rows_of(spark, fresh) == today
+    text = describe(bind(spark, live))
+    assert (
+        f"1. {how.upper()} JOIN customers at jdbc:postgresql://127.0.0.1:{database.port}/postgres AS c("
+        in text
+    )
+
+
+def test_the_other_terms_of_the_condition_filter_the_database_rows(spark, tmp_path, database):
+    database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}{MOVED}")
+    write(spark, tmp_path, FIRST + SECOND)
+    spec = job(tmp_path, "not_fr", database.url, "left", "orders.customer_id = c.id AND c.country <> 'FR'")
+    metrics = replay(spark, spec, at(0), at(3600), mode="exact")
+    assert rows_of(spark, spec) == Counter(
+        {
+            (101, "AT", "1010"): 1,
+            (103, "AT", "1010"): 1,
+            (102, None, None): 1,
+            (104, None, None): 1,
+        }
+    )
+    assert source_counts(metrics)["orders"]["joined"] == 2
+    assert source_counts(metrics)["orders"]["unmatched_emitted"] == 2
+
+
+def test_a_lookup_join_is_checked_against_the_database(spark, tmp_path, database, monkeypatch):
+    database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}")
+    write(spark, tmp_path, FIRST)
+    with pytest.raises(JobError, match="needs an equality of a stream column and a column of customers"):
+        bind(spark, job(tmp_path, "no_key", database.url, on="orders.customer_id > c.id"))
+    with pytest.raises(JobError, match="does not resolve|cannot resolve|UNRESOLVED_COLUMN"):
+        bind(spark, job(tmp_path, "typo", database.url, on="orders.customer_id = c.idd"))
+    closed = database.url.replace(str(database.port), str(database.port + 1))
+    with pytest.raises(
+        JobError,
+        match=r"cannot read customers at jdbc:postgresql://127\.0\.0\.1:\d+/postgres through JDBC .*check that the database is up",
+    ):
+        bind(spark, job(tmp_path, "down", closed))
+    monkeypatch.delenv("SHOP_PASSWORD", raising=False)
+    secret = spec_from_dict(
+        {
+            "name": "secret",
+            "sources": {"orders": {"path": str(tmp_path / "orders"), "time": "t"}},
+            "from": "orders",
+            "joins": [{"lookup": {"url": database.url, "table": "customers", "password_env": "SHOP_PASSWORD"},
+                       "as": "c", "on": "orders.customer_id = c.id"}],
+            "output": {"path": str(tmp_path / "out_secret")},
+        }
+    )  # fmt: skip
+    with pytest.raises(JobError, match="the environment variable SHOP_PASSWORD .* is not set"):
+        bind(spark, secret)
+
+
+@pytest.mark.parametrize(
+    ("join", "message"),
+    [
+        ({"type": "right"}, "a lookup join is INNER .* or LEFT"),
+        ({"on": None}, "a lookup join needs 'on' with an equality"),
+        ({"within": "1m"}, "unknown setting"),
+        ({"lookup": {"url": "postgres://x", "table": "customers"}}, "is not a JDBC URL"),
+        (
+            {"lookup": {"url": "jdbc:postgresql://x/db", "table": "customers", "password": "x"}},
+            "unknown setting",
+        ),
+        (
+            {"lookup": {"url": "jdbc:postgresql://x/db", "table": "t", "password_env": "hunter2!"}},
+            "must name an environment variable",
+        ),
+    ],
+)
+def test_lookup_settings_are_refused_before_any_data_moves(tmp_path, join, message):
+    item = {"lookup": {"url": "jdbc:postgresql://127.0.0.1:1/db", "table": "customers"}, "as": "c",
+            "on": "orders.customer_id = c.id", **join}  # fmt: skip
+    with pytest.raises(JobError, match=message):
+        spec_from_dict(
+            {
+                "name": "refused",
+                "sources": {"orders": {"path": "orders", "time": "t"}},
+                "from": "orders",
+                "joins": [item],
+                "output": {"path": "out"},
+            }
+        )

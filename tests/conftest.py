@@ -65,7 +65,9 @@ SLOWEST_FIRST = (
     "test_table_table",  # 114
     "test_dags",  # 111
     "test_equivalence",  # 105
+    "test_lookup_seeds",  # about 115 (2026-11-26, new)
     "test_lateral_seeds",  # about 100 (2026-11-26, new)
+    "test_kernel_lookup",  # about 65 (2026-11-26, new)
     "test_cluster",  # 101
 )
 

@@ -551,7 +551,7 @@ def enrichment_replay(
             final=final,
         ),
     )
-    output = _output(result.output, base)
+    output = output_rows(result.output, base)
     per_slice = []
     for k, (a, b) in enumerate(windows):
         assert isinstance(a, int) and isinstance(b, int)  # output times are whole seconds after BASE
@@ -621,7 +621,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
             decided.sources[source.index]["rejected"] += decision.counts[source.name].rejected
         last_links = decision.result.links[0] if decision.result.links else []
         _add(decided, plan, decision.result.counts, last_links, with_open=False)
-        decided.output.update(_output(decision.result.output, base))
+        decided.output.update(output_rows(decision.result.output, base))
         kept = {name: frame.collect() for name, frame in decision.next_state.items()}
         state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
         previous = Progress(
@@ -651,7 +651,7 @@ def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple], side: int 
     return arrival.prepare(frame, stream.index, stream.raw_time(), stream.event_time(), stream.keys)
 
 
-def _output(output: DataFrame, base: int) -> Counter:
+def output_rows(output: DataFrame, base: int) -> Counter:
     """Output rows as (each id column, seconds after BASE)."""
     ids = [c for c in output.columns if c != "event_time"]
     rows = output.select(*ids, F.unix_micros("event_time").alias("_t")).collect()
@@ -850,3 +850,53 @@ def tables_step(
     return kernel.step(
         spark, plan, kernel.StepInput({}, arrival.Timeline({}, None), "exact", tables=tables, after=after)
     )
+
+
+@dataclass
+class OneStreamRun:
+    """What the live runner's `decide` wrote and counted over micro-batches of one stream."""
+
+    output: Counter  # (each output column but the time, seconds after BASE)
+    counts: Counter  # the buckets, summed over the batches
+    waiting: int  # rows the last batch left waiting for their commit's other rows
+    lookups: int  # lookup joins: answers fetched from the database
+
+
+def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Sequence[int]) -> OneStreamRun:
+    """`decide`, batch after batch, over one stream's prepared rows (`frame`, in commit order):
+    batch i brings the rows up to `ends[i]`, so a batch may cut a commit (its rows wait for the
+    rest, as maxFilesPerTrigger cuts one). The state each batch leaves is handed to the next as
+    new DataFrames, as the runner's parquet state would be."""
+    ((name, index),) = [(s.name, s.index) for s in plan.streams]
+    rows, schema = frame.collect(), frame.schema
+    per_version = Counter(r[arrival.V] for r in rows)
+    state: dict[str, DataFrame] | None = None
+    previous: Progress | None = None
+    run = OneStreamRun(Counter(), Counter(), 0, 0)
+    start, base = 0, base_micros(spark)
+    for batch, end in enumerate(ends):
+        new = {name: spark.createDataFrame(rows[start:end], schema)}
+        start = end
+        decision = decide(
+            spark, plan, new, batch_commits(new, state), state, previous, lambda s, v: per_version[v]
+        )
+        run.output.update(output_rows(decision.result.output, base))
+        run.counts.update(
+            {"rows_in": decision.counts[name].rows_in, "rejected": decision.counts[name].rejected}
+        )
+        run.counts.update({b: getattr(decision.result.counts[name], b) for b in DECIDED})
+        run.lookups += decision.result.lookups or 0
+        kept = decision.next_state[name].collect()
+        state = {name: spark.createDataFrame(kept, decision.next_state[name].schema)}
+        run.waiting = sum(1 for r in kept if r[PENDING])
+        previous = Progress(
+            batch,
+            decision.result.max_event,
+            decision.settling.newest,
+            {name: run.waiting},
+            decision.settling.partial,
+        )
+        for cached in decision.cached:
+            cached.unpersist()
+    assert index == 0  # a one-stream job's stream is its first source
+    return run

@@ -16,15 +16,13 @@ from conftest import BASE, append
 from harness import base_micros
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import SETTINGS
-from pyspark.sql import functions as F
+from kernel_harness import DECIDED, SETTINGS, one_stream_live, output_rows
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 from reference import BUCKETS, lateral_reference
 
 from streamjoin import arrival, kernel
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.plan import bind
-from streamjoin.runners.live import PENDING, Progress, batch_commits, decide
 from streamjoin.spec import spec_from_dict
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
@@ -129,16 +127,6 @@ def expected(commits, kind, how, inside=lambda t: True):
     return lateral_reference(rows, how, made, width)
 
 
-def written(spark, output) -> Counter:
-    base = base_micros(spark)
-    columns = [c for c in output.columns if c != "event_time"]
-    got = output.select(*columns, F.unix_micros("event_time").alias("_t")).collect()
-    return Counter((*(r[c] for c in columns), (r["_t"] - base) // 1_000_000) for r in got)
-
-
-DECIDED = ("late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
-
-
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(
     kind=st.sampled_from(sorted(KINDS)),
@@ -159,7 +147,7 @@ def test_replayed_slices_decide_as_the_reference(spark, root, kind, how, commits
     result = kernel.step(
         spark, plan, kernel.StepInput({"orders": accepted}, timeline, "exact", slices=slices)
     )
-    output = written(spark, result.output)
+    output = output_rows(result.output, base_micros(spark))
     for k, (a, b) in enumerate(windows):
         rows, counts = expected(commits, kind, how, lambda t, a=a, b=b: a <= t < b)
         assert Counter({r: n for r, n in output.items() if a <= r[-1] < b}) == rows, (a, b)
@@ -180,38 +168,12 @@ def test_micro_batches_decide_as_the_reference(spark, root, kind, how, commits, 
     written and counted once, as the reference says, and nothing is left open or waiting."""
     plan = plan_for(spark, root, kind, how)
     frame = prepared(spark, plan, commits)
-    rows, schema = frame.collect(), frame.schema
-    ends = sorted(data.draw(st.sets(st.integers(1, len(rows)), max_size=4)) | {len(rows)})
-    per_version = Counter(r[arrival.V] for r in rows)
-    state, previous, output, counts = None, None, Counter(), Counter()
-    start = 0
-    for batch, end in enumerate(ends):
-        new = {"orders": spark.createDataFrame(rows[start:end], schema)}
-        start = end
-        decision = decide(
-            spark, plan, new, batch_commits(new, state), state, previous, lambda s, v: per_version[v]
-        )
-        output += written(spark, decision.result.output)
-        decided = decision.result.counts["orders"]
-        counts.update(
-            {"rows_in": decision.counts["orders"].rows_in, "rejected": decision.counts["orders"].rejected}
-        )
-        counts.update({c: getattr(decided, c) for c in DECIDED})
-        kept = {name: frame.collect() for name, frame in decision.next_state.items()}
-        state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
-        waiting = sum(1 for r in kept["orders"] if r[PENDING])
-        previous = Progress(
-            batch,
-            decision.result.max_event,
-            decision.settling.newest,
-            {"orders": waiting},
-            decision.settling.partial,
-        )
-        for frame in decision.cached:
-            frame.unpersist()
-    reference_rows, reference_counts = expected(commits, kind, how)
-    assert output == reference_rows
-    assert waiting == 0 and not any(r[PENDING] for r in kept["orders"])
-    assert {b: counts[b] for b in BUCKETS if b not in ("unsettled",)} == {
-        b: reference_counts[b] for b in BUCKETS if b != "unsettled"
+    total = sum(len(rows) for _, rows in commits)
+    ends = sorted(data.draw(st.sets(st.integers(1, total), max_size=4)) | {total})
+    run = one_stream_live(spark, plan, frame, ends)
+    rows, counts = expected(commits, kind, how)
+    assert run.output == rows
+    assert run.waiting == 0
+    assert {b: run.counts[b] for b in BUCKETS if b != "unsettled"} == {
+        b: counts[b] for b in BUCKETS if b != "unsettled"
     }

@@ -1,0 +1,171 @@
+"""Lookup joins decided at the kernel's level, against `reference.lateral_reference`, with a real
+PostgreSQL on loopback and the journal on Delta.
+
+Each example: a random customers table (several rows per id, or none), random orders in commits
+(NULL customers and times rejected), INNER or LEFT, with or without a further condition on the
+database row. A replay over random slices asks the database once per (commit, key) and writes
+what the reference gives for that database; then the database changes at random, and the live
+runner's `decide` over micro-batches that cut commits writes the same rows again, from the
+journal, asking the database nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from conftest import BASE, append
+from harness import base_micros
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kernel_harness import DECIDED, SETTINGS, one_stream_live, output_rows
+from postgres import server
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from reference import lateral_reference
+
+from streamjoin import arrival, kernel
+from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.plan import bind
+from streamjoin.spec import spec_from_dict
+
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+ORDERS = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("customer", IntegerType()),
+        StructField("t", TimestampType()),
+    ]
+)
+ARRIVALS = StructType(
+    [*ORDERS.fields, StructField(COMMIT_VERSION, LongType()), StructField(COMMIT_TIMESTAMP, TimestampType())]
+)
+COUNTRIES = st.sampled_from(["DE", "FR", "AT"])
+CUSTOMERS = st.lists(st.tuples(st.integers(0, 5), COUNTRIES), max_size=10)  # (id, country); ids may repeat
+
+
+@st.composite
+def histories(draw):
+    """Orders (id, customer, seconds) in commits: [(version, rows)], versions 1, 2, ..."""
+    rows = draw(
+        st.lists(
+            st.tuples(st.none() | st.integers(0, 6), st.none() | st.integers(0, 200)), min_size=1, max_size=40
+        )
+    )
+    commits, start, version = [], 0, 0
+    while start < len(rows):
+        size = draw(st.integers(1, 6))
+        version += 1
+        commits.append((version, [(f"{start + i}", *r) for i, r in enumerate(rows[start : start + size])]))
+        start += size
+    return commits
+
+
+@pytest.fixture(scope="module")
+def database(spark, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kernel_lookup")
+    append(spark, folder / "orders", [], ORDERS)
+    with server() as running:
+        running.sql("CREATE TABLE customers (id int, country text)")
+        yield folder, running
+
+
+def fill(server, customers) -> None:
+    values = ", ".join(f"({i}, '{c}')" for i, c in customers)
+    server.sql("DELETE FROM customers;" + (f" INSERT INTO customers VALUES {values};" if values else ""))
+
+
+def made(customers, residual: bool):
+    """What the database answers an order of `customer`, as the reference sees it."""
+    return lambda customer: [(c,) for i, c in customers if i == customer and not (residual and c == "FR")]
+
+
+def expected(commits, customers, how, residual, inside=lambda t: True):
+    accepted = [
+        (r[0], r[1], r[2]) for _, part in commits for r in part if r[1] is not None and r[2] is not None
+    ]
+    return lateral_reference([r for r in accepted if inside(r[2])], how, made(customers, residual), 1)
+
+
+def plan_for(spark, folder, server, how, residual, output):
+    on = "orders.customer = c.id" + (" AND c.country <> 'FR'" if residual else "")
+    spec = spec_from_dict(
+        {
+            "name": "lookup",
+            "sources": {"orders": {"path": str(folder / "orders"), "time": "t"}},
+            "from": "orders",
+            "joins": [
+                {"lookup": {"url": server.url, "table": "customers"}, "as": "c", "on": on, "type": how}
+            ],
+            "select": ["orders.id", "c.country"],
+            "output": {"path": str(folder / output)},
+        }
+    )
+    return bind(spark, spec)
+
+
+def prepared(spark, plan, commits):
+    rows = [
+        (
+            id_,
+            customer,
+            None if t is None else BASE + timedelta(seconds=t),
+            version,
+            BASE + timedelta(seconds=version),
+        )
+        for version, part in commits
+        for id_, customer, t in part
+    ]
+    (source,) = plan.streams
+    frame = spark.createDataFrame(rows, ARRIVALS)
+    return arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
+
+
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(
+    how=st.sampled_from(("inner", "left")),
+    residual=st.booleans(),
+    before=CUSTOMERS,
+    after=CUSTOMERS,
+    commits=histories(),
+    cuts=st.lists(st.integers(0, 200), max_size=2).map(sorted),
+    data=st.data(),
+)
+def test_replays_ask_once_and_live_batches_read_the_journal(
+    spark, database, how, residual, before, after, commits, cuts, data
+):
+    folder, server = database
+    plan = plan_for(spark, folder, server, how, residual, f"out_{data.draw(st.uuids()).hex}")
+    fill(server, before)
+    frame = prepared(spark, plan, commits)
+    accepted, _ = kernel.split_rejected(frame)
+    bounds = [-1, *cuts, 201]
+    windows = list(zip(bounds, bounds[1:], strict=False))
+    base = base_micros(spark)
+    slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
+    result = kernel.step(
+        spark,
+        plan,
+        kernel.StepInput({"orders": accepted}, arrival.Timeline({}, None), "exact", slices=slices),
+    )
+    output = output_rows(result.output, base)
+    for k, (a, b) in enumerate(windows):
+        rows, counts = expected(commits, before, how, residual, lambda t, a=a, b=b: a <= t < b)
+        assert Counter({r: n for r, n in output.items() if a <= r[-1] < b}) == rows, (a, b)
+        assert {c: getattr(result.by_slice[k]["orders"], c) for c in DECIDED} == {
+            c: counts[c] for c in DECIDED
+        }
+    asked = {(v, r[1]) for v, part in commits for r in part if r[1] is not None and r[2] is not None}
+    assert result.lookups == len(asked)
+
+    fill(server, after)  # the database moves on; the journal holds what it said
+    total = sum(len(part) for _, part in commits)
+    ends = sorted(data.draw(st.sets(st.integers(1, total), max_size=3)) | {total})
+    run = one_stream_live(spark, plan, frame, ends)
+    rows, counts = expected(commits, before, how, residual)
+    assert run.output == rows
+    assert run.lookups == 0 and run.waiting == 0
+    assert {b: run.counts[b] for b in DECIDED} == {b: counts[b] for b in DECIDED}
+    rejected = sum(1 for _, part in commits for r in part if r[1] is None or r[2] is None)
+    assert (run.counts["rows_in"], run.counts["rejected"]) == (total, rejected)

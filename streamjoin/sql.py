@@ -283,9 +283,13 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
                 "WITH (path='...')"
             )
     sources: dict[str, dict[str, Any]] = {}
+    lookups: dict[str, dict[str, Any]] = {}  # Flink's JDBC tables: name -> lookup settings
     delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
     for source, statement in declarations.items():
         where = f"{origin}: source {source!r}"
+        if _jdbc_table(statement):
+            lookups[source] = _lookup_settings(statement, f"{origin}: table {source!r}")
+            continue
         settings = _settings(statement, SOURCE_SETTINGS, where)
         delay = _declared_columns(statement, settings, where)
         if delay is not None:
@@ -294,7 +298,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     _read_through_views(sources, delays, views, origin)
     windowed = _time_windows(query, sources, origin)
     _split_self_joins(query, sources, delays, origin)
-    document = _compile_query(name, create, query, sources, functions, origin)
+    document = _compile_query(name, create, query, sources, functions, lookups, origin)
     _windows_of_joins(document, windowed, origin)
     _grace_from_watermarks(document, delays)
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
@@ -459,6 +463,7 @@ def _compile_query(
     query: exp.Expr,
     sources: dict[str, dict[str, Any]],
     functions: dict[str, str],
+    lookups: dict[str, dict[str, Any]],
     origin: str,
 ) -> dict[str, Any]:
     """The job mapping of the query that writes output `name` (its settings in `create`'s WITH)."""
@@ -487,11 +492,18 @@ def _compile_query(
         )
     joined = query.args.get("joins") or []
     # Every joined source and its alias first: WHERE may name any of them.
-    names = [
-        None
-        if isinstance(join.this, (exp.Unnest, exp.Lateral))
-        else _source_of(join.this, sources, aliases, where)
+    made = [
+        isinstance(join.this, (exp.Unnest, exp.Lateral))
+        or (isinstance(join.this, exp.Table) and join.this.name in lookups)
         for join in joined
+    ]
+    for join, lateral in zip(joined, made, strict=True):
+        if lateral:
+            called = join.this.alias_or_name if isinstance(join.this, exp.Table) else join.this.alias
+            aliases[called] = called  # the rows it makes go by it, in the statement as in the job
+    names = [
+        None if lateral else _source_of(join.this, sources, aliases, where)
+        for join, lateral in zip(joined, made, strict=True)
     ]
     overs = {
         aliases.get(t.alias or t.name, t.name): t.args["over"]
@@ -522,7 +534,11 @@ def _compile_query(
     joins, seen = [], [first]
     for join, source in zip(joined, names, strict=True):
         if source is None:
-            item = _compile_lateral(join, aliases, functions, where)
+            item = (
+                _compile_lookup(join, lookups, aliases, where)
+                if isinstance(join.this, exp.Table)
+                else _compile_lateral(join, aliases, functions, where)
+            )
             joins.append(item)
             seen.append(item["as"])
             continue
@@ -998,6 +1014,28 @@ def _compile_lateral(
     return entry
 
 
+def _compile_lookup(
+    join: exp.Join, lookups: dict[str, dict[str, Any]], aliases: dict[str, str], where: str
+) -> dict[str, Any]:
+    """Flink's lookup join, `JOIN customers FOR SYSTEM_TIME AS OF o.proc_time AS c ON o.id = c.id`
+    (customers declared with 'connector' = 'jdbc'), as a join entry. The AS OF time says
+    "when the row is processed" in Flink; here that is when its commit is first processed."""
+    table = join.this
+    side = (join.args.get("side") or "").upper()
+    on = join.args.get("on")
+    if side not in ("", "LEFT") or (join.args.get("kind") or "").upper() == "CROSS" or on is None:
+        raise JobError(
+            f"{where}: {_at(table)}a lookup join of {table.name} is JOIN or LEFT JOIN ... ON <stream column> = "
+            f"<{table.name} column> (Flink)"
+        )
+    return {
+        "lookup": dict(lookups[table.name]),
+        "as": table.alias_or_name,
+        "on": _sql(on, aliases),
+        "type": "left" if side == "LEFT" else "inner",
+    }
+
+
 def _function(statement: exp.Create, origin: str) -> dict[str, str]:
     """Flink's `CREATE [TEMPORARY] FUNCTION name AS 'module.attribute' LANGUAGE PYTHON`: the name
     -> `module:attribute`."""
@@ -1035,13 +1073,48 @@ def _settings(create: exp.Create, allowed: tuple[str, ...], where: str) -> dict[
     properties = create.args.get("properties")
     settings: dict[str, Any] = {}
     for prop in properties.expressions if properties else []:
-        if isinstance(prop, exp.MaterializedProperty):  # CREATE MATERIALIZED VIEW: the output, as any
+        if isinstance(prop, exp.MaterializedProperty | exp.TemporaryProperty):  # MATERIALIZED VIEW, TEMPORARY
             continue
-        key = prop.name.lower()
+        key = _property_key(prop)
         if key not in allowed:
             raise JobError(f"{where}: {_at(prop)}unknown setting {key!r}; settings are {', '.join(allowed)}")
         settings[key] = _value(prop.args.get("value"), f"{where}: {key}")
     return settings
+
+
+def _property_key(prop: exp.Expr) -> str:
+    """A WITH setting's name, bare (path=...) or quoted as Flink writes them ('table-name' = ...)."""
+    key = prop.name or (prop.this.this if isinstance(prop.this, exp.Literal) else "")
+    return str(key).lower()
+
+
+def _jdbc_table(create: exp.Create) -> bool:
+    """A declaration of Flink's JDBC connector: a database table for lookup joins, not a source."""
+    properties = create.args.get("properties")
+    return any(
+        _property_key(p) == "connector" and _value(p.args.get("value"), "connector") == "jdbc"
+        for p in (properties.expressions if properties else [])
+    )
+
+
+def _lookup_settings(create: exp.Create, where: str) -> dict[str, Any]:
+    """Flink's JDBC connector options as a lookup join's settings: 'url', 'table-name',
+    'username', 'driver'; the password only by the name of an environment variable."""
+    allowed = ("connector", "url", "table-name", "username", "password", "password_env", "driver")
+    settings = _settings(create, allowed, where)
+    if "password" in settings:
+        raise JobError(
+            f"{where}: {_at(create)}a password does not belong in a job file; put it in an environment variable and "
+            "name that: 'password_env' = 'SHOP_PASSWORD'"
+        )
+    names = {
+        "url": "url",
+        "table-name": "table",
+        "username": "user",
+        "password_env": "password_env",
+        "driver": "driver",
+    }
+    return {names[key]: value for key, value in settings.items() if key in names}
 
 
 def _value(node: exp.Expr | None, where: str) -> Any:

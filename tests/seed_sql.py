@@ -199,3 +199,23 @@ s2.value AS value2
 FROM TUMBLE(s1, ts, interval '1' MINUTE)
 JOIN TUMBLE(s2, ts, interval '1' MINUTE)
 ON s1.id = s2.id and s1.window_start = s2.window_start;"""
+
+# Flink's lookup join (004): Customers is the seed's JDBC table (its url pointing at the test's
+# PostgreSQL); the stream of orders is declared as a Delta stream.
+FLINK_LOOKUP_SOURCES = """
+CREATE STREAM Orders WITH (path='{orders}', time='t');
+CREATE TEMPORARY TABLE Customers (
+  id INT,
+  name STRING,
+  country STRING,
+  zip STRING
+) WITH (
+  'connector' = 'jdbc',
+  'url' = '{url}',
+  'table-name' = 'customers'
+);
+"""
+FLINK_LOOKUP = """SELECT o.order_id, o.total, c.country, c.zip
+FROM Orders AS o
+  JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
+    ON o.customer_id = c.id;"""

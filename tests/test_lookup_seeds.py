@@ -15,13 +15,14 @@ import pytest
 from conftest import append, at
 from harness import live_accounting, read, source_counts
 from postgres import server
+from seed_sql import FLINK_LOOKUP, FLINK_LOOKUP_SOURCES
 from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
 
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict
+from streamjoin.spec import load_job, spec_from_dict
 
 ORDERS = StructType(
     [
@@ -132,6 +133,25 @@ def test_the_other_terms_of_the_condition_filter_the_database_rows(spark, tmp_pa
     )
     assert source_counts(metrics)["orders"]["joined"] == 2
     assert source_counts(metrics)["orders"]["unmatched_emitted"] == 2
+
+
+def test_flinks_statement_runs_as_printed(spark, tmp_path, database):
+    """004's lookup join verbatim in a .sql job file, replayed: each order with its customer."""
+    database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}{MOVED}")
+    write(spark, tmp_path, FIRST + SECOND)
+    sources = FLINK_LOOKUP_SOURCES.format(orders=tmp_path / "orders", url=database.url)
+    query = FLINK_LOOKUP.replace(
+        "SELECT", f"CREATE STREAM enriched WITH (path='{tmp_path / 'out'}') AS SELECT", 1
+    )
+    (tmp_path / "enriched.sql").write_text(sources + query)
+    spec = load_job(tmp_path / "enriched.sql")
+    metrics = replay(spark, spec, at(0), at(3600), mode="exact")
+    got = Counter((r.order_id, r.total, r.country, r.zip) for r in read(spark, spec.output.location))
+    moved, cem = ("AT", "1010"), ("FR", "69001")
+    assert got == Counter(
+        {(101, 10, *moved): 1, (102, 20, *cem): 1, (103, 30, *moved): 1, (104, 40, *cem): 1}
+    )
+    assert metrics.lookups == 2  # one commit, customers 1 and 3
 
 
 def test_a_lookup_join_is_checked_against_the_database(spark, tmp_path, database, monkeypatch):

@@ -15,6 +15,8 @@ import yaml
 from conftest import append
 from harness import upsert
 from seed_sql import (
+    FLINK_LOOKUP,
+    FLINK_LOOKUP_SOURCES,
     FLINK_ORDERS_PRODUCT,
     FLINK_SOURCES,
     FLINK_TEMPORAL,
@@ -786,6 +788,48 @@ def test_flinks_unnest_and_table_functions_compile_to_the_yaml_jobs(query, join)
 def test_lateral_statements_flink_would_not_take_are_refused(query, message):
     with pytest.raises(JobError, match=re.escape(message)):
         compiled(FLINK_ORDERS, query)
+
+
+def test_flinks_lookup_join_compiles_to_the_yaml_job():
+    """004's lookup join as printed: Customers, declared with Flink's JDBC connector, is a database
+    table looked up by key; `FOR SYSTEM_TIME AS OF o.proc_time` is when the row is processed."""
+    url = "jdbc:postgresql://127.0.0.1:5432/shop"
+    spec = compiled(FLINK_LOOKUP_SOURCES.format(orders="orders", url=url), FLINK_LOOKUP)
+    twin = spec_from_dict(
+        {
+            "name": "joined",
+            "sources": {"Orders": {"path": "orders", "time": "t"}},
+            "from": "Orders",
+            "joins": [
+                {"lookup": {"url": url, "table": "customers"}, "as": "c", "on": "Orders.customer_id = c.id"}
+            ],
+            "select": ["Orders.order_id", "Orders.total", "c.country", "c.zip"],
+            "output": {"path": "out"},
+        }
+    )
+    assert spec.joins == twin.joins
+    assert spec.select == twin.select
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("'table-name' = 'customers'", "'table-name' = 'customers', 'password' = 'x'"),
+            "a password does not belong in a job file",
+        ),
+        (
+            ("JOIN Customers", "RIGHT JOIN Customers"),
+            "a lookup join of Customers is JOIN or LEFT JOIN ... ON",
+        ),
+    ],
+)
+def test_lookup_statements_flink_would_not_take_are_refused(change, message):
+    text = FLINK_LOOKUP_SOURCES.format(orders="o", url="jdbc:postgresql://h/db") + FLINK_LOOKUP
+    with pytest.raises(JobError, match=re.escape(message)):
+        spec_from_sql(
+            text.replace(*change).replace("SELECT", "CREATE STREAM out WITH (path='out') AS SELECT", 1)
+        )
 
 
 def test_a_function_declared_in_another_language_is_refused():

@@ -15,8 +15,8 @@ import pytest
 from conftest import append, at
 from harness import live_accounting, read, source_counts
 from postgres import server
-from seed_sql import FLINK_LOOKUP, FLINK_LOOKUP_SOURCES
 from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
+from seed_sql import FLINK_LOOKUP, FLINK_LOOKUP_SOURCES
 
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe

@@ -787,7 +787,7 @@ def _check_event_time(
         raise JobError(
             f"{where}: {_at(point)}FOR SYSTEM_TIME AS OF {point.sql()} is not the time column of a stream before "
             f"the join ({times}): write FOR SYSTEM_TIME AS OF <that column> (event time) or PROCTIME() (the table "
-            "as each row arrived); a lookup join on a processing-time attribute comes with its family (planned)"
+            "as each row arrived); for a lookup join of a database table, declare it with 'connector' = 'jdbc'"
         )
 
 

@@ -41,6 +41,7 @@ COUNTS = (
     "applied",
     "upserts",
     "deletes",
+    "lookups",
 )
 OPTIONAL = (
     "open",
@@ -48,6 +49,7 @@ OPTIONAL = (
     "applied",
     "upserts",
     "deletes",
+    "lookups",
 )  # table columns shown only when not all zero
 LABELS = {
     "rows_in": "rows in",
@@ -62,6 +64,7 @@ LABELS = {
     "applied": "table changes",
     "upserts": "upserts",
     "deletes": "deletes",
+    "lookups": "looked up (not in the journal)",
     "match_rate": "match rate",
     "lateness_cost": "lateness cost",
     "missing": "missing",

@@ -20,6 +20,7 @@ from seed_sql import FLINK_LOOKUP, FLINK_LOOKUP_SOURCES
 
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
+from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job, spec_from_dict
@@ -109,7 +110,9 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     assert rows_of(spark, fresh) == today
     assert metrics.lookups == 4
     assert "looked up in the database (not yet in the journal) 4" in metrics.summary()
-    replay(spark, fresh, at(0), at(3600), mode="exact")  # now from its journal
+    page = build_report(spark, fresh).read_text()  # the slice's accounting, and what it asked
+    assert "<th>looked up (not in the journal)</th>" in page and "data-field='lookups'>4<" in page
+    assert replay(spark, fresh, at(0), at(3600), mode="exact").lookups == 0  # now from its journal
     assert rows_of(spark, fresh) == today
     text = describe(bind(spark, live))
     assert (

@@ -194,7 +194,7 @@ def test_a_failing_function_names_itself_and_the_arguments(spark, tmp_path):
         ({"unnest": "tags", "as": "t", "on": "t.element = 'x'"}, "takes no condition .*filter in 'where'"),
         ({"unnest": "tags", "as": "t", "within": "1m"}, "unknown setting"),
         ({"unnest": "tags"}, "give the rows it makes a name with 'as'"),
-        ({"unnest": "tags", "function": "m:f", "as": "t"}, "either 'unnest' .* or 'function'"),
+        ({"unnest": "tags", "function": "m:f", "as": "t"}, "give one of 'unnest' .*, 'function' or 'lookup'"),
         ({"function": "no colon", "as": "t"}, "should name a Spark Python UDTF as module:attribute"),
         ({"unnest": "tags", "as": "orders"}, "names both a source and the rows"),
         ({"unnest": "tags", "as": "t", "columns": ["a", "a"]}, "name a column twice"),

@@ -15,8 +15,14 @@ the database as it is now, records those answers too, and says how many it fetch
 runs raced to record one, the first recorded wins for everyone.
 
 INNER drops a row without a database row (or none passing the condition's other terms), LEFT
-keeps it once, padded. A row with a NULL key is rejected (`null_key`), as in every keyed join. Decided as the row is
-processed: nothing is late, nothing waits, no state is kept. Output event time: the row's own.
+keeps it once, padded. A row with a NULL key is rejected (`null_key`), as in every keyed join.
+Decided as the row is processed: nothing is late, nothing waits, no state is kept. Output event
+time: the row's own.
+
+Two runs recording answers for the same commits at the same moment (a backfill over a range the
+live runner is still writing, which docs/backfills.md, "Who writes an output", rules out) could
+each read its own answer before seeing the other's; the journal then settles on the earlier
+`looked_up_at` for later runs.
 """
 
 from __future__ import annotations

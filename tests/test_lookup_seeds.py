@@ -24,6 +24,7 @@ from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import load_job, spec_from_dict
+from streamjoin.verify import verify
 
 ORDERS = StructType(
     [
@@ -97,6 +98,8 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     assert len(journal) == 4 and {r.looked_up_by for r in journal} == {"live"}
 
     database.sql("DELETE FROM customers; INSERT INTO customers VALUES (1, 'Ann', 'SE', '111 20')")
+    checked = verify(spark, live, at(0), at(3600), every="1h", checkpoint=str(tmp_path / "checkpoint"))
+    assert checked.equal, checked  # `streamjoin verify` replays from the live run's journal too
     metrics = replay(spark, live, at(0), at(3600), mode="exact")
     assert rows_of(spark, live) == expected  # the journal's answers, not today's database
     assert source_counts(metrics) == {"orders": balance}

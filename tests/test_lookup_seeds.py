@@ -10,8 +10,11 @@ since. A replay of commits no run has processed asks the database as it is, and 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from aging import age_table, write_commits
 from conftest import append, at
 from harness import live_accounting, read, source_counts
 from postgres import server
@@ -122,6 +125,40 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
         f"1. {how.upper()} JOIN customers at jdbc:postgresql://127.0.0.1:{database.port}/postgres AS c("
         in text
     )
+
+
+def test_a_lookup_job_on_a_forty_day_old_table_before_and_after_its_aging(spark, tmp_path, database):
+    """Orders committed from 40 days back (row tracking, default retention), a job starting 4 days
+    ago: the live run records its answers; then the database changes and the table is OPTIMIZEd,
+    VACUUMed and its log cut to 5 days; a replay of everything writes the live rows again, from
+    the journal (rows keep their commit versions through OPTIMIZE), asking the database nothing."""
+    database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}")
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+    days = [-40, -30, -20, -5, -4.5, -3, -2, -1]
+    commits = [
+        (
+            now + timedelta(days=d),
+            [(n * 10 + i, i % 4, n, now + timedelta(days=d, minutes=-i)) for i in range(3)],
+        )
+        for n, d in enumerate(days)
+    ]
+    path = str(tmp_path / "orders")
+    write_commits(
+        spark, path, commits, "order_id int, customer_id int, total int, t timestamp",
+        {"delta.enableRowTracking": "true", "delta.enableChangeDataFeed": "true"},
+    )  # fmt: skip
+    spec = replace(
+        job(tmp_path, "aged", database.url, "left"), start_at=(now - timedelta(days=4)).isoformat() + "Z"
+    )
+    LiveRunner(spark, spec, str(tmp_path / "checkpoint")).run()
+    live = rows_of(spark, spec)
+    answers = {0: (None, None), 1: ("DE", "10115"), 2: ("FR", "75001")}  # customer 0 is in no table
+    assert live == Counter({(n * 10 + i, *answers[i]): 1 for n in range(len(days)) for i in range(3)})
+    database.sql(MOVED)
+    age_table(spark, path, log_retention="interval 5 days")
+    metrics = replay(spark, spec, now - timedelta(days=60), now + timedelta(days=1), mode="exact")
+    assert rows_of(spark, spec) == live
+    assert metrics.lookups == 0
 
 
 def test_the_other_terms_of_the_condition_filter_the_database_rows(spark, tmp_path, database):

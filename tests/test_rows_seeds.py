@@ -9,12 +9,16 @@ ticker without prices is padded as it arrives. Live (run between the commits) = 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from aging import age_table, write_commits
 from conftest import append, at
 from harness import live_accounting, read, source_counts
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
+from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
@@ -143,3 +147,49 @@ def test_rows_naming_no_side_of_the_join_is_refused(spark, tmp_path):
         )
     with pytest.raises(JobError, match="rows names 'prices', which is not a side of this join"):
         bind(spark, spec(tmp_path, "refused", rows={"prices": 2}))
+
+
+def test_rows_windows_on_forty_day_old_tables_before_and_after_their_aging(spark, tmp_path):
+    """A ROWS replay reads its streams whole, not a slice's margins: on sources committed from 40
+    days back (row tracking, default retention) a job starting 4 days ago runs live; after the
+    tables are OPTIMIZEd, VACUUMed and their logs cut to 5 days (their early change feed gone),
+    the replay of everything still writes the live rows."""
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+
+    def commits(days, rows):
+        return [(now + timedelta(days=d), [(k, v, now + timedelta(days=d, minutes=-m)) for k, v, m in rows(n)])
+                for n, d in enumerate(days)]  # fmt: skip
+
+    tracked = {"delta.enableRowTracking": "true", "delta.enableChangeDataFeed": "true"}
+    prices = commits(
+        [-40, -30, -10, -3, -2, -1.5, -0.5], lambda n: [("IBM", 70 + n, 1), ("MSFT", 200 + n, 2)]
+    )
+    orders = commits([-39, -20, -3.5, -2.5, -1], lambda n: [("IBM", 10 * (n + 1), 3), ("GOOGL", n, 4)])
+    ddl = {"stock_price": "ticker string, ending_price int, t timestamp",
+           "order_quantity": "ticker string, quantity int, t timestamp"}  # fmt: skip
+    for name, written in (("stock_price", prices), ("order_quantity", orders)):
+        write_commits(spark, str(tmp_path / name), written, ddl[name], tracked)
+    job = replace(spec(tmp_path, "aged"), start_at=(now - timedelta(days=4)).isoformat() + "Z")
+    LiveRunner(spark, job, str(tmp_path / "checkpoint")).run()
+    live = Counter((r.ticker, r.quantity, r.price) for r in read(spark, job.output.location))
+    # History (every row up to the start) sits at each source's start position, orders (source 0)
+    # before prices: the orders of days -39 and -20 see no price. Later IBM orders see the two
+    # latest IBM prices before them (history 70 to 72, then 73 on day -3, 74, 75); GOOGL none. The
+    # prices of day -0.5 settle the orders of day -1.
+    pads = Counter({("IBM", 10, None): 1, ("IBM", 20, None): 1, **{("GOOGL", n, None): 1 for n in range(5)}})
+    pairs = [
+        ("IBM", 30, 72),
+        ("IBM", 30, 71),
+        ("IBM", 40, 73),
+        ("IBM", 40, 72),
+        ("IBM", 50, 75),
+        ("IBM", 50, 74),
+    ]
+    assert live == pads + Counter(pairs)
+    for name in ("stock_price", "order_quantity"):
+        age_table(spark, str(tmp_path / name), log_retention="interval 5 days")
+        assert delta_io.oldest_retained(spark, str(tmp_path / name)).version > 0, (
+            "the early log is still there"
+        )
+    replay(spark, job, now - timedelta(days=60), now + timedelta(days=1), mode="exact")
+    assert Counter((r.ticker, r.quantity, r.price) for r in read(spark, job.output.location)) == live

@@ -100,8 +100,8 @@ class BoundJoin:
     residual: str | None
     inequality: tuple[str, str, str] | None = None  # ASOF: (left column, operator, right column)
     condition: str | None = None  # the whole ON condition, bare columns named by their source
-    # Lateral joins: the UNNEST expression or the function's arguments, qualified, and the made
-    # rows' columns as the job names them.
+    # Lateral joins: the UNNEST expression or the function's arguments, qualified (none for a
+    # lookup), and the columns of the rows made for each row (a lookup: the database table's).
     lateral: tuple[str, ...] = ()
     made: StructType | None = None
 
@@ -427,7 +427,7 @@ def _bind_lateral(
 ) -> BoundJoin:
     """An UNNEST or table-function join: its expression or arguments resolved against the row, and
     the columns of the rows it makes (an array's elements, or a struct element's fields; a map's
-    key and value; the function's return type), renamed by `columns`."""
+    key and value; the function's return type), renamed by `columns`. A lookup: `_bind_lookup`."""
     (name,) = left_names  # the job's only join (spec)
     if join.lookup is not None:
         return _bind_lookup(spark, join, left_names, schemas, where)

@@ -307,6 +307,13 @@ class Join:
         what = "an UNNEST" if self.unnest is not None else "a table-function" if self.function else "a lookup"
         if sum(x is not None for x in (self.unnest, self.function, self.lookup)) > 1:
             raise JobError(f"{where}: give one of 'unnest' (an array column), 'function' or 'lookup'")
+        if self.bounds or self.window or self.rows or self.as_of or self.asof or self.emit != "final":
+            raise JobError(
+                f"{where}: {what} join is decided as each row is processed; remove within/between/window/rows/"
+                "as_of/asof/emit"
+            )
+        if self.grace != DEFAULT_GRACE:
+            raise JobError(f"{where}: {what} join judges no row late; remove 'grace'")
         if self.lookup is not None:
             self._check_lookup(where)
             return
@@ -323,13 +330,6 @@ class Join:
                 "(Flink: ON TRUE); remove 'on'/'using'/'natural' and filter in 'where'"
             )
         object.__setattr__(self, "on", None)
-        if self.bounds or self.window or self.rows or self.as_of or self.asof or self.emit != "final":
-            raise JobError(
-                f"{where}: {what} join is decided as each row arrives; remove within/between/window/rows/"
-                "as_of/asof/emit"
-            )
-        if self.grace != DEFAULT_GRACE:
-            raise JobError(f"{where}: {what} join judges no row late; remove 'grace'")
         if self.unnest is not None and self.args:
             raise JobError(f"{where}: 'args' are a table function's; UNNEST takes its array in 'unnest'")
         if self.function is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", self.function):
@@ -344,7 +344,8 @@ class Join:
             raise JobError(f"{where}: columns {list(self.columns)} name a column twice")
 
     def _check_lookup(self, where: str) -> None:
-        """A lookup join: INNER or LEFT, on a condition with an equality (Flink's mandatory one)."""
+        """A lookup join: INNER or LEFT, on a condition with an equality (Flink's mandatory one);
+        the settings it shares with UNNEST are checked by `_check_lateral`."""
         if self.type not in ("inner", "left"):
             raise JobError(
                 f"{where}: a lookup join is INNER (a row without a database row is dropped) or LEFT (kept, "
@@ -355,13 +356,6 @@ class Join:
                 f"{where}: a lookup join needs 'on' with an equality of a stream column and a column of the "
                 "database table (Flink's mandatory equality), e.g. on: orders.customer_id = c.id"
             )
-        if self.bounds or self.window or self.rows or self.as_of or self.asof or self.emit != "final":
-            raise JobError(
-                f"{where}: a lookup join is decided as each row is processed; remove within/between/window/"
-                "rows/as_of/asof/emit"
-            )
-        if self.grace != DEFAULT_GRACE:
-            raise JobError(f"{where}: a lookup join judges no row late; remove 'grace'")
         if self.args or self.columns:
             raise JobError(
                 f"{where}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
@@ -527,7 +521,7 @@ class JoinSpec:
     @property
     def names(self) -> tuple[str, ...]:
         """Names in the order they enter the join chain: sources, and the name of the rows a
-        lateral join (UNNEST, a table function) makes."""
+        lateral join (UNNEST, a table function, a lookup) makes."""
         return (self.start,) + tuple(j.source for j in self.joins)
 
     def with_root(self, root: str | os.PathLike) -> JoinSpec:

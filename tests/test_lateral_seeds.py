@@ -77,10 +77,10 @@ def rows_of(spark, spec, columns) -> Counter:
     return Counter(tuple(r[c] for c in columns) for r in read(spark, spec.output.location))
 
 
-def live_then_replay(spark, root, name, join, select, columns, where=None):
+def live_then_replay(spark, root, name, join, select, columns):
     """The job run live between the commits, then replayed: (what each live run left, the live
     accounting, the replay's rows, the replay's accounting, the replay's spec)."""
-    live = job(root, f"{name}_live", join, select, where)
+    live = job(root, f"{name}_live", join, select)
     runner, written = None, []
     for index, rows in enumerate(COMMITS):
         write(spark, root, [rows])
@@ -89,7 +89,7 @@ def live_then_replay(spark, root, name, join, select, columns, where=None):
             runner.run(900)
             written.append(rows_of(spark, live, columns))
     accounting, _ = live_accounting(spark, live.output.location)
-    replayed = job(root, f"{name}_replay", join, select, where)
+    replayed = job(root, f"{name}_replay", join, select)
     metrics = replay(spark, replayed, at(0), at(3600), mode="exact")
     return written, accounting, rows_of(spark, replayed, columns), source_counts(metrics), replayed
 

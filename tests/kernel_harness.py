@@ -16,7 +16,7 @@ event times, so the shift changes nothing but the output times, which are shifte
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
@@ -900,3 +900,59 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
             cached.unpersist()
     assert index == 0  # a one-stream job's stream is its first source
     return run
+
+
+def one_stream_frame(
+    spark: SparkSession, plan: Plan, commits: Sequence[tuple[int, list[tuple]]]
+) -> DataFrame:
+    """A one-stream job's commits, `[(version, rows)]`, each row its source's columns with the event
+    time (seconds after BASE, or None) last, as the runners hand them to the kernel: arrival
+    columns (version v committed v seconds after BASE) and rejection, in commit order."""
+    (source,) = plan.streams
+    schema = StructType(
+        [
+            *source.schema.fields,
+            StructField(COMMIT_VERSION, LongType()),
+            StructField(COMMIT_TIMESTAMP, TimestampType()),
+        ]
+    )
+    rows = [
+        (
+            *row[:-1],
+            None if row[-1] is None else BASE + timedelta(seconds=row[-1]),
+            version,
+            BASE + timedelta(seconds=version),
+        )
+        for version, part in commits
+        for row in part
+    ]
+    frame = spark.createDataFrame(rows, schema)
+    return arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
+
+
+def assert_one_stream_slices(
+    spark: SparkSession,
+    plan: Plan,
+    frame: DataFrame,
+    cuts: Sequence[int],
+    expected: Callable[[int, int], tuple[Counter, dict[str, int]]],
+    span: tuple[int, int] = (-1, 201),
+) -> kernel.StepResult:
+    """One replay step of a one-stream job over `span` cut at `cuts` (seconds after BASE): each
+    slice [a, b) writes and counts what `expected(a, b)` gives (its rows, its buckets). Returns the
+    step's result."""
+    (source,) = plan.streams
+    accepted, _ = kernel.split_rejected(frame)
+    bounds = [span[0], *cuts, span[1]]
+    windows = list(zip(bounds, bounds[1:], strict=False))
+    base = base_micros(spark)
+    slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
+    step = kernel.StepInput({source.name: accepted}, arrival.Timeline({}, None), "exact", slices=slices)
+    result = kernel.step(spark, plan, step)
+    output = output_rows(result.output, base)
+    for k, (a, b) in enumerate(windows):
+        rows, counts = expected(a, b)
+        assert Counter({r: n for r, n in output.items() if a <= r[-1] < b}) == rows, (a, b)
+        decided = result.by_slice[k][source.name]
+        assert {c: getattr(decided, c) for c in DECIDED} == {c: counts[c] for c in DECIDED}, (a, b)
+    return result

@@ -8,20 +8,15 @@ live runner's `decide` over micro-batches that cut commits, each against the ref
 from __future__ import annotations
 
 import os
-from collections import Counter
-from datetime import timedelta
 
 import pytest
-from conftest import BASE, append
-from harness import base_micros
+from conftest import append
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import DECIDED, SETTINGS, one_stream_live, output_rows
-from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
+from kernel_harness import SETTINGS, assert_one_stream_slices, one_stream_frame, one_stream_live
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType, TimestampType
 from reference import BUCKETS, lateral_reference
 
-from streamjoin import arrival, kernel
-from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
@@ -34,9 +29,6 @@ ORDERS = StructType(
         StructField("note", StringType()),
         StructField("t", TimestampType()),
     ]
-)
-ARRIVALS = StructType(
-    [*ORDERS.fields, StructField(COMMIT_VERSION, LongType()), StructField(COMMIT_TIMESTAMP, TimestampType())]
 )
 # What each join makes of a row's value, as the reference sees it: (made rows, columns per row).
 KINDS = {
@@ -101,25 +93,6 @@ def root(spark, tmp_path_factory):
     return folder
 
 
-def prepared(spark, plan, commits):
-    """The commits' rows as the runners hand them to the kernel (arrival columns, rejection)."""
-    rows = [
-        (
-            id_,
-            tags,
-            note,
-            None if t is None else BASE + timedelta(seconds=t),
-            version,
-            BASE + timedelta(seconds=version),
-        )
-        for version, part in commits
-        for id_, tags, note, t in part
-    ]
-    (source,) = plan.streams
-    frame = spark.createDataFrame(rows, ARRIVALS)
-    return arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
-
-
 def expected(commits, kind, how, inside=lambda t: True):
     made, width = KINDS[kind]
     value = 1 if kind == "unnest" else 2
@@ -138,22 +111,10 @@ def test_replayed_slices_decide_as_the_reference(spark, root, kind, how, commits
     """One replay step over consecutive slices: each slice writes and counts what the reference
     gives for the rows whose event time it holds."""
     plan = plan_for(spark, root, kind, how)
-    accepted, _ = kernel.split_rejected(prepared(spark, plan, commits))
-    bounds = [-1, *cuts, 201]
-    windows = list(zip(bounds, bounds[1:], strict=False))
-    base = base_micros(spark)
-    slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
-    timeline = arrival.Timeline({}, None)
-    result = kernel.step(
-        spark, plan, kernel.StepInput({"orders": accepted}, timeline, "exact", slices=slices)
+    frame = one_stream_frame(spark, plan, commits)
+    assert_one_stream_slices(
+        spark, plan, frame, cuts, lambda a, b: expected(commits, kind, how, lambda t: a <= t < b)
     )
-    output = output_rows(result.output, base_micros(spark))
-    for k, (a, b) in enumerate(windows):
-        rows, counts = expected(commits, kind, how, lambda t, a=a, b=b: a <= t < b)
-        assert Counter({r: n for r, n in output.items() if a <= r[-1] < b}) == rows, (a, b)
-        assert {c: getattr(result.by_slice[k]["orders"], c) for c in DECIDED} == {
-            c: counts[c] for c in DECIDED
-        }
 
 
 @settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
@@ -167,7 +128,7 @@ def test_micro_batches_decide_as_the_reference(spark, root, kind, how, commits, 
     """The live runner's `decide`, batch after batch over cuts that may split a commit: every row is
     written and counted once, as the reference says, and nothing is left open or waiting."""
     plan = plan_for(spark, root, kind, how)
-    frame = prepared(spark, plan, commits)
+    frame = one_stream_frame(spark, plan, commits)
     total = sum(len(rows) for _, rows in commits)
     ends = sorted(data.draw(st.sets(st.integers(1, total), max_size=4)) | {total})
     run = one_stream_live(spark, plan, frame, ends)

@@ -12,21 +12,16 @@ journal, asking the database nothing.
 from __future__ import annotations
 
 import os
-from collections import Counter
-from datetime import timedelta
 
 import pytest
-from conftest import BASE, append
-from harness import base_micros
+from conftest import append
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import DECIDED, SETTINGS, one_stream_live, output_rows
+from kernel_harness import DECIDED, SETTINGS, assert_one_stream_slices, one_stream_frame, one_stream_live
 from postgres import server
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 from reference import lateral_reference
 
-from streamjoin import arrival, kernel
-from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
@@ -37,9 +32,6 @@ ORDERS = StructType(
         StructField("customer", IntegerType()),
         StructField("t", TimestampType()),
     ]
-)
-ARRIVALS = StructType(
-    [*ORDERS.fields, StructField(COMMIT_VERSION, LongType()), StructField(COMMIT_TIMESTAMP, TimestampType())]
 )
 COUNTRIES = st.sampled_from(["DE", "FR", "AT"])
 CUSTOMERS = st.lists(st.tuples(st.integers(0, 5), COUNTRIES), max_size=10)  # (id, country); ids may repeat
@@ -105,23 +97,6 @@ def plan_for(spark, folder, server, how, residual, output):
     return bind(spark, spec)
 
 
-def prepared(spark, plan, commits):
-    rows = [
-        (
-            id_,
-            customer,
-            None if t is None else BASE + timedelta(seconds=t),
-            version,
-            BASE + timedelta(seconds=version),
-        )
-        for version, part in commits
-        for id_, customer, t in part
-    ]
-    (source,) = plan.streams
-    frame = spark.createDataFrame(rows, ARRIVALS)
-    return arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
-
-
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(
     how=st.sampled_from(("inner", "left")),
@@ -138,24 +113,10 @@ def test_replays_ask_once_and_live_batches_read_the_journal(
     folder, server = database
     plan = plan_for(spark, folder, server, how, residual, f"out_{data.draw(st.uuids()).hex}")
     fill(server, before)
-    frame = prepared(spark, plan, commits)
-    accepted, _ = kernel.split_rejected(frame)
-    bounds = [-1, *cuts, 201]
-    windows = list(zip(bounds, bounds[1:], strict=False))
-    base = base_micros(spark)
-    slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
-    result = kernel.step(
-        spark,
-        plan,
-        kernel.StepInput({"orders": accepted}, arrival.Timeline({}, None), "exact", slices=slices),
+    frame = one_stream_frame(spark, plan, commits)
+    result = assert_one_stream_slices(
+        spark, plan, frame, cuts, lambda a, b: expected(commits, before, how, residual, lambda t: a <= t < b)
     )
-    output = output_rows(result.output, base)
-    for k, (a, b) in enumerate(windows):
-        rows, counts = expected(commits, before, how, residual, lambda t, a=a, b=b: a <= t < b)
-        assert Counter({r: n for r, n in output.items() if a <= r[-1] < b}) == rows, (a, b)
-        assert {c: getattr(result.by_slice[k]["orders"], c) for c in DECIDED} == {
-            c: counts[c] for c in DECIDED
-        }
     asked = {(v, r[1]) for v, part in commits for r in part if r[1] is not None and r[2] is not None}
     assert result.lookups == len(asked)
 

@@ -1010,7 +1010,6 @@ def _compile_lateral(
             "(Flink); filter in WHERE"
         )
     entry["type"] = "left" if side == "LEFT" else "inner"
-    aliases[alias.name] = alias.name
     return entry
 
 

@@ -110,15 +110,14 @@ class LookupJoin(LateralJoin):
             lookups = 0
             if bounds[0] is not None:
                 versions = (bounds[0], bounds[1])
-                known = self._answers(spark, versions).select(
-                    F.col("version").alias(V), F.col("key").alias(_KEY)
-                )
+                answers = self._answers(spark, versions)
+                known = answers.select(F.col("version").alias(V), F.col("key").alias(_KEY))
                 missing = wanted.join(known, [V, _KEY], "left_anti").persist()
                 lookups = missing.count()
                 if lookups:
                     self._record(spark, missing, "live" if inputs.keep_state else "replay")
+                    answers = self._answers(spark, versions)  # read back what was recorded
                 missing.unpersist()
-                answers = self._answers(spark, versions)
             else:
                 answers = spark.createDataFrame([], journal_schema(self.made))
         finally:

@@ -73,6 +73,10 @@ class CommitStats:
     rows: int
     rejected: int = 0
     owned: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Of the rows counted in `rows`: the range of their event times, and how many have none.
+    min_time: int | None = None
+    max_time: int | None = None
+    untimed: int = 0
 
     def owned_rows(self, slice_number: int = 0) -> int:
         return self.owned.get(slice_number, (0, 0))[0]
@@ -200,17 +204,19 @@ def commit_stats(
         F.count(F.when(counted & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
         F.count(F.lit(1)).alias("owned_rows"),
         F.count(F.when(F.col(REJECT).isNotNull(), 1)).alias("owned_rejected"),
+        F.min(F.when(counted, F.col(T))).alias("min_time"),
+        F.max(F.when(counted, F.col(T))).alias("max_time"),
+        F.count(F.when(counted & F.col(T).isNull(), 1)).alias("untimed"),
     )
     parts: dict[Position, list] = {}
     for r in grouped.collect():
         parts.setdefault((r[TS], r[SRC], r[V]), []).append(r)
     stats = []
     for position, groups in sorted(parts.items()):
-        events = [g["max_event"] for g in groups if g["max_event"] is not None]
         stats.append(
             CommitStats(
                 position,
-                max(events) if events else None,
+                max_present(g["max_event"] for g in groups),
                 sum(g["rows"] for g in groups),
                 sum(g["rejected"] for g in groups),
                 {
@@ -218,9 +224,24 @@ def commit_stats(
                     for g in groups
                     if g["_sj_slice"] is not None
                 },
+                min_present(g["min_time"] for g in groups),
+                max_present(g["max_time"] for g in groups),
+                sum(g["untimed"] for g in groups),
             )
         )
     return stats
+
+
+def max_present(values: Iterable[int | None]) -> int | None:
+    """The largest of `values` that is not None (None if none is)."""
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def min_present(values: Iterable[int | None]) -> int | None:
+    """The smallest of `values` that is not None (None if none is)."""
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
 
 
 def frontier(newest: dict[int, Position], sources: int) -> Position | None:

@@ -53,6 +53,13 @@ def schema(spark: SparkSession, location: str) -> StructType:
     return _table(spark, location).toDF().schema
 
 
+# Operations that rewrite files without changing a row, or change only the table's metadata: the
+# change feed holds nothing for them.
+_ROWLESS = frozenset(
+    {"OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "ADD COLUMNS"}
+)
+
+
 @dataclass(frozen=True)
 class Commit:
     """One entry of a table's history."""
@@ -62,6 +69,19 @@ class Commit:
     operation: str
     mode: str | None = None  # a write's mode (Append, Overwrite), when the log records one
     enables_row_tracking: bool = False  # the commit turned on (or backfilled) row tracking
+    output_rows: int | None = None  # Delta's `numOutputRows` metric, when the log records it
+
+    @property
+    def appended_rows(self) -> int | None:
+        """How many rows the commit inserted, known from the log alone: a write in append mode (its
+        `numOutputRows`), 0 for an operation that changes no row; None when only its change feed can
+        tell (another operation, or a log without metrics)."""
+        operation = self.operation.upper()
+        if operation in _ROWLESS:
+            return 0
+        if operation in ("WRITE", "STREAMING UPDATE") and (self.mode or "").lower() == "append":
+            return self.output_rows
+        return self.output_rows if operation == "CREATE TABLE AS SELECT" else None
 
     @property
     def rewrites_rows(self) -> bool:
@@ -86,7 +106,9 @@ def history(
 
     def newest(count: int | None = None) -> list:
         entries = table.history() if count is None else table.history(count)
-        return entries.select("version", "timestamp", "operation", "operationParameters").collect()
+        return entries.select(
+            "version", "timestamp", "operation", "operationParameters", "operationMetrics"
+        ).collect()
 
     if since is None:
         rows = newest()
@@ -99,13 +121,24 @@ def history(
             r.version,
             r.timestamp,
             r.operation,
-            (r.operationParameters or {}).get("mode"),
+            _mode(r.operationParameters or {}),
             _enables_row_tracking(r),
+            _output_rows(r),
         )
         for r in rows
         if since is None or r.version >= since
     )
     return sorted(commits, key=lambda c: c.version)
+
+
+def _mode(parameters: dict) -> str | None:
+    """A write's mode: `mode` of a batch write, `outputMode` of a streaming one."""
+    return parameters.get("mode") or parameters.get("outputMode")
+
+
+def _output_rows(entry) -> int | None:
+    written = (entry.operationMetrics or {}).get("numOutputRows")
+    return int(written) if written is not None and written.isdigit() else None
 
 
 def _enables_row_tracking(entry) -> bool:

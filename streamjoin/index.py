@@ -117,6 +117,7 @@ def update(
     upto: dict[str, int] | None = None,
     start_at: dict[str, StartAt] | None = None,
     known: Index | None = None,
+    held: dict[str, dict[int, arrival.CommitStats]] | None = None,
 ) -> Index:
     """Extend the index of `plan`'s job to `upto` (default: each source's latest version), creating
     it at each source's start if it does not exist yet; return it as of those versions.
@@ -126,6 +127,9 @@ def update(
     `known`: the index as this process last updated it (the live runner, batch after batch), whose
     heads spare a query of the stored table. Another writer may have extended the table since:
     the entries appended again are identical to its own, and readers drop duplicates.
+    `held`: per stream source, the commits (by version) of rows the caller has read and tagged
+    (the live runner's micro-batch), with their stats over those rows. A commit that the log says
+    appended exactly that many rows is indexed from them; the change feed is read only for the others.
     """
     if known is not None:
         starts, lasts = dict(known.starts), dict(known.lasts)
@@ -155,6 +159,7 @@ def update(
                     lasts[source.name].version,
                     targets[source.name],
                     lasts[source.name].max_so_far,
+                    (held or {}).get(source.name, {}),
                 )
             continue
         latest = targets[source.name] if (upto or {}).get(source.name) is None else None
@@ -279,11 +284,17 @@ def _check_same_future_bound(spark: SparkSession, plan: Plan, source: BoundSourc
 
 
 def _stream_entries(
-    spark: SparkSession, source: BoundSource, start: Entry, after: int, upto: int, so_far: int | None = None
+    spark: SparkSession,
+    source: BoundSource,
+    start: Entry,
+    after: int,
+    upto: int,
+    so_far: int | None = None,
+    held: dict[int, arrival.CommitStats] | None = None,
 ) -> list[Entry]:
     """Entries for the versions (after, upto] of a stream source (its history too when `after` is
     before the start); refuses commits that update or delete rows of an append-only source.
-    `so_far` is the source's largest accepted event time up to `after`."""
+    `so_far` is the source's largest accepted event time up to `after`; `held` as in `update`."""
     commits = {
         c.version: c
         for c in delta_io.history(spark, source.spec.location, since=max(after, start.version), upto=upto)
@@ -291,17 +302,82 @@ def _stream_entries(
     rewrites = [c for c in commits.values() if c.version > max(after, start.version) and c.rewrites_rows]
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
+    wanted = sorted(v for v in commits if after < v <= upto)
+    by_version = {} if after < start.version else _complete(held or {}, commits, start, wanted)
+    unknown = [v for v in wanted if v not in by_version]
+    if unknown:
+        by_version |= _read_stats(spark, source, start, commits, unknown)
+    entries = []
+    for version in wanted:
+        r = by_version.get(version)
+        if r is None and version not in (start.version, upto):
+            continue  # no rows (OPTIMIZE, a schema change): not a position; the last one marks how far we looked
+        max_event = r.max_event if r else None
+        if max_event is not None and (so_far is None or max_event > so_far):
+            so_far = max_event
+        ts = _commit_ts(start, commits, version)
+        entries.append(
+            Entry(
+                source.name,
+                version,
+                ts,
+                r.rows if r else 0,
+                r.rejected if r else 0,
+                max_event,
+                so_far,
+                r.min_time if r else None,
+                r.max_time if r else None,
+                r.untimed if r else 0,
+                start=version == start.version,
+                row_tracking=start.row_tracking if version == start.version else None,
+                max_future=start.max_future if version == start.version else None,
+            )
+        )
+    return entries
+
+
+def _complete(
+    held: dict[int, arrival.CommitStats],
+    commits: dict[int, delta_io.Commit],
+    start: Entry,
+    versions: list[int],
+) -> dict[int, arrival.CommitStats | None]:
+    """The stats of the `versions` whose every row the caller holds: a commit the log says appended
+    exactly as many rows as `held` counts for it, at the commit time the rows carry (None: an
+    operation that changes no row)."""
+    complete: dict[int, arrival.CommitStats | None] = {}
+    for version in versions:
+        appended, mine = commits[version].appended_rows, held.get(version)
+        if appended is None or (mine.rows if mine else 0) != appended:
+            continue  # cut by maxFilesPerTrigger, or a commit only its change feed can tell
+        if mine is not None and mine.position[0] != _commit_ts(start, commits, version):
+            continue
+        complete[version] = mine
+    return complete
+
+
+def _read_stats(
+    spark: SparkSession,
+    source: BoundSource,
+    start: Entry,
+    commits: dict[int, delta_io.Commit],
+    versions: list[int],
+) -> dict[int, arrival.CommitStats]:
+    """The stats of `versions` (ascending) from their rows: the change feed of the new commits while
+    Delta keeps it, else the latest snapshot with row tracking (the history too, from the start)."""
+    first, last = versions[0], versions[-1]
     rows = None
-    if after >= start.version:  # new commits: their change feed, while Delta keeps it
+    if first > start.version:
         try:
-            rows = _tagged(delta_io.read_changes(spark, source.spec.location, upto, after + 1), source)
+            rows = _tagged(delta_io.read_changes(spark, source.spec.location, last, first), source)
         except HistoryNotRetainedError:
             if not start.row_tracking:
                 raise
     if rows is None:
-        rows = _all_rows(spark, source, start, upto).where(F.col(V) > F.lit(after))
+        rows = _all_rows(spark, source, start, last).where(F.col(V) >= F.lit(first))
+    rows = rows.where(F.col(V).isin(versions)) if len(versions) < last - first + 1 else rows
     if source.max_future() is not None or source.commit_time:  # these need each row's commit time
-        times = [(v, _commit_ts(start, commits, v)) for v in commits if v > after]
+        times = [(v, _commit_ts(start, commits, v)) for v in versions]
         rows = _positioned(rows, spark.createDataFrame(times, "version long, commit_ts long"), source)
     insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
     accepted = insert & F.col(REJECT).isNull()
@@ -318,36 +394,20 @@ def _stream_entries(
         )
         .collect()
     )
-    by_version = {r[V]: r for r in stats}
     if any(r["rewritten"] for r in stats):
-        _refuse_rewrites(source, f"its change feed after version {after} holds updated or deleted rows")
-    entries = []
-    for version in sorted(v for v in commits if after < v <= upto):
-        r = by_version.get(version)
-        if r is None and version not in (start.version, upto):
-            continue  # no rows (OPTIMIZE, a schema change): not a position; the last one marks how far we looked
-        max_event = r["max_event"] if r else None
-        if max_event is not None and (so_far is None or max_event > so_far):
-            so_far = max_event
-        ts = _commit_ts(start, commits, version)
-        entries.append(
-            Entry(
-                source.name,
-                version,
-                ts,
-                r["rows"] if r else 0,
-                r["rejected"] if r else 0,
-                max_event,
-                so_far,
-                r["min_time"] if r else None,
-                r["max_time"] if r else None,
-                r["untimed"] if r else 0,
-                start=version == start.version,
-                row_tracking=start.row_tracking if version == start.version else None,
-                max_future=start.max_future if version == start.version else None,
-            )
+        _refuse_rewrites(source, f"its change feed after version {first - 1} holds updated or deleted rows")
+    return {
+        r[V]: arrival.CommitStats(
+            (_commit_ts(start, commits, r[V]), source.index, r[V]),
+            r["max_event"],
+            r["rows"],
+            r["rejected"],
+            min_time=r["min_time"],
+            max_time=r["max_time"],
+            untimed=r["untimed"],
         )
-    return entries
+        for r in stats
+    }
 
 
 def _commit_ts(start: Entry, commits: dict, version: int) -> int:
@@ -650,14 +710,14 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
         while i < len(entries) and entries[i][0] < target:
             latest[entries[i][0][1]] = entries[i][1]
             i += 1
-        marks[(target[1], target[2])] = _max(latest.values())
+        marks[(target[1], target[2])] = arrival.max_present(latest.values())
         own = [entries[i][1]] if i < len(entries) and entries[i][0] == target else []
-        through[(target[1], target[2])] = _max([*latest.values(), *own])
+        through[(target[1], target[2])] = arrival.max_present([*latest.values(), *own])
     start = next(iter(marks.values())) if marks else None
     while i < len(entries) and entries[i][0] <= frontier:
         latest[entries[i][0][1]] = entries[i][1]
         i += 1
-    return Timeline(marks, _max(latest.values()), through, start, rises, frontier)
+    return Timeline(marks, arrival.max_present(latest.values()), through, start, rises, frontier)
 
 
 def _rises(
@@ -672,16 +732,11 @@ def _rises(
         if position > frontier:
             break
         latest[position[1]] = value
-        now = _max(latest.values())
+        now = arrival.max_present(latest.values())
         if position >= first and now is not None and (clock is None or now > clock):
             rises.append((now, position))
         clock = now
     return tuple(rises)
-
-
-def _max(values) -> int | None:
-    present = [v for v in values if v is not None]
-    return max(present) if present else None
 
 
 def _runs(versions: list[int], gap: int = 8) -> list[tuple[int, int]]:

@@ -38,6 +38,7 @@ from harness import (
 )
 from reference import BUCKETS, reference
 
+from streamjoin import index
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
@@ -175,6 +176,49 @@ def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_p
     rows = live_metrics(spark, spec)
     assert len(rows) == 2, "the commit was not cut into two micro-batches"
     check_live_metrics(rows, counts)
+
+
+def test_the_index_kept_live_equals_the_index_read_from_the_change_feed(spark, tmp_path, monkeypatch):
+    """Issue 14: a micro-batch indexes the commits it holds whole from its own tagged rows, and reads
+    the change feed only for a commit cut by maxFilesPerTrigger. Its entries must be those an index
+    reads from the change feed: rows, rejected rows (a NULL time, a NULL key, a time years ahead),
+    event-time ranges, untimed rows, watermarks, for an event-time and a commit-time source, across
+    an OPTIMIZE (a commit without rows)."""
+    paths = create_tables(spark, tmp_path)
+    spec = job(tmp_path, paths, "left", -5, 5, 0)
+    spec = replace(spec, sources=(spec.sources[0], replace(spec.sources[1], time="commit")))
+    runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint", max_files_per_trigger=2)
+    reads: list[list[int]] = []
+    read_stats = index._read_stats
+    monkeypatch.setattr(index, "_read_stats", lambda *a: reads.append(a[-1]) or read_stats(*a))
+    groups = [
+        [
+            (0, [("a1", "k1", 10, 1), ("a2", None, 12, 1), ("a3", "k2", None, 1)], None),
+            (1, [("b1", "k1", 11, 1)], None),
+        ],
+        [(0, [("a4", "k1", 20, 1), ("af", "k3", FAR_AHEAD, 1)], None), (1, [("b2", None, None, 1)], None)],
+        [(0, [("a5", "k1", 30, 1), ("a6", "k2", 28, 1), ("a7", "k1", 31, 1)], 3)],  # cut: two files, then one
+        [(1, [("b3", "k1", 40, 1), ("b4", "k2", 41, 1)], 2), (0, [("a8", "k2", 45, 1)], None)],
+    ]
+    for n, group in enumerate(groups):
+        if n == 3:
+            spark.sql(f"OPTIMIZE delta.`{paths[0]}`")
+        for side, rows, files in group:
+            write_commit(spark, paths[side], rows, files)
+        runner.run()
+    assert len(runner.runs) >= 5, "the three-file commit was not cut"
+    # Only the cut commit (l's version 3) was read: every other came whole in one batch, and the
+    # OPTIMIZE (l's version 4) is known from the log to hold no rows.
+    assert reads == [[3]]
+
+    def entries(location: str) -> list[tuple]:
+        return sorted(tuple(r) for r in spark.read.format("delta").load(location).distinct().collect())
+
+    fresh = with_output(spec, f"{tmp_path}/fresh")
+    index.update(spark, bind(spark, fresh))
+    kept, read_back = entries(index.location(runner.plan)), entries(index.location(bind(spark, fresh)))
+    assert kept == read_back
+    assert {(e[0], e[1]): e[4] for e in kept if e[4]} == {("l", 1): 2, ("l", 2): 1, ("r", 2): 1}
 
 
 # Seconds after BASE (2024-01-01): about 2037, ten years ahead of any commit this suite makes.

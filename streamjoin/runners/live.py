@@ -386,9 +386,7 @@ class LiveRunner:
             commits = batch_commits(new, state)
             self._index_upto(
                 {
-                    s.name: max(
-                        (c.position[2] for c in commits if c.position[1] == s.index and c.rows), default=-1
-                    )
+                    s.name: {c.position[2]: c for c in commits if c.position[1] == s.index and c.rows}
                     for s in plan.streams
                 }
             )
@@ -623,8 +621,10 @@ class LiveRunner:
         )
         self.after_write(table, batch_id)
 
-    def _index_upto(self, versions: dict[str, int]) -> None:
-        """Extend the arrival index to the newest commits this batch holds (if it is behind)."""
+    def _index_upto(self, held: dict[str, dict[int, arrival.CommitStats]]) -> None:
+        """Extend the arrival index to the newest commits this batch holds (if it is behind), from
+        the batch's own stats of the commits it holds whole (`held`: per stream source, by version)."""
+        versions = {name: max(commits, default=-1) for name, commits in held.items()}
         if any(v > self.positions.versions.get(name, -1) for name, v in versions.items()):
             self.positions = index.update(
                 self.spark,
@@ -634,6 +634,7 @@ class LiveRunner:
                     **{name: max(v, self.positions.versions.get(name, -1)) for name, v in versions.items()},
                 },
                 known=self.positions,
+                held=held,
             )
 
     def _payloads(self, index: int) -> list:

@@ -23,7 +23,10 @@ change feed. Once written, the start is fixed: both runners read it from here.
 **Appending.** `update` extends the index up to given versions. New commits are read from the change
 feed of those versions only; if Delta no longer keeps their change files, from the latest snapshot
 with row tracking (`_metadata.row_commit_version`). The live runner calls it after each
-micro-batch, the replay before it reads, `streamjoin index JOB` on demand. Appends are plain and
+micro-batch, the replay before it reads, `streamjoin index JOB` on demand. A micro-batch already
+holds its commits' rows, tagged: a commit the log says appended exactly the rows the batch holds
+of it (Delta's `numOutputRows`) is indexed from them, and the change feed is read only for the
+others (a commit cut by maxFilesPerTrigger, an operation whose log entry does not tell). Appends are plain and
 may repeat a row (a retried batch, two writers): readers drop duplicates, and a row is a function
 of the source's log alone, so duplicates are identical.
 
@@ -118,6 +121,7 @@ def update(
     start_at: dict[str, StartAt] | None = None,
     known: Index | None = None,
     held: dict[str, dict[int, arrival.CommitStats]] | None = None,
+    extend: bool = True,
 ) -> Index:
     """Extend the index of `plan`'s job to `upto` (default: each source's latest version), creating
     it at each source's start if it does not exist yet; return it as of those versions.
@@ -130,6 +134,7 @@ def update(
     `held`: per stream source, the commits (by version) of rows the caller has read and tagged
     (the live runner's micro-batch), with their stats over those rows. A commit that the log says
     appended exactly that many rows is indexed from them; the change feed is read only for the others.
+    `extend` False: a source the index holds keeps its entries (no `upto` given: as far as they go).
     """
     if known is not None:
         starts, lasts = dict(known.starts), dict(known.lasts)
@@ -139,6 +144,8 @@ def update(
     targets = {}
     for source in plan.sources:
         given = (upto or {}).get(source.name)
+        if given is None and not extend and source.name in lasts:
+            given = lasts[source.name].version
         targets[source.name] = (
             delta_io.latest_version(spark, source.spec.location) if given is None else given
         )

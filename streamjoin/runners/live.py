@@ -114,8 +114,10 @@ class LiveRunner:
         self.spec = spec
         self.plan: Plan = bind(spark, spec)
         self.join = kernel.runnable(spark, self.plan)
-        # Where each source starts (created here for a new job), and its commits so far.
-        self.positions = index.update(spark, self.plan, start_at=start_at)
+        # Where each source starts (created here for a new job), and its commits indexed so far: a
+        # restart's micro-batches index the commits after them from their own rows, and a new
+        # checkpoint's catch-up extends the index to the sources' current versions first.
+        self.positions = index.update(spark, self.plan, start_at=start_at, extend=False)
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.after_write = after_write or (lambda table, batch: None)
@@ -310,6 +312,7 @@ class LiveRunner:
         ):
             self._save_marker(starting_versions=dict.fromkeys(starts, 0))
             return
+        self.positions = index.update(self.spark, self.plan, known=self.positions)
         versions = dict(self.positions.versions)
         self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
         began, started_at = time.monotonic(), pendulum.now("UTC")

@@ -26,9 +26,9 @@ with row tracking (`_metadata.row_commit_version`). The live runner calls it aft
 micro-batch, the replay before it reads, `streamjoin index JOB` on demand. A micro-batch already
 holds its commits' rows, tagged: a commit the log says appended exactly the rows the batch holds
 of it (Delta's `numOutputRows`) is indexed from them, and the change feed is read only for the
-others (a commit cut by maxFilesPerTrigger, an operation whose log entry does not tell). Appends are plain and
-may repeat a row (a retried batch, two writers): readers drop duplicates, and a row is a function
-of the source's log alone, so duplicates are identical.
+others (a commit cut by maxFilesPerTrigger, an operation whose log entry does not tell). Appends
+are plain and may repeat a row (a retried batch, two writers): readers drop duplicates, and a row
+is a function of the source's log alone, so duplicates are identical.
 
 **Reading a slice.** `read_rows` gives a stream source's rows whose event time falls in a range
 (plus the rows without one that a slice owns by commit time), each with its commit version and

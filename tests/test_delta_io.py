@@ -36,6 +36,34 @@ def test_round_trip_time_travel_and_change_feed(spark, tmp_path):
     assert delta_io.version_at(spark, path, history[0].timestamp) == 0
 
 
+def test_the_log_says_how_many_rows_an_append_inserted_and_which_streaming_writes_rewrite(spark, tmp_path):
+    """Issue 14: what the live runner's index takes from the log, read from real commits: a batch
+    append's and a streaming append's inserted rows (`numOutputRows`), none for an OPTIMIZE, and a
+    streaming write in complete mode (its `outputMode`) as a rewrite."""
+    path, source = str(tmp_path / "events"), str(tmp_path / "feed")
+    append(spark, path, [("a", 1, at(1)), ("b", 2, at(2))], EVENTS)
+    append(spark, source, [("c", 3, at(3)), ("d", 4, at(4)), ("e", 5, at(5))], EVENTS)
+    stream = spark.readStream.format("delta").load(source)
+    for mode, checkpoint in (("append", "a"), ("complete", "c")):
+        frame = stream if mode == "append" else stream.groupBy("id").count().select("id", "count")
+        target = path if mode == "append" else str(tmp_path / "totals")
+        query = (
+            frame.writeStream.format("delta")
+            .outputMode(mode)
+            .option("checkpointLocation", str(tmp_path / checkpoint))
+        )
+        query.trigger(availableNow=True).start(target).awaitTermination()
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    history = delta_io.history(spark, path)
+    assert [(c.operation, c.appended_rows, c.rewrites_rows) for c in history] == [
+        ("WRITE", 2, False),
+        ("STREAMING UPDATE", 3, False),
+        ("OPTIMIZE", 0, False),
+    ]
+    (totals,) = delta_io.history(spark, str(tmp_path / "totals"))
+    assert totals.mode == "Complete" and totals.rewrites_rows and totals.appended_rows is None
+
+
 def test_slices_replace_and_batches_write_once(spark, tmp_path):
     path = str(tmp_path / "out")
     frame = spark.createDataFrame([("a", 1, at(10)), ("b", 2, at(20)), ("c", 3, at(30))], EVENTS)

@@ -88,12 +88,34 @@ def test_change_feed_reads_merge_nearby_versions():
         ("MERGE", None, True),
         ("UPDATE", None, True),
         ("WRITE", "Overwrite", True),
+        ("STREAMING UPDATE", "Complete", True),
         ("RESTORE", None, True),
         ("REPLACE TABLE AS SELECT", None, True),
     ],
 )
 def test_commits_that_would_change_decided_arrivals_are_recognised(operation, mode, rewrites):
     assert Commit(3, datetime(2024, 1, 1), operation, mode).rewrites_rows is rewrites
+
+
+@pytest.mark.parametrize(
+    "operation, mode, appended",
+    [
+        ("WRITE", "Append", 7),  # numOutputRows: every row it wrote is an insert
+        ("STREAMING UPDATE", "Append", 7),
+        ("CREATE TABLE AS SELECT", None, 7),
+        ("OPTIMIZE", None, 0),  # files rewritten, no row changed: nothing in the change feed
+        ("SET TBLPROPERTIES", None, 0),
+        ("WRITE", "Overwrite", None),  # its numOutputRows are not its inserts alone
+        ("MERGE", None, None),
+        ("ROW TRACKING BACKFILL", None, None),  # not known: the change feed tells
+    ],
+)
+def test_the_rows_a_commit_appended_are_known_from_the_log_only_for_plain_appends(operation, mode, appended):
+    """Issue 14: a micro-batch indexes a commit from its own rows only when the log says how many
+    rows the commit inserted; anything else has its change feed read."""
+    assert Commit(3, datetime(2024, 1, 1), operation, mode, output_rows=7).appended_rows == appended
+    if appended:
+        assert Commit(3, datetime(2024, 1, 1), operation, mode).appended_rows is None  # no metrics logged
 
 
 def _job(**extra) -> dict:

@@ -178,6 +178,10 @@ def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_p
     check_live_metrics(rows, counts)
 
 
+# Seconds after BASE (2024-01-01): about 2037, ten years ahead of any commit this suite makes.
+FAR_AHEAD = 13 * 365 * 86_400
+
+
 def test_the_index_kept_live_equals_the_index_read_from_the_change_feed(spark, tmp_path, monkeypatch):
     """Issue 14: a micro-batch indexes the commits it holds whole from its own tagged rows, and reads
     the change feed only for a commit cut by maxFilesPerTrigger. Its entries must be those an index
@@ -219,10 +223,6 @@ def test_the_index_kept_live_equals_the_index_read_from_the_change_feed(spark, t
     kept, read_back = entries(index.location(runner.plan)), entries(index.location(bind(spark, fresh)))
     assert kept == read_back
     assert {(e[0], e[1]): e[4] for e in kept if e[4]} == {("l", 1): 2, ("l", 2): 1, ("r", 2): 1}
-
-
-# Seconds after BASE (2024-01-01): about 2037, ten years ahead of any commit this suite makes.
-FAR_AHEAD = 13 * 365 * 86_400
 
 
 def test_a_row_far_ahead_of_its_commit_is_rejected_and_the_rows_after_it_still_join(spark, tmp_path):

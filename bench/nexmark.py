@@ -1,7 +1,10 @@
 """A Nexmark-like workload on Delta: persons, auctions, bids and bidder tiers, in many commits.
 
-Event time advances at a fixed rate: `scale` multiplies the history's length (hours of events and
-commits), not the rate, so 16x is sixteen times as many hours at the same rows per hour. Each row
+Event time advances at a fixed rate: up to 16x, `scale` multiplies the history's length (hours of
+events and commits), not the rate, so 16x is sixteen times as many hours at the same rows per
+hour; beyond, the history stays 64 hours long and the rates grow (84x: 5.25 times as many rows per
+hour). So every commit holds one hour of arrival at every scale, as a job fed hourly would see it:
+commits of several hours against a grace of one hour would make most rows late. Each row
 arrives some time after its event (exponential delay), a fraction of rows arrives hours late, and a
 table's rows are committed hour of arrival by hour of arrival, the four tables interleaved.
 
@@ -21,7 +24,8 @@ from pyspark.sql import functions as F
 START = datetime(2024, 6, 1)  # event time of the first row (UTC)
 CATEGORIES = 5  # auctions fall in categories 10..14; the queries keep category 10
 AUCTION_HOURS = 2  # an auction runs this long; bids come while it runs
-ARRIVAL = "_arrival_hour"  # which commit carries the row (hours since START, / commit_hours)
+ARRIVAL = "_arrival_hour"  # which commit carries the row (hours since START)
+MAX_HOURS = 64  # the longest history `Workload.at` writes (16x); larger scales raise the rates
 STATES = ["OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV"]
 
 
@@ -37,14 +41,23 @@ class Workload:
     mean_delay_s: float = 120.0  # typical arrival delay after the event
     late_fraction: float = 0.01  # rows that arrive 2 to 4 hours after their event
     seed: int = 42
-    commit_hours: int = 1  # hours of arrival per commit
 
     def at(self, scale: float) -> Workload:
-        """The same rates over `scale` times as many hours; from 96 hours on, commits of several
-        hours of arrival, so that each table keeps about 48 commits (writing a few thousand
-        one-hour commits would take most of an hour here)."""
+        """`scale` times as many rows: the same rates over `scale` times as many hours, up to
+        `MAX_HOURS`; beyond, that many hours at higher rates (writing thousands of hourly commits
+        would take most of an hour here)."""
         hours = max(1, round(self.hours * scale))
-        return replace(self, hours=hours, commit_hours=max(1, hours // 48))
+        if hours <= MAX_HOURS:
+            return replace(self, hours=hours)
+        rate = hours / MAX_HOURS
+        return replace(
+            self,
+            hours=MAX_HOURS,
+            persons_per_hour=round(self.persons_per_hour * rate),
+            auctions_per_hour=round(self.auctions_per_hour * rate),
+            bids_per_hour=round(self.bids_per_hour * rate),
+            tier_changes_per_hour=round(self.tier_changes_per_hour * rate),
+        )
 
     def rows(self) -> dict[str, int]:
         return {
@@ -150,9 +163,9 @@ def tables(spark: SparkSession, w: Workload) -> dict[str, DataFrame]:
         "bidder_tiers": "valid_from",
     }
     return {
-        name: frame.withColumn(
-            ARRIVAL, F.floor(_arrival_hour(w, name, times[name]) / F.lit(w.commit_hours)).cast("int")
-        ).drop(*(["id"] if name in ("bids", "bidder_tiers") else []))
+        name: frame.withColumn(ARRIVAL, _arrival_hour(w, name, times[name])).drop(
+            *(["id"] if name in ("bids", "bidder_tiers") else [])
+        )
         for name, frame in frames.items()
     }
 
@@ -191,8 +204,8 @@ def _end_of_stream(spark: SparkSession, frame: DataFrame, w: Workload) -> DataFr
 
 
 def write(spark: SparkSession, root: str, w: Workload) -> dict[str, int]:
-    """Write the workload under `root` (replacing it) as one commit per table per arrival hour
-    (`commit_hours` of them), the tables interleaved, then one end-of-stream commit per table;
+    """Write the workload under `root` (replacing it) as one commit per table per arrival hour,
+    the tables interleaved, then one end-of-stream commit per table;
     returns the commits per table."""
     shutil.rmtree(root, ignore_errors=True)
     frames = {name: frame.persist() for name, frame in tables(spark, w).items()}

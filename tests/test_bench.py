@@ -16,10 +16,14 @@ from bench import native, nexmark
 from bench.run import main
 
 
-def test_generator_rates_scale_with_the_history_not_the_rate():
-    one, four = nexmark.Workload().at(1), nexmark.Workload().at(4)
+def test_generator_scales_the_history_up_to_64_hours_then_the_rate():
+    one, four, big = (nexmark.Workload().at(scale) for scale in (1, 4, 84))
     assert four.hours == 4 * one.hours
     assert {t: 4 * n for t, n in one.rows().items()} == four.rows()
+    # 5 million bids in hourly commits: more rows per hour, not commits of several hours
+    assert big.hours == nexmark.MAX_HOURS == 64
+    assert {t: 84 * n for t, n in one.rows().items()} == big.rows()
+    assert big.rows()["bids"] == 5_040_000
 
 
 @pytest.mark.slow

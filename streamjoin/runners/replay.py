@@ -171,8 +171,13 @@ def _replay(
     for source in plan.streams:
         before, after = join.margins(source.name)
         ranges[source.name] = (max(lo - before, EARLIEST), min(hi + after, LATEST))  # ROWS: all of it
-        rows = positions.read_rows(source, ranges[source.name], (lo, hi)).persist()
-        cached.append(rows)
+        rows = positions.read_rows(source, ranges[source.name], (lo, hi))
+        # The output's pass reads each row once and counts it as it goes; the late and rejected
+        # rows' writes read the snapshot again, which costs less than caching every row (bench/
+        # README.md). Where the output's pass itself reads them more than once, they are cached.
+        if not join.reads_rows_once():
+            rows = rows.persist()
+            cached.append(rows)
         read[source.name] = _stream_counts(rows, slices, settled, join.reads_rows_once())
         accepted, rejected = kernel.split_rejected(read[source.name].rows)
         rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))

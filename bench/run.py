@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scales",
         default="1,4,16,84",
-        help="workload sizes, multiples of 4 hours of events (default 1,4,16,84: 84x holds 5 million bids)",
+        help="workload sizes, multiples of the 1x workload (4 hours of events; up to 16x more hours, beyond it higher rates; default 1,4,16,84: 84x holds 5 million bids)",
     )
     parser.add_argument(
         "--rounds", type=int, default=3, help="timed rounds per query and scale; medians are reported"
@@ -310,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "minutes": round((time.perf_counter() - began) / 60),
         "machine": machine(),
+        "cores": os.cpu_count(),
     }
     (out / "results.json").write_text(
         json.dumps({"run": run, "results": [asdict(r) for r in results]}, indent=1)

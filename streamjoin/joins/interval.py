@@ -421,23 +421,32 @@ class IntervalJoin(JoinOperator):
         if self.emit == "eager":
             emitted += self._eager_pads(left, right, slices, clock)
 
+        state = self._next_state(rows, joined, watermark, waiting) if keep_state else None
+        return Evaluation(emitted, self.side_counts(stats, candidates), state, cached=[joined])
+
+    def side_counts(
+        self, stats: SliceCounts, candidates: Callable[[str, int], int]
+    ) -> Deferred[dict[str, SideCounts]]:
+        """Each side's `SideCounts` per slice, from `stats`' counts of its rows still without a
+        partner (`l_unmatched`, `r_unmatched`) and of those whose window closed (`l_closed`,
+        `r_closed`); `candidates` as for `evaluate`."""
+
         def counts() -> list[dict[str, SideCounts]]:
             tallied = stats.get()
             return [
                 {
                     side: SideCounts(
-                        joined=candidates(side, k) - tallied[k][f"{prefix}_unmatched"],
-                        unmatched_emitted=tallied[k][f"{prefix}_closed"] if self.preserves(side) else 0,
-                        unmatched_dropped=0 if self.preserves(side) else tallied[k][f"{prefix}_closed"],
-                        open=tallied[k][f"{prefix}_unmatched"] - tallied[k][f"{prefix}_closed"],
+                        joined=candidates(side, k) - by_side[f"{prefix}_unmatched"],
+                        unmatched_emitted=by_side[f"{prefix}_closed"] if self.preserves(side) else 0,
+                        unmatched_dropped=0 if self.preserves(side) else by_side[f"{prefix}_closed"],
+                        open=by_side[f"{prefix}_unmatched"] - by_side[f"{prefix}_closed"],
                     )
-                    for side, prefix in ((L, "l"), (R, "r"))
+                    for side, prefix in ((self.left, "l"), (self.right, "r"))
                 }
-                for k in range(len(slices))
+                for k, by_side in sorted(tallied.items())
             ]
 
-        state = self._next_state(rows, joined, watermark, waiting) if keep_state else None
-        return Evaluation(emitted, Deferred(counts), state, cached=[joined])
+        return Deferred(counts)
 
     def _eager_pads(
         self, left: DataFrame, right: DataFrame, slices: Slices, clock: tuple[int | None, int | None]

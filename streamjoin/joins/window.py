@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField
 
 from streamjoin.arrival import ALL_TIME, TS, Slices, T
-from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, register
+from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, SliceCounts, register
 from streamjoin.joins.interval import DUE, NEW, ROW, IntervalJoin
 from streamjoin.plan import WINDOW_COLUMNS, BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -157,12 +157,14 @@ class WindowJoin(IntervalJoin):
             left.join(right, self.condition(), "full_outer")
             .withColumn(OUT_T, F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt))
             .withColumn(DUE, F.when(only_l | only_r, window + F.lit(self.size - 1 + self.grace)))
-            .persist()
         )
         keep = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         for side, only in ((L, only_l), (R, only_r)):
             if self.preserves(side):
                 keep = keep | (only & self._closed(self._col(side, WIN), watermark))
+        if self.hop == self.size and not keep_state and not persist:
+            return self._tumbling(joined, keep, watermark, candidates, slices)
+        joined = joined.persist()
         emitted = [joined.where(keep & slices.inside(F.col(OUT_T), self.reach))]
 
         per_row = [
@@ -206,6 +208,33 @@ class WindowJoin(IntervalJoin):
 
         state = self._window_state(rows, joined, watermark) if keep_state else None
         return Evaluation(emitted, Deferred(counts), state, cached=[joined])
+
+    def _tumbling(
+        self,
+        joined: DataFrame,
+        keep: Column,
+        watermark: int | None,
+        candidates: Callable[[str, int], int],
+        slices: Slices,
+    ) -> Evaluation:
+        """`evaluate` where each row lies in one window (TUMBLE) and nothing else reads the join (a
+        replay): a row's (row, window) is the row, so the rows without a partner are counted as the
+        output's pass writes the emitted rows (`SliceCounts`), as the interval family counts them,
+        with no cached join and no grouping by row."""
+        L, R = self.left, self.right
+        has = {side: self._col(side, TS).isNotNull() for side in (L, R)}
+        counted = {}
+        for side, other, prefix in ((L, R, "l"), (R, L, "r")):
+            time = self._col(side, T)
+            unmatched = has[side] & ~has[other] & ~self._col(side, MATCHED)
+            counted[f"{prefix}_unmatched"] = (slices.number(time), unmatched)
+            counted[f"{prefix}_closed"] = (
+                slices.number(time),
+                unmatched & self._closed(self._last_window(time), watermark),
+            )
+        stats = SliceCounts(joined, len(slices), observed=bool(self.equi), **counted)
+        emitted = [stats.rows.where(keep & slices.inside(F.col(OUT_T), self.reach))]
+        return Evaluation(emitted, self.side_counts(stats, candidates), None)
 
     def _window_state(
         self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None

@@ -17,7 +17,8 @@ def _cell(value: float, target: float | None = None, at_most: bool = True) -> st
 
 
 def write_report(path: Path, results, run: dict) -> None:
-    """Write the markdown report for `results` (bench.run.QueryResult) of `run` (finished, minutes, machine)."""
+    """Write the markdown report for `results` (bench.run.QueryResult) of `run` (finished, minutes,
+    machine, cores; an older run without `cores` gives them in `machine`)."""
     scales = ", ".join(f"{s:g}x" for s in sorted({r.scale for r in results}))
     cores = run.get("cores") or int(run["machine"].split(" cores")[0])
     rounds = max((len(r.times.get("replay", [])) for r in results), default=0)

@@ -400,16 +400,7 @@ class IntervalJoin(JoinOperator):
             joined = joined.persist()
         closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark, waiting)
         fresh_l, fresh_r = ~self._col(L, MATCHED), ~self._col(R, MATCHED)
-        # The rows still without a partner, by side and slice, and how many of them closed.
-        stats = SliceCounts(
-            joined,
-            len(slices),
-            observed=bool(self.equi),
-            l_unmatched=(slices.number(lt), only_l & fresh_l),
-            l_closed=(slices.number(lt), only_l & fresh_l & closed_l),
-            r_unmatched=(slices.number(rt), only_r & fresh_r),
-            r_closed=(slices.number(rt), only_r & fresh_r & closed_r),
-        )
+        stats = self.unmatched_counts(joined, slices, closed_l, closed_r)
         pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         keep = pair
         if self.emit == "final":
@@ -424,12 +415,30 @@ class IntervalJoin(JoinOperator):
         state = self._next_state(rows, joined, watermark, waiting) if keep_state else None
         return Evaluation(emitted, self.side_counts(stats, candidates), state, cached=[joined])
 
+    def unmatched_counts(
+        self, joined: DataFrame, slices: Slices, closed_l: Column, closed_r: Column
+    ) -> SliceCounts:
+        """Each side's rows in the full outer `joined` still without a partner (none in it, none
+        before), by slice of their time, and how many of them closed (`closed_l`, `closed_r`),
+        counted in the first pass over `joined` (go on with `.rows`; `side_counts` reads them)."""
+        counted = {}
+        for side, other, prefix, closed in (
+            (self.left, self.right, "l", closed_l),
+            (self.right, self.left, "r", closed_r),
+        ):
+            alone = (
+                self._col(side, TS).isNotNull() & self._col(other, TS).isNull() & ~self._col(side, MATCHED)
+            )
+            number = slices.number(self._col(side, T))
+            counted[f"{prefix}_unmatched"] = (number, alone)
+            counted[f"{prefix}_closed"] = (number, alone & closed)
+        return SliceCounts(joined, len(slices), observed=bool(self.equi), **counted)
+
     def side_counts(
         self, stats: SliceCounts, candidates: Callable[[str, int], int]
     ) -> Deferred[dict[str, SideCounts]]:
-        """Each side's `SideCounts` per slice, from `stats`' counts of its rows still without a
-        partner (`l_unmatched`, `r_unmatched`) and of those whose window closed (`l_closed`,
-        `r_closed`); `candidates` as for `evaluate`."""
+        """Each side's `SideCounts` per slice, from `unmatched_counts`; `candidates` as for
+        `evaluate`."""
 
         def counts() -> list[dict[str, SideCounts]]:
             tallied = stats.get()

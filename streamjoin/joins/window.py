@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField
 
 from streamjoin.arrival import ALL_TIME, TS, Slices, T
-from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, SliceCounts, register
+from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, register
 from streamjoin.joins.interval import DUE, NEW, ROW, IntervalJoin
 from streamjoin.plan import WINDOW_COLUMNS, BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -221,18 +221,10 @@ class WindowJoin(IntervalJoin):
         replay): a row's (row, window) is the row, so the rows without a partner are counted as the
         output's pass writes the emitted rows (`SliceCounts`), as the interval family counts them,
         with no cached join and no grouping by row."""
-        L, R = self.left, self.right
-        has = {side: self._col(side, TS).isNotNull() for side in (L, R)}
-        counted = {}
-        for side, other, prefix in ((L, R, "l"), (R, L, "r")):
-            time = self._col(side, T)
-            unmatched = has[side] & ~has[other] & ~self._col(side, MATCHED)
-            counted[f"{prefix}_unmatched"] = (slices.number(time), unmatched)
-            counted[f"{prefix}_closed"] = (
-                slices.number(time),
-                unmatched & self._closed(self._last_window(time), watermark),
-            )
-        stats = SliceCounts(joined, len(slices), observed=bool(self.equi), **counted)
+        closed_l, closed_r = (
+            self._closed(self._last_window(self._col(side, T)), watermark) for side in (self.left, self.right)
+        )
+        stats = self.unmatched_counts(joined, slices, closed_l, closed_r)
         emitted = [stats.rows.where(keep & slices.inside(F.col(OUT_T), self.reach))]
         return Evaluation(emitted, self.side_counts(stats, candidates), None)
 

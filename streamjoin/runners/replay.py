@@ -168,6 +168,7 @@ def _replay(
     slices = arrival.Slices.of((to_micros(a), to_micros(b)) for a, b in windows)
     owned = slices.owner().isNotNull()
     settled_rows, rejected_parts, cached, ranges, read = {}, [], [], {}, {}
+    once = join.reads_rows_once()
     for source in plan.streams:
         before, after = join.margins(source.name)
         ranges[source.name] = (max(lo - before, EARLIEST), min(hi + after, LATEST))  # ROWS: all of it
@@ -175,10 +176,10 @@ def _replay(
         # The output's pass reads each row once and counts it as it goes; the late and rejected
         # rows' writes read the snapshot again, which costs less than caching every row (bench/
         # README.md). Where the output's pass itself reads them more than once, they are cached.
-        if not join.reads_rows_once():
+        if not once:
             rows = rows.persist()
             cached.append(rows)
-        read[source.name] = _stream_counts(rows, slices, settled, join.reads_rows_once())
+        read[source.name] = _stream_counts(rows, slices, settled, once)
         accepted, rejected = kernel.split_rejected(read[source.name].rows)
         rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
         settled_rows[source.name] = accepted.where(settled)

@@ -21,6 +21,21 @@ DEFAULT_MASTER = "local[*]"
 _JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={jars.LOG4J}"
 
 
+def driver_java_options() -> str:
+    """The driver JVM's options: UTC and quiet logging (as executors), the class archive set-up made
+    (`jars.class_archive`; the run that makes it is told to write it instead), then
+    $STREAMJOIN_JAVA_OPTIONS. Java's messages about the archive are off: a stale one is skipped
+    silently, and none of them reaches the output of a CLI command."""
+    options = [_JAVA_OPTIONS, "-Xlog:cds*=off"]
+    dump, archive = os.environ.get(jars.DUMP_CLASSES), jars.class_archive()
+    if dump:
+        options.append(f"-XX:ArchiveClassesAtExit={dump}")
+    elif archive is not None:
+        options.append(f"-XX:SharedArchiveFile={archive}")
+    options.append(os.environ.get("STREAMJOIN_JAVA_OPTIONS", ""))
+    return " ".join(filter(None, options))
+
+
 def check_master_answers(master: str, timeout: float = 5.0) -> None:
     """Fail at once, with what to do, when no master of a spark:// URL accepts a connection.
 
@@ -75,7 +90,7 @@ def get_spark(
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", _JAVA_OPTIONS)
+        .config("spark.driver.extraJavaOptions", driver_java_options())
         .config("spark.executor.extraJavaOptions", _JAVA_OPTIONS)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.default.parallelism", str(shuffle_partitions))

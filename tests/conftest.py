@@ -96,6 +96,11 @@ def spark():
     from streamjoin.session import get_spark
 
     session = get_spark(app_name="streamjoin-tests")
+    # The processes the tests start after it (live runners killed at random, CLI commands, a
+    # fresh clone's smoke run) live for seconds: their JVMs compile with C1 only, which costs a
+    # cold driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1
+    # alone made them slower (docs/testing.md).
+    os.environ.setdefault("STREAMJOIN_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     yield session
     session.stop()
 

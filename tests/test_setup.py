@@ -41,7 +41,10 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
         "print('rows', spark.read.format('delta').load(path).count())\n"
         "print('jars', spark.sparkContext.getConf().get('spark.jars'))\n"
     )
-    smoke = run([str(clone / ".venv/bin/python"), "-c", script], clone)
+    # The driver class archive set-up made: -Xshare:on makes Java refuse to start rather than run
+    # without it, so the smoke run proves it was made for this Java and classpath, and is mapped.
+    assert (clone / ".jars" / "driver-classes.jsa").is_file()
+    smoke = run([str(clone / ".venv/bin/python"), "-c", script], clone, STREAMJOIN_JAVA_OPTIONS="-Xshare:on")
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "rows 3" in smoke.stdout
     assert str(clone / ".jars") in smoke.stdout
@@ -58,13 +61,18 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     python = str(clone / ".venv/bin/python")
     refused = run([python, "-c", script], tmp_path, **alone)
     assert refused.returncode != 0 and "run `streamjoin setup-jars` once" in refused.stderr
-    fetched = run([python, "-m", "streamjoin.cli", "setup-jars", "--offline"], tmp_path, **alone)
+    # (No class archive: the clone's set-up made one above; here a stale one, which Java must
+    # skip without a word.)
+    fetched = run(
+        [python, "-m", "streamjoin.cli", "setup-jars", "--offline", "--no-class-archive"], tmp_path, **alone
+    )
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr[-3000:]
     cache = home / ".cache" / "streamjoin" / "jars"
     assert sorted(p for p in os.listdir(cache) if p.endswith(".jar")) == jars
+    (cache / "driver-classes.jsa").write_bytes(b"made by another Java for another classpath")
     smoke = run([python, "-c", script], tmp_path, **alone)
     assert smoke.returncode == 0, smoke.stderr[-3000:]
-    assert "rows 3" in smoke.stdout and str(cache) in smoke.stdout
+    assert smoke.stdout.splitlines()[0] == "rows 3" and str(cache) in smoke.stdout
     assert "Setting default log level" not in smoke.stderr
     # Suites are looked for in ./expectations, and the demo (which needs the clone's jobs/) says so.
     suites = run(

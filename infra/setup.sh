@@ -19,8 +19,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 # Delta's jars and their runtime dependencies, minus what pyspark already ships, into .jars/
-# (streamjoin/jars.py; a folder that holds the jars of the shipped POM is left as it is).
-.venv/bin/streamjoin setup-jars --dir "$root/.jars" >/dev/null
+# (streamjoin/jars.py; a folder that holds the jars of the shipped POM is left as it is), and the
+# driver class archive beside them (a minute, once; STREAMJOIN_NO_CLASS_ARCHIVE=1 skips it).
+.venv/bin/streamjoin setup-jars --dir "$root/.jars" ${STREAMJOIN_NO_CLASS_ARCHIVE:+--no-class-archive} >/dev/null
 
 # Debian's packages the tests start on loopback: chromium and its driver (the report's browser
 # test, tests/test_report.py) and PostgreSQL (the lookup joins' database, tests/postgres.py).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from aging import vacuum
@@ -11,7 +13,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.jars import folder
+from streamjoin.jars import ARCHIVE, archive_current, folder
 
 EVENTS = StructType(
     [StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())]
@@ -102,6 +104,21 @@ def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
     assert "no longer retains" in str(error.value)
     assert "VACUUM ran at" in str(error.value)
     assert "deletedFileRetentionDuration" in str(error.value)
+
+
+def test_set_up_made_the_driver_class_archive_and_drivers_map_it(spark):
+    """The class archive `setup-jars` made beside the jars is current for this Java and these
+    jars, the tests' driver was told to map it, and a driver that must map it (-Xshare:on: Java
+    refuses to start otherwise) starts and runs a query."""
+    assert archive_current(folder()), f"no current driver class archive in {folder()}: run `make setup`"
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert f"-XX:SharedArchiveFile={folder() / ARCHIVE}" in options.split()
+    script = "from streamjoin.session import get_spark; print('rows', get_spark().range(3).count())"
+    env = {**os.environ, "STREAMJOIN_JAVA_OPTIONS": "-Xshare:on -XX:TieredStopAtLevel=1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "rows 3", done.stderr[-3000:]
 
 
 def test_set_up_put_exactly_the_fetched_jars_on_the_classpath(spark):

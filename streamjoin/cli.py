@@ -740,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-class-archive",
         dest="class_archive",
         action="store_false",
-        help="do not make the driver class archive (a minute, once; each later driver then starts in half the time)",
+        help="skip the driver class archive (making it takes a minute, once; it halves each later driver's start)",
     )
     setup_jars.set_defaults(func=cmd_setup_jars)
 

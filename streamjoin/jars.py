@@ -26,9 +26,9 @@ CHECKOUT = Path(__file__).resolve().parent.parent  # the source checkout, when r
 STAMP = ".fetched"  # holds the POM's hash: a folder fetched for another POM is fetched again
 # The driver JVM's class archive (Java's class data sharing), made by `setup-jars` beside the jars:
 # the classes a run loads, parsed and verified once, mapped by every later driver. A driver then
-# starts and runs its first Delta query in about half the time and a third of the CPU (measured on
-# 2 cores: 18.6 s and 33 CPU-s without, 7 to 9 s and 9 to 12 CPU-s with it and C1 only; 10.5 s and
-# 19 CPU-s with it alone), which every CLI command, DAG task and live runner pays at its start.
+# starts and runs its first Delta write and read in about half the time (measured on 2 cores:
+# 18.6 s and 33 CPU-s without it, 10.5 s and 19 CPU-s with it; 9 to 11 s and 12 to 15 CPU-s with
+# it and C1 only), which every CLI command, DAG task and live runner pays at its start.
 ARCHIVE = "driver-classes.jsa"
 ARCHIVE_STAMP = ".archived"  # the runtime the archive was made for (`_runtime_hash`)
 DUMP_CLASSES = "STREAMJOIN_DUMP_CLASSES"  # set by `build_class_archive` for the run that makes it

@@ -97,6 +97,12 @@ def get_spark(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
+        # With DataFrame debugging on, pyspark wraps every `functions` call and Column operator
+        # in four or five extra Py4J round trips (to record the Python call site for error
+        # messages): a fifth of the time a join takes to build its plan, at every step and
+        # micro-batch. streamjoin builds its plans itself, so those call sites would name its own
+        # code; a query error still says what failed.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # A long-lived driver (a live runner, a test run, an Airflow worker) keeps the history of
         # every query it ran unless told otherwise; with the UI off nobody reads it.
         .config("spark.sql.ui.retainedExecutions", "20")

@@ -7,6 +7,7 @@ same seconds and on the arrival positions read back from each table's change dat
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
@@ -152,8 +153,10 @@ def enrichment_job(root, paths: dict[int, str], how: str, table: dict, join: dic
     )
 
 
+@functools.lru_cache(maxsize=1)
 def base_micros(spark) -> int:
-    """BASE as Spark stores it (conftest writes naive datetimes)."""
+    """BASE as Spark stores it (conftest writes naive datetimes); asked once per session, as each
+    kernel-level example needs it and each asking is a Spark job."""
     return spark.createDataFrame([(BASE,)], "t timestamp").select(F.unix_micros("t")).first()[0]
 
 

@@ -34,7 +34,7 @@ from reference import arrival_table, by_stream_key, chain_reference, temporal_ta
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # histories of STACK examples
 STACK = 40
 
 

@@ -30,7 +30,7 @@ from reference import asof_reference, history_asof_reference, temporal_reference
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "4"))  # histories of STACK examples
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # histories of STACK examples
 STACK = 40
 
 

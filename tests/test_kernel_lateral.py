@@ -20,7 +20,7 @@ from reference import BUCKETS, lateral_reference
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))
 LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))
 ORDERS = StructType(
     [

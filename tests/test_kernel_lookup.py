@@ -25,7 +25,7 @@ from reference import lateral_reference
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))
 ORDERS = StructType(
     [
         StructField("id", StringType()),

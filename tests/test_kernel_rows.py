@@ -29,7 +29,7 @@ from test_kernel_interval import LAID, STACK, commits
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))
 LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))
 NAMES = ("l", "r")
 

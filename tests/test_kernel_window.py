@@ -30,7 +30,7 @@ from test_kernel_interval import LAID, STACK, commits
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "10"))  # stacks of STACK scenarios
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))  # stacks of STACK scenarios
 LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))  # histories of LAID scenarios
 
 

@@ -240,7 +240,16 @@ class Deferred(Sequence[Item], Generic[Item]):
         return f"Deferred({self._get()!r})"
 
 
-_PASS_TAG: ContextVar[str | None] = ContextVar("streamjoin_pass_tag", default=None)
+@dataclass
+class _Pass:
+    """The Spark job tag of one counted pass, and the jobs of it already found to have run each
+    stage once (a finished job's stages never run again, so each is asked about only once)."""
+
+    tag: str
+    clean: set[int] = field(default_factory=set)
+
+
+_PASS: ContextVar[_Pass | None] = ContextVar("streamjoin_pass", default=None)
 
 
 @contextmanager
@@ -249,19 +258,21 @@ def counted_pass(spark: SparkSession) -> Iterator[None]:
     `SliceCounts` made in it can tell whether Spark re-ran part of the pass that counted them."""
     tag = f"streamjoin-{uuid.uuid4().hex}"
     spark.sparkContext.addJobTag(tag)
-    token = _PASS_TAG.set(tag)
+    token = _PASS.set(_Pass(tag))
     try:
         yield
     finally:
-        _PASS_TAG.reset(token)
+        _PASS.reset(token)
         spark.sparkContext.removeJobTag(tag)
 
 
-def _rerun(spark: SparkSession, tag: str) -> bool:
-    """A stage of a job tagged `tag` ran more than once (a retry after a lost executor's shuffle
+def _rerun(spark: SparkSession, counted: _Pass) -> bool:
+    """A stage of a job of the pass ran more than once (a retry after a lost executor's shuffle
     output, say), or Spark no longer knows the job: observed counts may hold some rows twice."""
     tracker = spark.sparkContext._jsc.sc().statusTracker()
-    for job in tracker.getJobIdsForTag(tag):
+    for job in tracker.getJobIdsForTag(counted.tag):
+        if job in counted.clean:
+            continue
         info = tracker.getJobInfo(job)
         if info.isEmpty():
             return True
@@ -269,6 +280,8 @@ def _rerun(spark: SparkSession, tag: str) -> bool:
             attempt = tracker.getStageInfo(stage)  # empty: skipped (its shuffle output reused)
             if attempt.isDefined() and attempt.get().currentAttemptId() > 0:
                 return True
+        if info.get().status().toString() == "SUCCEEDED":
+            counted.clean.add(job)
     return False
 
 
@@ -308,7 +321,7 @@ class SliceCounts:
         ] or [F.count(F.lit(1)).alias("_sj_rows")]
         self._numbered = numbered
         self._observation: Observation | None = None
-        self._tag = _PASS_TAG.get()
+        self._pass = _PASS.get()
         speculative = frame.sparkSession.conf.get("spark.speculation", "false") == "true"
         if observed and not speculative and len(self._aggregates) <= self.MAX_OBSERVED:
             self._observation = Observation(f"sj_{uuid.uuid4().hex}")
@@ -337,7 +350,7 @@ class SliceCounts:
         java = self._observation._jo
         if java is None or not java.future().isCompleted():
             return None
-        if self._tag is not None and _rerun(self._numbered.sparkSession, self._tag):
+        if self._pass is not None and _rerun(self._numbered.sparkSession, self._pass):
             return None
         try:
             return self._observation.get

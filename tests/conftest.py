@@ -39,36 +39,40 @@ os.environ.setdefault(
 )
 
 
-# The test files that take longest (worker-seconds measured 2026-11-25, docs/testing.md), slowest
-# first. `make test` deals whole files to two workers in collection order
-# (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
-# alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
+# The test files that take longest (worker-seconds in the clean-clone run of 2026-11-27,
+# docs/testing.md), slowest first. `make test` deals whole files to two workers in collection
+# order (--no-loadscope-reorder), so these go out first and the short files fill in at the end;
+# dealt alphabetically, a long file drawn last kept one worker busy minutes after the other had
+# stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 679: ten SIGKILLs, each a new process and JVM
-    "test_cli",  # 375: the demo
-    "test_aged_tables",  # 357
-    "test_kernel_interval_chain",  # 321
-    "test_enrichment_seeds",  # 320
-    "test_kernel_interval",  # 312
-    "test_kernel_window",  # about 300 (2026-11-26, new)
-    "test_kernel_rows",  # about 300 (2026-11-26, new)
-    "test_kernel_enrichment",  # 289
-    "test_chains",  # 273
-    "test_bench",  # 241
-    "test_enrichment_equivalence",  # 205
-    "test_backfill",  # 196
-    "test_interval_seeds",  # 177
-    "test_window_seeds",  # about 160 (2026-11-26, new)
-    "test_rows_seeds",  # about 140 (2026-11-26, new)
-    "test_handoff",  # 150
-    "test_kernel_chain",  # 137
-    "test_table_table",  # 114
-    "test_dags",  # 111
-    "test_equivalence",  # 105
-    "test_lookup_seeds",  # about 115 (2026-11-26, new)
-    "test_lateral_seeds",  # about 100 (2026-11-26, new)
-    "test_kernel_lookup",  # about 65 (2026-11-26, new)
-    "test_cluster",  # 101
+    "test_restart",  # 656: ten SIGKILLs, each a new process and JVM
+    "test_cli",  # 497: the demo
+    "test_aged_tables",  # 460
+    "test_kernel_interval_chain",  # 361
+    "test_chains",  # 329
+    "test_enrichment_seeds",  # 281
+    "test_bench",  # 265
+    "test_enrichment_equivalence",  # 223
+    "test_backfill",  # 191
+    "test_kernel_enrichment",  # 191
+    "test_handoff",  # 155
+    "test_kernel_interval",  # 154
+    "test_table_table",  # 147
+    "test_interval_seeds",  # 139
+    "test_equivalence",  # 138
+    "test_setup",  # 123
+    "test_lookup_seeds",  # 113
+    "test_dags",  # 106
+    "test_cluster",  # 105
+    "test_kernel_chain",  # 98
+    "test_report",  # 98
+    "test_kernel_window",  # 95
+    "test_window_seeds",  # 93
+    "test_kernel_rows",  # 77
+    "test_live",  # 64
+    "test_kernel_table_table",  # 62
+    "test_lateral_seeds",  # 60
+    "test_rows_seeds",  # 57
 )
 
 

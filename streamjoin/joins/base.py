@@ -273,14 +273,15 @@ def _rerun(spark: SparkSession, counted: _Pass) -> bool:
     for job in tracker.getJobIdsForTag(counted.tag):
         if job in counted.clean:
             continue
-        info = tracker.getJobInfo(job)
-        if info.isEmpty():
+        known = tracker.getJobInfo(job)
+        if known.isEmpty():
             return True
-        for stage in info.get().stageIds():
+        info = known.get()
+        for stage in info.stageIds():
             attempt = tracker.getStageInfo(stage)  # empty: skipped (its shuffle output reused)
             if attempt.isDefined() and attempt.get().currentAttemptId() > 0:
                 return True
-        if info.get().status().toString() == "SUCCEEDED":
+        if info.status().toString() == "SUCCEEDED":
             counted.clean.add(job)
     return False
 

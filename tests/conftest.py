@@ -95,31 +95,16 @@ def forget_between_modules():
         session.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
-# A worker's driver runs thousands of small queries over 45 minutes, each through code paths
-# of its own; with Java's default thresholds C2 compiles a third of the JVM's CPU (99 of 414
-# CPU-s in test_enrichment_seeds.py alone) for code that runs a few thousand times. Twenty
-# times the thresholds leave C2 the really hot code: 360 CPU-s there, and five test files on
-# two workers 622 s instead of 696 s (docs/testing.md).
-WORKER_JIT = (
-    "-XX:Tier4InvocationThreshold=100000 -XX:Tier4MinInvocationThreshold=50000 "
-    "-XX:Tier4CompileThreshold=100000 -XX:Tier4BackEdgeThreshold=400000"
-)
-# The processes the tests start (live runners killed at random, CLI commands, a fresh clone's
-# smoke run) live for seconds: their JVMs compile with C1 only, which costs a cold driver 40%
-# less CPU; C1 alone made the workers' own drivers slower (docs/testing.md).
-CHILD_JIT = "-XX:TieredStopAtLevel=1"
-
-
 @pytest.fixture(scope="session")
 def spark():
     from streamjoin.session import get_spark
 
-    own = os.environ.get("STREAMJOIN_JAVA_OPTIONS")  # one's own options go to every JVM, as given
-    if own is None:
-        os.environ["STREAMJOIN_JAVA_OPTIONS"] = WORKER_JIT
     session = get_spark(app_name="streamjoin-tests")
-    if own is None:
-        os.environ["STREAMJOIN_JAVA_OPTIONS"] = CHILD_JIT
+    # The processes the tests start after it (live runners killed at random, CLI commands, a
+    # fresh clone's smoke run) live for seconds: their JVMs compile with C1 only, which costs a
+    # cold driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1
+    # alone made them slower (docs/testing.md).
+    os.environ.setdefault("STREAMJOIN_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     yield session
     session.stop()
 

@@ -84,7 +84,7 @@ def test_within_a_counted_pass_the_observation_is_used_when_no_stage_ran_twice(s
         assert counts.get() == {0: {"keys": 7}}
         assert jobs_so_far(spark) == before
         # A second count in the same pass, after the first has found the pass's jobs so far clean:
-        # its counts still come from its own observation, with no pass of their own.
+        # its counts still come from its own observation, with no Spark job of their own.
         again = SliceCounts(rows.where(F.col("k") < 3), 1, small=(F.lit(0), F.col("id") < 50))
         again.rows.write.format("delta").mode("append").save(str(tmp_path / "out2"))
         before = jobs_so_far(spark)

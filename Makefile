@@ -1,5 +1,5 @@
 # The two commands of the README. Each one sets up what it needs (idempotent) and then runs.
-.PHONY: setup demo test check bench
+.PHONY: setup demo test check bench constraints
 
 setup:
 	bash infra/setup.sh
@@ -20,3 +20,10 @@ check: setup
 # Not a test: the benchmarks (about 30 minutes on 2 cores; bench/README.md). Writes bench/results/.
 bench: setup
 	.venv/bin/python -m bench.run
+
+# After changing pyproject.toml's dependencies: resolve them afresh and pin what was installed.
+constraints:
+	rm -f .venv/.streamjoin-installed
+	STREAMJOIN_UNPINNED=1 bash infra/setup.sh
+	(grep '^#' infra/constraints.txt; .venv/bin/python -m pip freeze --exclude-editable | grep -v '^uv==') \
+		> infra/constraints.new && mv infra/constraints.new infra/constraints.txt

@@ -21,7 +21,8 @@ check: setup
 bench: setup
 	.venv/bin/python -m bench.run
 
-# After changing pyproject.toml's dependencies: resolve them afresh and pin what was installed.
+# After changing pyproject.toml's dependencies: install them without the pins (what is installed
+# and still fits stays), then pin what is installed.
 constraints:
 	rm -f .venv/.streamjoin-installed
 	STREAMJOIN_UNPINNED=1 bash infra/setup.sh

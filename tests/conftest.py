@@ -39,11 +39,11 @@ os.environ.setdefault(
 )
 
 # Every JVM of the tests collects with the parallel collector rather than G1: pauses do not matter
-# here, and G1's concurrent marking and barriers cost a worker's JVM a fifth of its CPU. Five seed
-# and chain files in one process: 659 CPU-s in the JVM instead of 832, GC 67 instead of 151
-# (docs/testing.md). A setting of one's own is left alone.
-_OWN_JAVA_OPTIONS = "STREAMJOIN_JAVA_OPTIONS" not in os.environ
-if _OWN_JAVA_OPTIONS:
+# here, and over a long run G1's concurrent marking and barriers cost CPU. Five seed and chain
+# files in one process: 659 CPU-s in the JVM instead of 832, GC 67 instead of 151; the whole
+# suite 4,956 worker-seconds instead of 5,673 (docs/testing.md). One's own setting is left alone.
+_TESTS_SET_JAVA_OPTIONS = "STREAMJOIN_JAVA_OPTIONS" not in os.environ
+if _TESTS_SET_JAVA_OPTIONS:
     os.environ["STREAMJOIN_JAVA_OPTIONS"] = "-XX:+UseParallelGC"
 
 
@@ -112,7 +112,7 @@ def spark():
     # fresh clone's smoke run) live for seconds: their JVMs compile with C1 only, which costs a
     # cold driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1
     # alone made them slower (docs/testing.md).
-    if _OWN_JAVA_OPTIONS:
+    if _TESTS_SET_JAVA_OPTIONS:
         os.environ["STREAMJOIN_JAVA_OPTIONS"] += " -XX:TieredStopAtLevel=1"
     yield session
     session.stop()

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.frames import local_frame
 
 T = "_sj_t"  # event time, UTC microseconds (NULL when missing or unparseable)
 TS = "_sj_ts"  # commit timestamp, UTC microseconds
@@ -330,7 +331,7 @@ def per_commit_table(spark: SparkSession, values: dict[str, dict[tuple[int, int]
         ]
     )
     rows = [(s, v, *(values[name].get((s, v)) for name in names)) for s, v in commits]
-    return spark.createDataFrame(rows, schema)
+    return local_frame(spark, rows, schema)
 
 
 def with_per_commit(rows: DataFrame, table: DataFrame) -> DataFrame:
@@ -359,7 +360,7 @@ def when_clock_passes(
             StructField("_sj_rise_at", StructType(_POSITION_FIELDS)),
         ]
     )
-    rises = spark.createDataFrame([(k, p) for k, (_, p) in enumerate(timeline.rises)], rise_schema)
+    rises = local_frame(spark, [(k, p) for k, (_, p) in enumerate(timeline.rises)], rise_schema)
     started = F.lit(False) if timeline.start is None else F.lit(timeline.start) > threshold
     first_above = _first_above(clocks)(threshold) if clocks else F.lit(0).cast("long")
     numbered = rows.withColumn(

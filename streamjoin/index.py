@@ -53,6 +53,7 @@ from streamjoin import arrival, delta_io
 from streamjoin.arrival import REJECT, TS, Position, T, Timeline, V
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.frames import local_frame
 from streamjoin.plan import BoundSource, Plan
 from streamjoin.timeutil import format_duration, from_micros, from_spark, parse_instant, to_micros
 
@@ -385,7 +386,7 @@ def _read_stats(
     rows = rows.where(F.col(V).isin(versions)) if len(versions) < last - first + 1 else rows
     if source.max_future() is not None or source.commit_time:  # these need each row's commit time
         times = [(v, _commit_ts(start, commits, v)) for v in versions]
-        rows = _positioned(rows, spark.createDataFrame(times, "version long, commit_ts long"), source)
+        rows = _positioned(rows, local_frame(spark, times, _COMMIT_TIMES), source)
     insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
     accepted = insert & F.col(REJECT).isNull()
     stats = (
@@ -420,6 +421,9 @@ def _read_stats(
 def _commit_ts(start: Entry, commits: dict, version: int) -> int:
     """A commit's time in UTC micros: the start entry's for the start version (its history)."""
     return start.commit_ts if version == start.version else to_micros(from_spark(commits[version].timestamp))
+
+
+_COMMIT_TIMES = StructType([StructField("version", LongType()), StructField("commit_ts", LongType())])
 
 
 def _positioned(rows: DataFrame, times: DataFrame, source: BoundSource) -> DataFrame:

@@ -30,6 +30,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from reference import LINK_BUCKETS, STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 
 from streamjoin import arrival, changelog, kernel
+from streamjoin.frames import local_frame
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.joins.interval import MATCHED
@@ -159,7 +160,7 @@ def replay_step(
     join = kernel.family(plan)
     settled = {}
     for source in plan.streams:
-        frame = spark.createDataFrame(stacked.rows[source.index], _ROWS)
+        frame = local_frame(spark, stacked.rows[source.index], _ROWS)
         prepared = arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
         accepted, _ = kernel.split_rejected(prepared)
         rows = accepted.where(F.col(SETTLED)).drop(SETTLED)
@@ -302,7 +303,7 @@ def live_steps(
         for side in (0, 1):
             arrived = rows[side][taken[side] : taken[side] + take[side]]
             taken[side] += take[side]
-            frame = spark.createDataFrame([_arrival(e) for e in arrived], _ARRIVALS)
+            frame = local_frame(spark, [_arrival(e) for e in arrived], _ARRIVALS)
             source = plan.source(names[side])
             new[source.name] = arrival.prepare(
                 frame, side, source.raw_time(), source.event_time(), source.keys
@@ -327,7 +328,7 @@ def live_steps(
         ).collect():
             run.output[(r["lid"], r["rid"], (r["t"] - base) // 1_000_000)] += 1
         kept = {name: frame.collect() for name, frame in decision.next_state.items()}
-        state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
+        state = {name: local_frame(spark, kept[name], decision.next_state[name].schema) for name in kept}
         open_rows = {
             name: state[name].where(~F.col(PENDING) & operator.open_in_state()).count() for name in kept
         }
@@ -535,7 +536,7 @@ def enrichment_replay(
     clock = max((p[0] for p in newest.values()), default=None)
     tables, table_commits = {}, {}
     for table in plan.tables:
-        changes = changelog.tag(spark.createDataFrame(laid.table_rows[table.index], _CHANGES), table)
+        changes = changelog.tag(local_frame(spark, laid.table_rows[table.index], _CHANGES), table)
         table_commits[table.index] = arrival.commit_stats(changes, slices)
         version = max((v for side, v, _ in laid.commits if side == table.index), default=0)
         tables[table.name] = TableInput(changes, table_commits[table.index], version, slices.owner(), clock)
@@ -575,7 +576,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
     base = base_micros(spark)
     changes = {
         table.index: changelog.tag(
-            spark.createDataFrame(laid.table_rows[table.index], _CHANGES), table
+            local_frame(spark, laid.table_rows[table.index], _CHANGES), table
         ).persist()
         for table in plan.tables
     }
@@ -623,7 +624,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
         _add(decided, plan, decision.result.counts, last_links, with_open=False)
         decided.output.update(output_rows(decision.result.output, base))
         kept = {name: frame.collect() for name, frame in decision.next_state.items()}
-        state = {name: spark.createDataFrame(kept[name], decision.next_state[name].schema) for name in kept}
+        state = {name: local_frame(spark, kept[name], decision.next_state[name].schema) for name in kept}
         previous = Progress(
             batch_id,
             decision.result.max_event,
@@ -647,7 +648,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
 
 def _stream_frame(spark: SparkSession, plan: Plan, rows: list[tuple], side: int = 0) -> DataFrame:
     stream = next(s for s in plan.streams if s.index == side)
-    frame = spark.createDataFrame(rows, _ARRIVALS)
+    frame = local_frame(spark, rows, _ARRIVALS)
     return arrival.prepare(frame, stream.index, stream.raw_time(), stream.event_time(), stream.keys)
 
 
@@ -842,7 +843,7 @@ def tables_step(
     everything is upto = the last versions, seen = -1, after = None)."""
     tables, counts, rejected = {}, {}, []
     for source in plan.tables:
-        frame = spark.createDataFrame(laid.rows[source.index], KV_CHANGES)
+        frame = local_frame(spark, laid.rows[source.index], KV_CHANGES)
         changes = changelog.tag(frame, source).where(F.col(arrival.V) <= upto[source.index])
         tables[source.name] = table_input(
             source.name, changes, upto[source.index], seen[source.index], None, counts, rejected
@@ -875,7 +876,7 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
     run = OneStreamRun(Counter(), Counter(), 0, 0)
     start, base = 0, base_micros(spark)
     for batch, end in enumerate(ends):
-        new = {name: spark.createDataFrame(rows[start:end], schema)}
+        new = {name: local_frame(spark, rows[start:end], schema)}
         start = end
         decision = decide(
             spark, plan, new, batch_commits(new, state), state, previous, lambda s, v: per_version[v]
@@ -887,7 +888,7 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
         run.counts.update({b: getattr(decision.result.counts[name], b) for b in DECIDED})
         run.lookups += decision.result.lookups or 0
         kept = decision.next_state[name].collect()
-        state = {name: spark.createDataFrame(kept, decision.next_state[name].schema)}
+        state = {name: local_frame(spark, kept, decision.next_state[name].schema)}
         run.waiting = sum(1 for r in kept if r[PENDING])
         previous = Progress(
             batch,
@@ -926,7 +927,7 @@ def one_stream_frame(
         for version, part in commits
         for row in part
     ]
-    frame = spark.createDataFrame(rows, schema)
+    frame = local_frame(spark, rows, schema)
     return arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
 
 

@@ -1,0 +1,40 @@
+"""Small DataFrames made from Python rows, held in the query plan itself.
+
+`spark.createDataFrame(rows, schema)` ships the rows as a pickled RDD: every query that reads them
+runs a job to unpickle them in the JVM, and Spark, knowing nothing of their size, joins them by
+shuffling both sides. Sent as Arrow, the same rows become a local relation: the optimizer knows
+their size (a join broadcasts them without a job) and folds filters and projections over them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+
+def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType) -> DataFrame:
+    """`rows` (tuples in `schema`'s column order; a struct as a tuple) as a local relation.
+    A naive datetime is read in the session's time zone, as Spark reads a timestamp literal."""
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    columns = list(zip(*rows, strict=True)) or [() for _ in schema.fields]
+    arrays = [
+        pa.array([_arrow_value(value, column.type) for value in values], type=column.type)
+        for values, column in zip(columns, arrow, strict=True)
+    ]
+    return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow), schema)
+
+
+def _arrow_value(value: Any, kind: pa.DataType) -> Any:
+    """A struct given as a tuple, as Arrow takes it (a mapping of its fields)."""
+    if value is None or not pa.types.is_struct(kind):
+        return value
+    if isinstance(value, dict):
+        fields = value
+    else:
+        fields = dict(zip([f.name for f in kind], value, strict=True))
+    return {f.name: _arrow_value(fields[f.name], f.type) for f in kind}

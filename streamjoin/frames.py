@@ -18,8 +18,8 @@ from pyspark.sql.types import StructType
 
 
 def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType) -> DataFrame:
-    """`rows` (tuples in `schema`'s column order; a struct as a tuple) as a local relation.
-    A naive datetime is read in the session's time zone, as Spark reads a timestamp literal."""
+    """`rows` (tuples or Rows in `schema`'s column order; a struct as a tuple) as a local relation.
+    A naive datetime is taken as UTC, the time zone of streamjoin's sessions."""
     arrow = to_arrow_schema(schema, timezone="UTC")
     columns = list(zip(*rows, strict=True)) or [() for _ in schema.fields]
     arrays = [
@@ -30,11 +30,7 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: Stru
 
 
 def _arrow_value(value: Any, kind: pa.DataType) -> Any:
-    """A struct given as a tuple, as Arrow takes it (a mapping of its fields)."""
+    """A struct given as a tuple (or a Row), as Arrow takes it: a mapping of its fields."""
     if value is None or not pa.types.is_struct(kind):
         return value
-    if isinstance(value, dict):
-        fields = value
-    else:
-        fields = dict(zip([f.name for f in kind], value, strict=True))
-    return {f.name: _arrow_value(fields[f.name], f.type) for f in kind}
+    return {f.name: _arrow_value(part, f.type) for f, part in zip(kind, value, strict=True)}

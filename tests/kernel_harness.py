@@ -30,9 +30,9 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from reference import LINK_BUCKETS, STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 
 from streamjoin import arrival, changelog, kernel
-from streamjoin.frames import local_frame
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.frames import local_frame
 from streamjoin.joins.interval import MATCHED
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan

@@ -1,9 +1,9 @@
 """Small DataFrames made from Python rows, held in the query plan itself.
 
-`spark.createDataFrame(rows, schema)` ships the rows as a pickled RDD: every query that reads them
-runs a job to unpickle them in the JVM, and Spark, knowing nothing of their size, joins them by
-shuffling both sides. Sent as Arrow, the same rows become a local relation: the optimizer knows
-their size (a join broadcasts them without a job) and folds filters and projections over them.
+`spark.createDataFrame(rows, schema)` ships the rows as a pickled RDD, unpickled in the JVM by every
+query that reads them; Spark knows nothing of their size, so a join with them shuffles and sorts
+both sides. Sent as Arrow, the same rows become a local relation: the optimizer knows their size
+(a join broadcasts them) and folds filters and projections over them into new local relations.
 """
 
 from __future__ import annotations

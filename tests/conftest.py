@@ -25,10 +25,10 @@ os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # `.crc` checksum beside every file it writes, setting each file's permissions and resolving
 # each rename by starting a `chmod` or `readlink` process (about 15 per Delta commit, 1,000 in
 # a minute of tests): the raw local file system writes the same files without them, and a replay
-# of the fixed example takes 5.8 s instead of 6.9 s. Adaptive execution re-plans a query at each
-# of its shuffles, in a job of its own: on tens of rows that costs more than any plan it could
-# pick (kernel-level tests a quarter faster without it, docs/testing.md); the product keeps it
-# for real sizes. Processes the tests start inherit these settings.
+# of the fixed example takes 5.8 s instead of 6.9 s. Adaptive execution runs each shuffle stage of
+# a query as a job of its own and re-plans the rest after it: on tens of rows that costs more than
+# any plan it could pick (four kernel-level tests 50 s instead of 39 s, docs/testing.md); the
+# product keeps it for real sizes. Processes the tests start inherit these settings.
 os.environ.setdefault(
     "STREAMJOIN_SPARK_CONF",
     ",".join(

@@ -27,8 +27,8 @@ os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # a minute of tests): the raw local file system writes the same files without them, and a replay
 # of the fixed example takes 5.8 s instead of 6.9 s. Adaptive execution runs each shuffle stage of
 # a query as a job of its own and re-plans the rest after it: on tens of rows that costs more than
-# any plan it could pick (four kernel-level tests 50 s instead of 39 s, docs/testing.md); the
-# product keeps it for real sizes. Processes the tests start inherit these settings.
+# any plan it could pick (four kernel-level tests took 39 s without it, 50 s with it;
+# docs/testing.md). The product keeps it for real sizes. Processes the tests start inherit these.
 os.environ.setdefault(
     "STREAMJOIN_SPARK_CONF",
     ",".join(

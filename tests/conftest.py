@@ -51,40 +51,40 @@ if _TESTS_SET_JAVA_OPTIONS:
     os.environ["STREAMJOIN_JAVA_OPTIONS"] = "-XX:+UseParallelGC"
 
 
-# The test files that take longest (worker-seconds in the clean-clone run of 2026-11-27,
+# The test files that take longest (worker-seconds in the clean-clone runs of 2026-11-27,
 # docs/testing.md), slowest first. `make test` deals whole files to two workers in collection
 # order (--no-loadscope-reorder), so these go out first and the short files fill in at the end;
 # dealt alphabetically, a long file drawn last kept one worker busy minutes after the other had
 # stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 656: ten SIGKILLs, each a new process and JVM
-    "test_cli",  # 497: the demo
-    "test_aged_tables",  # 460
-    "test_kernel_interval_chain",  # 361
-    "test_chains",  # 329
-    "test_enrichment_seeds",  # 281
-    "test_bench",  # 265
-    "test_enrichment_equivalence",  # 223
-    "test_backfill",  # 191
-    "test_kernel_enrichment",  # 191
-    "test_handoff",  # 155
-    "test_kernel_interval",  # 154
-    "test_table_table",  # 147
-    "test_interval_seeds",  # 139
-    "test_equivalence",  # 138
-    "test_setup",  # 123
-    "test_lookup_seeds",  # 113
-    "test_dags",  # 106
-    "test_cluster",  # 105
-    "test_kernel_chain",  # 98
-    "test_report",  # 98
-    "test_kernel_window",  # 95
-    "test_window_seeds",  # 93
-    "test_kernel_rows",  # 77
-    "test_live",  # 64
-    "test_kernel_table_table",  # 62
-    "test_lateral_seeds",  # 60
-    "test_rows_seeds",  # 57
+    "test_restart",  # 698: ten SIGKILLs, each a new process and JVM
+    "test_cli",  # 397: the demo
+    "test_aged_tables",  # 355
+    "test_chains",  # 287
+    "test_kernel_interval_chain",  # 200
+    "test_enrichment_seeds",  # 197
+    "test_bench",  # 191
+    "test_enrichment_equivalence",  # 182
+    "test_equivalence",  # 156
+    "test_table_table",  # 133
+    "test_dags",  # 125
+    "test_handoff",  # 120
+    "test_interval_seeds",  # 117
+    "test_setup",  # 117
+    "test_backfill",  # 114
+    "test_lookup_seeds",  # 97
+    "test_cluster",  # 90
+    "test_kernel_rows",  # 88
+    "test_kernel_enrichment",  # 77
+    "test_kernel_interval",  # 75
+    "test_report",  # 74
+    "test_lateral_seeds",  # 61
+    "test_rows_seeds",  # 54
+    "test_window_seeds",  # 53
+    "test_live",  # 51
+    "test_kernel_chain",  # 47
+    "test_kernel_window",  # 37
+    "test_kernel_table_table",  # 33
 )
 
 

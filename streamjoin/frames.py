@@ -9,6 +9,7 @@ both sides. Sent as Arrow, the same rows become a local relation: the optimizer 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -18,8 +19,8 @@ from pyspark.sql.types import StructType
 
 
 def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType) -> DataFrame:
-    """`rows` (tuples or Rows in `schema`'s column order; a struct as a tuple) as a local relation.
-    A naive datetime is taken as UTC, the time zone of streamjoin's sessions."""
+    """`rows` (tuples or Rows in `schema`'s column order; a struct as a tuple) as a local relation,
+    holding what `spark.createDataFrame(rows, schema)` would (a naive datetime is local time)."""
     arrow = to_arrow_schema(schema, timezone="UTC")
     columns = list(zip(*rows, strict=True)) or [() for _ in schema.fields]
     arrays = [
@@ -30,7 +31,10 @@ def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: Stru
 
 
 def _arrow_value(value: Any, kind: pa.DataType) -> Any:
-    """A struct given as a tuple (or a Row), as Arrow takes it: a mapping of its fields."""
+    """`value` as Arrow takes it: a struct (a tuple or a Row) as a mapping of its fields; a naive
+    datetime made aware in the machine's time zone, as pyspark reads one (Arrow would take UTC)."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone()
     if value is None or not pa.types.is_struct(kind):
         return value
     return {f.name: _arrow_value(part, f.type) for f, part in zip(kind, value, strict=True)}

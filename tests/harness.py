@@ -155,8 +155,8 @@ def enrichment_job(root, paths: dict[int, str], how: str, table: dict, join: dic
 
 @functools.lru_cache(maxsize=1)
 def base_micros(spark) -> int:
-    """BASE as Spark stores it (conftest writes naive datetimes); asked once per session, as each
-    kernel-level example needs it and each asking is a Spark job."""
+    """BASE as Spark stores it in the tables the tests write (conftest's naive datetimes, read
+    in the machine's time zone by createDataFrame); asked once per session, as it is a Spark job."""
     return spark.createDataFrame([(BASE,)], "t timestamp").select(F.unix_micros("t")).first()[0]
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from conftest import BASE
-from harness import SCHEMA, base_micros
+from harness import SCHEMA
 from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
@@ -48,6 +48,9 @@ SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets ma
     "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
     "print_blob": True,
 }
+# BASE in Spark's UTC microseconds, as `local_frame` (like createDataFrame) stores a naive
+# datetime: in the machine's time zone. Python's own arithmetic, not a Spark job.
+BASE_MICROS = int(BASE.timestamp()) * 1_000_000
 PIVOT = 1_000_000  # seconds after BASE: every example's largest settled event time lands here
 STRIDE = 10_000  # commit versions and commit seconds reserved per example
 SETTLED = "_sj_test_settled"
@@ -108,7 +111,7 @@ def stack(
     align: int = 1,
 ) -> Stacked:
     """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
-    Spark's UTC microseconds (harness.base_micros). `closed`: each example's input has ended, so
+    Spark's UTC microseconds (`BASE_MICROS`). `closed`: each example's input has ended, so
     all its rows are settled. `spread`: example e's largest time lands at PIVOT + e x STRIDE instead
     of PIVOT, so that examples lie far apart in time too (for joins without keys, CROSS; the step's
     one closing bound then fits only closed inputs). `keyed=False`: a join without keys (CROSS), in
@@ -297,7 +300,7 @@ def live_steps(
     state: dict[str, DataFrame] | None = None
     run = LiveRun(Counter(), {side: Counter() for side in (0, 1)}, [])
     kept: dict[str, list] = {name: [] for name in names.values()}
-    base = base_micros(spark)
+    base = BASE_MICROS
     for batch_id, take in enumerate(batches):
         new = {}
         for side in (0, 1):
@@ -512,7 +515,7 @@ def enrichment_replay(
     commits, one kernel step (`final`: of a closed input); what each slice decided. Streams are
     read in the operator's margins around the slices, settled by their frontier, and timed by
     their commits (a chain after a stream-stream join)."""
-    base = base_micros(spark)
+    base = BASE_MICROS
     slices = arrival.Slices.of([(base + _micros(a), base + _micros(b)) for a, b in windows])
     operator = kernel.family(plan)
     low, high = base + _micros(windows[0][0]), base + _micros(windows[-1][1])
@@ -573,7 +576,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
     `laid.commits`, and one after the last commit). Each batch brings the stream rows of its
     commits and reads each table as of its newest commit so far (a table commit starts a batch
     too), through `live.decide` with the state the previous batch left."""
-    base = base_micros(spark)
+    base = BASE_MICROS
     changes = {
         table.index: changelog.tag(
             local_frame(spark, laid.table_rows[table.index], _CHANGES), table
@@ -874,7 +877,7 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
     state: dict[str, DataFrame] | None = None
     previous: Progress | None = None
     run = OneStreamRun(Counter(), Counter(), 0, 0)
-    start, base = 0, base_micros(spark)
+    start, base = 0, BASE_MICROS
     for batch, end in enumerate(ends):
         new = {name: local_frame(spark, rows[start:end], schema)}
         start = end
@@ -946,7 +949,7 @@ def assert_one_stream_slices(
     accepted, _ = kernel.split_rejected(frame)
     bounds = [span[0], *cuts, span[1]]
     windows = list(zip(bounds, bounds[1:], strict=False))
-    base = base_micros(spark)
+    base = BASE_MICROS
     slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
     step = kernel.StepInput({source.name: accepted}, arrival.Timeline({}, None), "exact", slices=slices)
     result = kernel.step(spark, plan, step)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BooleanType,
     LongType,
@@ -51,6 +53,25 @@ def test_rows_read_back_as_createDataFrame_reads_them(spark, rows):
     made = local_frame(spark, rows, SCHEMA)
     assert made.schema == SCHEMA
     assert made.collect() == spark.createDataFrame(rows, SCHEMA).collect()
+
+
+def test_a_naive_time_is_local_time_as_createDataFrame_takes_it(spark, monkeypatch):
+    """On a machine outside UTC too: the same instants, and the same datetimes read back."""
+    rows = [
+        ("a", 1, datetime(2024, 3, 10, 1, 30), True, None),
+        ("b", 2, datetime(2024, 7, 1, 12), None, None),
+    ]
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        made, spark_made = local_frame(spark, rows, SCHEMA), spark.createDataFrame(rows, SCHEMA)
+        instants = [r[0] for r in made.select(F.unix_micros("t")).collect()]
+        assert instants == [r[0] for r in spark_made.select(F.unix_micros("t")).collect()]
+        assert instants[0] == int(datetime(2024, 3, 10, 6, 30, tzinfo=UTC).timestamp()) * 1_000_000  # EST
+        assert [r.t for r in made.collect()] == [row[2] for row in rows]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_spark_knows_its_size_and_broadcasts_it_into_a_join(spark):

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from harness import base_micros, create_tables, job
+from harness import create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
+    BASE_MICROS,
     PIVOT,
     SETTINGS,
     assert_slices_add_up,
@@ -67,7 +68,7 @@ def tables(spark, tmp_path_factory):
 )
 def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual, closed, scenarios):
     plan = plan_for(spark, tables, how, windows, residual)
-    stacked = stack(scenarios, base_micros(spark), closed)
+    stacked = stack(scenarios, BASE_MICROS, closed)
     result = replay_step(spark, plan, stacked, "exact", final=closed)
     check = different_v if residual else (lambda left, right: True)
     expected = [rows_reference(events, windows, how, check, closed) for events in stacked.events]
@@ -83,7 +84,7 @@ def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual
 )
 def test_slices_add_up_to_the_whole(spark, tables, how, windows, cut, scenarios):
     plan = plan_for(spark, tables, how, windows)
-    stacked = stack(scenarios, base_micros(spark))
+    stacked = stack(scenarios, BASE_MICROS)
     b = PIVOT + cut
     whole = replay_step(spark, plan, stacked, "exact")
     parts = [replay_step(spark, plan, stacked, "exact", [w]) for w in [(-PIVOT, b), (b, 2 * PIVOT)]]

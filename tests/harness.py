@@ -7,7 +7,6 @@ same seconds and on the arrival positions read back from each table's change dat
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections import Counter
@@ -153,11 +152,10 @@ def enrichment_job(root, paths: dict[int, str], how: str, table: dict, join: dic
     )
 
 
-@functools.lru_cache(maxsize=1)
-def base_micros(spark) -> int:
-    """BASE as Spark stores it in the tables the tests write (conftest's naive datetimes, read
-    in the machine's time zone by createDataFrame); asked once per session, as it is a Spark job."""
-    return spark.createDataFrame([(BASE,)], "t timestamp").select(F.unix_micros("t")).first()[0]
+# BASE in Spark's UTC microseconds as the tests' frames store it: createDataFrame (the tables
+# conftest writes) and streamjoin.frames.local_frame (the kernel harness) both read a naive
+# datetime in the machine's time zone, as Python's own `timestamp()` does.
+BASE_MICROS = int(BASE.timestamp()) * 1_000_000
 
 
 def positions(spark, path: str, side: int) -> dict[int, tuple[int, int, int]]:
@@ -185,7 +183,7 @@ def read_output(spark, path: str) -> Counter:
     """The output table as a multiset of (left id, right id, output time in seconds after BASE)."""
     if not DeltaTable.isDeltaTable(spark, path):
         return Counter()  # no batch wrote a row
-    base = base_micros(spark)
+    base = BASE_MICROS
     frame = spark.read.format("delta").load(path)
     rows = frame.select("lid", "rid", F.unix_micros("event_time").alias("t")).collect()
     result = Counter()

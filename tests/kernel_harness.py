@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from conftest import BASE
-from harness import SCHEMA
+from harness import BASE_MICROS, SCHEMA
 from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
@@ -48,9 +48,6 @@ SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets ma
     "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
     "print_blob": True,
 }
-# BASE in Spark's UTC microseconds, as `local_frame` (like createDataFrame) stores a naive
-# datetime: in the machine's time zone. Python's own arithmetic, not a Spark job.
-BASE_MICROS = int(BASE.timestamp()) * 1_000_000
 PIVOT = 1_000_000  # seconds after BASE: every example's largest settled event time lands here
 STRIDE = 10_000  # commit versions and commit seconds reserved per example
 SETTLED = "_sj_test_settled"
@@ -111,7 +108,7 @@ def stack(
     align: int = 1,
 ) -> Stacked:
     """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
-    Spark's UTC microseconds (`BASE_MICROS`). `closed`: each example's input has ended, so
+    Spark's UTC microseconds (`harness.BASE_MICROS`). `closed`: each example's input has ended, so
     all its rows are settled. `spread`: example e's largest time lands at PIVOT + e x STRIDE instead
     of PIVOT, so that examples lie far apart in time too (for joins without keys, CROSS; the step's
     one closing bound then fits only closed inputs). `keyed=False`: a join without keys (CROSS), in

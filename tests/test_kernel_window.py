@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from harness import create_tables, job
+from harness import BASE_MICROS, create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
-    BASE_MICROS,
     PIVOT,
     SETTINGS,
     assert_slices_add_up,

@@ -228,8 +228,8 @@ def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_kil
     times while the input grows: half of the kills right after a write chosen at random (so between
     two writes of a micro-batch; when that write never comes, once it has caught up), half after a
     random delay into its run. Restarted on the same checkpoint each time; at the end a runner in
-    the test's own process takes over the dead one's lease and runs to completion. Output, side tables and metrics equal those of one runner that was never killed,
-    and the reference's."""
+    the test's own process takes over the dead one's lease and runs to completion. Output, side
+    tables and metrics equal those of one runner that was never killed, and the reference's."""
     rng = random.Random(20)
     tables = Tables(spark, tmp_path)
     job_file = tmp_path / "job.yaml"

@@ -172,14 +172,13 @@ def update(
             continue
         latest = targets[source.name] if (upto or {}).get(source.name) is None else None
         version = resolve_start(spark, source, wanted, latest)
-        start = _start_entry(spark, source, version, targets[source.name])
+        start, commits = _start_entry(spark, source, version, targets[source.name])
         starts[source.name] = start
         if source.spec.kind == "table":
             new.append(start)
-        else:  # the history and every commit after it, up to the target
-            new += _stream_entries(
-                spark, source, start, start.version - 1, max(targets[source.name], start.version)
-            )
+        else:  # the history and every commit after it, up to the target: the commits just read
+            last = max(targets[source.name], start.version)
+            new += _stream_entries(spark, source, start, start.version - 1, last, history=commits)
     if new:
         delta_io.append(
             spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan), _APPEND
@@ -247,13 +246,17 @@ def _check_same_start(
         )
 
 
-def _start_entry(spark: SparkSession, source: BoundSource, version: int, newest: int) -> Entry:
-    """The start entry at `version`; `newest`: the newest version the caller knows of (a hint)."""
+def _start_entry(
+    spark: SparkSession, source: BoundSource, version: int, newest: int
+) -> tuple[Entry, list[delta_io.Commit]]:
+    """The start entry at `version`, and the commits from it on that it read from the table's
+    history (a stream source's first entries are made from them too); `newest`: the newest
+    version the caller knows of (a hint)."""
     commits = delta_io.history(spark, source.spec.location, since=version, upto=newest)
     first = commits[0]
     enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
     tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start
-    return Entry(
+    entry = Entry(
         source.name,
         version,
         to_micros(from_spark(first.timestamp)),
@@ -261,6 +264,7 @@ def _start_entry(spark: SparkSession, source: BoundSource, version: int, newest:
         row_tracking=tracked,
         max_future=source.max_future(),
     )
+    return entry, commits
 
 
 def _check_same_future_bound(spark: SparkSession, plan: Plan, source: BoundSource, start: Entry) -> None:
@@ -299,15 +303,18 @@ def _stream_entries(
     upto: int,
     so_far: int | None = None,
     held: dict[int, arrival.CommitStats] | None = None,
+    history: list[delta_io.Commit] | None = None,
 ) -> list[Entry]:
     """Entries for the versions (after, upto] of a stream source (its history too when `after` is
     before the start); refuses commits that update or delete rows of an append-only source.
-    `so_far` is the source's largest accepted event time up to `after`; `held` as in `update`."""
-    commits = {
-        c.version: c
-        for c in delta_io.history(spark, source.spec.location, since=max(after, start.version), upto=upto)
-    }
-    rewrites = [c for c in commits.values() if c.version > max(after, start.version) and c.rewrites_rows]
+    `so_far` is the source's largest accepted event time up to `after`; `held` as in `update`;
+    `history`: the table's commits from max(after, start) to at least `upto`, if the caller has
+    just read them (else they are read here)."""
+    since = max(after, start.version)
+    if not history or history[0].version != since or history[-1].version < upto:
+        history = delta_io.history(spark, source.spec.location, since=since, upto=upto)
+    commits = {c.version: c for c in history}
+    rewrites = [c for c in commits.values() if c.version > since and c.rewrites_rows]
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
     wanted = sorted(v for v in commits if after < v <= upto)

@@ -81,7 +81,6 @@ class Stacked:
     shift: dict[int, int]  # example -> seconds added to its event times
     events: list[list[Event]]  # example -> the reference's events (unshifted)
     any_settled: bool
-    base: int  # BASE in Spark's UTC microseconds
 
 
 def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
@@ -101,17 +100,16 @@ def positioned(example: int, commits: Sequence[Commit]) -> list[Event]:
 
 def stack(
     examples: Sequence[Sequence[Commit]],
-    base: int,
     closed: bool = False,
     spread: bool = False,
     keyed: bool = True,
     align: int = 1,
 ) -> Stacked:
-    """Lay out `examples` for one kernel step (see the module's docstring); `base` is BASE in
-    Spark's UTC microseconds (`harness.BASE_MICROS`). `closed`: each example's input has ended, so
-    all its rows are settled. `spread`: example e's largest time lands at PIVOT + e x STRIDE instead
-    of PIVOT, so that examples lie far apart in time too (for joins without keys, CROSS; the step's
-    one closing bound then fits only closed inputs). `keyed=False`: a join without keys (CROSS), in
+    """Lay out `examples` for one kernel step (see the module's docstring), BASE at
+    `harness.BASE_MICROS`. `closed`: each example's input has ended, so all its rows are settled.
+    `spread`: example e's largest time lands at PIVOT + e x STRIDE instead of PIVOT, so that
+    examples lie far apart in time too (for joins without keys, CROSS; the step's one closing
+    bound then fits only closed inputs). `keyed=False`: a join without keys (CROSS), in
     which a NULL key rejects nothing. `align`: shifts are multiples of it (seconds), so that time
     windows of that hop fall alike before and after the shift; an example's largest time then
     lands up to `align` before PIVOT (its clock at the step's end is PIVOT - shift)."""
@@ -140,9 +138,9 @@ def stack(
                 by_commit.setdefault(e.pos, []).append(e)
         for position in sorted(by_commit):
             times_here = [e.t + shift[example] for e in by_commit[position] if accepted(e)]
-            largest = base + _micros(max(times_here)) if times_here else None
+            largest = BASE_MICROS + _micros(max(times_here)) if times_here else None
             commits.append(arrival.CommitStats(position, largest, 1))
-    return Stacked(rows, commits, shift, all_events, any_settled, base)
+    return Stacked(rows, commits, shift, all_events, any_settled)
 
 
 def replay_step(
@@ -166,8 +164,8 @@ def replay_step(
         rows = accepted.where(F.col(SETTLED)).drop(SETTLED)
         if windows:
             before, after = join.margins(source.name)
-            low = stacked.base + _micros(windows[0][0]) - before
-            high = stacked.base + _micros(windows[-1][1]) + after
+            low = BASE_MICROS + _micros(windows[0][0]) - before
+            high = BASE_MICROS + _micros(windows[-1][1]) + after
             rows = rows.where((F.col(arrival.T) >= low) & (F.col(arrival.T) < high))
         settled[source.name] = rows
     before: dict[tuple[int, int], int | None] = {}
@@ -177,10 +175,10 @@ def replay_step(
         before.update(line.before)
         through.update(line.through)
     timeline = arrival.Timeline(
-        before, stacked.base + _micros(PIVOT) if stacked.any_settled else None, through
+        before, BASE_MICROS + _micros(PIVOT) if stacked.any_settled else None, through
     )
     slices = (
-        arrival.Slices.of([(stacked.base + _micros(a), stacked.base + _micros(b)) for a, b in windows])
+        arrival.Slices.of([(BASE_MICROS + _micros(a), BASE_MICROS + _micros(b)) for a, b in windows])
         if windows
         else arrival.ALL_TIME
     )
@@ -190,7 +188,7 @@ def replay_step(
 def unstacked_output(output: DataFrame, stacked: Stacked) -> list[Counter]:
     """The step's output rows per example, as the reference writes them: (left id, right id, seconds)."""
     per_example: list[Counter] = [Counter() for _ in stacked.events]
-    base = stacked.base // 1_000_000
+    base = BASE_MICROS // 1_000_000
     for r in output.select("lid", "rid", F.unix_seconds("event_time").alias("t")).collect():
         example = int((r["lid"] or r["rid"]).split("/")[0])
         per_example[example][(r["lid"], r["rid"], r["t"] - base - stacked.shift[example])] += 1

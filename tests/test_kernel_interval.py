@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from harness import BASE_MICROS, create_tables, job
+from harness import create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
@@ -102,7 +102,7 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case, closed):
     how, emit, lo, hi, grace, residual, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, how, lo, hi, grace, residual, emit=emit))
-    stacked = stack(scenarios, BASE_MICROS, closed)
+    stacked = stack(scenarios, closed)
     result = replay_step(spark, plan, stacked, mode, final=closed)
 
     def different_v(left, right):
@@ -134,7 +134,7 @@ def test_a_cross_join_pairs_every_row_in_the_bounds_as_the_reference(spark, tabl
     _, _, lo, hi, grace, _, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, "cross", lo, hi, grace))
-    stacked = stack(scenarios, BASE_MICROS, closed=True, spread=True, keyed=False)
+    stacked = stack(scenarios, closed=True, spread=True, keyed=False)
     result = replay_step(spark, plan, stacked, mode, final=True)
     expected = [reference(events, lo, hi, grace, "cross", mode, closed=True) for events in stacked.events]
     assert_step_as_expected(result, stacked, expected, scenarios)
@@ -148,7 +148,7 @@ def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     how, emit, lo, hi, grace, residual, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, how, lo, hi, grace, residual, emit=emit))
-    stacked = stack(scenarios, BASE_MICROS)
+    stacked = stack(scenarios)
     b = PIVOT + cut
     windows = [(-PIVOT, b), (b, 2 * PIVOT)]
     whole = replay_step(spark, plan, stacked, "exact")

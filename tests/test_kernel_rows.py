@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from harness import BASE_MICROS, create_tables, job
+from harness import create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
@@ -67,7 +67,7 @@ def tables(spark, tmp_path_factory):
 )
 def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual, closed, scenarios):
     plan = plan_for(spark, tables, how, windows, residual)
-    stacked = stack(scenarios, BASE_MICROS, closed)
+    stacked = stack(scenarios, closed)
     result = replay_step(spark, plan, stacked, "exact", final=closed)
     check = different_v if residual else (lambda left, right: True)
     expected = [rows_reference(events, windows, how, check, closed) for events in stacked.events]
@@ -83,7 +83,7 @@ def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual
 )
 def test_slices_add_up_to_the_whole(spark, tables, how, windows, cut, scenarios):
     plan = plan_for(spark, tables, how, windows)
-    stacked = stack(scenarios, BASE_MICROS)
+    stacked = stack(scenarios)
     b = PIVOT + cut
     whole = replay_step(spark, plan, stacked, "exact")
     parts = [replay_step(spark, plan, stacked, "exact", [w]) for w in [(-PIVOT, b), (b, 2 * PIVOT)]]

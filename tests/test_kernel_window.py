@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from harness import BASE_MICROS, create_tables, job
+from harness import create_tables, job
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
@@ -68,7 +68,7 @@ def test_one_step_decides_as_the_reference(spark, tables, mode, case, closed):
     how, hop, size, grace, residual, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, how, 0, 0, grace, residual, window=(hop, size)))
-    stacked = stack(scenarios, BASE_MICROS, closed, align=hop)
+    stacked = stack(scenarios, closed, align=hop)
     result = replay_step(spark, plan, stacked, mode, final=closed)
     expected = [
         window_reference(
@@ -94,7 +94,7 @@ def test_slices_add_up_to_the_whole(spark, tables, case, cut):
     how, hop, size, grace, residual, scenarios = case
     root, paths = tables
     plan = bind(spark, job(root, paths, how, 0, 0, grace, residual, window=(hop, size)))
-    stacked = stack(scenarios, BASE_MICROS, align=hop)
+    stacked = stack(scenarios, align=hop)
     b = PIVOT + cut
     windows_ = [(-PIVOT, b), (b, 2 * PIVOT)]
     whole = replay_step(spark, plan, stacked, "exact")

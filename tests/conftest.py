@@ -28,7 +28,12 @@ os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # of the fixed example takes 5.8 s instead of 6.9 s. Adaptive execution runs each shuffle stage of
 # a query as a job of its own and re-plans the rest after it: on tens of rows that costs more than
 # any plan it could pick (four kernel-level tests took 39 s without it, 50 s with it;
-# docs/testing.md). The product keeps it for real sizes. Processes the tests start inherit these.
+# docs/testing.md). The product keeps it for real sizes. Every hash aggregate and sort of a task
+# takes a memory page of its own, 64 MB with a 6 GB driver, and every broadcast (each stage's task
+# is one) a first 4 MB chunk, whatever they hold: over a 3-minute file that was 13 GB of pages and
+# 10 GB of chunks of the 107 GB the JVM allocated, and 14 full collections. With 1 MB pages and
+# 256 kB chunks: 6 full collections, GC pauses 3.9 s instead of 11 s (docs/testing.md).
+# Processes the tests start inherit these.
 os.environ.setdefault(
     "STREAMJOIN_SPARK_CONF",
     ",".join(
@@ -38,6 +43,8 @@ os.environ.setdefault(
             "spark.sql.codegen.factoryMode=NO_CODEGEN",
             "spark.hadoop.fs.file.impl=org.apache.hadoop.fs.RawLocalFileSystem",
             "spark.hadoop.fs.AbstractFileSystem.file.impl=org.apache.hadoop.fs.local.RawLocalFs",
+            "spark.buffer.pageSize=1m",
+            "spark.broadcast.blockSize=256k",
         )
     ),
 )

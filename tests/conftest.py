@@ -58,40 +58,40 @@ if _TESTS_SET_JAVA_OPTIONS:
     os.environ["STREAMJOIN_JAVA_OPTIONS"] = "-XX:+UseParallelGC"
 
 
-# The test files that take longest (worker-seconds in the clean-clone runs of 2026-11-27,
+# The test files that take longest (worker-seconds in the clean-clone run of stop 48, 2026-11-27,
 # docs/testing.md), slowest first. `make test` deals whole files to two workers in collection
 # order (--no-loadscope-reorder), so these go out first and the short files fill in at the end;
 # dealt alphabetically, a long file drawn last kept one worker busy minutes after the other had
 # stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 698: ten SIGKILLs, each a new process and JVM
-    "test_cli",  # 397: the demo
-    "test_aged_tables",  # 355
-    "test_chains",  # 287
-    "test_kernel_interval_chain",  # 200
-    "test_enrichment_seeds",  # 197
-    "test_bench",  # 191
-    "test_enrichment_equivalence",  # 182
-    "test_equivalence",  # 156
-    "test_table_table",  # 133
-    "test_dags",  # 125
-    "test_handoff",  # 120
-    "test_interval_seeds",  # 117
-    "test_setup",  # 117
-    "test_backfill",  # 114
-    "test_lookup_seeds",  # 97
-    "test_cluster",  # 90
-    "test_kernel_rows",  # 88
-    "test_kernel_enrichment",  # 77
-    "test_kernel_interval",  # 75
-    "test_report",  # 74
-    "test_lateral_seeds",  # 61
-    "test_rows_seeds",  # 54
-    "test_window_seeds",  # 53
-    "test_live",  # 51
-    "test_kernel_chain",  # 47
-    "test_kernel_window",  # 37
-    "test_kernel_table_table",  # 33
+    "test_restart",  # 542: ten SIGKILLs, each a new process and JVM
+    "test_cli",  # 282: the demo
+    "test_aged_tables",  # 260
+    "test_chains",  # 206
+    "test_enrichment_equivalence",  # 161
+    "test_enrichment_seeds",  # 156
+    "test_bench",  # 145
+    "test_kernel_interval_chain",  # 127
+    "test_setup",  # 123
+    "test_backfill",  # 103
+    "test_equivalence",  # 101
+    "test_table_table",  # 94
+    "test_dags",  # 92
+    "test_interval_seeds",  # 88
+    "test_handoff",  # 85
+    "test_cluster",  # 81
+    "test_lookup_seeds",  # 75
+    "test_kernel_enrichment",  # 64
+    "test_report",  # 49
+    "test_kernel_rows",  # 42
+    "test_rows_seeds",  # 41
+    "test_kernel_interval",  # 40
+    "test_lateral_seeds",  # 39
+    "test_window_seeds",  # 33
+    "test_live",  # 33
+    "test_kernel_chain",  # 33
+    "test_kernel_window",  # 24
+    "test_kernel_table_table",  # 16
 )
 
 

@@ -438,9 +438,8 @@ def _positioned(rows: DataFrame, times: DataFrame, source: BoundSource) -> DataF
     needs it: the event time of a `time: commit` source, the `max_future` guard."""
     times = times.select(F.col("version").alias("_sj_iv"), F.col("commit_ts").alias("_sj_its"))
     joined = rows.drop(TS).join(F.broadcast(times), F.col(V) == F.col("_sj_iv"), "left")
-    positioned = joined.withColumn(TS, F.col("_sj_its")).drop("_sj_iv", "_sj_its").select(*rows.columns)
-    if source.commit_time:
-        positioned = positioned.withColumn(T, F.col(TS))
+    timed = {TS} | ({T} if source.commit_time else set())
+    positioned = joined.select(*[F.col("_sj_its").alias(c) if c in timed else c for c in rows.columns])
     return arrival.guard_future(positioned, source.max_future())
 
 

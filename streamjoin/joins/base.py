@@ -208,6 +208,15 @@ def tally_by_slice(rows: DataFrame, owner: Column, **aggregates: Column) -> dict
     return {r["_sj_slice"]: {name: r[name] for name in aggregates} for r in grouped.collect()}
 
 
+def kept_row(kept: str, columns: Sequence[str], paired: Column) -> list[Column]:
+    """A state row's `columns` from the struct column `kept` (an aggregate's copy of the row), with
+    MATCHED also true when `paired` (it found a partner in this step): one projection."""
+    return [
+        (F.col(f"{kept}.{MATCHED}") | paired).alias(MATCHED) if c == MATCHED else F.col(f"{kept}.`{c}`")
+        for c in columns
+    ]
+
+
 Item = TypeVar("Item")
 
 

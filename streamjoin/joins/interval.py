@@ -50,6 +50,7 @@ from streamjoin.joins.base import (
     SliceCounts,
     StepInput,
     StepResult,
+    kept_row,
     preserves,
     register,
     tally_by_slice,
@@ -199,8 +200,7 @@ class IntervalJoin(JoinOperator):
             fresh = (
                 marked.where(~late)
                 .drop(arrival.WM, REJECT)
-                .withColumn(NEW, F.lit(True))
-                .withColumn(MATCHED, F.lit(False))
+                .withColumns({NEW: F.lit(True), MATCHED: F.lit(False)})
             )
             if state is not None:
                 kept = SliceCounts(
@@ -210,9 +210,10 @@ class IntervalJoin(JoinOperator):
                     candidates=(slice_of, self.open_in_state()),
                 )
                 tallies.append((name, kept))
-                earlier = kept.rows.withColumn(NEW, F.lit(False))
-                if self.emit == "eager":
-                    earlier = earlier.withColumn(THROUGH, F.lit(None).cast("long"))
+                earlier = kept.rows.withColumns(
+                    {NEW: F.lit(False)}
+                    | ({THROUGH: F.lit(None).cast("long")} if self.emit == "eager" else {})
+                )
                 fresh = earlier.unionByName(fresh, allowMissingColumns=True)
             on_time[name] = self.numbered(fresh) if keep_state else fresh
 
@@ -395,7 +396,7 @@ class IntervalJoin(JoinOperator):
         due = F.when(only_l, lt + F.lit(self.upper + self.grace)).when(
             only_r, rt - F.lit(self.lower - self.grace)
         )
-        joined = joined.withColumn(OUT_T, out_t).withColumn(DUE, due)
+        joined = joined.withColumns({OUT_T: out_t, DUE: due})
         if persist or keep_state:
             joined = joined.persist()
         closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark, waiting)
@@ -492,7 +493,7 @@ class IntervalJoin(JoinOperator):
                 joined = left.where(decided).join(right, self.condition() & in_time, "left_outer")
             else:
                 joined = left.join(right.where(decided), self.condition() & in_time, "right_outer")
-            padded = joined.where(self._col(theirs, TS).isNull()).withColumn(OUT_T, t).withColumn(DUE, due)
+            padded = joined.where(self._col(theirs, TS).isNull()).withColumns({OUT_T: t, DUE: due})
             pads.append(padded.where(slices.inside(F.col(OUT_T), self.reach)))
         return pads
 
@@ -519,11 +520,7 @@ class IntervalJoin(JoinOperator):
                 F.any_value(F.struct(*[self._col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
                 F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_paired"),
             )
-            state[side] = (
-                kept.select("_sj_kept.*", "_sj_paired")
-                .withColumn(MATCHED, F.col(MATCHED) | F.col("_sj_paired"))
-                .drop("_sj_paired")
-            )
+            state[side] = kept.select(*kept_row("_sj_kept", columns, F.col("_sj_paired")))
         return state
 
 

@@ -128,15 +128,14 @@ class RowsJoin(JoinOperator):
         decided_rows, state, emitted = {}, {}, list(pairs)
         for side, other in ((L, R), (R, L)):
             width = self.width(side)
+            now = F.coalesce(F.col(_NOW), F.lit(False))
+            evicted = F.lit(False) if not width else F.col(SEQ) <= F.col(_TOTAL) - F.lit(width)
+            decided = F.lit(True) if not width or inputs.final else evicted
             rows = (
                 sides[side]
                 .join(paired[side], _ROW, "left")
-                .withColumn(_NOW, F.coalesce(F.col(_NOW), F.lit(False)))
+                .withColumns({_NOW: now, "_sj_decided": decided, "_sj_ever": F.col(MATCHED) | now})
             )
-            evicted = F.lit(False) if not width else F.col(SEQ) <= F.col(_TOTAL) - F.lit(width)
-            decided = F.lit(True) if not width or inputs.final else evicted
-            ever = F.col(MATCHED) | F.col(_NOW)
-            rows = rows.withColumn("_sj_decided", decided).withColumn("_sj_ever", ever)
             decided_rows[side] = rows
             if self.preserves(side):
                 pads = rows.where(F.col("_sj_decided") & ~F.col("_sj_ever")).withColumn(OUT_T, F.col(T))
@@ -199,8 +198,9 @@ class RowsJoin(JoinOperator):
         left_types = {f.name: f.dataType for f in plan.source(L).schema.fields}
         frames = {}
         for side in (L, R):
-            rows = self._settled(inputs, side).withColumn(_NEW, F.lit(True)).withColumn(MATCHED, F.lit(False))
-            rows = rows.withColumn(SEQ, F.lit(None).cast(LongType()))
+            rows = self._settled(inputs, side).withColumns(
+                {_NEW: F.lit(True), MATCHED: F.lit(False), SEQ: F.lit(None).cast(LongType())}
+            )
             if inputs.state is not None:
                 rows = inputs.state[side].withColumn(_NEW, F.lit(False)).unionByName(rows)
             frames[side] = rows
@@ -240,14 +240,19 @@ class RowsJoin(JoinOperator):
         by_key = Window.partitionBy(_KEY)
         before = by_key.orderBy(TS, SRC, V, T, "_sj_content", _ROW).rowsBetween(Window.unboundedPreceding, -1)
         counted = {}
+        windowed: dict[str, Column] = {}  # every side's counts, added in one projection
         for side in (L, R):
             mine = F.col(_SIDE) == F.lit(side)
             # Numbers go on from the state's: its rows of a windowed stream are the key's latest.
-            base = F.coalesce(F.min(F.when(mine, F.col(SEQ))).over(by_key) - F.lit(1), F.lit(0))
-            earlier = F.coalesce(F.sum(mine.cast("long")).over(before), F.lit(0))
-            rows = rows.withColumn(f"_sj_base{side}", base).withColumn(f"_sj_before{side}", earlier)
-            rows = rows.withColumn(f"_sj_all{side}", F.sum(mine.cast("long")).over(by_key))
+            windowed |= {
+                f"_sj_base{side}": F.coalesce(
+                    F.min(F.when(mine, F.col(SEQ))).over(by_key) - F.lit(1), F.lit(0)
+                ),
+                f"_sj_before{side}": F.coalesce(F.sum(mine.cast("long")).over(before), F.lit(0)),
+                f"_sj_all{side}": F.sum(mine.cast("long")).over(by_key),
+            }
             counted[side] = (F.col(f"_sj_base{side}"), F.col(f"_sj_before{side}"), F.col(f"_sj_all{side}"))
+        rows = rows.withColumns(windowed)
         own = F.col(_SIDE) == F.lit(L)
         (base_l, before_l, all_l), (base_r, before_r, all_r) = counted[L], counted[R]
         return rows.select(

@@ -436,25 +436,28 @@ class Enrichment(JoinOperator):
         """
         S = self.stream
         marked = rows.withColumn(DECIDED, decided)
-        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T))).drop(DECIDED)
-        # A row number that survives the lookups, to count stream rows rather than output rows.
-        ready = ready.withColumn(_ROW, F.monotonically_increasing_id())
+        # With a row number that survives the lookups, to count stream rows rather than output rows.
+        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T))).select(
+            *(F.col(f"`{c}`") for c in rows.columns), F.monotonically_increasing_id().alias(_ROW)
+        )
         identity = [self._col(S, _ROW)]
         # Rows an INNER link finds no match for stay, not alive (no later link matches them), so
         # that one pass over the result counts what every link did.
-        joined = ready.withColumn(_ALIVE, F.lit(True)).withColumn(_HELD, F.lit(False)).alias(S)
+        joined = ready.withColumns({_ALIVE: F.lit(True), _HELD: F.lit(False)}).alias(S)
         complete = F.lit(True)
         waits = unsettled or [None] * len(self.links)
         for n, (link, table, wait) in enumerate(zip(self.links, versions, waits, strict=True)):
             joined = link.lookup(
                 joined.withColumn(_reached(n), F.col(_ALIVE)), table, identity, F.col(_ALIVE)
             )
-            if wait is not None:
-                joined = joined.withColumn(_HELD, F.col(_HELD) | (F.col(_reached(n)) & wait))
             identity += [F.col(f"{link.table}.`{c}`") for c in table.columns]
-            joined = joined.withColumn(_matched(n), F.col(_ALIVE) & link.matched())
+            matched = F.col(_ALIVE) & link.matched()
+            updates = {_matched(n): matched}
+            if wait is not None:
+                updates[_HELD] = F.col(_HELD) | (F.col(_reached(n)) & wait)
             if link.type == "inner":
-                joined = joined.withColumn(_ALIVE, F.col(_matched(n)))
+                updates[_ALIVE] = matched
+            joined = joined.withColumns(updates)
             complete = complete & link.matched()
         holding = any(w is not None for w in waits)
         if holding:  # a row held at one of its output rows is held at all
@@ -462,11 +465,7 @@ class Enrichment(JoinOperator):
                 _HELD, F.max(F.col(_HELD).cast("int")).over(Window.partitionBy(_ROW)) == 1
             )
         # Persisted: the counts below and the runner's write read the lookups once, not twice.
-        joined = (
-            joined.withColumn(OUT_T, self._col(S, T))
-            .withColumn(_COMPLETE, F.col(_ALIVE) & complete)
-            .persist()
-        )
+        joined = joined.withColumns({OUT_T: self._col(S, T), _COMPLETE: F.col(_ALIVE) & complete}).persist()
         held = joined.where(F.col(_HELD))
         answered = joined.where(~F.col(_HELD)) if holding else joined
         emitted = answered.where(F.col(_ALIVE))

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField
 
 from streamjoin.arrival import ALL_TIME, TS, Slices, T
-from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, register
+from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, kept_row, register
 from streamjoin.joins.interval import DUE, NEW, ROW, IntervalJoin
 from streamjoin.plan import WINDOW_COLUMNS, BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -113,18 +113,20 @@ class WindowJoin(IntervalJoin):
     def _windowed(self, rows: DataFrame) -> DataFrame:
         """Rows as (row, window) pairs: a new row once per window it lies in, numbered (`ROW`);
         a state row is one already. Adds the `window_start` and `window_end` columns."""
-        for column, kind in ((ROW, StringType()), (WIN, LongType())):
-            if column not in rows.columns:
-                rows = rows.withColumn(column, F.lit(None).cast(kind))
+        row, win = (
+            F.col(column) if column in rows.columns else F.lit(None).cast(kind)
+            for column, kind in ((ROW, StringType()), (WIN, LongType()))
+        )
         last = self._last_window(F.col(T))
         starts = F.sequence(last - F.lit(self.size - self.hop), last, F.lit(self.hop))
-        rows = rows.withColumn(ROW, F.coalesce(F.col(ROW), F.expr("uuid()")))
+        # Numbered before the explode, so that a row's windows share its number.
+        rows = rows.withColumns({ROW: F.coalesce(row, F.expr("uuid()")), WIN: win})
         rows = rows.withColumn(
             WIN, F.explode(F.when(F.col(WIN).isNull(), starts).otherwise(F.array(F.col(WIN))))
         )
         start, end = WINDOW_COLUMNS
-        return rows.withColumn(start, F.timestamp_micros(F.col(WIN))).withColumn(
-            end, F.timestamp_micros(F.col(WIN) + F.lit(self.size))
+        return rows.withColumns(
+            {start: F.timestamp_micros(F.col(WIN)), end: F.timestamp_micros(F.col(WIN) + F.lit(self.size))}
         )
 
     # ------------------------------------------------------------------ the semantics
@@ -153,10 +155,11 @@ class WindowJoin(IntervalJoin):
         has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
         only_l, only_r = has_l & ~has_r, has_r & ~has_l
         window = F.coalesce(self._col(L, WIN), self._col(R, WIN))
-        joined = (
-            left.join(right, self.condition(), "full_outer")
-            .withColumn(OUT_T, F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt))
-            .withColumn(DUE, F.when(only_l | only_r, window + F.lit(self.size - 1 + self.grace)))
+        joined = left.join(right, self.condition(), "full_outer").withColumns(
+            {
+                OUT_T: F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt),
+                DUE: F.when(only_l | only_r, window + F.lit(self.size - 1 + self.grace)),
+            }
         )
         keep = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
         for side, only in ((L, only_l), (R, only_r)):
@@ -248,9 +251,7 @@ class WindowJoin(IntervalJoin):
             state[side] = (
                 per_window.withColumn("_sj_now", paired)
                 .where(~self._closed(F.col("_sj_in"), watermark))
-                .select("_sj_kept.*", "_sj_now")
-                .withColumn(MATCHED, F.col(MATCHED) | F.col("_sj_now"))
-                .drop("_sj_now")
+                .select(*kept_row("_sj_kept", columns, F.col("_sj_now")))
             )
         return state
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Generic, Protocol, TypeVar
 
 from py4j.protocol import Py4JError
@@ -200,12 +201,27 @@ def register(*names: str) -> Callable[[Builder], Builder]:
 def tally_by_slice(rows: DataFrame, owner: Column, **aggregates: Column) -> dict[int, dict[str, int]]:
     """`aggregates` over the rows each slice owns, by slice number (rows without an owner are not
     counted); a slice that owns no row is absent."""
-    grouped = (
-        rows.where(owner.isNotNull())
-        .groupBy(owner.alias("_sj_slice"))
-        .agg(*[column.alias(name) for name, column in aggregates.items()])
+    return tally_parts({"": (rows, owner)}, **aggregates)[""]
+
+
+def tally_parts(
+    parts: dict[str, tuple[DataFrame, Column]], **aggregates: Column
+) -> dict[str, dict[int, dict[str, int]]]:
+    """`tally_by_slice` of several frames, by name (each with its owner column), in one Spark job."""
+    grouped = reduce(
+        DataFrame.unionByName,
+        [
+            rows.where(owner.isNotNull())
+            .groupBy(owner.alias("_sj_slice"))
+            .agg(*[column.alias(name) for name, column in aggregates.items()])
+            .withColumn("_sj_part", F.lit(part))
+            for part, (rows, owner) in parts.items()
+        ],
     )
-    return {r["_sj_slice"]: {name: r[name] for name in aggregates} for r in grouped.collect()}
+    tallied: dict[str, dict[int, dict[str, int]]] = {part: {} for part in parts}
+    for r in grouped.collect():
+        tallied[r["_sj_part"]][r["_sj_slice"]] = {name: r[name] for name in aggregates}
+    return tallied
 
 
 def kept_row(kept: str, columns: Sequence[str], paired: Column) -> list[Column]:

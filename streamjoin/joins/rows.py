@@ -41,7 +41,7 @@ from streamjoin.joins.base import (
     StepResult,
     preserves,
     register,
-    tally_by_slice,
+    tally_parts,
 )
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
@@ -150,16 +150,12 @@ class RowsJoin(JoinOperator):
         slices = inputs.slices
         emitted = [part.where(slices.inside(F.col(OUT_T))) for part in emitted]
         by_slice = []
-        tallied = {
-            side: tally_by_slice(
-                rows,
-                slices.number(F.col(T)),
-                joined=F.count_if(~F.col(MATCHED) & F.col(_NOW)),
-                unmatched=F.count_if(F.col("_sj_decided") & ~F.col("_sj_ever")),
-                open=F.count_if(~F.col("_sj_decided") & ~F.col("_sj_ever")),
-            )
-            for side, rows in decided_rows.items()
-        }
+        tallied = tally_parts(
+            {side: (rows, slices.number(F.col(T))) for side, rows in decided_rows.items()},
+            joined=F.count_if(~F.col(MATCHED) & F.col(_NOW)),
+            unmatched=F.count_if(F.col("_sj_decided") & ~F.col("_sj_ever")),
+            open=F.count_if(~F.col("_sj_decided") & ~F.col("_sj_ever")),
+        )
         for k in range(len(slices)):
             counts = {}
             for side in (L, R):

@@ -42,7 +42,7 @@ from streamjoin.joins.base import (
     StepInput,
     StepResult,
     register,
-    tally_by_slice,
+    tally_parts,
 )
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
@@ -284,12 +284,10 @@ class TableTableJoin(JoinOperator):
                 F.timestamp_micros(when).alias(out_time),
             )
         )
-        applied_by_slice = {
-            name: tally_by_slice(
-                table.changes, table.owner, applied=F.count(F.when(F.col(REJECT).isNull(), 1))
-            )
-            for name, table in tables.items()
-        }
+        applied_by_slice = tally_parts(
+            {name: (table.changes, table.owner) for name, table in tables.items()},
+            applied=F.count(F.when(F.col(REJECT).isNull(), 1)),
+        )
         by_slice = [
             {name: SourceCounts(**tally.get(k, {"applied": 0})) for name, tally in applied_by_slice.items()}
             for k in range(len(slices))

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField
 
@@ -467,41 +467,36 @@ class Enrichment(JoinOperator):
         # Persisted: the counts below and the runner's write read the lookups once, not twice.
         joined = joined.withColumns({OUT_T: self._col(S, T), _COMPLETE: F.col(_ALIVE) & complete}).persist()
         held = joined.where(F.col(_HELD))
-        answered = joined.where(~F.col(_HELD)) if holding else joined
-        emitted = answered.where(F.col(_ALIVE))
-        stats = {
-            r["slice"]: r
-            for r in marked.groupBy(slices.number(F.col(T)).alias("slice"))
-            .agg(
-                F.count(F.when(F.col(DECIDED), 1)).alias("decided"),
-                F.count(F.when(~F.col(DECIDED), 1)).alias("open"),
-            )
-            .collect()
-        }
-        held_by_slice = (
-            {
-                r["slice"]: r["rows"]
-                for r in held.groupBy(slices.number(F.col(OUT_T)).alias("slice"))
-                .agg(F.countDistinct(_ROW).alias("rows"))
-                .collect()
-            }
-            if holding
-            else {}
-        )
+        emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE)) if holding else joined.where(F.col(_ALIVE))
+        # One Spark job counts, per slice: the stream rows decided and open before the lookups, and
+        # of the decided ones (by their row number) those held back, and what the rest did at each link.
         flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in (_reached, _matched)]
-        per_row = answered.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
-            *[F.max(F.col(flag).cast("int")).alias(flag) for flag in flags]
+        per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
+            *[F.max(F.col(flag).cast("int")).alias(flag) for flag in (_HELD, *flags)]
         )
-        by_slice = {
-            r["slice"]: r
-            for r in per_row.groupBy("slice").agg(*[F.sum(flag).alias(flag) for flag in flags]).collect()
-        }
+        answered = F.col(_HELD) == 0  # a row held at one of its output rows is held at all
+        looked_up = per_row.groupBy("slice").agg(
+            F.sum(_HELD).alias("held"),
+            *[F.sum(F.when(answered, F.col(flag)).otherwise(0)).alias(flag) for flag in flags],
+        )
+        before = marked.groupBy(slices.number(F.col(T)).alias("slice")).agg(
+            F.count(F.when(F.col(DECIDED), 1)).alias("decided"),
+            F.count(F.when(~F.col(DECIDED), 1)).alias("open"),
+        )
+        stats: dict[int, Row] = {}  # by slice: counts before the lookups
+        by_slice: dict[int, Row] = {}  # by slice: counts of the lookups
+        for r in (
+            before.withColumn("_sj_part", F.lit(0))
+            .unionByName(looked_up.withColumn("_sj_part", F.lit(1)), allowMissingColumns=True)
+            .collect()
+        ):
+            (by_slice if r["_sj_part"] else stats)[r["slice"]] = r
         counts, links = [], []
         for k in range(len(slices)):
             decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
-            waiting_rows = held_by_slice.get(k, 0)  # decided before the lookups, held back by one
+            summed = by_slice.get(k) or dict.fromkeys(["held", *flags], 0)
+            waiting_rows = summed["held"]  # decided before the lookups, held back by one
             decided_rows, open_rows = decided_rows - waiting_rows, open_rows + waiting_rows
-            summed = by_slice.get(k) or dict.fromkeys(flags, 0)
             out_rows, complete_rows = summed[_ALIVE], summed[_COMPLETE]
             counts.append(
                 {

@@ -466,8 +466,7 @@ class Enrichment(JoinOperator):
             )
         # Persisted: the counts below and the runner's write read the lookups once, not twice.
         joined = joined.withColumns({OUT_T: self._col(S, T), _COMPLETE: F.col(_ALIVE) & complete}).persist()
-        held = joined.where(F.col(_HELD))
-        emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE)) if holding else joined.where(F.col(_ALIVE))
+        emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE))  # _HELD stays false unless a link waits
         # One Spark job counts, per slice: the stream rows decided and open before the lookups, and
         # of the decided ones (by their row number) those held back, and what the rest did at each link.
         flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in (_reached, _matched)]
@@ -518,7 +517,9 @@ class Enrichment(JoinOperator):
         if keep_state:
             undecided = marked.where(~F.col(DECIDED)).drop(DECIDED)
             if holding:
-                waiting = held.select(*[self._col(S, c) for c in rows.columns], F.col(_ROW))
+                waiting = joined.where(F.col(_HELD)).select(
+                    *[self._col(S, c) for c in rows.columns], F.col(_ROW)
+                )
                 undecided = undecided.unionByName(waiting.dropDuplicates([_ROW]).drop(_ROW))
             state = {S: undecided}
         return Evaluation([emitted], counts, state, cached=[joined], links=links)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,8 +26,11 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     subprocess.run(["git", "clone", "--quiet", str(PROJECT_ROOT), str(clone)], check=True)
     assert not (clone / ".venv").exists() and not (clone / ".jars").exists()
     # Without the driver class archive (a minute more): tests/test_delta_io.py checks the one the
-    # suite's own set-up made.
-    setup = run(["bash", "infra/setup.sh"], clone, STREAMJOIN_NO_CLASS_ARCHIVE="1")
+    # suite's own set-up made. Without compiling every installed module (half a minute of CPU; the
+    # suite runs on the bytecode its own set-up compiled).
+    setup = run(
+        ["bash", "infra/setup.sh"], clone, STREAMJOIN_NO_CLASS_ARCHIVE="1", STREAMJOIN_NO_BYTECODE="1"
+    )
     assert setup.returncode == 0, setup.stderr[-3000:]
     jars = sorted(p for p in os.listdir(clone / ".jars") if p.endswith(".jar"))
     assert any(j.startswith("delta-spark_4.2_2.13-") for j in jars), jars
@@ -83,3 +87,19 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     assert suites.stdout.strip() == str(tmp_path / "expectations"), suites.stderr[-2000:]
     demo = run([python, "-m", "streamjoin.cli", "demo"], tmp_path, **alone)
     assert demo.returncode == 2 and "the demo runs from a clone of the repository" in demo.stderr
+
+
+def test_the_suites_set_up_compiled_the_installed_modules():
+    """Set-up compiles every installed module once: where PYTHONDONTWRITEBYTECODE is set, each
+    process (a live runner's child, an Airflow command, a CLI run) would otherwise compile pyspark,
+    pandas, Airflow and Great Expectations again, seconds each. Found, not imported (importing
+    Airflow here would fix its home before tests/test_dags.py sets it)."""
+    packages = ("airflow", "great_expectations", "pandas", "pyspark")
+    missing = [name for name in packages if not os.path.exists(importlib.util.cache_from_source(find(name)))]
+    assert not missing, f"no bytecode for {missing}: run `make setup` again"
+
+
+def find(package: str) -> str:
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.origin is not None, f"{package} is not installed"
+    return spec.origin

@@ -10,6 +10,7 @@ processing-time joins while two live runners with different triggers run.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -315,8 +316,9 @@ def test_processing_time_is_deterministic_whatever_the_triggers(spark, tmp_path)
             spark, with_output(spec, f"{tmp_path}/slow"), f"{tmp_path}/ck_slow", trigger="processing-time:4s"
         ),
     }
+    written = threading.Event()  # the runners stop once every commit is in (the runs below finish them)
     with ThreadPoolExecutor(2) as pool:
-        running = [pool.submit(runner.run, 60) for runner in runners.values()]
+        running = [pool.submit(runner.run, 120, written.is_set) for runner in runners.values()]
         names = {f"streamjoin_{spec.name}_{runner.app_id[-8:]}" for runner in runners.values()}
         deadline = time.monotonic() + 120
         while not names <= {q.name for q in spark.streams.active} and time.monotonic() < deadline:
@@ -332,6 +334,7 @@ def test_processing_time_is_deterministic_whatever_the_triggers(spark, tmp_path)
                 ("currency",),
             )
             time.sleep(0.5 * (n % 3))
+        written.set()
         for future in running:
             future.result()
     for (

@@ -22,7 +22,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --python .venv/bin/python "${pins[@]}" \
     -e ".[airflow,quality,dev,bench]"
   # Every installed module compiled once, here (20 s; STREAMJOIN_NO_BYTECODE=1 skips it). Where
-  # PYTHONDONTWRITEBYTECODE is set, as on the machines CI runs on, Python never caches what it
+  # PYTHONDONTWRITEBYTECODE is set, as on the machine CI runs on, Python never caches what it
   # compiles, so each process would compile pyspark, pandas, Airflow and Great Expectations again:
   # importing Airflow's models took 5.6 s instead of 1.9, a live runner's modules 3.2 s instead of
   # 1.0. A file that does not compile (a package may ship templates) is left to the import.

@@ -24,7 +24,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Every installed module compiled once, here (20 s; STREAMJOIN_NO_BYTECODE=1 skips it). Where
   # PYTHONDONTWRITEBYTECODE is set, as on the machine CI runs on, Python never caches what it
   # compiles, so each process would compile pyspark, pandas, Airflow and Great Expectations again:
-  # importing Airflow's models took 5.6 s instead of 1.9, a live runner's modules 3.2 s instead of
+  # importing Airflow's models took 5.6 s instead of 1.9, a live runner's modules 2.3 s instead of
   # 1.0. A file that does not compile (a package may ship templates) is left to the import.
   [ -n "${STREAMJOIN_NO_BYTECODE:-}" ] || .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null || true
   echo "$want" > "$stamp"

@@ -83,6 +83,44 @@ def test_slices_replace_and_batches_write_once(spark, tmp_path):
     assert delta_io.read_snapshot(spark, batches).count() == 4
 
 
+def test_history_read_from_the_log_equals_deltas_own(spark, tmp_path):
+    """A local table with in-commit timestamps has its history read from its log files; every field
+    the runners use equals what Delta's history reports, from every version on, over appends, a
+    MERGE, a DELETE, a schema change, OPTIMIZE, VACUUM, table properties and a row-tracking
+    backfill. A table without in-commit timestamps is answered by Delta, as before."""
+    path = str(tmp_path / "events")
+    append(spark, path, [("a", 1, at(1)), ("b", 2, at(2))], EVENTS)
+    append(spark, path, [("c", 3, at(3))], EVENTS)
+    delta_io.upsert(spark.createDataFrame([("a", 9, at(4))], EVENTS), path, ("id",))
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 'b'")
+    wider = spark.createDataFrame([("d", 4, at(5), "x")], "id string, n long, ts timestamp, note string")
+    wider.write.format("delta").mode("append").option("mergeSchema", "true").save(path)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'false')")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    vacuum(spark, path)
+    newest = delta_io.latest_version(spark, path)
+    assert newest >= 9
+    for since in (None, *range(newest + 2)):
+        read = delta_io._history_in_log(path, since)
+        assert read is not None, since
+        assert read == delta_io._history_by_delta(spark, path, since, None), since
+        assert delta_io.history(spark, path, since=since) == read
+    operations = [c.operation for c in delta_io.history(spark, path)]
+    assert {"MERGE", "DELETE", "OPTIMIZE", "VACUUM END", "SET TBLPROPERTIES"} <= set(operations), operations
+    assert any(c.enables_row_tracking for c in delta_io.history(spark, path))
+
+    plain = str(tmp_path / "plain")
+    spark.createDataFrame([("a", 1, at(1))], EVENTS).write.format("delta").option(
+        "delta.enableInCommitTimestamps", "false"
+    ).save(plain)
+    append(spark, plain, [("b", 2, at(2))], EVENTS)
+    assert delta_io._history_in_log(plain, None) is None
+    assert [c.version for c in delta_io.history(spark, plain)] == [0, 1]
+    with pytest.raises(JobError, match="not a Delta table"):
+        delta_io.history(spark, str(tmp_path / "nothing"))
+
+
 def test_missing_change_feed_is_a_clear_error(spark, tmp_path):
     path = str(tmp_path / "no_cdf")
     spark.createDataFrame([("a", 1, at(1))], EVENTS).write.format("delta").option(

@@ -206,14 +206,21 @@ def growing_input(rng: random.Random, commits: int, clock: int, first: int) -> t
 
 
 def start_child(job_file: Path, checkpoint: str, trigger: str, die_after=None) -> subprocess.Popen:
-    """tests/live_child.py in a process group of its own (it and its JVM die together)."""
+    """tests/live_child.py in a process group of its own (it and its JVM die together). A JVM killed
+    with SIGKILL runs no shutdown hook, so whatever it put in its temporary folders stays: Spark's
+    scratch folders (with a 15 MB copy of the Delta jars) and the native libraries it unpacks. The
+    child keeps them beside the job, in pytest's temporary folder, rather than in /tmp."""
     arguments = {"job": str(job_file), "checkpoint": checkpoint, "trigger": trigger, "die_after": die_after}
+    scratch = job_file.parent / "child_tmp"
+    scratch.mkdir(exist_ok=True)
+    options = f"{os.environ.get('STREAMJOIN_JAVA_OPTIONS', '')} -Djava.io.tmpdir={scratch}"
     return subprocess.Popen(
         [sys.executable, str(CHILD), json.dumps(arguments)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         start_new_session=True,
+        env={**os.environ, "SPARK_LOCAL_DIRS": str(scratch), "STREAMJOIN_JAVA_OPTIONS": options.strip()},
     )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from aging import vacuum
+from aging import age_table, vacuum, write_commits
 from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
@@ -18,6 +19,7 @@ from streamjoin.jars import ARCHIVE, archive_current, folder
 EVENTS = StructType(
     [StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())]
 )
+DDL = "id string, n long, ts timestamp"
 
 
 def test_round_trip_time_travel_and_change_feed(spark, tmp_path):
@@ -77,10 +79,49 @@ def test_slices_replace_and_batches_write_once(spark, tmp_path):
     assert sorted(r.id for r in delta_io.read_snapshot(spark, path).collect()) == ["a", "c"]
 
     batches = str(tmp_path / "batches")
-    for _attempt in range(2):  # the second attempt of batch 0 is skipped by Delta
+    for _attempt in range(2):  # without a version to search from: Delta's transaction ids skip it
         delta_io.write_once(frame, batches, "app-1", 0)
     delta_io.write_once(frame.where("n = 1"), batches, "app-1", 1)
     assert delta_io.read_snapshot(spark, batches).count() == 4
+
+
+def test_a_tagged_batch_write_is_found_after_the_version_it_began_at_and_not_written_twice(spark, tmp_path):
+    """What the live runner does: the table's newest version before a batch's first attempt, then
+    writes tagged with (app, batch). A batch run again finds its own commit among those after that
+    version, whatever else committed since; another batch, or another app's same batch, is written."""
+    path = str(tmp_path / "out")
+    frame = spark.createDataFrame([("a", 1, at(10)), ("b", 2, at(20)), ("c", 3, at(30))], EVENTS)
+    before_0 = delta_io.newest_logged(path)
+    assert before_0 == -1  # no table yet
+    for _attempt in range(2):
+        delta_io.write_once(frame, path, "app-1", 0, after=before_0)
+    assert delta_io.read_snapshot(spark, path).count() == 3
+
+    before_1 = delta_io.newest_logged(path)
+    delta_io.write_once(frame.where("n = 1"), path, "app-1", 1, after=before_1)
+    append(spark, path, [("d", 4, at(40))], EVENTS)  # another writer, then a compaction, after it
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    delta_io.write_once(frame.where("n = 1"), path, "app-1", 1, after=before_1)  # run again: skipped
+    delta_io.write_once(frame.where("n = 1"), path, "app-2", 1, after=before_1)  # not its write
+    delta_io.write_once(frame.where("n = 2"), path, "app-1", 2, after=delta_io.newest_logged(path))
+    assert sorted(r.id for r in delta_io.read_snapshot(spark, path).collect()) == [
+        "a", "a", "a", "b", "b", "c", "d",
+    ]  # fmt: skip
+    assert delta_io.newest_logged("some_schema.some_table") is None  # a metastore name: Delta's transactions
+
+
+def test_a_batch_run_again_after_its_commits_left_the_log_is_refused(spark, tmp_path):
+    """A batch that began writing at a version whose later log entries were cleaned up (a run again
+    more than the log's retention later) cannot tell whether its write committed: it says so."""
+    path = str(tmp_path / "old")
+    day = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=40)
+    write_commits(spark, path, [(day + timedelta(hours=h), [("x", h, day)]) for h in range(3)], DDL)
+    age_table(spark, path)
+    assert delta_io.oldest_version(spark, path) > 1
+    frame = spark.createDataFrame([("a", 1, at(10))], EVENTS)
+    with pytest.raises(JobError, match=r"after version 0 were cleaned up .*`streamjoin handoff"):
+        delta_io.write_once(frame, path, "app-1", 3, after=0)
+    assert delta_io.read_snapshot(spark, path).count() == 3
 
 
 def test_history_read_from_the_log_equals_deltas_own(spark, tmp_path):

@@ -6,11 +6,13 @@ Control flow of one micro-batch (foreachBatch):
      folder per batch under <checkpoint>/streamjoin/state, trusted only once its record exists.
   3. Tag the new rows, move the frontier, and hand the rows it settles, with the open state, to
      the kernel (the same `kernel.step` the replay calls).
-  4. Write rejected rows, late rows, output and metrics with Delta's idempotent transactions
-     (txnAppId = this checkpoint's id, txnVersion = batch id), then the new state, then the
-     progress record (<checkpoint>/streamjoin/progress/<batch>.json, by atomic rename).
+  4. Write rejected rows, late rows, output and metrics exactly once (`delta_io.write_once`: each
+     commit tagged with this checkpoint's id and the batch id, and the table's version before the
+     batch's first attempt kept in <checkpoint>/streamjoin/writes.json), then the new state, then
+     the progress record (<checkpoint>/streamjoin/progress/<batch>.json, by atomic rename).
 A batch that fails anywhere is re-run by Spark from the checkpoint with the same input; the writes
-that already committed are skipped by Delta, the rest are recomputed from the same state.
+that already committed are found by their tags and skipped, the rest are recomputed from the same
+state.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class LiveRunner:
         self.home = f"{self.checkpoint}/streamjoin"
         marker = self._marker()
         self.app_id = marker["app_id"]
+        self.tagged_writes: bool = marker.get("tagged_writes", False)
         self.starting_versions: dict[str, int] = marker.get("starting_versions", {})
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
         # The rows a batch packs into one frame (its arrivals, its state): each stream source's, and
@@ -620,9 +623,35 @@ class LiveRunner:
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
         # The metrics log gains columns between releases (by_link, by_phase); the others keep their schema.
         delta_io.write_once(
-            df, location, app, version, partition_by=partition_by, merge_schema=table == "metrics"
+            df,
+            location,
+            app,
+            version,
+            after=self._written_after(batch_id, location),
+            partition_by=partition_by,
+            merge_schema=table == "metrics",
         )
         self.after_write(table, batch_id)
+
+    def _written_after(self, batch_id: int, location: str) -> int | None:
+        """The newest version of `location` before this batch's first attempt wrote it: kept in the
+        checkpoint (`writes.json`, before the write), so that a batch run again searches only the
+        commits since for its own write (`delta_io.write_once`). None for a table outside a local
+        folder, and for a checkpoint begun by a release before tagged writes, whose batches were
+        kept by Delta's transaction ids and go on so."""
+        if not self.tagged_writes:
+            return None
+        record_file = Path(self.home, "writes.json")
+        record = json.loads(record_file.read_text()) if record_file.exists() else {}
+        if record.get("batch") != batch_id:
+            record = {"batch": batch_id, "after": {}}
+        if location not in record["after"]:
+            newest = delta_io.newest_logged(location)
+            if newest is None:
+                return None
+            record["after"][location] = newest
+            _replace_file(record_file, json.dumps(record))
+        return record["after"][location]
 
     def _index_upto(self, held: dict[str, dict[int, arrival.CommitStats]]) -> None:
         """Extend the arrival index to the newest commits this batch holds (if it is behind), from
@@ -667,10 +696,7 @@ class LiveRunner:
     def _save_progress(self, progress: Progress) -> None:
         """Write the batch's record atomically (rename), then drop state older than the previous batch."""
         folder = Path(self.home, "progress")
-        folder.mkdir(parents=True, exist_ok=True)
-        temporary = folder / f".{progress.batch}.json.tmp"
-        temporary.write_text(progress.to_json())
-        os.replace(temporary, folder / f"{progress.batch}.json")
+        _replace_file(folder / f"{progress.batch}.json", progress.to_json())
         states = Path(self.home, "state")
         for old in sorted(states.iterdir() if states.exists() else [], key=lambda p: int(p.name)):
             if int(old.name) < progress.batch - 1:
@@ -724,7 +750,11 @@ class LiveRunner:
                 )
             return stored
         marker.parent.mkdir(parents=True, exist_ok=True)
-        stored = {"job": self.spec.name, "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}"}
+        stored = {
+            "job": self.spec.name,
+            "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}",
+            "tagged_writes": True,  # its batches' writes carry their own tags (`_written_after`)
+        }
         marker.write_text(json.dumps(stored))
         return stored
 
@@ -903,6 +933,14 @@ def settle(
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:
     return newest[index][2] if index in newest else -1
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write `text` to `path` at once: a reader sees the old content or the new, never part of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _trigger(text: str) -> dict:

@@ -12,7 +12,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -356,9 +356,16 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
             f"committed {first.timestamp}); pin version {first.version} or newer, or keep the log longer "
             "with delta.logRetentionDuration"
         )
-    with translated_errors(location, f"version {version}"):
-        files = read_snapshot(spark, location, version).inputFiles()
-    missing = [f for f in files if not _file_exists(spark, f)]
+    logged = _checksum_files(location, version)
+    if logged is not None:  # the files as the version's checksum lists them: no Spark job
+        table = os.path.dirname(str(_local_log(location)))
+        missing = [
+            path for f in logged if not os.path.exists(path := os.path.join(table, unquote(f["path"])))
+        ]
+    else:
+        with translated_errors(location, f"version {version}"):
+            files = read_snapshot(spark, location, version).inputFiles()
+        missing = [f for f in files if not _file_exists(spark, f)]
     if missing:
         vacuums = [
             c for c in history(spark, location, since=version) if c.operation.upper().startswith("VACUUM")
@@ -507,9 +514,14 @@ def write_slice(
 def _inside(spark: SparkSession, location: str, time_column: str, start: datetime, end: datetime) -> bool:
     """Every row of the table has its `time_column` in [start, end) (or the table is empty).
 
-    MIN and MAX without a filter are answered from the log's file statistics (Delta's metadata-only
-    aggregates), so this costs no scan of the table. The column is never NULL in streamjoin's outputs.
+    Answered from the files' statistics in the table's checksum where it lists them
+    (`_inside_by_checksum`: a file read); otherwise by MIN and MAX over the table: two Spark jobs
+    that scan it (Delta does not answer them from the statistics, where it keeps timestamps cut to
+    the millisecond). The column is never NULL in streamjoin's outputs.
     """
+    known = _inside_by_checksum(location, time_column, from_spark(start), from_spark(end))
+    if known is not None:
+        return known
     column = F.col(f"`{time_column}`")
     bounds = read_snapshot(spark, location).agg(F.min(column), F.max(column)).first()
     assert bounds is not None  # an aggregate without grouping returns exactly one row
@@ -517,6 +529,74 @@ def _inside(spark: SparkSession, location: str, time_column: str, start: datetim
     if low is None:
         return True
     return from_spark(start) <= from_spark(low) and from_spark(high) < from_spark(end)
+
+
+def _inside_by_checksum(location: str, column: str, start: datetime, end: datetime) -> bool | None:
+    """`_inside` told from the MIN and MAX statistics of every file in the table's newest checksum
+    (`_checksum_files`), or None when they cannot tell: no such list, a file without statistics for
+    `column` or with only NULLs there, a time without its zone. Delta cuts the timestamps it keeps in
+    statistics to the millisecond, so a file's rows lie in [min, max + 1 ms): rows within 1 ms of
+    either bound may count as not inside, which costs the slower replaceWhere, never a wrong answer."""
+    files = _checksum_files(location)
+    if files is None:
+        return None
+    lows, highs = [], []
+    for file in files:
+        try:
+            stats = json.loads(file.get("stats") or "")
+        except ValueError:
+            return None
+        if not isinstance(stats, dict):
+            return None
+        if stats.get("numRecords") == 0:
+            continue
+        low, high = (_stats_time((stats.get(side) or {}).get(column)) for side in ("minValues", "maxValues"))
+        if low is None or high is None:
+            return None
+        lows.append(low)
+        highs.append(high)
+    if not lows:
+        return True
+    return start <= min(lows) and max(highs) + timedelta(milliseconds=1) <= end
+
+
+def _stats_time(text: object) -> datetime | None:
+    """A timestamp as Delta writes it in file statistics (ISO 8601 with its zone), aware; None if absent,
+    not a time or without a zone."""
+    if not isinstance(text, str):
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
+
+
+def _checksum_files(location: str, version: int | None = None) -> list[dict] | None:
+    """The files of a local table at `version` (default: its newest) as Delta's checksum of that
+    version lists them (`allFiles` in `<version>.crc`, which Delta writes for tables of few files),
+    or None: not a local table, no checksum for the version, no list in it, or files this reading
+    does not cover (deletion vectors, column mapping, paths outside the table). Reading the list is
+    a file read; asking Delta rebuilds the version's state, a Spark job, and queries it."""
+    log = _local_log(location)
+    if log is None:
+        return None
+    if version is None:
+        version = max(_commit_versions(log), default=-1)
+    try:
+        with open(os.path.join(log, f"{version:020d}.crc"), encoding="utf-8") as file:
+            checksum = json.load(file)
+    except (OSError, ValueError):
+        return None
+    files = checksum.get("allFiles")
+    configuration = (checksum.get("metadata") or {}).get("configuration") or {}
+    if not isinstance(files, list) or len(files) != checksum.get("numFiles"):
+        return None  # no list, or not the whole one
+    if configuration.get("delta.columnMapping.mode", "none") != "none":
+        return None  # statistics under the columns' physical names
+    if any(f.get("deletionVector") or ":" in f.get("path", ":") for f in files):
+        return None
+    return files
 
 
 def write_once(

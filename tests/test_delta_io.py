@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -10,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aging import age_table, vacuum, write_commits
 from conftest import append, at
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.jars import ARCHIVE, archive_current, folder
+from streamjoin.timeutil import from_spark
 
 EVENTS = StructType(
     [StructField("id", StringType()), StructField("n", LongType()), StructField("ts", TimestampType())]
@@ -83,6 +86,43 @@ def test_slices_replace_and_batches_write_once(spark, tmp_path):
         delta_io.write_once(frame, batches, "app-1", 0)
     delta_io.write_once(frame.where("n = 1"), batches, "app-1", 1)
     assert delta_io.read_snapshot(spark, batches).count() == 4
+
+
+def test_whether_a_table_lies_inside_a_slice_is_read_from_its_checksum_as_its_rows_say(spark, tmp_path):
+    """`write_slice` overwrites the whole table when every row lies in the slice, told from the
+    file statistics in the table's checksum: never inside when a row is not (times to the
+    microsecond, a millisecond around the bounds), inside whenever the rows are by more than the
+    millisecond Delta cuts from timestamps in statistics, at either bound; without the checksum,
+    asked of Spark."""
+    rng = random.Random(19)
+    path = str(tmp_path / "slices")
+    assert delta_io._inside_by_checksum(path, "ts", at(0), at(1)) is None  # no table yet
+    spark.createDataFrame([], EVENTS).write.format("delta").save(path)
+    assert delta_io._inside_by_checksum(path, "ts", at(0), at(1)) is True  # empty
+    checked = 0
+    for commit in range(4):
+        rows = [(f"r{commit}_{i}", i, at(rng.uniform(0, 100))) for i in range(rng.randint(1, 4))]
+        append(spark, path, rows, EVENTS)
+        low, high = delta_io.read_snapshot(spark, path).agg(F.min("ts"), F.max("ts")).first()
+        for n in range(60):  # half around the table's own bounds, where the millisecond matters
+            start, end = (low, high) if n % 2 else (at(rng.uniform(-5, 105)), at(rng.uniform(-5, 105)))
+            start += timedelta(microseconds=rng.randint(-1500, 1500))
+            end += timedelta(microseconds=rng.randint(-1500, 1500))
+            told = delta_io._inside_by_checksum(path, "ts", from_spark(start), from_spark(end))
+            assert told is not None, "a table of a few files lists them in its checksum"
+            exact = start <= low and high < end
+            assert not told or exact, (start, end, low, high)
+            if exact and start + timedelta(milliseconds=1) <= low and high + timedelta(milliseconds=1) <= end:
+                assert told, (start, end, low, high)
+            assert delta_io._inside(spark, path, "ts", start, end) == told
+            checked += 1
+    newest = delta_io.newest_logged(path)
+    os.remove(os.path.join(path, "_delta_log", f"{newest:020d}.crc"))
+    assert delta_io._inside_by_checksum(path, "ts", at(-10), at(200)) is None
+    assert delta_io._inside(spark, path, "ts", at(-10), at(200)) and not delta_io._inside(
+        spark, path, "ts", at(50), at(200)
+    )
+    assert checked == 240
 
 
 def test_a_tagged_batch_write_is_found_after_the_version_it_began_at_and_not_written_twice(spark, tmp_path):
@@ -178,11 +218,24 @@ def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
     delta_io.check_retained(spark, path, 1)  # all there
     spark.sql(f"OPTIMIZE delta.`{path}`")
     vacuum(spark, path)
-    with pytest.raises(HistoryNotRetainedError) as error:
-        delta_io.check_retained(spark, path, 1)
-    assert "no longer retains" in str(error.value)
-    assert "VACUUM ran at" in str(error.value)
-    assert "deletedFileRetentionDuration" in str(error.value)
+    # The files of version 1 as its checksum lists them, then (that checksum gone) as Delta does.
+    for files_from in ("the checksum", "Delta"):
+        assert (delta_io._checksum_files(path, 1) is None) == (files_from == "Delta")
+        with pytest.raises(HistoryNotRetainedError) as error:
+            delta_io.check_retained(spark, path, 1)
+        assert "no longer retains 2 data file(s) of version 1" in str(error.value), files_from
+        assert "VACUUM ran at" in str(error.value)
+        assert "deletedFileRetentionDuration" in str(error.value)
+        if files_from == "the checksum":
+            os.remove(os.path.join(path, "_delta_log", f"{1:020d}.crc"))
+
+    # Partition folders whose names Delta escapes in the log (a space, a colon) are found as they are.
+    partitioned = str(tmp_path / "partitioned")
+    spark.createDataFrame([("a b:c", 1, at(1))], EVENTS).write.format("delta").partitionBy("id").save(
+        partitioned
+    )
+    assert any("%" in f["path"] for f in delta_io._checksum_files(partitioned, 0) or [])
+    delta_io.check_retained(spark, partitioned, 0)
 
 
 def test_set_up_made_the_driver_class_archive_and_drivers_map_it(spark):

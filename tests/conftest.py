@@ -150,8 +150,9 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium, headless, with its console log kept."""
+def browser(tmp_path_factory):
+    """Debian's chromium, headless, with its console log kept. Its temporary folders (chromium
+    leaves one behind at every start) go to pytest's temporary folder, not /tmp."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.fail(
             f"{CHROMIUM} or {CHROMEDRIVER} is missing: run `bash infra/setup.sh` (installs chromium and chromium-driver)"
@@ -164,6 +165,7 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1500,1000"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    scratch = {"TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env={**os.environ, **scratch}), options=options)
     yield driver
     driver.quit()

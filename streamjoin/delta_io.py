@@ -582,7 +582,7 @@ def _checksum_files(location: str, version: int | None = None) -> list[dict] | N
     if log is None:
         return None
     if version is None:
-        version = max(_commit_versions(log), default=-1)
+        version = newest_logged(location)
     try:
         with open(os.path.join(log, f"{version:020d}.crc"), encoding="utf-8") as file:
             checksum = json.load(file)

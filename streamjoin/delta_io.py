@@ -532,15 +532,38 @@ def _inside(spark: SparkSession, location: str, time_column: str, start: datetim
 
 
 def _inside_by_checksum(location: str, column: str, start: datetime, end: datetime) -> bool | None:
-    """`_inside` told from the MIN and MAX statistics of every file in the table's newest checksum
-    (`_checksum_files`), or None when they cannot tell: no such list, a file without statistics for
-    `column` or with only NULLs there, a time without its zone. Delta cuts the timestamps it keeps in
-    statistics to the millisecond, so a file's rows lie in [min, max + 1 ms): rows within 1 ms of
-    either bound may count as not inside, which costs the slower replaceWhere, never a wrong answer."""
+    """`_inside` told from the table's checksum (`_checksum_ranges`), or None when it cannot tell.
+    Rows within 1 ms of either bound may count as not inside, which costs the slower replaceWhere,
+    never a wrong answer."""
+    ranges = _checksum_ranges(location, column)
+    if ranges is None:
+        return None
+    return all(start <= low and high <= end for low, high in ranges)
+
+
+def holds_rows(spark: SparkSession, location: str, column: str, start: datetime, end: datetime) -> bool:
+    """Whether the table may hold rows whose `column` lies in [start, end): False when there is no
+    table, or when the statistics in its checksum (`_checksum_ranges`) put every file's rows outside
+    the range; True otherwise, also when they cannot tell. A read of the log, no Spark job: the
+    replay skips rewriting a side table's slice that was and stays empty."""
+    if not exists(spark, location):
+        return False
+    ranges = _checksum_ranges(location, column)
+    if ranges is None:
+        return True
+    start, end = from_spark(start), from_spark(end)
+    return any(low < end and start < high for low, high in ranges)
+
+
+def _checksum_ranges(location: str, column: str) -> list[tuple[datetime, datetime]] | None:
+    """Per file of the table's newest checksum (`_checksum_files`) that holds rows, the range
+    [min, max + 1 ms) its rows' `column` lies in, from the file's MIN and MAX statistics: Delta cuts
+    the timestamps it keeps there to the millisecond. None when they cannot tell: no such list, a
+    file without statistics for `column` or with only NULLs there, a time without its zone."""
     files = _checksum_files(location)
     if files is None:
         return None
-    lows, highs = [], []
+    ranges = []
     for file in files:
         try:
             stats = json.loads(file.get("stats") or "")
@@ -553,11 +576,8 @@ def _inside_by_checksum(location: str, column: str, start: datetime, end: dateti
         low, high = (_stats_time((stats.get(side) or {}).get(column)) for side in ("minValues", "maxValues"))
         if low is None or high is None:
             return None
-        lows.append(low)
-        highs.append(high)
-    if not lows:
-        return True
-    return start <= min(lows) and max(highs) + timedelta(milliseconds=1) <= end
+        ranges.append((low, high + timedelta(milliseconds=1)))
+    return ranges
 
 
 def _stats_time(text: object) -> datetime | None:

@@ -192,6 +192,16 @@ def test_slices_replayed_together_or_apart_equal_one_replay(spark, demo_data, ca
         assert m["rows_out"] == sum(start <= r[spec.output.time] < end for r in output)
         assert m["rows_in"] + m["carried_in"] == sum(m[b] for b in BUCKETS)
     assert sum(m["rows_out"] for m in by_slice.values()) == sum(expected.values())
+    # The side tables too. A replay whose slice has no late (or rejected) row, over a side table
+    # that holds none there, leaves that table alone rather than replace nothing with nothing.
+    pairs = load_job(in_pairs, root=root)
+    (*_, (last_start, last_end)), written = sorted(by_slice), []
+    for side in ("late", "rejected"):
+        assert rows(spark, pairs.output.side(side)) == rows(spark, whole.output.side(side)), side
+        assert rows(spark, pairs.output.side(side)) and not by_slice[(last_start, last_end)][side], side
+    replay(spark, pairs, last_start, last_end, after_write=written.append)
+    assert written == [pairs.output.location], written
+    assert rows(spark, pairs.output.location) == expected
     recorded = attempts(spark, spec).collect()
     assert len(recorded) == 5 and {r.status for r in recorded} == {SUCCEEDED}
     assert len({r.versions for r in recorded}) == 1 and len({r.backfill_id for r in recorded}) == 1

@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aging import age_table, vacuum, write_commits
 from conftest import append, at
-from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
@@ -88,24 +87,35 @@ def test_slices_replace_and_batches_write_once(spark, tmp_path):
     assert delta_io.read_snapshot(spark, batches).count() == 4
 
 
-def test_whether_a_table_lies_inside_a_slice_is_read_from_its_checksum_as_its_rows_say(spark, tmp_path):
-    """`write_slice` overwrites the whole table when every row lies in the slice, told from the
-    file statistics in the table's checksum: never inside when a row is not (times to the
-    microsecond, a millisecond around the bounds), inside whenever the rows are by more than the
-    millisecond Delta cuts from timestamps in statistics, at either bound; without the checksum,
-    asked of Spark."""
+def test_whether_a_table_lies_inside_a_slice_or_holds_rows_in_it_is_read_from_its_checksum(spark, tmp_path):
+    """`write_slice` overwrites the whole table when every row lies in the slice, and the replay
+    leaves a side table alone when it holds no row in the slice (`holds_rows`), both told from the
+    file statistics in the table's checksum: never inside when a row is not, never empty when a row
+    is in it (times to the microsecond, a millisecond around the bounds); inside, or empty, whenever
+    the rows are so by more than the millisecond Delta cuts from timestamps in statistics; without
+    the checksum, asked of Spark, or taken to hold rows."""
     rng = random.Random(19)
     path = str(tmp_path / "slices")
     assert delta_io._inside_by_checksum(path, "ts", at(0), at(1)) is None  # no table yet
+    assert not delta_io.holds_rows(spark, path, "ts", at(0), at(1))
     spark.createDataFrame([], EVENTS).write.format("delta").save(path)
     assert delta_io._inside_by_checksum(path, "ts", at(0), at(1)) is True  # empty
-    checked = 0
+    assert not delta_io.holds_rows(spark, path, "ts", at(0), at(1))
+    checked, empty, held = 0, 0, 0
     for commit in range(4):
         rows = [(f"r{commit}_{i}", i, at(rng.uniform(0, 100))) for i in range(rng.randint(1, 4))]
         append(spark, path, rows, EVENTS)
-        low, high = delta_io.read_snapshot(spark, path).agg(F.min("ts"), F.max("ts")).first()
-        for n in range(60):  # half around the table's own bounds, where the millisecond matters
-            start, end = (low, high) if n % 2 else (at(rng.uniform(-5, 105)), at(rng.uniform(-5, 105)))
+        times = [r.ts for r in delta_io.read_snapshot(spark, path).select("ts").collect()]
+        low, high = min(times), max(times)
+        for n in range(90):  # a third around the table's own bounds, a third just outside them
+            if n % 3 == 0:
+                start, end = at(rng.uniform(-5, 105)), at(rng.uniform(-5, 105))
+            elif n % 3 == 1:
+                start, end = low, high
+            else:
+                start, end = (
+                    (high, high + timedelta(seconds=10)) if n % 2 else (low - timedelta(seconds=10), low)
+                )
             start += timedelta(microseconds=rng.randint(-1500, 1500))
             end += timedelta(microseconds=rng.randint(-1500, 1500))
             told = delta_io._inside_by_checksum(path, "ts", from_spark(start), from_spark(end))
@@ -115,6 +125,14 @@ def test_whether_a_table_lies_inside_a_slice_is_read_from_its_checksum_as_its_ro
             if exact and start + timedelta(milliseconds=1) <= low and high + timedelta(milliseconds=1) <= end:
                 assert told, (start, end, low, high)
             assert delta_io._inside(spark, path, "ts", start, end) == told
+            holds = delta_io.holds_rows(spark, path, "ts", start, end)
+            millisecond = timedelta(milliseconds=1)
+            if any(start <= t < end for t in times):
+                assert holds, (start, end, times)
+                held += 1
+            elif start < end and (high + millisecond <= start or end + millisecond <= low):
+                assert not holds, (start, end, low, high)
+                empty += 1
             checked += 1
     newest = delta_io.newest_logged(path)
     os.remove(os.path.join(path, "_delta_log", f"{newest:020d}.crc"))
@@ -122,7 +140,8 @@ def test_whether_a_table_lies_inside_a_slice_is_read_from_its_checksum_as_its_ro
     assert delta_io._inside(spark, path, "ts", at(-10), at(200)) and not delta_io._inside(
         spark, path, "ts", at(50), at(200)
     )
-    assert checked == 240
+    assert delta_io.holds_rows(spark, path, "ts", at(500), at(600))  # cannot tell: may hold rows
+    assert checked == 360 and empty >= 30 and held >= 100, (empty, held)
 
 
 def test_a_tagged_batch_write_is_found_after_the_version_it_began_at_and_not_written_twice(spark, tmp_path):

@@ -227,15 +227,17 @@ def _replay(
         delta_io.overwrite(result.result, out.location, out.partition_by)
         after_write(out.location)
     any_late = any(c.late for counts in result.by_slice for c in counts.values())
-    if any_late or delta_io.exists(spark, out.side("late")):
+    # A side table's slice is rewritten when the run has rows for it or the table may hold some
+    # there already (to replace them); one that was and stays empty is left as it is.
+    if any_late or delta_io.holds_rows(spark, out.side("late"), "slice_time", start, end):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
         after_write(out.side("late"))
     by_slice = [
         {name: SourceCounts(**counted.get()[k]) for name, counted in read.items()} | table_counts[k]
         for k in range(len(windows))
     ]
-    if any(c.rejected for counts in by_slice for c in counts.values()) or delta_io.exists(
-        spark, out.side("rejected")
+    if any(c.rejected for counts in by_slice for c in counts.values()) or delta_io.holds_rows(
+        spark, out.side("rejected"), "slice_time", start, end
     ):
         delta_io.write_slice(
             reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end

@@ -160,13 +160,22 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     return DemoData(commits, tables)
 
 
-def write_tables(spark: SparkSession, root: str, data: DemoData, commits: slice = slice(None)) -> None:
-    """Write the demo tables (and the chosen range of stream commits) under `root`."""
+def write_tables(
+    spark: SparkSession,
+    root: str,
+    data: DemoData,
+    commits: slice = slice(None),
+    only: tuple[str, ...] = (),
+) -> None:
+    """Write the demo tables (and the chosen range of stream commits) under `root`; `only`: just
+    the tables named (a job that reads two of them needs no commit of the others)."""
     for name, (schema, rows) in data.tables.items():
         path = f"{root}/{name}"
-        if not delta_io.exists(spark, path):
+        if (not only or name in only) and not delta_io.exists(spark, path):
             spark.createDataFrame(rows, schema).write.format("delta").save(path)
     for commit in data.commits[commits]:
+        if only and commit.table not in only:
+            continue
         frame = spark.createDataFrame(commit.rows, commit.schema).coalesce(1)
         path = f"{root}/{commit.table}"
         if commit.key:

@@ -128,7 +128,7 @@ class Phases:
             (delta_io, "latest_version", "Delta: latest version"),
             (delta_io, "exists", "Delta: is a table"),
             (index, "update", "index update: rest"),
-            (index, "_stream_entries", "index update: new commits' statistics"),
+            (index, "_read_stats", "index update: new commits' statistics"),
             (index._Stored, "heads", "index update: stored entries"),
             (index.Index, "newest", "index: frontier"),
             (index.Index, "timeline", "index: watermarks"),

@@ -279,6 +279,28 @@ def read_snapshot(spark: SparkSession, location: str, version: int | None = None
     return _load(reader, location)
 
 
+def read_own(spark: SparkSession, location: str, schema: StructType) -> DataFrame | None:
+    """A table streamjoin keeps for itself (the arrival index: appended to, never partitioned, no
+    row tracking) as it is now, in `schema` (columns it lacks read as NULL); None if there is none.
+
+    A local table whose newest checksum lists its files (`_checksum_files`) is read as those
+    Parquet files: they are the table's current version, and Delta would first rebuild that
+    version's state with a Spark job (after every append: the index is appended to by every run)
+    and list its files with another. Any other table is read through Delta."""
+    log = _local_log(location)
+    if log is None or newest_logged(location) == -1:
+        if log is not None or not exists(spark, location):
+            return None
+        return read_snapshot(spark, location)
+    files = _checksum_files(location)
+    if files is None or any(f.get("partitionValues") for f in files):
+        return read_snapshot(spark, location)
+    if not files:
+        return spark.createDataFrame([], schema)
+    table = os.path.dirname(log)
+    return spark.read.schema(schema).parquet(*(os.path.join(table, unquote(f["path"])) for f in files))
+
+
 def require_change_feed(spark: SparkSession, location: str) -> None:
     """Stream sources need their change data feed: it records each row's arrival."""
     properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
@@ -741,6 +763,11 @@ def append(
     `merge_schema`: columns added to a log since its table was created are added to it."""
     writer = df.write.format("delta").mode("append").options(**(properties or {}))
     _save(writer.option("mergeSchema", "true") if merge_schema else writer, location)
+
+
+def compact(spark: SparkSession, location: str) -> None:
+    """Rewrite a table's small files into a few large ones (OPTIMIZE); its rows stay the same."""
+    _table(spark, location).optimize().executeCompaction()
 
 
 # Table properties of the tables streamjoin writes (outputs, side tables, its index), set when a

@@ -105,11 +105,13 @@ def location(plan: Plan) -> str:
 
 StartAt = int | datetime | str | None
 
-# One small file per update: Delta's auto compaction (run after a commit once 50 small files have
-# accumulated) keeps reading the index as cheap as its size, with no check of our own per update.
-SMALL_TABLE = {"delta.autoOptimize.autoCompact": "true"}
+# One small file per update: every COMPACT_EVERY versions of the index, the update that wrote it
+# compacts the table (OPTIMIZE), which keeps reading the index as cheap as its size. Delta's auto
+# compaction would do the same, but its hook rebuilds the table's state after every commit (a
+# Spark job) to count small files, and the index's reads (`delta_io.read_own`) need no state.
+COMPACT_EVERY = 50
 # An index written before a column was added takes appends with it (its rows read it as NULL).
-_APPEND = {**SMALL_TABLE, "mergeSchema": "true"}
+_APPEND = {"mergeSchema": "true"}
 
 
 # ---------------------------------------------------------------------------- keeping it up to date
@@ -150,6 +152,7 @@ def update(
         targets[source.name] = (
             delta_io.latest_version(spark, source.spec.location) if given is None else given
         )
+    pending: list[_Pending] = []
     new: list[Entry] = []
     for source in plan.sources:
         wanted = (start_at or {}).get(source.name)
@@ -160,14 +163,16 @@ def update(
             if known is None:
                 _check_same_future_bound(spark, plan, source, starts[source.name])
             if source.spec.kind == "stream" and targets[source.name] > lasts[source.name].version:
-                new += _stream_entries(
-                    spark,
-                    source,
-                    starts[source.name],
-                    lasts[source.name].version,
-                    targets[source.name],
-                    lasts[source.name].max_so_far,
-                    (held or {}).get(source.name, {}),
+                pending.append(
+                    _pending(
+                        spark,
+                        source,
+                        starts[source.name],
+                        lasts[source.name].version,
+                        targets[source.name],
+                        lasts[source.name].max_so_far,
+                        (held or {}).get(source.name, {}),
+                    )
                 )
             continue
         latest = targets[source.name] if (upto or {}).get(source.name) is None else None
@@ -178,11 +183,15 @@ def update(
             new.append(start)
         else:  # the history and every commit after it, up to the target: the commits just read
             last = max(targets[source.name], start.version)
-            new += _stream_entries(spark, source, start, start.version - 1, last, history=commits)
+            pending.append(_pending(spark, source, start, start.version - 1, last, history=commits))
+    _read_stats(pending)
+    for p in pending:
+        new += p.entries()
     if new:
-        delta_io.append(
-            spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), location(plan), _APPEND
-        )
+        where = location(plan)
+        delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
+        if delta_io.latest_version(spark, where) % COMPACT_EVERY == COMPACT_EVERY - 1:
+            delta_io.compact(spark, where)
     return Index(
         spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
     )
@@ -295,7 +304,53 @@ def _check_same_future_bound(spark: SparkSession, plan: Plan, source: BoundSourc
     )
 
 
-def _stream_entries(
+@dataclass
+class _Pending:
+    """A stream source's new commits, before their entries are made: the versions wanted, the
+    stats known (from rows the caller holds, or read), and the query for the others' stats."""
+
+    source: BoundSource
+    start: Entry
+    upto: int
+    so_far: int | None
+    commits: dict[int, delta_io.Commit]
+    wanted: list[int]
+    stats: dict[int, arrival.CommitStats | None]
+    unknown: list[int]  # the wanted versions not in `stats`
+    query: DataFrame | None  # their stats, by version
+
+    def entries(self) -> list[Entry]:
+        """Entries for the wanted versions: one per commit with rows, and the start and the last
+        version looked at (how far the index goes) even without rows."""
+        start, so_far, entries = self.start, self.so_far, []
+        for version in self.wanted:
+            r = self.stats.get(version)
+            if r is None and version not in (start.version, self.upto):
+                continue  # no rows (OPTIMIZE, a schema change): not a position
+            max_event = r.max_event if r else None
+            if max_event is not None and (so_far is None or max_event > so_far):
+                so_far = max_event
+            entries.append(
+                Entry(
+                    self.source.name,
+                    version,
+                    _commit_ts(start, self.commits, version),
+                    r.rows if r else 0,
+                    r.rejected if r else 0,
+                    max_event,
+                    so_far,
+                    r.min_time if r else None,
+                    r.max_time if r else None,
+                    r.untimed if r else 0,
+                    start=version == start.version,
+                    row_tracking=start.row_tracking if version == start.version else None,
+                    max_future=start.max_future if version == start.version else None,
+                )
+            )
+        return entries
+
+
+def _pending(
     spark: SparkSession,
     source: BoundSource,
     start: Entry,
@@ -304,12 +359,12 @@ def _stream_entries(
     so_far: int | None = None,
     held: dict[int, arrival.CommitStats] | None = None,
     history: list[delta_io.Commit] | None = None,
-) -> list[Entry]:
-    """Entries for the versions (after, upto] of a stream source (its history too when `after` is
-    before the start); refuses commits that update or delete rows of an append-only source.
-    `so_far` is the source's largest accepted event time up to `after`; `held` as in `update`;
-    `history`: the table's commits from max(after, start) to at least `upto`, if the caller has
-    just read them (else they are read here)."""
+) -> _Pending:
+    """The versions (after, upto] of a stream source (its history too when `after` is before the
+    start), with what is known of them; refuses commits that update or delete rows of an
+    append-only source. `so_far` is the source's largest accepted event time up to `after`; `held`
+    as in `update`; `history`: the table's commits from max(after, start) to at least `upto`, if
+    the caller has just read them (else they are read here)."""
     since = max(after, start.version)
     if not history or history[0].version != since or history[-1].version < upto:
         history = delta_io.history(spark, source.spec.location, since=since, upto=upto)
@@ -318,37 +373,10 @@ def _stream_entries(
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
     wanted = sorted(v for v in commits if after < v <= upto)
-    by_version = {} if after < start.version else _complete(held or {}, commits, start, wanted)
-    unknown = [v for v in wanted if v not in by_version]
-    if unknown:
-        by_version |= _read_stats(spark, source, start, commits, unknown)
-    entries = []
-    for version in wanted:
-        r = by_version.get(version)
-        if r is None and version not in (start.version, upto):
-            continue  # no rows (OPTIMIZE, a schema change): not a position; the last one marks how far we looked
-        max_event = r.max_event if r else None
-        if max_event is not None and (so_far is None or max_event > so_far):
-            so_far = max_event
-        ts = _commit_ts(start, commits, version)
-        entries.append(
-            Entry(
-                source.name,
-                version,
-                ts,
-                r.rows if r else 0,
-                r.rejected if r else 0,
-                max_event,
-                so_far,
-                r.min_time if r else None,
-                r.max_time if r else None,
-                r.untimed if r else 0,
-                start=version == start.version,
-                row_tracking=start.row_tracking if version == start.version else None,
-                max_future=start.max_future if version == start.version else None,
-            )
-        )
-    return entries
+    known = {} if after < start.version else _complete(held or {}, commits, start, wanted)
+    unknown = [v for v in wanted if v not in known]
+    query = _stats_query(spark, source, start, commits, unknown) if unknown else None
+    return _Pending(source, start, upto, so_far, commits, wanted, known, unknown, query)
 
 
 def _complete(
@@ -371,15 +399,16 @@ def _complete(
     return complete
 
 
-def _read_stats(
+def _stats_query(
     spark: SparkSession,
     source: BoundSource,
     start: Entry,
     commits: dict[int, delta_io.Commit],
     versions: list[int],
-) -> dict[int, arrival.CommitStats]:
-    """The stats of `versions` (ascending) from their rows: the change feed of the new commits while
-    Delta keeps it, else the latest snapshot with row tracking (the history too, from the start)."""
+) -> DataFrame:
+    """The stats of `versions` (ascending) from their rows, by version: the change feed of the new
+    commits while Delta keeps it, else the latest snapshot with row tracking (the history too,
+    from the start)."""
     first, last = versions[0], versions[-1]
     rows = None
     if first > start.version:
@@ -396,24 +425,33 @@ def _read_stats(
         rows = _positioned(rows, local_frame(spark, times, _COMMIT_TIMES), source)
     insert = F.col(CHANGE_TYPE) == "insert" if CHANGE_TYPE in rows.columns else F.lit(True)
     accepted = insert & F.col(REJECT).isNull()
-    stats = (
-        rows.groupBy(V)
-        .agg(
-            F.count(F.when(insert, 1)).alias("rows"),
-            F.count(F.when(insert & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
-            F.max(F.when(accepted, F.col(T))).alias("max_event"),
-            F.min(F.when(insert, F.col(T))).alias("min_time"),
-            F.max(F.when(insert, F.col(T))).alias("max_time"),
-            F.count(F.when(insert & F.col(T).isNull(), 1)).alias("untimed"),
-            F.count(F.when(~insert, 1)).alias("rewritten"),
-        )
-        .collect()
+    return rows.groupBy(V).agg(
+        F.count(F.when(insert, 1)).alias("rows"),
+        F.count(F.when(insert & F.col(REJECT).isNotNull(), 1)).alias("rejected"),
+        F.max(F.when(accepted, F.col(T))).alias("max_event"),
+        F.min(F.when(insert, F.col(T))).alias("min_time"),
+        F.max(F.when(insert, F.col(T))).alias("max_time"),
+        F.count(F.when(insert & F.col(T).isNull(), 1)).alias("untimed"),
+        F.count(F.when(~insert, 1)).alias("rewritten"),
     )
-    if any(r["rewritten"] for r in stats):
-        _refuse_rewrites(source, f"its change feed after version {first - 1} holds updated or deleted rows")
-    return {
-        r[V]: arrival.CommitStats(
-            (_commit_ts(start, commits, r[V]), source.index, r[V]),
+
+
+def _read_stats(pending: list[_Pending]) -> None:
+    """Run the stats queries of every source's new commits as one Spark job (a job's fixed cost,
+    a few tenths of a second, dwarfs what a commit's rows cost) and file the results."""
+    queries = [
+        p.query.withColumn("_sj_source", F.lit(n)) for n, p in enumerate(pending) if p.query is not None
+    ]
+    if not queries:
+        return
+    for r in reduce(DataFrame.unionByName, queries).collect():
+        p = pending[r["_sj_source"]]
+        if r["rewritten"]:
+            _refuse_rewrites(
+                p.source, f"its change feed after version {p.unknown[0] - 1} holds updated or deleted rows"
+            )
+        p.stats[r[V]] = arrival.CommitStats(
+            (_commit_ts(p.start, p.commits, r[V]), p.source.index, r[V]),
             r["max_event"],
             r["rows"],
             r["rejected"],
@@ -421,8 +459,6 @@ def _read_stats(
             max_time=r["max_time"],
             untimed=r["untimed"],
         )
-        for r in stats
-    }
 
 
 def _commit_ts(start: Entry, commits: dict, version: int) -> int:
@@ -791,9 +827,9 @@ def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
 
 
 def _read_at(spark: SparkSession, where: str) -> _Stored | None:
-    if not delta_io.exists(spark, where):
+    frame = delta_io.read_own(spark, where, SCHEMA)
+    if frame is None:
         return None
-    frame = delta_io.read_snapshot(spark, where)
     for column in SCHEMA:  # an index written before a column was added
         if column.name not in frame.columns:
             frame = frame.withColumn(column.name, F.lit(None).cast(column.dataType))

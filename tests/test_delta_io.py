@@ -144,6 +144,48 @@ def test_whether_a_table_lies_inside_a_slice_or_holds_rows_in_it_is_read_from_it
     assert checked == 360 and empty >= 30 and held >= 100, (empty, held)
 
 
+def test_a_table_of_its_own_is_read_from_the_files_its_checksum_lists(spark, tmp_path):
+    """`read_own` (how the arrival index is read) gives the rows Delta gives, at every version:
+    after appends, one that adds a column (older rows read it as NULL), an OPTIMIZE that replaces
+    every file; with one Spark job where Delta first rebuilds the new version's state; through Delta
+    when the newest checksum lists no files (a schema change) or is missing; None when there is no
+    table."""
+    path, wide = str(tmp_path / "own"), StructType([*EVENTS.fields, StructField("extra", LongType())])
+    assert delta_io.read_own(spark, path, wide) is None
+    rng, jobs = random.Random(7), spark.sparkContext.statusTracker()
+
+    def rows(frame) -> list[tuple]:
+        return sorted(tuple(r) for r in frame.select(*wide.fieldNames()).collect())
+
+    for commit in range(6):
+        n = rng.randint(0, 3)
+        if commit < 4:
+            frame = spark.createDataFrame([(f"r{commit}_{i}", i, at(i)) for i in range(n)], EVENTS)
+        else:
+            frame = spark.createDataFrame([(f"r{commit}_{i}", i, at(i), commit) for i in range(n)], wide)
+        delta_io.append(frame, path, merge_schema=True)
+        # An append lists the table's files in its checksum as it commits; the one that changes the
+        # schema lists none, and the checksum after it comes when Delta has rebuilt the state.
+        listed = delta_io._checksum_files(path) is not None
+        assert listed or commit >= 4, commit
+        spark.sparkContext.setJobGroup(f"own{commit}", "read_own")
+        own = rows(delta_io.read_own(spark, path, wide))
+        if listed:
+            assert len(jobs.getJobIdsForGroup(f"own{commit}")) == 1, f"commit {commit}: read through Delta"
+        spark.sparkContext.setJobGroup("delta", "delta")
+        snapshot = delta_io.read_snapshot(spark, path)
+        if "extra" not in snapshot.columns:
+            snapshot = snapshot.selectExpr("*", "CAST(NULL AS long) AS extra")
+        assert own == rows(snapshot), commit
+    spark.sql(f"OPTIMIZE delta.`{path}`")
+    assert rows(delta_io.read_own(spark, path, wide)) == rows(delta_io.read_snapshot(spark, path))
+    os.remove(os.path.join(path, "_delta_log", f"{delta_io.newest_logged(path):020d}.crc"))
+    spark.sparkContext.setJobGroup("fallback", "read_own")
+    assert rows(delta_io.read_own(spark, path, wide)) == rows(delta_io.read_snapshot(spark, path))
+    assert len(jobs.getJobIdsForGroup("fallback")) > 1, "no checksum: Delta lists the files"
+    spark.sparkContext._jsc.clearJobGroup()
+
+
 def test_a_tagged_batch_write_is_found_after_the_version_it_began_at_and_not_written_twice(spark, tmp_path):
     """What the live runner does: the table's newest version before a batch's first attempt, then
     writes tagged with (app, batch). A batch run again finds its own commit among those after that

@@ -38,7 +38,7 @@ from harness import (
 )
 from reference import BUCKETS, reference
 
-from streamjoin import index
+from streamjoin import delta_io, index
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
@@ -182,6 +182,41 @@ def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_p
 FAR_AHEAD = 13 * 365 * 86_400
 
 
+def test_the_index_compacts_itself_and_keeps_its_entries(spark, tmp_path, monkeypatch):
+    """Every COMPACT_EVERY versions of the arrival index, the update that wrote the last of them
+    compacts the table (OPTIMIZE): its entries stay those of an index written in one update, and
+    it is read (from the files its checksum lists) the same before and after."""
+    monkeypatch.setattr(index, "COMPACT_EVERY", 3)
+    paths = create_tables(spark, tmp_path)
+    for n in range(4):
+        write_commit(spark, paths[n % 2], [(f"x{n}", "k", 10 * n, 1)])
+    spec = job(tmp_path, paths, "inner", -5, 5, 0)
+    plan = bind(spark, spec)
+    steps = [
+        (0, 0),
+        (1, 0),
+        (1, 1),
+        (2, 1),
+        (2, 2),
+    ]  # (l, r): index versions 0, 1, 2 + OPTIMIZE, 4, 5 + OPTIMIZE
+    newest = []
+    for left, right in steps:
+        newest.append(index.update(spark, plan, {"l": left, "r": right}).newest())
+    history = delta_io.history(spark, index.location(plan))
+    assert [c.version for c in history if c.operation == "OPTIMIZE"] == [3, 6], [c.operation for c in history]
+    whole = bind(spark, with_output(spec, f"{tmp_path}/whole"))
+    assert index.update(spark, whole, {"l": 2, "r": 2}).newest() == newest[-1]
+
+    def entries(where: str) -> list[tuple]:
+        return sorted(tuple(r) for r in delta_io.read_snapshot(spark, where).collect())
+
+    assert entries(index.location(plan)) == entries(index.location(whole))
+    stored = index._read_at(spark, index.location(plan))
+    assert stored is not None and sorted(tuple(r) for r in stored.frame.collect()) == entries(
+        index.location(plan)
+    )
+
+
 def test_the_index_kept_live_equals_the_index_read_from_the_change_feed(spark, tmp_path, monkeypatch):
     """Issue 14: a micro-batch indexes the commits it holds whole from its own tagged rows, and reads
     the change feed only for a commit cut by maxFilesPerTrigger. Its entries must be those an index
@@ -193,8 +228,8 @@ def test_the_index_kept_live_equals_the_index_read_from_the_change_feed(spark, t
     spec = replace(spec, sources=(spec.sources[0], replace(spec.sources[1], time="commit")))
     runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint", max_files_per_trigger=2)
     reads: list[list[int]] = []
-    read_stats = index._read_stats
-    monkeypatch.setattr(index, "_read_stats", lambda *a: reads.append(a[-1]) or read_stats(*a))
+    stats_query = index._stats_query
+    monkeypatch.setattr(index, "_stats_query", lambda *a: reads.append(a[-1]) or stats_query(*a))
     groups = [
         [
             (0, [("a1", "k1", 10, 1), ("a2", None, 12, 1), ("a3", "k2", None, 1)], None),

@@ -287,18 +287,17 @@ def read_own(spark: SparkSession, location: str, schema: StructType) -> DataFram
     Parquet files: they are the table's current version, and Delta would first rebuild that
     version's state with a Spark job (after every append: the index is appended to by every run)
     and list its files with another. Any other table is read through Delta."""
-    log = _local_log(location)
-    if log is None or newest_logged(location) == -1:
-        if log is not None or not exists(spark, location):
+    newest = newest_logged(location)
+    if newest is None or newest == -1:
+        if newest is not None or not exists(spark, location):
             return None
         return read_snapshot(spark, location)
-    files = _checksum_files(location)
+    files = _checksum_files(location, newest)
     if files is None or any(f.get("partitionValues") for f in files):
         return read_snapshot(spark, location)
     if not files:
         return spark.createDataFrame([], schema)
-    table = os.path.dirname(log)
-    return spark.read.schema(schema).parquet(*(os.path.join(table, unquote(f["path"])) for f in files))
+    return spark.read.schema(schema).parquet(*_file_paths(location, files))
 
 
 def require_change_feed(spark: SparkSession, location: str) -> None:
@@ -380,10 +379,7 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
         )
     logged = _checksum_files(location, version)
     if logged is not None:  # the files as the version's checksum lists them: no Spark job
-        table = os.path.dirname(str(_local_log(location)))
-        missing = [
-            path for f in logged if not os.path.exists(path := os.path.join(table, unquote(f["path"])))
-        ]
+        missing = [path for path in _file_paths(location, logged) if not os.path.exists(path)]
     else:
         with translated_errors(location, f"version {version}"):
             files = read_snapshot(spark, location, version).inputFiles()
@@ -639,6 +635,12 @@ def _checksum_files(location: str, version: int | None = None) -> list[dict] | N
     if any(f.get("deletionVector") or ":" in f.get("path", ":") for f in files):
         return None
     return files
+
+
+def _file_paths(location: str, files: list[dict]) -> list[str]:
+    """The local paths of files as `_checksum_files` gives them (relative to the table, URL-encoded)."""
+    table = os.path.dirname(str(_local_log(location)))
+    return [os.path.join(table, unquote(f["path"])) for f in files]
 
 
 def write_once(

@@ -25,6 +25,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from streamjoin import delta_io, index, kernel
 from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.frames import local_frame
 from streamjoin.metrics import RunMetrics, spark_value
 from streamjoin.plan import Plan, bind
 from streamjoin.runners.live import LiveRunner
@@ -432,9 +433,7 @@ def _record(
                 else None,
             )
         )
-    delta_io.append(
-        spark.createDataFrame(rows, RECORD_SCHEMA), spec.output.side("backfill"), merge_schema=True
-    )
+    delta_io.append(local_frame(spark, rows, RECORD_SCHEMA), spec.output.side("backfill"), merge_schema=True)
 
 
 def attempts(spark: SparkSession, spec: JoinSpec) -> DataFrame | None:

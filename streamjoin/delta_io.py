@@ -21,6 +21,7 @@ from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType, TimestampType
 
 from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.frames import local_frame
 from streamjoin.timeutil import from_spark
 
 COMMIT_VERSION = "_commit_version"
@@ -296,7 +297,7 @@ def read_own(spark: SparkSession, location: str, schema: StructType) -> DataFram
     if files is None or any(f.get("partitionValues") for f in files):
         return read_snapshot(spark, location)
     if not files:
-        return spark.createDataFrame([], schema)
+        return local_frame(spark, [], schema)
     return spark.read.schema(schema).parquet(*_file_paths(location, files))
 
 

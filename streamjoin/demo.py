@@ -19,6 +19,7 @@ from pyspark.sql.types import DoubleType, StringType, StructField, StructType, T
 
 from streamjoin import delta_io
 from streamjoin.errors import JobError
+from streamjoin.frames import local_frame
 from streamjoin.metrics import RunMetrics, combine
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
@@ -172,11 +173,11 @@ def write_tables(
     for name, (schema, rows) in data.tables.items():
         path = f"{root}/{name}"
         if (not only or name in only) and not delta_io.exists(spark, path):
-            spark.createDataFrame(rows, schema).write.format("delta").save(path)
+            local_frame(spark, rows, schema).write.format("delta").save(path)
     for commit in data.commits[commits]:
         if only and commit.table not in only:
             continue
-        frame = spark.createDataFrame(commit.rows, commit.schema).coalesce(1)
+        frame = local_frame(spark, commit.rows, commit.schema).coalesce(1)
         path = f"{root}/{commit.table}"
         if commit.key:
             delta_io.upsert(frame, path, commit.key)

@@ -18,9 +18,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 
-def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType) -> DataFrame:
+def local_frame(spark: SparkSession, rows: Iterable[Sequence[Any]], schema: StructType | str) -> DataFrame:
     """`rows` (tuples or Rows in `schema`'s column order; a struct as a tuple) as a local relation,
-    holding what `spark.createDataFrame(rows, schema)` would (a naive datetime is local time)."""
+    holding what `spark.createDataFrame(rows, schema)` would (a naive datetime is local time).
+    `schema` may be a DDL string ("id string, t timestamp"), as createDataFrame takes it."""
+    if isinstance(schema, str):
+        parsed = StructType.fromDDL(schema)
+        assert isinstance(parsed, StructType)  # a DDL list of columns parses to a struct
+        schema = parsed
     arrow = to_arrow_schema(schema, timezone="UTC")
     columns = list(zip(*rows, strict=True)) or [() for _ in schema.fields]
     arrays = [

@@ -189,7 +189,7 @@ def update(
         new += p.entries()
     if new:
         where = location(plan)
-        delta_io.append(spark.createDataFrame([_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
+        delta_io.append(local_frame(spark, [_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
         if delta_io.latest_version(spark, where) % COMPACT_EVERY == COMPACT_EVERY - 1:
             delta_io.compact(spark, where)
     return Index(

@@ -30,6 +30,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamjoin.frames import local_frame
+
 BUCKETS = (
     "rejected",
     "late",
@@ -308,8 +310,8 @@ def to_frame(spark: SparkSession, metrics: RunMetrics | list[RunMetrics]):
     """The metrics (one run, or several) as a DataFrame of the metrics table's schema, a row each."""
     runs = metrics if isinstance(metrics, list) else [metrics]
     rows = [run.row() for run in runs]
-    return spark.createDataFrame(
-        [tuple(spark_value(row[f.name]) for f in SCHEMA.fields) for row in rows], SCHEMA
+    return local_frame(
+        spark, [tuple(spark_value(row[f.name]) for f in SCHEMA.fields) for row in rows], SCHEMA
     )
 
 

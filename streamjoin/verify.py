@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 from streamjoin import arrival, delta_io, lease
 from streamjoin.backfill import Slice, cut, written_table
 from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.frames import local_frame
 from streamjoin.metrics import spark_value
 from streamjoin.plan import bind
 from streamjoin.runners.replay import replay_slices
@@ -434,7 +435,7 @@ def _record(spark: SparkSession, spec: JoinSpec, verification: Verification) -> 
         )
         for s in verification.slices
     ]
-    frame = spark.createDataFrame([tuple(spark_value(v) for v in row) for row in rows], SCHEMA)
+    frame = local_frame(spark, [tuple(spark_value(v) for v in row) for row in rows], SCHEMA)
     delta_io.append(frame, spec.output.side("consistency"), merge_schema=True)
 
 

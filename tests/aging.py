@@ -26,6 +26,8 @@ from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
 
+from streamjoin.frames import local_frame
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 # Session flag: when true (the default), time travel and change-feed reads of versions older than
@@ -170,7 +172,7 @@ def write_commits(
 
     versions: list[int] = []
     for index, (_, rows) in enumerate(commits):
-        frame = spark.createDataFrame(list(rows), schema)
+        frame = local_frame(spark, list(rows), schema)
         if latest is None and index == 0:
             writer = frame.writeTo(f"delta.`{table_dir}`").using("delta")
             for key, value in (properties or {}).items():

@@ -143,7 +143,9 @@ def at(seconds: float) -> datetime:
 
 def append(spark, path, rows, schema) -> None:
     """One Delta commit holding `rows` (a list of tuples)."""
-    spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(str(path))
+    from streamjoin.frames import local_frame  # not at the top: before pyspark, __main__ needs a file (above)
+
+    local_frame(spark, rows, schema).write.format("delta").mode("append").save(str(path))
 
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

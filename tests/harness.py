@@ -22,6 +22,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 from reference import Event
 
 from streamjoin import delta_io
+from streamjoin.frames import local_frame
 from streamjoin.metrics import BUCKETS
 from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds, Windows, spec_from_dict
 
@@ -76,17 +77,17 @@ def create_tables(spark, root) -> dict[int, str]:
     paths = {}
     for side, name in enumerate(SIDES):
         paths[side] = f"{root}/{name}"
-        spark.createDataFrame([], SCHEMA).write.format("delta").save(paths[side])
+        local_frame(spark, [], SCHEMA).write.format("delta").save(paths[side])
     return paths
 
 
 def write_commit(spark, path: str, rows, files: int | None = None) -> None:
     """One Delta commit of rows (id, key, seconds | None, v); `files` splits it into that many files."""
     data = [(i, k, None if t is None else at(t), v) for i, k, t, v in rows]
-    if files:
+    if files:  # the rows split in order into `files` parts, a file each
         frame = spark.createDataFrame(spark.sparkContext.parallelize(data, files), SCHEMA)
     else:
-        frame = spark.createDataFrame(data, SCHEMA)
+        frame = local_frame(spark, data, SCHEMA)
     frame.write.format("delta").mode("append").save(path)
 
 
@@ -294,7 +295,7 @@ def live_accounting(
 
 def upsert(spark, path: str, rows, schema, key: tuple[str, ...]) -> None:
     """One MERGE commit: insert or update `rows` by `key` (a table updated in place); creates the table."""
-    delta_io.upsert(spark.createDataFrame(rows, schema), path, key)
+    delta_io.upsert(local_frame(spark, rows, schema), path, key)
 
 
 def delete(spark, path: str, condition: str) -> None:

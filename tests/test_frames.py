@@ -88,3 +88,12 @@ def test_spark_knows_its_size_and_broadcasts_it_into_a_join(spark):
         plans[made] = joined._jdf.queryExecution().executedPlan().toString()
     assert "BroadcastHashJoin" in plans["local"] and "SortMergeJoin" not in plans["local"]
     assert "SortMergeJoin" in plans["rdd"]
+
+
+def test_a_schema_given_as_ddl_makes_the_same_frame(spark):
+    """As createDataFrame takes it: "name type, ..." (the tests' sources are often given so)."""
+    rows = [("a", 1, datetime(2024, 1, 1, 12), True, (1, 2, 3)), (None, None, None, None, None)]
+    ddl = "id string, n bigint, t timestamp, flag boolean, at struct<ts: bigint, src: bigint, v: bigint>"
+    made = local_frame(spark, rows, ddl)
+    assert made.schema == SCHEMA
+    assert made.collect() == local_frame(spark, rows, SCHEMA).collect()

@@ -1,9 +1,10 @@
 """Small DataFrames made from Python rows, held in the query plan itself.
 
-`spark.createDataFrame(rows, schema)` ships the rows as a pickled RDD, unpickled in the JVM by every
-query that reads them; Spark knows nothing of their size, so a join with them shuffles and sorts
-both sides. Sent as Arrow, the same rows become a local relation: the optimizer knows their size
-(a join broadcasts them) and folds filters and projections over them into new local relations.
+`spark.createDataFrame(rows, schema)` ships the rows as a pickled RDD, passed through a Python
+worker and unpickled in the JVM by every query that reads them; Spark knows nothing of their size,
+so a join with them shuffles and sorts both sides. Sent as Arrow, the same rows become a local
+relation: the optimizer knows their size (a join broadcasts them) and folds filters and
+projections over them into new local relations, and a write of them needs no Python worker.
 """
 
 from __future__ import annotations

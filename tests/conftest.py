@@ -8,6 +8,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from streamjoin.frames import local_frame
+
 # A pytest-xdist worker runs with a __main__ that has neither a spec nor a file, which
 # pyspark.sql.connect (imported by Great Expectations) takes for its own doctest run and answers
 # with sys.exit(0). Give the worker's __main__ a file name.
@@ -143,8 +145,6 @@ def at(seconds: float) -> datetime:
 
 def append(spark, path, rows, schema) -> None:
     """One Delta commit holding `rows` (a list of tuples)."""
-    from streamjoin.frames import local_frame  # not at the top: before pyspark, __main__ needs a file (above)
-
     local_frame(spark, rows, schema).write.format("delta").mode("append").save(str(path))
 
 

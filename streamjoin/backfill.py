@@ -26,7 +26,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 from streamjoin import delta_io, index, kernel
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.frames import local_frame
-from streamjoin.metrics import RunMetrics, spark_value
+from streamjoin.metrics import RunMetrics
 from streamjoin.plan import Plan, bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import check_inputs, pin_versions, replay, replay_slices
@@ -408,7 +408,7 @@ def _record(
     versions: dict[str, int] | None,
 ) -> None:
     """One row per slice attempt, appended together."""
-    finished = spark_value(pendulum.now("UTC"))
+    finished = pendulum.now("UTC")
     rows = []
     for outcome in outcomes:
         metrics, validation = outcome.metrics, outcome.validation
@@ -416,8 +416,8 @@ def _record(
             (
                 spec.name,
                 backfill_id,
-                spark_value(outcome.slice.start),
-                spark_value(outcome.slice.end),
+                outcome.slice.start,
+                outcome.slice.end,
                 mode,
                 json.dumps(versions or {}, sort_keys=True),
                 outcome.status,

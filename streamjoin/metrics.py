@@ -310,13 +310,12 @@ def to_frame(spark: SparkSession, metrics: RunMetrics | list[RunMetrics]):
     """The metrics (one run, or several) as a DataFrame of the metrics table's schema, a row each."""
     runs = metrics if isinstance(metrics, list) else [metrics]
     rows = [run.row() for run in runs]
-    return local_frame(
-        spark, [tuple(spark_value(row[f.name]) for f in SCHEMA.fields) for row in rows], SCHEMA
-    )
+    return local_frame(spark, [tuple(row[f.name] for f in SCHEMA.fields) for row in rows], SCHEMA)
 
 
 def spark_value(value):
-    """Spark accepts only the exact datetime type, not pendulum's subclass."""
+    """Spark's Python-object conversions (createDataFrame, expression parameters) accept only the
+    exact datetime type, not pendulum's subclass; Arrow (`frames.local_frame`) takes either."""
     if isinstance(value, datetime):
         return datetime.fromtimestamp(value.timestamp(), tz=UTC)
     return value

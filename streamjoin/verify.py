@@ -35,7 +35,6 @@ from streamjoin import arrival, delta_io, lease
 from streamjoin.backfill import Slice, cut, written_table
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.frames import local_frame
-from streamjoin.metrics import spark_value
 from streamjoin.plan import bind
 from streamjoin.runners.replay import replay_slices
 from streamjoin.spec import JoinSpec, Output
@@ -435,7 +434,7 @@ def _record(spark: SparkSession, spec: JoinSpec, verification: Verification) -> 
         )
         for s in verification.slices
     ]
-    frame = local_frame(spark, [tuple(spark_value(v) for v in row) for row in rows], SCHEMA)
+    frame = local_frame(spark, rows, SCHEMA)
     delta_io.append(frame, spec.output.side("consistency"), merge_schema=True)
 
 

@@ -20,3 +20,15 @@ def test_a_setting_without_a_value_is_refused_with_its_text(monkeypatch):
     monkeypatch.setenv("STREAMJOIN_SPARK_CONF", "spark.a=1,spark.cores.max")
     with pytest.raises(SetupError, match=r"'spark.cores.max': write each setting as key=value"):
         conf_from_env()
+
+
+def test_the_session_carries_no_yarn_defaults_and_keeps_the_rest(spark, tmp_path):
+    """get_spark drops yarn-default.xml's entries from the Hadoop configuration (every file task
+    carries it); the file system's own settings stay, and Delta writes and reads as before."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    assert conf.getValByRegex(r"^yarn\.").isEmpty()
+    assert conf.get("fs.defaultFS") == "file:///" and conf.get("io.file.buffer.size") is not None
+    task_conf = spark._jsparkSession.sessionState().newHadoopConf()  # what a write task is given
+    assert task_conf.getValByRegex(r"^yarn\.").isEmpty()
+    spark.range(3).write.format("delta").save(str(tmp_path / "t"))
+    assert spark.read.format("delta").load(str(tmp_path / "t")).count() == 3

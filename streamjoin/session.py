@@ -141,8 +141,8 @@ def get_spark(
     return spark
 
 
-def drop_yarn_defaults(spark: SparkSession) -> int:
-    """Remove the `yarn.*` entries from the session's Hadoop configuration; returns how many.
+def drop_yarn_defaults(spark: SparkSession) -> None:
+    """Remove the `yarn.*` entries from the session's Hadoop configuration.
 
     Hadoop loads yarn-default.xml into every configuration: 552 of its 1,104 entries, which
     nothing but a YARN client reads. Each task that writes or scans files carries a copy of the
@@ -155,10 +155,8 @@ def drop_yarn_defaults(spark: SparkSession) -> int:
     assert context._jvm is not None  # a classic session's driver
     conf = context._jsc.hadoopConfiguration()
     joined = context._jvm.java.lang.String.join("\n", conf.getValByRegex(r"^yarn\.").keySet())
-    keys = [key for key in joined.split("\n") if key]
-    for key in keys:
+    for key in filter(None, joined.split("\n")):
         conf.unset(key)
-    return len(keys)
 
 
 def conf_from_env() -> dict[str, str]:

@@ -586,3 +586,24 @@ def test_a_row_a_table_keeps_waiting_meets_its_partner_and_is_late_where_it_arri
         assert not any(row[0] == "1/l9" for row in decided.output), cut  # late at join 2
     (replayed,) = enrichment_replay(spark, plan, laid, "exact", [(0, 200_000)], final=True)
     check_table_then_stream(replayed, case, "exact", True)
+
+
+@pytest.mark.parametrize("mode", ["exact", "complete"])
+def test_a_slice_replayed_alone_sees_the_enriched_partners_just_past_its_end(
+    spark, table_then_stream_paths, mode
+):
+    """FROM l JOIN s JOIN c WITHIN [-4 s, 2 s], FULL: c1 (10 s) lies in the slice [5 s, 11 s) and
+    its partner l1 (11 s) just past its end. Replayed alone, the slice reads l1 in its margin, and
+    the table link must pass it on to the stream-stream link there: otherwise c1 is written
+    padded, though the replay of the next slice writes it paired with l1."""
+    laid = lay_end_to_end(
+        [[(1, [("s1", "a", 0, 0, "insert")]), (2, [("c1", "a", 10, 0)]), (0, [("l1", "a", 11, 0)])]],
+        "k",
+        kinds="sts",
+    )
+    second = {"how": "full", "lo": -4, "hi": 2, "grace": 0, "emit": "final"}
+    case = TableThenStream("left", False, 0, 0, second, laid)
+    plan = table_then_stream_plan(spark, table_then_stream_paths, case)
+    whole = replayed_in_slices(spark, plan, laid, mode, [(0, 5), (5, 11), (11, 200_000)], True)
+    check_table_then_stream(whole, case, mode, True)
+    assert whole.output == {("0/l1", "0/s1", "0/c1", 11): 1}

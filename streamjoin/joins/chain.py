@@ -68,7 +68,8 @@ class Chain(JoinOperator):
             return None
         number = head.first + len(head.links)
         link = replace(IntervalJoin.from_plan(join), left=derived(number), left_sources=head.sources())
-        return cls((link,), head=head)
+        # The head's rows around a slice are the link's partners there (its margins on them).
+        return cls((link,), head=replace(head, reach=link.margins(link.left)))
 
     def then(self, plan: Plan, join: BoundJoin) -> Chain | None:
         """The chain with one more link: a stream-stream link while no table link came before it,

@@ -289,6 +289,9 @@ class Enrichment(JoinOperator):
     stream: str
     links: tuple[TemporalJoin, ...]
     first: int = 1  # the job's number of its first link (a chain's links after a stream-stream join)
+    # A replay emits rows this far (before, after) around its slices: a chain's stream-stream
+    # link after this one reads them there as partners of the rows it owns.
+    reach: tuple[int, int] = (0, 0)
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> Enrichment:
@@ -429,15 +432,15 @@ class Enrichment(JoinOperator):
         `unsettled[n]`, on link n's lookup result, holds back a row that link cannot answer yet (an
         ASOF link over the history): the row then stays undecided, as if `decided` had said so.
 
-        With replay `slices`, only rows whose event time lies in them are emitted, and each stream
-        row is counted once, in the slice of its event time: joined when one of its output rows
+        With replay `slices`, only rows whose event time lies in them (or within `reach` around
+        them) are emitted, and each stream row in them is counted once, in the slice of its event time: joined when one of its output rows
         matched at every link, unmatched_emitted when all of them were padded somewhere,
         unmatched_dropped when an INNER link left it without output.
         """
         S = self.stream
         marked = rows.withColumn(DECIDED, decided)
         # With a row number that survives the lookups, to count stream rows rather than output rows.
-        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T))).select(
+        ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T), self.reach)).select(
             *(F.col(f"`{c}`") for c in rows.columns), F.monotonically_increasing_id().alias(_ROW)
         )
         identity = [self._col(S, _ROW)]

@@ -433,9 +433,9 @@ class Enrichment(JoinOperator):
         ASOF link over the history): the row then stays undecided, as if `decided` had said so.
 
         With replay `slices`, only rows whose event time lies in them (or within `reach` around
-        them) are emitted, and each stream row in them is counted once, in the slice of its event time: joined when one of its output rows
-        matched at every link, unmatched_emitted when all of them were padded somewhere,
-        unmatched_dropped when an INNER link left it without output.
+        them) are emitted, and each stream row in them is counted once, in the slice of its event
+        time: joined when one of its output rows matched at every link, unmatched_emitted when all
+        of them were padded somewhere, unmatched_dropped when an INNER link left it without output.
         """
         S = self.stream
         marked = rows.withColumn(DECIDED, decided)

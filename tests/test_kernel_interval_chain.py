@@ -217,11 +217,8 @@ def test_interval_chain_replay_and_slices_decide_as_the_reference(spark, paths, 
     case = data.draw(chain_cases())
     closed = data.draw(st.booleans(), label="closed input")
     plan = chain_plan(spark, paths, case)
-    windows = slices(data.draw, STACK)
-    (whole,) = enrichment_replay(spark, plan, case.laid, mode, [(windows[0][0], windows[-1][1])], closed)
+    whole = replayed_in_slices(spark, plan, case.laid, mode, slices(data.draw, STACK), closed)
     check(whole, case, mode, closed)
-    parts = enrichment_replay(spark, plan, case.laid, mode, windows, closed)
-    add_up(parts, whole)
 
 
 @settings(max_examples=EXAMPLES, **SETTINGS)

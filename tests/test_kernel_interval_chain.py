@@ -8,7 +8,8 @@ that side was padded), INNER or LEFT: either s updated in place, as the row saw 
 order, late and NULL versions, tombstones) at the row's output time. The emitted rows carry the
 position at which they became known (a pair at its later row, a padded row where the clock closed
 its window), so each Hypothesis example checks the whole history replayed, three slices that add up
-to it, and live micro-batches cut at random commits, against the reference.
+to it, the middle one alone equal to its part, and live micro-batches cut at random commits,
+against the reference.
 
 The same for three streams in turn (l JOIN r WITHIN, then JOIN c WITHIN), and for ksqlDB's
 `FROM l JOIN s JOIN c WITHIN ...` with s a table: l's rows looked up in s, then joined with c.

@@ -68,8 +68,7 @@ class Chain(JoinOperator):
             return None
         number = head.first + len(head.links)
         link = replace(IntervalJoin.from_plan(join), left=derived(number), left_sources=head.sources())
-        # The head's rows around a slice are the link's partners there (its margins on them).
-        return cls((link,), head=replace(head, reach=link.margins(link.left)))
+        return cls((link,), head=head).reaching()
 
     def then(self, plan: Plan, join: BoundJoin) -> Chain | None:
         """The chain with one more link: a stream-stream link while no table link came before it,
@@ -90,16 +89,17 @@ class Chain(JoinOperator):
         return None
 
     def reaching(self) -> Chain:
-        """Each interval join emitting as far around the slices as the links after it read."""
+        """Each interval join emitting as far around the slices as the links after it read, and
+        the head's table links passing on their stream's rows as far as the first join reads them."""
         joins, reach = list(self.joins), (0, 0)
         if self.tail is not None:
             reach = self.tail.margins(self.tail.stream)
         for k in range(len(joins) - 1, -1, -1):
             joins[k] = replace(joins[k], reach=reach)
-            if k > 0:
-                before, after = joins[k].margins(joins[k].left)
-                reach = (reach[0] + before, reach[1] + after)
-        return replace(self, joins=tuple(joins))
+            before, after = joins[k].margins(joins[k].left)
+            reach = (reach[0] + before, reach[1] + after)
+        head = None if self.head is None else replace(self.head, reach=reach)
+        return replace(self, joins=tuple(joins), head=head)
 
     def margins(self, side: str) -> tuple[int, int]:
         """A stream's own link's margins plus what every later link reads around the slices."""

@@ -34,8 +34,8 @@ from reference import arrival_table, by_stream_key, chain_reference, temporal_ta
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # histories of STACK examples
-STACK = 40
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))  # histories of STACK examples
+STACK = 60
 
 
 @pytest.fixture(scope="module")

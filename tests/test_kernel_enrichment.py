@@ -30,8 +30,8 @@ from reference import asof_reference, history_asof_reference, temporal_reference
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # histories of STACK examples
-STACK = 40
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))  # histories of STACK examples
+STACK = 60
 
 
 @pytest.fixture(scope="module")

@@ -29,10 +29,10 @@ from reference import BUCKETS, reference
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))  # stacks of STACK scenarios
-LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))  # histories of LAID scenarios
-LAID = 8  # scenarios laid end to end in one live history
-STACK = 30  # scenarios decided by one kernel step
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # stacks of STACK scenarios
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "2"))  # histories of LAID scenarios
+LAID = 16  # scenarios laid end to end in one live history
+STACK = 60  # scenarios decided by one kernel step
 
 
 @st.composite

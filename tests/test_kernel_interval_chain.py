@@ -51,8 +51,8 @@ from reference import (
 from streamjoin.plan import Plan, bind, chain_grace_warnings
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # histories of STACK examples
-STACK = 30
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))  # histories of STACK examples
+STACK = 45
 LINK = (*LINK_BUCKETS, "open")
 DECIDED = ("rows_in", "rejected", "late", "joined", "unmatched_emitted", "unmatched_dropped", "open")
 

@@ -30,8 +30,8 @@ from streamjoin.errors import UnsupportedJobError
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # histories of STACK examples
-STACK = 40
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))  # histories of STACK examples
+STACK = 60
 KV = StructType([StructField("k", StringType()), StructField("v", StringType())])
 
 

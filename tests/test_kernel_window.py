@@ -30,8 +30,8 @@ from test_kernel_interval import LAID, STACK, commits
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))  # stacks of STACK scenarios
-LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))  # histories of LAID scenarios
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))  # stacks of STACK scenarios
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "2"))  # histories of LAID scenarios
 
 
 @st.composite

@@ -8,7 +8,6 @@ same seconds and on the arrival positions read back from each table's change dat
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -16,7 +15,6 @@ from datetime import datetime, timedelta
 
 from conftest import BASE, at
 from delta.tables import DeltaTable
-from hypothesis import HealthCheck, Phase
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 from reference import Event
@@ -35,15 +33,6 @@ SCHEMA = StructType(
     ]
 )
 SIDES = ("l", "r")
-# End-to-end property tests (every example writes Delta tables and runs Spark) draw few examples per
-# case; STREAMJOIN_PROPERTY_EXAMPLES raises it for a longer hunt.
-PROPERTY_SETTINGS = {
-    "max_examples": int(os.environ.get("STREAMJOIN_PROPERTY_EXAMPLES", "2")),
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-    "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking would re-run Spark for minutes
-    "print_blob": True,
-}
 EVERYTHING = (BASE - timedelta(days=1), datetime(2100, 1, 1))  # a slice holding every row, NULL times too
 
 

@@ -21,6 +21,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
   UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --python .venv/bin/python "${pins[@]}" \
     -e ".[airflow,quality,dev,bench]"
+  # uv keeps every revision of a source distribution it builds, and where the package index's
+  # answers cannot be cached it makes a new one at each set-up of a clone: a 1.4 GB pyspark build
+  # each time (64 of them, 58 GB, filled this machine's disk on 2026-11-29, and mypy then failed
+  # for want of space). The revisions nothing points to any more go.
+  .venv/bin/uv cache prune --quiet
   # Every installed module compiled once, here (20 s; STREAMJOIN_NO_BYTECODE=1 skips it). Where
   # PYTHONDONTWRITEBYTECODE is set, as on the machine CI runs on, Python never caches what it
   # compiles, so each process would compile pyspark, pandas, Airflow and Great Expectations again:

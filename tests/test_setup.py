@@ -14,6 +14,11 @@ from streamjoin.session import PROJECT_ROOT
 pytestmark = pytest.mark.slow  # a clone, a virtual environment, every package: minutes
 
 
+# The smoke runs' drivers live for seconds: they compile with C1 alone, as the suite's other
+# short-lived processes do (tests/conftest.py), about 2.5 s less each.
+SHORT_LIVED = {"STREAMJOIN_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1"}
+
+
 def run(args, cwd, timeout=900, **extra_env):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYSPARK", "STREAMJOIN"))}
     return subprocess.run(
@@ -47,7 +52,7 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
         "print('rows', spark.read.format('delta').load(path).count())\n"
         "print('jars', spark.sparkContext.getConf().get('spark.jars'))\n"
     )
-    smoke = run([str(clone / ".venv/bin/python"), "-c", script], clone)
+    smoke = run([str(clone / ".venv/bin/python"), "-c", script], clone, **SHORT_LIVED)
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert "rows 3" in smoke.stdout
     assert str(clone / ".jars") in smoke.stdout
@@ -74,7 +79,7 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     cache = home / ".cache" / "streamjoin" / "jars"
     assert sorted(p for p in os.listdir(cache) if p.endswith(".jar")) == jars
     (cache / "driver-classes.jsa").write_bytes(b"made by another Java for another classpath")
-    smoke = run([python, "-c", script], tmp_path, **alone)
+    smoke = run([python, "-c", script], tmp_path, **alone, **SHORT_LIVED)
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert smoke.stdout.splitlines()[0] == "rows 3" and str(cache) in smoke.stdout
     assert "Setting default log level" not in smoke.stderr

@@ -70,40 +70,42 @@ if _TESTS_SET_JAVA_OPTIONS:
     )
 
 
-# The test files that take longest (worker-seconds in the clean-clone run of stop 48, 2026-11-27,
-# docs/testing.md), slowest first. `make test` deals whole files to two workers in collection
-# order (--no-loadscope-reorder), so these go out first and the short files fill in at the end;
-# dealt alphabetically, a long file drawn last kept one worker busy minutes after the other had
-# stopped.
+# The test files that take longest (worker-seconds in a clean-clone run of 2026-11-29, the session
+# of stop 60, docs/testing.md), slowest first. `make test` deals whole files to two workers in
+# collection order (--no-loadscope-reorder), so these go out first and the short files fill in at
+# the end; dealt alphabetically, a long file drawn last kept one worker busy minutes after the
+# other had stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 542: ten SIGKILLs, each a new process and JVM
-    "test_cli",  # 282: the demo
-    "test_aged_tables",  # 260
-    "test_chains",  # 206
-    "test_enrichment_equivalence",  # 161
-    "test_enrichment_seeds",  # 156
-    "test_bench",  # 145
-    "test_kernel_interval_chain",  # 127
-    "test_setup",  # 123
-    "test_backfill",  # 103
-    "test_equivalence",  # 101
-    "test_table_table",  # 94
+    "test_restart",  # 376 before this session's merge of two of its tests: ten SIGKILLs, each a new process and JVM
+    "test_cli",  # 202: the demo
+    "test_aged_tables",  # 202
+    "test_chains",  # 164
+    "test_bench",  # 125
+    "test_enrichment_seeds",  # 115
+    "test_enrichment_equivalence",  # 97
+    "test_setup",  # 96
     "test_dags",  # 92
-    "test_interval_seeds",  # 88
-    "test_handoff",  # 85
-    "test_cluster",  # 81
-    "test_lookup_seeds",  # 75
-    "test_kernel_enrichment",  # 64
-    "test_report",  # 49
-    "test_kernel_rows",  # 42
-    "test_rows_seeds",  # 41
-    "test_kernel_interval",  # 40
-    "test_lateral_seeds",  # 39
-    "test_window_seeds",  # 33
-    "test_live",  # 33
-    "test_kernel_chain",  # 33
-    "test_kernel_window",  # 24
-    "test_kernel_table_table",  # 16
+    "test_equivalence",  # 89
+    "test_kernel_interval_chain",  # 88
+    "test_table_table",  # 79
+    "test_backfill",  # 74
+    "test_lookup_seeds",  # 67
+    "test_interval_seeds",  # 66
+    "test_handoff",  # 61
+    "test_cluster",  # 60
+    "test_kernel_enrichment",  # 41
+    "test_delta_io",  # 38
+    "test_report",  # 38
+    "test_rows_seeds",  # 33
+    "test_lateral_seeds",  # 28
+    "test_kernel_chain",  # 26
+    "test_window_seeds",  # 26
+    "test_live",  # 25
+    "test_verify",  # 21
+    "test_kernel_interval",  # 21
+    "test_kernel_rows",  # 16
+    "test_kernel_window",  # 16
+    "test_validation",  # 15
 )
 
 

@@ -76,7 +76,7 @@ if _TESTS_SET_JAVA_OPTIONS:
 # the end; dealt alphabetically, a long file drawn last kept one worker busy minutes after the
 # other had stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 376 before this session's merge of two of its tests: ten SIGKILLs, each a new process and JVM
+    "test_restart",  # 376 (320 to 332 since two of its tests became one): ten SIGKILLs, each a new JVM
     "test_cli",  # 202: the demo
     "test_aged_tables",  # 202
     "test_chains",  # 164
@@ -128,17 +128,21 @@ def forget_between_modules():
         session.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
+# A JVM that lives for seconds (a live runner killed at random, a CLI command, a fresh clone's
+# smoke run, a cluster's executor for one small replay) compiles with C1 only, which costs a cold
+# driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1 alone made
+# them slower (docs/testing.md).
+SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+
+
 @pytest.fixture(scope="session")
 def spark():
     from streamjoin.session import get_spark
 
     session = get_spark(app_name="streamjoin-tests")
-    # The processes the tests start after it (live runners killed at random, CLI commands, a
-    # fresh clone's smoke run) live for seconds: their JVMs compile with C1 only, which costs a
-    # cold driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1
-    # alone made them slower (docs/testing.md).
+    # The processes the tests start after it live for seconds (SHORT_LIVED_JVM).
     if _TESTS_SET_JAVA_OPTIONS:
-        os.environ["STREAMJOIN_JAVA_OPTIONS"] += " -XX:TieredStopAtLevel=1"
+        os.environ["STREAMJOIN_JAVA_OPTIONS"] += f" {SHORT_LIVED_JVM}"
     yield session
     session.stop()
 

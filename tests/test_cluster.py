@@ -16,6 +16,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from conftest import SHORT_LIVED_JVM
 from harness import create_tables, read_output, read_side, with_output, write_commit
 
 from streamjoin.runners.replay import replay
@@ -33,11 +34,11 @@ PINNED = {"l": 3, "r": 3}  # l's fourth commit is left out by both runs
 # Delta rebuilds a table's state with 50 tasks by default (get_spark lowers it for local masters
 # only); on a small test worker that is much of the run. The executor lives for one small replay,
 # too briefly for C2's code to repay its compilation, so it compiles with C1 alone, as the tests'
-# short-lived drivers do (tests/conftest.py): the test took 132 CPU-seconds instead of 150.
+# short-lived drivers do (conftest.SHORT_LIVED_JVM): the test took 132 CPU-seconds instead of 150.
 ONE_SMALL_REPLAY = {
     **os.environ,
     "PYSPARK_SUBMIT_ARGS": "--conf spark.databricks.delta.snapshotPartitions=2 "
-    "--conf spark.executor.defaultJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell",
+    f"--conf spark.executor.defaultJavaOptions={SHORT_LIVED_JVM} pyspark-shell",
 }
 
 JOB = """\

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from aging import age_table, vacuum, write_commits
-from conftest import append, at
+from conftest import SHORT_LIVED_JVM, append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
@@ -307,7 +307,7 @@ def test_set_up_made_the_driver_class_archive_and_drivers_map_it(spark):
     options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
     assert f"-XX:SharedArchiveFile={folder() / ARCHIVE}" in options.split()
     script = "from streamjoin.session import get_spark; print('rows', get_spark().range(3).count())"
-    env = {**os.environ, "STREAMJOIN_JAVA_OPTIONS": "-Xshare:on -XX:TieredStopAtLevel=1"}
+    env = {**os.environ, "STREAMJOIN_JAVA_OPTIONS": f"-Xshare:on {SHORT_LIVED_JVM}"}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )

@@ -8,15 +8,15 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import SHORT_LIVED_JVM
 
 from streamjoin.session import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow  # a clone, a virtual environment, every package: minutes
 
 
-# The smoke runs' drivers live for seconds: they compile with C1 alone, as the suite's other
-# short-lived processes do (tests/conftest.py), about 2.5 s less each.
-SHORT_LIVED = {"STREAMJOIN_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1"}
+# The smoke runs' drivers live for seconds (conftest.SHORT_LIVED_JVM): about 2.5 s less each.
+SHORT_LIVED = {"STREAMJOIN_JAVA_OPTIONS": SHORT_LIVED_JVM}
 
 
 def run(args, cwd, timeout=900, **extra_env):

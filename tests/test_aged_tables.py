@@ -11,6 +11,8 @@ import random
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -114,25 +116,55 @@ def since(rows: Counter, start: datetime) -> Counter:
     return Counter({row: n for row, n in rows.items() if row[2] >= cut})
 
 
-@pytest.fixture(scope="module")
-def aged_sources(spark, tmp_path_factory):
-    """Two row-tracked stream tables, first commit 40 days ago, default retention properties."""
-    root = tmp_path_factory.mktemp("aged")
-    paths = {}
-    for name, commits in commit_plan(7).items():
-        paths[name] = str(root / name)
-        write_commits(
-            spark, paths[name], commits, SCHEMA, {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"}
-        )
-    return root, paths
+AGED = {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"}
+EVERYTHING_SINCE = (day(-60), day(2))  # wider than the tables' history
 
 
-def run_everything(spark, tmp_path, root, paths, tag: str) -> dict[str, Counter]:
+def chain_spec(paths: dict[str, str], output: str):
+    """`l LEFT JOIN r WITHIN 1h` then `LEFT JOIN c WITHIN 1h` from day -4."""
+    return spec_from_dict(
+        {
+            "name": "aged_chain",
+            "start_at": day(-4).isoformat() + "Z",
+            "sources": {name: {"path": paths[name], "time": "t"} for name in ("l", "r", "c")},
+            "from": "l",
+            "joins": [
+                {"join": "r", "type": "left", "on": "l.k = r.k", "within": "1h", "grace": "1h"},
+                {"join": "c", "type": "left", "on": "l.k = c.k", "within": "1h", "grace": "2h"},
+            ],
+            "select": ["l.id AS lid", "r.id AS rid", "c.id AS cid"],
+            "output": {"path": output},
+        }
+    )
+
+
+def replayed_chain(spark, root, paths: dict[str, str], name: str, cut: datetime | None = None) -> Counter:
+    """The chain replayed into `name` over everything since the start (in two slices cut at `cut`); its rows."""
+    spec = chain_spec(paths, f"{root}/{name}")
+    for start, end in pairwise(
+        EVERYTHING_SINCE if cut is None else (EVERYTHING_SINCE[0], cut, EVERYTHING_SINCE[1])
+    ):
+        replay(spark, spec, start, end)
+    return Counter(tuple(r) for r in spark.read.format("delta").load(f"{root}/{name}").collect())
+
+
+def run_chain(spark, root, paths: dict[str, str]) -> dict[str, Counter]:
+    """The chain live (one catch-up step), replayed whole, and replayed in two slices; their rows."""
+    spec = chain_spec(paths, f"{root}/chain_live")
+    LiveRunner(spark, spec, f"{root}/chain_checkpoint").run(900)
+    return {
+        "live": Counter(tuple(r) for r in spark.read.format("delta").load(spec.output.location).collect()),
+        "whole": replayed_chain(spark, root, paths, "chain_whole"),
+        "sliced": replayed_chain(spark, root, paths, "chain_sliced", cut=day(-2)),
+    }
+
+
+def run_everything(spark, root, paths, tag: str) -> dict[str, Counter]:
     """From the CLI: live from day -4, a replay of the last day, a backfill of the last 3 days, a
     replay of everything since the start; their outputs (rows per output table)."""
     start = day(-4).isoformat() + "Z"
     jobs = {
-        n: job_file(tmp_path, f"{tag}_{n}", paths, f"{root}/{tag}_{n}", start)
+        n: job_file(root, f"{tag}_{n}", paths, f"{root}/{tag}_{n}", start)
         for n in ("live", "day", "days", "all")
     }
     assert cli("stream", jobs["live"], "--checkpoint", f"{root}/{tag}_checkpoint") == 0
@@ -149,19 +181,56 @@ def run_everything(spark, tmp_path, root, paths, tag: str) -> dict[str, Counter]
         )
         == 0
     )
-    assert cli("replay", jobs["all"], "--start", day(-60).isoformat(), "--end", day(2).isoformat()) == 0
+    start, end = (when.isoformat() for when in EVERYTHING_SINCE)
+    assert cli("replay", jobs["all"], "--start", start, "--end", end) == 0
     return outputs(spark, str(root), tuple(f"{tag}_{n}" for n in ("live", "day", "days", "all")))
 
 
-def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_path, aged_sources):
-    root, paths = aged_sources
+@pytest.fixture(scope="module")
+def aged(spark, tmp_path_factory):
+    """Three row-tracked stream tables whose first commit is 40 days old (default retention
+    properties), and what the jobs on them write while they are young, then after months of
+    production (OPTIMIZE, VACUUM, a log that keeps only the last 5 days): two-table jobs from the
+    CLI, the young jobs again, and a chain of the three."""
+    root = tmp_path_factory.mktemp("aged")
+    plan = commit_plan(7)
+    plan["c"] = [  # a third stream, its commits a few minutes before l's
+        (when - timedelta(minutes=3), [("c" + row[0][1:], *row[1:]) for row in rows])
+        for when, rows in commit_plan(12)["l"]
+    ]
+    paths = {}
+    for name, commits in plan.items():
+        paths[name] = str(root / name)
+        write_commits(spark, paths[name], commits, SCHEMA, AGED)
     with pytest.raises(
         Exception, match="DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION"
     ):
         delta_io.read_changes(spark, paths["l"], 3, 0).collect()  # what every run did before the index
 
-    first = run_everything(spark, tmp_path, root, paths, "young")
-    live, last_day, backfill, everything = (first[f"young_{n}"] for n in ("live", "day", "days", "all"))
+    young = run_everything(spark, root, paths, "young")
+    young_chain = run_chain(spark, root, paths)
+    for name in paths.values():
+        age_table(spark, name, log_retention="interval 5 days")
+    retained = {name: delta_io.oldest_retained(spark, paths[name]).version for name in SIDES}
+    # A job indexed before replays again from its index (which outlived Delta's log).
+    start, end = (when.isoformat() for when in EVERYTHING_SINCE)
+    assert cli("replay", f"{root}/young_all.yaml", "--start", start, "--end", end) == 0
+    young_again = read_output(spark, f"{root}/young_all")
+    return SimpleNamespace(
+        root=root,
+        paths=paths,
+        young=young,
+        retained=retained,
+        young_again=young_again,
+        aged=run_everything(spark, root, paths, "aged"),
+        young_chain=young_chain,
+        aged_chain=replayed_chain(spark, root, paths, "aged_chain_whole"),
+    )
+
+
+def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_path, aged):
+    root, paths = aged.root, aged.paths
+    live, last_day, backfill, everything = (aged.young[f"young_{n}"] for n in ("live", "day", "days", "all"))
     assert sum(live.values()) >= 10 and any(r[1] is None for r in live) and any(r[1] for r in live)
     assert live == everything, "the live run differs from the exact replay of everything since the start"
     assert since(live, day(-1)) == last_day, "the last day's replay differs from the live output"
@@ -170,27 +239,13 @@ def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_pa
     late = read_side(spark, f"{root}/young_live_late")
     assert late and late == read_side(spark, f"{root}/young_all_late")
 
-    # Months of production: OPTIMIZE, VACUUM, and a log that keeps only the last 5 days.
-    for name in SIDES:
-        age_table(spark, paths[name], log_retention="interval 5 days")
-        assert delta_io.oldest_retained(spark, paths[name]).version > 2, "the early log was not cleaned up"
-    # The jobs indexed before keep working from their index (it outlived Delta's log) ...
-    assert (
-        cli(
-            "replay",
-            f"{tmp_path}/young_all.yaml",
-            "--start",
-            day(-60).isoformat(),
-            "--end",
-            day(2).isoformat(),
-        )
-        == 0
-    )
-    assert read_output(spark, f"{root}/young_all") == everything
+    # After OPTIMIZE, VACUUM and the log clean-up ...
+    assert all(version > 2 for version in aged.retained.values()), "the early log was not cleaned up"
+    # ... the jobs indexed before keep working from their index (it outlived Delta's log) ...
+    assert aged.young_again == everything
     # ... and new jobs starting at the same time give the same rows.
-    again = run_everything(spark, tmp_path, root, paths, "aged")
-    assert {n.removeprefix("aged_"): rows for n, rows in again.items()} == {
-        n.removeprefix("young_"): rows for n, rows in first.items()
+    assert {n.removeprefix("aged_"): rows for n, rows in aged.aged.items()} == {
+        n.removeprefix("young_"): rows for n, rows in aged.young.items()
     }
     # A new job without a start cannot begin at version 0 any more, and says what to do.
     no_start = job_file(tmp_path, "nostart", paths, f"{root}/nostart", None)
@@ -198,6 +253,18 @@ def test_jobs_start_on_a_forty_day_old_table_and_survive_its_aging(spark, tmp_pa
         update(spark, bind(spark, load_job(no_start)))
     assert cli("index", no_start, "--from", "l=0,r=0") == 2
     assert cli("index", no_start, "--from", day(-2).isoformat()) == 0
+
+
+def test_a_chain_of_three_streams_on_forty_day_old_tables_before_and_after_aging(aged):
+    """The chain of `chain_spec` on the three tables: the live run (one catch-up step) equals the
+    replay of everything since the start, two slices replayed apart add up to it (each reads its
+    snapshot filtered on the margins of both links), and after OPTIMIZE, VACUUM and log clean-up a
+    new replay writes the same rows."""
+    whole = aged.young_chain["whole"]
+    assert sum(whole.values()) >= 10 and any(r[1] is None for r in whole) and any(r[2] for r in whole)
+    assert aged.young_chain["live"] == whole, "the live run differs from the exact replay since the start"
+    assert aged.young_chain["sliced"] == whole, "two slices differ from one replay"
+    assert aged.aged_chain == whole, "the replay after OPTIMIZE, VACUUM and log clean-up differs"
 
 
 def test_a_stream_source_that_rewrites_rows_is_refused(spark, tmp_path):
@@ -338,54 +405,3 @@ def test_a_live_checkpoint_whose_next_commits_left_the_log_says_how_to_go_on(spa
     message = str(error.value)
     assert "streamjoin handoff" in message and checkpoint in message
     assert "at org.apache" not in message and len(message) < 1200
-
-
-def test_a_chain_of_three_streams_on_forty_day_old_tables_before_and_after_aging(spark, tmp_path):
-    """`l LEFT JOIN r WITHIN 1h` then `LEFT JOIN c WITHIN 1h` from day -4 on three row-tracked
-    tables 40 days old: the live run (one catch-up step) equals the replay of everything since the
-    start, two slices replayed apart add up to it (each reads its snapshot filtered on the margins
-    of both links), and after OPTIMIZE, VACUUM and log clean-up a new replay writes the same rows."""
-    plan = commit_plan(11)
-    third = [
-        (when - timedelta(minutes=3), [("c" + row[0][1:], *row[1:]) for row in rows])
-        for when, rows in commit_plan(12)["l"]
-    ]
-    paths = {}
-    for name, commits in (*plan.items(), ("c", third)):
-        paths[name] = str(tmp_path / name)
-        write_commits(
-            spark, paths[name], commits, SCHEMA, {**ROW_TRACKING, "delta.enableChangeDataFeed": "true"}
-        )
-
-    spec = spec_from_dict(
-        {
-            "name": "aged_chain",
-            "start_at": day(-4).isoformat() + "Z",
-            "sources": {name: {"path": paths[name], "time": "t"} for name in ("l", "r", "c")},
-            "from": "l",
-            "joins": [
-                {"join": "r", "type": "left", "on": "l.k = r.k", "within": "1h", "grace": "1h"},
-                {"join": "c", "type": "left", "on": "l.k = c.k", "within": "1h", "grace": "2h"},
-            ],
-            "select": ["l.id AS lid", "r.id AS rid", "c.id AS cid"],
-            "output": {"path": str(tmp_path / "live")},
-        }
-    )
-    everything = (day(-60), day(2))
-
-    def rows(name: str) -> Counter:
-        return Counter(tuple(r) for r in spark.read.format("delta").load(str(tmp_path / name)).collect())
-
-    LiveRunner(spark, spec, str(tmp_path / "checkpoint")).run(900)
-    replay(spark, with_output(spec, str(tmp_path / "whole")), *everything)
-    sliced = with_output(spec, str(tmp_path / "sliced"))
-    replay(spark, sliced, everything[0], day(-2))
-    replay(spark, sliced, day(-2), everything[1])
-    whole = rows("whole")
-    assert sum(whole.values()) >= 10 and any(r[1] is None for r in whole) and any(r[2] for r in whole)
-    assert rows("live") == whole, "the live run differs from the exact replay since the start"
-    assert rows("sliced") == whole, "two slices differ from one replay"
-    for name in paths.values():
-        age_table(spark, name, log_retention="interval 5 days")
-    replay(spark, with_output(spec, str(tmp_path / "aged")), *everything)
-    assert rows("aged") == whole, "the replay after OPTIMIZE, VACUUM and log clean-up differs"

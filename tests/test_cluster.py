@@ -159,6 +159,8 @@ def test_replay_on_the_cluster_equals_the_local_replay(spark, cluster, tmp_path)
             END,
             "--versions",
             ",".join(f"{name}={v}" for name, v in PINNED.items()),
+            "--log-level",  # Spark's INFO lines back (test_cli.py: off unless asked for)
+            "INFO",
         ],
         cwd=tmp_path,
         env=ONE_SMALL_REPLAY,
@@ -169,6 +171,7 @@ def test_replay_on_the_cluster_equals_the_local_replay(spark, cluster, tmp_path)
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "cluster_eq replay/exact" in ran.stdout and "adds up: yes" in ran.stdout, ran.stdout
+    assert " INFO DAGScheduler: " in ran.stderr, ran.stderr[-2000:]
 
     # It ran on the cluster: the master filed a finished application, and the worker ran its executor.
     apps = finished_apps(cluster)

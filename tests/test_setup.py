@@ -15,7 +15,7 @@ from streamjoin.session import PROJECT_ROOT
 pytestmark = pytest.mark.slow  # a clone, a virtual environment, every package: minutes
 
 
-# The smoke runs' drivers live for seconds (conftest.SHORT_LIVED_JVM): about 2.5 s less each.
+# The smoke run's driver lives for seconds (conftest.SHORT_LIVED_JVM): about 2.5 s less.
 SHORT_LIVED = {"STREAMJOIN_JAVA_OPTIONS": SHORT_LIVED_JVM}
 
 
@@ -42,21 +42,12 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     assert any(j.startswith("delta-storage-") for j in jars), jars
     help_text = run([str(clone / ".venv/bin/streamjoin"), "--help"], clone)
     assert help_text.returncode == 0 and "replay" in help_text.stdout
-    # The clone's own session factory starts Spark with Delta from the clone's jars.
-    script = (
-        "import tempfile\n"
-        "from streamjoin.session import get_spark\n"
-        "spark = get_spark(shuffle_partitions=1)\n"
-        "path = tempfile.mkdtemp() + '/t'\n"
-        "spark.range(3).write.format('delta').save(path)\n"
-        "print('rows', spark.read.format('delta').load(path).count())\n"
-        "print('jars', spark.sparkContext.getConf().get('spark.jars'))\n"
-    )
-    smoke = run([str(clone / ".venv/bin/python"), "-c", script], clone, **SHORT_LIVED)
-    assert smoke.returncode == 0, smoke.stderr[-3000:]
-    assert "rows 3" in smoke.stdout
-    assert str(clone / ".jars") in smoke.stdout
-    assert "Setting default log level" not in smoke.stderr  # the shipped log4j2 settings were found
+    # The clone's session factory takes the clone's jars. (The same package laid out as an installed
+    # one, below, starts Spark with Delta from the jars it fetches: one JVM for both layouts.)
+    python = str(clone / ".venv/bin/python")
+    found = run([python, "-c", "from streamjoin.jars import delta_jars; print(*delta_jars())"], clone)
+    assert found.returncode == 0, found.stderr[-3000:]
+    assert found.stdout.split() == [str(clone / ".jars" / j) for j in jars]
     again = run(
         ["bash", "infra/setup.sh"], clone, timeout=120, STREAMJOIN_NO_CLASS_ARCHIVE="1"
     )  # nothing left to do
@@ -68,7 +59,15 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     installed, home = tmp_path / "site-packages", tmp_path / "home"
     shutil.copytree(clone / "streamjoin", installed / "streamjoin")
     alone = {"PYTHONPATH": str(installed), "HOME": str(home)}
-    python = str(clone / ".venv/bin/python")
+    script = (
+        "import tempfile\n"
+        "from streamjoin.session import get_spark\n"
+        "spark = get_spark(shuffle_partitions=1)\n"
+        "path = tempfile.mkdtemp() + '/t'\n"
+        "spark.range(3).write.format('delta').save(path)\n"
+        "print('rows', spark.read.format('delta').load(path).count())\n"
+        "print('jars', spark.sparkContext.getConf().get('spark.jars'))\n"
+    )
     refused = run([python, "-c", script], tmp_path, **alone)
     assert refused.returncode != 0 and "run `streamjoin setup-jars` once" in refused.stderr
     # No class archive made here; a stale one instead, which Java must skip without a word.
@@ -82,7 +81,7 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     smoke = run([python, "-c", script], tmp_path, **alone, **SHORT_LIVED)
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     assert smoke.stdout.splitlines()[0] == "rows 3" and str(cache) in smoke.stdout
-    assert "Setting default log level" not in smoke.stderr
+    assert "Setting default log level" not in smoke.stderr  # the shipped log4j2 settings were found
     # Suites are looked for in ./expectations, and the demo (which needs the clone's jobs/) says so.
     suites = run(
         [python, "-c", "from streamjoin.validation import suites_folder; print(suites_folder())"],

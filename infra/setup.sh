@@ -24,7 +24,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # uv keeps every revision of a source distribution it builds, and where the package index's
   # answers cannot be cached it makes a new one at each set-up of a clone: a 1.4 GB pyspark build
   # each time (64 of them, 58 GB, filled this machine's disk on 2026-11-29, and mypy then failed
-  # for want of space). The revisions nothing points to any more go.
+  # for want of space). pyproject.toml now tells uv that PyPI's files never change, so it keeps
+  # one build; the revisions nothing points to any more still go.
   .venv/bin/uv cache prune --quiet
   # Every installed module compiled once, here (20 s; STREAMJOIN_NO_BYTECODE=1 skips it). Where
   # PYTHONDONTWRITEBYTECODE is set, as on the machine CI runs on, Python never caches what it

@@ -29,6 +29,7 @@ from harness import (
     create_tables,
     events,
     job,
+    read,
     read_output,
     read_side,
     with_output,
@@ -138,6 +139,11 @@ def chain_spec(paths: dict[str, str], output: str):
     )
 
 
+def table_rows(spark, location: str) -> Counter:
+    """A table's rows, every column, as a multiset."""
+    return Counter(tuple(r) for r in read(spark, location))
+
+
 def replayed_chain(spark, root, paths: dict[str, str], name: str, cut: datetime | None = None) -> Counter:
     """The chain replayed into `name` over everything since the start (in two slices cut at `cut`); its rows."""
     spec = chain_spec(paths, f"{root}/{name}")
@@ -145,7 +151,7 @@ def replayed_chain(spark, root, paths: dict[str, str], name: str, cut: datetime 
         EVERYTHING_SINCE if cut is None else (EVERYTHING_SINCE[0], cut, EVERYTHING_SINCE[1])
     ):
         replay(spark, spec, start, end)
-    return Counter(tuple(r) for r in spark.read.format("delta").load(f"{root}/{name}").collect())
+    return table_rows(spark, f"{root}/{name}")
 
 
 def run_chain(spark, root, paths: dict[str, str]) -> dict[str, Counter]:
@@ -153,7 +159,7 @@ def run_chain(spark, root, paths: dict[str, str]) -> dict[str, Counter]:
     spec = chain_spec(paths, f"{root}/chain_live")
     LiveRunner(spark, spec, f"{root}/chain_checkpoint").run(900)
     return {
-        "live": Counter(tuple(r) for r in spark.read.format("delta").load(spec.output.location).collect()),
+        "live": table_rows(spark, spec.output.location),
         "whole": replayed_chain(spark, root, paths, "chain_whole"),
         "sliced": replayed_chain(spark, root, paths, "chain_sliced", cut=day(-2)),
     }

@@ -1,4 +1,10 @@
-"""Enrichment joins against the seeds' own examples, in both runners, and the jobs they must refuse.
+"""Enrichment joins against the seeds' own examples, and the jobs they must refuse.
+
+Every example is replayed; each kind of enrichment runs live in one of them, between its commits:
+ksqlDB's LEFT join (both table forms), Flink's LEFT temporal join (both forms), RisingWave's ASOF
+and its ASOF LEFT over the table's history. Live batches of every kind, INNER and LEFT, are
+decided on generated histories at the kernel's level (test_kernel_enrichment.py), and live =
+replay = reference end to end in test_enrichment_equivalence.py.
 
 1. ksqlDB's "Semantics of Stream-Table Joins" table (INNER, LEFT), the table kept in both physical
    forms (an append-only changelog with NULL-value tombstones, and a Delta table updated in place
@@ -217,8 +223,10 @@ def lenses_statement(root, customers: str, orders: str, statement: str, name: st
 
 
 def test_lenses_customers_and_orders(spark, tmp_path):
-    """Lenses' statements (views, INSERT INTO), run live and replayed, give the seed's rows; its
-    RIGHT JOIN of the table with the stream is the mirror of the LEFT JOIN, and runs as that."""
+    """Lenses' statements (views, INSERT INTO), replayed, give the seed's rows; its RIGHT JOIN of
+    the table with the stream is the mirror of the LEFT JOIN, and runs as that. (Live runs of
+    this family between commits: the ksqlDB fixture above, and test_kernel_enrichment.py's
+    generated histories.)"""
     customers, orders = str(tmp_path / "customers"), str(tmp_path / "orders")
     upsert(spark, customers, [(1, "John"), (2, "Frank")], CUSTOMERS, ("id",))
     append(spark, orders, [(1, "Computer", at(1)), (1, "Mouse", at(2)), (3, "Keyboard", at(3))], ORDERS)
@@ -231,45 +239,38 @@ def test_lenses_customers_and_orders(spark, tmp_path):
         assert spec == lenses_job(tmp_path, customers, orders, how, f"lenses_{how}")
     right = lenses_statement(tmp_path, customers, orders, LENSES_RIGHT, "lenses_left")
     assert right == specs["left"]
-    live = concurrently(
-        {
-            how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))
-            for how, s in specs.items()
-        }
-    )
     expected = {
         "inner": Counter({("John", "Computer"): 1, ("John", "Mouse"): 1}),
         "left": Counter({("John", "Computer"): 1, ("John", "Mouse"): 1, (None, "Keyboard"): 1}),
     }
+    replays = concurrently(
+        {how: (lambda s=spec: replay(spark, s, at(0), at(10))) for how, spec in specs.items()}
+    )
     for how, spec in specs.items():
         assert outputs(spark, spec, "name", "item") == expected[how]
-        assert all(m.balanced() for m in live[how])
-    replays = {how: replayed(spark, spec, at(0), at(10)) for how, spec in specs.items()}
-    for how, (target, _) in replays.items():
-        assert outputs(spark, target, "name", "item") == expected[how]
-    assert replays["inner"][1].sources["ordersStream"].unmatched_dropped == 1
-    assert replays["left"][1].sources["ordersStream"].unmatched_emitted == 1
+        assert replays[how].balanced()
+    assert replays["inner"].sources["ordersStream"].unmatched_dropped == 1
+    assert replays["left"].sources["ordersStream"].unmatched_emitted == 1
 
 
 def test_lenses_late_customer(spark, tmp_path):
     """The Keyboard order for customer 2 arrives before customer 2 does. The order is enriched
     with the table as it was when the order arrived: NULL. Table changes never trigger output
     (ksqlDB; Lenses' page prints an extra [John, Keyboard], docs/semantics.md says why not), but
-    an order arriving after John does join him."""
+    an order arriving after John does join him. The replay decides by the commits' order, as a
+    live run between them would (the ksqlDB fixture runs live between such commits)."""
     customers, orders = str(tmp_path / "customers"), str(tmp_path / "orders")
     upsert(spark, customers, [(1, "Frank")], CUSTOMERS, ("id",))
     append(spark, orders, [(1, "Computer", at(0)), (2, "Keyboard", at(1))], ORDERS)
-    spec = lenses_job(tmp_path, customers, orders, "left", "late_customer")
-    runner = LiveRunner(spark, spec, f"{tmp_path}/checkpoint")
-    runner.run(600)
-    assert outputs(spark, spec, "name", "item") == Counter({("Frank", "Computer"): 1, (None, "Keyboard"): 1})
     upsert(spark, customers, [(2, "John")], CUSTOMERS, ("id",))
     append(spark, orders, [(2, "Mouse", at(10))], ORDERS)
-    runner.run(600)
+    spec = lenses_job(tmp_path, customers, orders, "left", "late_customer")
+    metrics = replay(spark, spec, at(-10), at(100))
     expected = Counter({("Frank", "Computer"): 1, (None, "Keyboard"): 1, ("John", "Mouse"): 1})
     assert outputs(spark, spec, "name", "item") == expected
-    target, _ = replayed(spark, spec, at(-10), at(100))
-    assert outputs(spark, target, "name", "item") == expected
+    assert (
+        metrics.sources["ordersStream"].joined == 2 and metrics.sources["ordersStream"].unmatched_emitted == 1
+    )
 
 
 # ============================================================================ 3. Flink
@@ -448,8 +449,8 @@ ASOF_LEFT = ASOF_INNER + [
 
 
 def test_risingwave_asof(spark, tmp_path):
-    """RisingWave's ASOF statement (and its ASOF LEFT JOIN), run live and replayed, gives the rows
-    the seed prints."""
+    """RisingWave's ASOF statement, run live and replayed, and its ASOF LEFT JOIN, replayed, give
+    the rows the seed prints. (ASOF LEFT live: test_kernel_enrichment.py's generated histories.)"""
     prices, market = str(tmp_path / "stock_prices"), str(tmp_path / "market_data")
     upsert(spark, market, MARKET_DATA, MARKET, ("stock_name", "market_time"))
     append(spark, prices, STOCK_PRICES, PRICES)
@@ -463,16 +464,12 @@ def test_risingwave_asof(spark, tmp_path):
     }
     expected = {"inner": Counter(ASOF_INNER), "left": Counter(ASOF_LEFT)}
     columns = ("stock_name", "stock_time", "price", "sentiment")
-    live = concurrently(
-        {
-            how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))
-            for how, s in specs.items()
-        }
+    live = LiveRunner(spark, specs["inner"], f"{tmp_path}/ck_inner").run(600)
+    assert outputs(spark, specs["inner"], *columns) == expected["inner"]
+    assert all(m.balanced() for m in live)
+    replays = concurrently(
+        {how: (lambda s=spec: replayed(spark, s, day("00:00"), day("23:00"))) for how, spec in specs.items()}
     )
-    for how, spec in specs.items():
-        assert outputs(spark, spec, *columns) == expected[how]
-        assert all(m.balanced() for m in live[how])
-    replays = {how: replayed(spark, spec, day("00:00"), day("23:00")) for how, spec in specs.items()}
     for how, (target, _) in replays.items():
         assert outputs(spark, target, *columns) == expected[how]
     left, inner = replays["left"][1], replays["inner"][1]
@@ -480,7 +477,7 @@ def test_risingwave_asof(spark, tmp_path):
     assert inner.sources["stock_prices"].unmatched_dropped == 3
     # market_data declares no time column: its versions are its commits, and a replay slice owns (counts)
     # the changes whose commit time it holds; the live run counts each change once.
-    assert sum(m.sources["market_data"].applied for m in live["inner"]) == 9
+    assert sum(m.sources["market_data"].applied for m in live) == 9
     assert inner.sources["market_data"].applied == 0
 
 
@@ -533,22 +530,17 @@ def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_th
 
     preceding = "md.market_time <= sp.stock_time"
     specs = {how: asof_job(f"history_{how}", how, preceding, as_of="event_time") for how in ("inner", "left")}
-    live = concurrently(
-        {
-            how: (lambda s=s: LiveRunner(spark, s, f"{tmp_path}/ck_{s.name}").run(600))
-            for how, s in specs.items()
-        }
-    )
+    live = LiveRunner(spark, specs["left"], f"{tmp_path}/ck_left").run(
+        600
+    )  # (INNER live: the kernel's tests)
     answered = {
         how: Counter(r for r in rows if r[1] < day("11:00"))
         for how, rows in (("inner", ASOF_INNER), ("left", ASOF_LEFT))
     }
+    assert outputs(spark, specs["left"], *columns) == answered["left"]
+    assert all(m.balanced() for m in live)
+    assert live[-1].sources["sp"].open == 3  # the 11:30 prices: market data up to 11:30 may still come
     for how, spec in specs.items():
-        assert outputs(spark, spec, *columns) == answered[how], how
-        assert all(m.balanced() for m in live[how])
-        assert (
-            live[how][-1].sources["sp"].open == 3
-        )  # the 11:30 prices: market data up to 11:30 may still come
         target, metrics = replayed(spark, spec, day("00:00"), day("23:00"))
         assert outputs(spark, target, *columns) == answered[how]
         assert metrics.sources["sp"].open == 3
@@ -590,8 +582,8 @@ PRODUCTS = StructType(
 def test_risingwave_process_time_temporal_join(spark, tmp_path):
     """RisingWave's statement as printed (bare column names, FOR SYSTEM_TIME AS OF PROCTIME()),
     with the products changing between the sales as the seed shows them: each sale gets the price
-    of its moment, live (one run in the middle, one at the end) and replayed. Its comma form binds
-    to the same join."""
+    of its moment, replayed (processing-time joins run live under several triggers in
+    test_enrichment_equivalence.py). Its comma form binds to the same join."""
     sales, products = str(tmp_path / "sales"), str(tmp_path / "products")
     declarations = RISINGWAVE_SALES_SOURCES.format(sales=sales, products=products)
 
@@ -610,11 +602,8 @@ def test_risingwave_process_time_temporal_join(spark, tmp_path):
     append(spark, sales, [sale[1]], SALES)
     upsert(spark, products, [(101, "Product A", 22)], PRODUCTS, ("id",))
     append(spark, sales, [sale[2]], SALES)
-    runner = LiveRunner(spark, spec, f"{tmp_path}/ck")
-    first = runner.run(600)
     upsert(spark, products, [(102, "Product B", 18)], PRODUCTS, ("id",))
     append(spark, sales, [sale[3]], SALES)
-    second = runner.run(600)
     printed = Counter(
         [
             (1, 101, 3, date(2023, 6, 18), "Product A", 25),
@@ -623,11 +612,9 @@ def test_risingwave_process_time_temporal_join(spark, tmp_path):
         ]
     )
     columns = ("transaction_id", "product_id", "quantity", "sale_date", "product_name", "price")
+    metrics = replay(spark, spec, datetime(2023, 6, 18), datetime(2023, 6, 21))
     assert outputs(spark, spec, *columns) == printed
-    assert all(m.balanced() for m in first + second)
-    target, metrics = replayed(spark, spec, datetime(2023, 6, 18), datetime(2023, 6, 21))
-    assert outputs(spark, target, *columns) == printed
-    assert metrics.sources["sales"].joined == 3
+    assert metrics.balanced() and metrics.sources["sales"].joined == 3
     comma = bind(spark, statement("wide_sales_comma", RISINGWAVE_PROCTIME_COMMA))
     assert [(j.family, j.equi, j.spec.type) for j in comma.joins] == [
         ("stream-table", (("sales.product_id", "products.id"),), "inner")

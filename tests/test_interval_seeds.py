@@ -5,7 +5,7 @@
    available-now a few times between the commits.
 2. SQLstream's stocks example (1-minute RANGE windows on both sides, endpoints included) as
    `within: 1m`: its INNER rows in both runners, and its LEFT, RIGHT and FULL listings, which show
-   eager emission, with `emit: eager`.
+   eager emission, with `emit: eager` (FULL live too, in both commit orders).
 3. Interval jobs that cannot run fail before any data moves, saying what to change.
 
 Golden data: tests/data/ksqldb_stream_stream.json and tests/data/sqlstream_stocks.json hold the
@@ -324,11 +324,12 @@ STOCKS_LIVE_ACCOUNTING = {  # live: the same, plus the trailing order, left unse
     "oq": {**STOCKS_ACCOUNTING["oq"], "rows_in": 8, "unsettled": 1},
     "sp": STOCKS_ACCOUNTING["sp"],
 }
-STOCKS_LIVE = {  # name: (plan, join type, emission), run live between the commits
+# Run live between the commits: name -> (plan, join type, emission). FULL pads both sides, so its
+# live runs hold LEFT's and RIGHT's eager decisions too; each join type's eager emission over
+# micro-batches is also decided on generated histories (test_kernel_interval.py).
+STOCKS_LIVE = {
     "inner": ("A", "inner", "final"),
-    "left": ("A", "left", "eager"),
     "full": ("A", "full", "eager"),
-    "right": ("B", "right", "eager"),
     "full_order_first": ("B", "full", "eager"),
 }
 
@@ -431,35 +432,26 @@ def test_stocks_inner_replay_exact(stocks, stocks_replays):
     assert rows == INNER_ALL == stocks.written[STOCKS_RUNS[-1]]["inner"]
 
 
-def test_stocks_left_eager_live_and_replay(spark, stocks, stocks_replays):
+def test_stocks_left_eager_replayed(stocks_replays):
     """The LEFT listing: GOOGL's 05:03:15 order has no price when the joined clock passes 05:03:15,
-    so it is emitted padded then, and joined again when the 05:03:20 GOOGL price arrives."""
-    expected = seed_rows("left") + after_insert()
-    assert stocks.written[STOCKS_RUNS[-1]]["left"] == expected
-    # Live after the 5th commit the settled clock is 05:03:15, the GOOGL order's own rowtime: a
-    # price of that rowtime could still come, so the order waits undecided.
-    assert stocks.written[STOCKS_RUNS[0]]["left"] == until(seed_rows("left"), "05:03:10")
+    so it is emitted padded then, and joined again when the 05:03:20 GOOGL price arrives (the
+    padded order counts as joined)."""
     assert ("05:03:15", None, 1000, None) in seed_rows("left")
-    check_stocks_live_accounting(spark, stocks, "left")  # the padded GOOGL order counts as joined
-
     check_stocks_replays(stocks_replays, ("left", "left_order_first"), "left")
 
 
-def test_stocks_right_eager_live_and_replay(spark, stocks, stocks_replays):
+def test_stocks_right_eager_replayed(stocks_replays):
     """The RIGHT listing: MSFT's 05:03:15 price has no order until 05:03:28, so it is emitted
     padded once the clock passes 05:03:15 (its own commit takes it to 05:03:20)."""
-    expected = seed_rows("right") + after_insert()
-    assert stocks.written[STOCKS_RUNS[-1]]["right"] == expected
-    # After the 5th commit the MSFT price (5th commit) still waits for the frontier: IBM rows only.
-    assert stocks.written[STOCKS_RUNS[0]]["right"] == until(seed_rows("right"), "05:03:10")
-    check_stocks_live_accounting(spark, stocks, "right")
-
     check_stocks_replays(stocks_replays, ("right", "right_price_first"), "right")
 
 
 def test_stocks_full_eager_live_and_replay_in_both_commit_orders(spark, stocks, stocks_replays):
     """The FULL listing as printed, whichever of the two 05:02:10 IBM rows committed first: they
-    share a rowtime, so each finds the other before the clock passes 05:02:10 and neither is padded."""
+    share a rowtime, so each finds the other before the clock passes 05:02:10 and neither is padded.
+    Live after the 5th commit the settled clock is 05:03:15, the GOOGL order's own rowtime: a price
+    of that rowtime could still come, so the order waits undecided (its LEFT padding too), and so
+    does MSFT's 05:03:15 price (its RIGHT padding): the IBM rows only."""
     expected = seed_rows("full") + after_insert()
     for name in ("full", "full_order_first"):
         assert stocks.written[STOCKS_RUNS[-1]][name] == expected, name

@@ -400,7 +400,8 @@ def interval_then_table(root, paths: dict[str, str], name: str):
 def interval_chain(spark, tmp_path_factory):
     """Purchases, payments and shipping committed in turn, three live runs in between, then one
     replay of everything. (A chain's batch failing after each of its writes: the `chain` and
-    `three_streams` fixtures, whose twins write the same tables this chain's batches write.)"""
+    `three_streams` fixtures; the latter's twin, a `Chain` like this one, fails after the writes
+    this chain's batches make: output, state, metrics.)"""
     root = tmp_path_factory.mktemp("interval_chain")
     paths = {name: f"{root}/{name}" for name in "APC"}
     for name, schema in (("A", PURCHASES), ("P", PURCHASES), ("C", SHIPPING)):

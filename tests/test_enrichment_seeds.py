@@ -530,9 +530,8 @@ def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_th
 
     preceding = "md.market_time <= sp.stock_time"
     specs = {how: asof_job(f"history_{how}", how, preceding, as_of="event_time") for how in ("inner", "left")}
-    live = LiveRunner(spark, specs["left"], f"{tmp_path}/ck_left").run(
-        600
-    )  # (INNER live: the kernel's tests)
+    # Live for ASOF LEFT; INNER's live batches over the history: test_kernel_enrichment.py.
+    live = LiveRunner(spark, specs["left"], f"{tmp_path}/ck_left").run(600)
     answered = {
         how: Counter(r for r in rows if r[1] < day("11:00"))
         for how, rows in (("inner", ASOF_INNER), ("left", ASOF_LEFT))

@@ -167,7 +167,8 @@ def pk_sequence(spark, spec, at_version) -> list:
 
 
 @pytest.mark.parametrize("how", ("inner", "left", "full"))
-def test_ksqldb_primary_key_semantics_both_runners(spark, pk, how):
+def test_ksqldb_primary_key_semantics(spark, pk, how):
+    """The seed's changes in order and its final row, replayed; live too for the type run live."""
     spec = pk.specs[how]
     expected = DATA["primary_key"]["expected"][how]
     replayed = with_output(spec, f"{spec.output.location}_replay")
@@ -218,7 +219,8 @@ def fk_sequence(spark, spec, at_version) -> list:
 
 
 @pytest.mark.parametrize("how", ("inner", "left"))
-def test_ksqldb_foreign_key_semantics_both_runners(spark, fk, how):
+def test_ksqldb_foreign_key_semantics(spark, fk, how):
+    """The seed's changes in order, replayed; live = replay for the type run live."""
     spec = fk.specs[how]
     expected = DATA["foreign_key"]["expected"][how]
     replayed = with_output(spec, f"{spec.output.location}_replay")

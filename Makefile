@@ -40,5 +40,6 @@ bench: setup
 constraints:
 	rm -f .venv/.streamjoin-installed
 	STREAMJOIN_UNPINNED=1 bash infra/setup.sh
-	(grep '^#' infra/constraints.txt; .venv/bin/python -m pip freeze --exclude-editable | grep -v '^uv==') \
+	(grep '^#' infra/constraints.txt; .venv/bin/uv pip freeze --python .venv/bin/python --exclude-editable \
+		| grep -Ev '^(uv|pip|setuptools)==') \
 		> infra/constraints.new && mv infra/constraints.new infra/constraints.txt

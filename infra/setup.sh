@@ -21,10 +21,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   [ -z "${STREAMJOIN_UNPINNED:-}" ] || pins=()
   # uv itself, by the interpreter's own pip when it has one (pip 22.3 or later installs into
   # another environment), else by a pip bootstrapped into the venv.
-  uv=(install --quiet --disable-pip-version-check "uv==0.13.9")
-  if ! "$python" -m pip --python .venv/bin/python "${uv[@]}" >/dev/null 2>&1; then
+  uv_install=(install --quiet --disable-pip-version-check "uv==0.13.9")
+  if ! "$python" -m pip --python .venv/bin/python "${uv_install[@]}" >/dev/null 2>&1; then
     .venv/bin/python -m ensurepip --default-pip >/dev/null
-    .venv/bin/python -m pip "${uv[@]}"
+    .venv/bin/python -m pip "${uv_install[@]}"
   fi
   UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --python .venv/bin/python "${pins[@]}" \
     -e ".[airflow,quality,dev,bench]"

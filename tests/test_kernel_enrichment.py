@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kernel_harness import (
     SETTINGS,
+    at_random,
     check_live,
     check_replay,
     cuts,
@@ -30,7 +31,7 @@ from reference import asof_reference, history_asof_reference, temporal_reference
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))  # histories of STACK examples
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "1"))  # histories of STACK examples
 STACK = 60
 
 
@@ -139,7 +140,7 @@ def temporal_cases(draw):
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
-    how, grace, in_place, laid = data.draw(temporal_cases())
+    how, grace, in_place, laid = data.draw(at_random(temporal_cases()))
     closed = data.draw(st.booleans(), label="closed input")
     plan = temporal_plan(spark, paths, how, grace, in_place)
     output, stream, table = temporal_reference(laid.stream, laid.table, grace, how, mode, in_place, closed)
@@ -149,7 +150,7 @@ def test_temporal_replay_and_slices_decide_as_the_reference(spark, paths, mode, 
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
-    how, grace, in_place, laid = data.draw(temporal_cases())
+    how, grace, in_place, laid = data.draw(at_random(temporal_cases()))
     plan = temporal_plan(spark, paths, how, grace, in_place)
     output, stream, table = temporal_reference(laid.stream, laid.table, grace, how, in_place=in_place)
     check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), output, stream, {1: table})
@@ -176,7 +177,7 @@ def asof_cases(draw):
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_asof_replay_and_slices_decide_as_the_reference(spark, paths, data):
-    how, skew, ties, laid = data.draw(asof_cases())
+    how, skew, ties, laid = data.draw(at_random(asof_cases()))
     plan = asof_plan(spark, paths, how, skew, ties)
     expected = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
     check_replay(spark, plan, laid, "exact", slices(data.draw, STACK), *expected)
@@ -185,7 +186,7 @@ def test_asof_replay_and_slices_decide_as_the_reference(spark, paths, data):
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_asof_live_batches_decide_as_the_reference(spark, paths, data):
-    how, skew, ties, laid = data.draw(asof_cases())
+    how, skew, ties, laid = data.draw(at_random(asof_cases()))
     plan = asof_plan(spark, paths, how, skew, ties)
     expected = asof_reference(laid.stream, laid.table, how, skew * 1_000_000)
     check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), *expected)
@@ -205,7 +206,7 @@ def history_asof_plan(spark, paths, how: str, grace: int, in_place: bool, follow
 @settings(max_examples=EXAMPLES, **SETTINGS)
 @given(data=st.data())
 def test_history_asof_replay_and_slices_decide_as_the_reference(spark, paths, mode, data):
-    how, grace, in_place, laid = data.draw(temporal_cases())
+    how, grace, in_place, laid = data.draw(at_random(temporal_cases()))
     following = data.draw(st.booleans(), label="nearest following")
     closed = data.draw(st.booleans(), label="closed input")
     plan = history_asof_plan(spark, paths, how, grace, in_place, following)
@@ -220,7 +221,7 @@ def test_history_asof_replay_and_slices_decide_as_the_reference(spark, paths, mo
 def test_history_asof_live_batches_decide_as_the_reference(spark, paths, data):
     """A nearest following row is known only after the lookup: rows held back then stay in the
     state and are answered in a later batch, as the reference answers them at once."""
-    how, grace, in_place, laid = data.draw(temporal_cases())
+    how, grace, in_place, laid = data.draw(at_random(temporal_cases()))
     following = data.draw(st.booleans(), label="nearest following")
     plan = history_asof_plan(spark, paths, how, grace, in_place, following)
     output, stream, table = history_asof_reference(

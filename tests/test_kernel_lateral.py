@@ -13,15 +13,15 @@ import pytest
 from conftest import append
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import SETTINGS, assert_one_stream_slices, one_stream_frame, one_stream_live
+from kernel_harness import SETTINGS, assert_one_stream_slices, at_random, one_stream_frame, one_stream_live
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType, TimestampType
 from reference import BUCKETS, lateral_reference
 
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "6"))
-LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "5"))
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "3"))
 ORDERS = StructType(
     [
         StructField("id", StringType()),
@@ -104,7 +104,7 @@ def expected(commits, kind, how, inside=lambda t: True):
 @given(
     kind=st.sampled_from(sorted(KINDS)),
     how=st.sampled_from(("inner", "left")),
-    commits=histories(),
+    commits=at_random(histories()),
     cuts=st.lists(st.integers(0, 200), max_size=3).map(sorted),
 )
 def test_replayed_slices_decide_as_the_reference(spark, root, kind, how, commits, cuts):
@@ -121,7 +121,7 @@ def test_replayed_slices_decide_as_the_reference(spark, root, kind, how, commits
 @given(
     kind=st.sampled_from(sorted(KINDS)),
     how=st.sampled_from(("inner", "left")),
-    commits=histories(),
+    commits=at_random(histories()),
     data=st.data(),
 )
 def test_micro_batches_decide_as_the_reference(spark, root, kind, how, commits, data):

@@ -18,6 +18,7 @@ from kernel_harness import (
     SETTINGS,
     assert_slices_add_up,
     assert_step_as_expected,
+    at_random,
     batches,
     laid_streams,
     live_steps,
@@ -29,8 +30,8 @@ from test_kernel_interval import LAID, STACK, commits
 
 from streamjoin.plan import bind
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "3"))
-LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "2"))
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))
+LIVE_EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_LIVE_EXAMPLES", "1"))
 NAMES = ("l", "r")
 
 
@@ -63,7 +64,7 @@ def tables(spark, tmp_path_factory):
     windows=widths(),
     residual=st.booleans(),
     closed=st.booleans(),
-    scenarios=st.lists(commits(), min_size=STACK, max_size=STACK),
+    scenarios=at_random(st.lists(commits(), min_size=STACK, max_size=STACK)),
 )
 def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual, closed, scenarios):
     plan = plan_for(spark, tables, how, windows, residual)
@@ -79,7 +80,7 @@ def test_one_step_decides_as_the_reference(spark, tables, how, windows, residual
     how=st.sampled_from(("inner", "left", "right", "full")),
     windows=widths(),
     cut=st.integers(-30, 2),
-    scenarios=st.lists(commits(), min_size=STACK, max_size=STACK),
+    scenarios=at_random(st.lists(commits(), min_size=STACK, max_size=STACK)),
 )
 def test_slices_add_up_to_the_whole(spark, tables, how, windows, cut, scenarios):
     plan = plan_for(spark, tables, how, windows)
@@ -100,7 +101,7 @@ def deliveries(draw):
 
 
 @settings(max_examples=LIVE_EXAMPLES, **SETTINGS)
-@given(case=deliveries())
+@given(case=at_random(deliveries()))
 def test_micro_batches_decide_as_one_step(spark, tables, case):
     """Live `decide`, batch after batch, with each key's latest rows kept in the state."""
     how, windows, events, batches = case

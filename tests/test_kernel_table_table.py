@@ -21,7 +21,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import SETTINGS, LaidTables, lay_tables_end_to_end, tables_step
+from kernel_harness import SETTINGS, LaidTables, at_random, lay_tables_end_to_end, tables_step
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -30,7 +30,7 @@ from streamjoin.errors import UnsupportedJobError
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
-EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "2"))  # histories of STACK examples
+EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "1"))  # histories of STACK examples
 STACK = 60
 KV = StructType([StructField("k", StringType()), StructField("v", StringType())])
 
@@ -141,7 +141,9 @@ def live_changes(spark, plan, laid: LaidTables, cuts, *values: str) -> Counter:
 @given(data=st.data())
 def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
     how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")
-    laid = lay_tables_end_to_end(data.draw(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
+    laid = lay_tables_end_to_end(
+        data.draw(at_random(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
+    )
     last = versions_upto(laid, len(laid.commits) - 1)
     result = tables_step(spark, plan_for(spark, paths, how), laid, last, {0: -1, 1: -1}, None)
     expected, final = reference(laid, how)
@@ -155,7 +157,9 @@ def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
 @given(data=st.data())
 def test_live_batches_write_each_change_once(spark, paths, data):
     how = data.draw(st.sampled_from(("inner", "left", "full")), label="join type")
-    laid = lay_tables_end_to_end(data.draw(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
+    laid = lay_tables_end_to_end(
+        data.draw(at_random(st.lists(table_commits(), min_size=STACK, max_size=STACK)))
+    )
     cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=5), label="cuts")
     plan = plan_for(spark, paths, how)
     assert live_changes(spark, plan, laid, cuts, "lv", "rv") == reference(laid, how)[0]
@@ -228,7 +232,9 @@ def test_a_chain_of_three_tables_replayed_and_live_writes_the_reference_changes(
     first = data.draw(st.sampled_from(("inner", "left")), label="l JOIN r")
     second = data.draw(st.sampled_from(("inner", "left")), label="JOIN s")
     laid = lay_tables_end_to_end(
-        data.draw(st.lists(chain_commits(), min_size=STACK, max_size=STACK)), tables=3, values_are_keys=(1,)
+        data.draw(at_random(st.lists(chain_commits(), min_size=STACK, max_size=STACK))),
+        tables=3,
+        values_are_keys=(1,),
     )
     plan = chain_plan_for(spark, paths, first, second)
     expected, final = chain_reference(laid, first, second)

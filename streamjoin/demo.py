@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
@@ -250,23 +251,20 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
         runs = {"live": combine(first[name] + again[name])}
         runs |= {mode: replays[(name, mode)] for mode in ("exact", "complete")}
         results[name] = runs
-        live_rows, exact_rows, complete_rows = (
-            delta_io.read_snapshot(spark, location)
-            for location in (
-                job.output.location,
-                f"{job.output.location}_replay_exact",
-                f"{job.output.location}_replay_complete",
+        same, gained, lost = _differences(
+            *(
+                delta_io.read_snapshot(spark, location)
+                for location in (
+                    job.output.location,
+                    f"{job.output.location}_replay_exact",
+                    f"{job.output.location}_replay_complete",
+                )
             )
         )
-        same = live_rows.exceptAll(exact_rows).isEmpty() and exact_rows.exceptAll(live_rows).isEmpty()
         print(f"\n== {name}: {job.description}")
         for run in runs.values():
             print("  " + run.summary())
         print(f"  live output equals the exact replay: {'yes' if same else 'NO'}")
-        gained, lost = (
-            complete_rows.exceptAll(exact_rows).count(),
-            exact_rows.exceptAll(complete_rows).count(),
-        )
         print(
             f"  what lateness cost ({runs['exact'].total('late')} late input rows): {gained} output rows appear only when "
             f"every row counts as on time, {lost} appear only in the exact output (e.g. padded where the late partner was cut)"
@@ -280,6 +278,36 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
         " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md)."
     )
     return results
+
+
+def _differences(live: DataFrame, exact: DataFrame, complete: DataFrame) -> tuple[bool, int, int]:
+    """The three outputs as multisets, in one Spark job: whether the live output equals the exact
+    replay, how many rows only the complete replay holds (gained when every row counts as on
+    time) and how many only the exact one holds (lost), counted as `exceptAll` counts them."""
+    columns = [F.col(f"`{c}`") for c in exact.columns]
+    tagged = [
+        frame.select(*columns, F.lit(tag).alias("_sj_from"))
+        for tag, frame in (("live", live), ("exact", exact), ("complete", complete))
+    ]
+    per_row = (
+        functools.reduce(DataFrame.unionByName, tagged)
+        .groupBy(*columns)
+        .agg(
+            *(
+                F.count_if(F.col("_sj_from") == tag).alias(f"_sj_{tag}")
+                for tag in ("live", "exact", "complete")
+            )
+        )
+    )
+    live_n, exact_n, complete_n = F.col("_sj_live"), F.col("_sj_exact"), F.col("_sj_complete")
+    totals = per_row.agg(
+        F.sum(F.abs(live_n - exact_n)).alias("unequal"),
+        F.sum(F.greatest(complete_n - exact_n, F.lit(0))).alias("gained"),
+        F.sum(F.greatest(exact_n - complete_n, F.lit(0))).alias("lost"),
+    ).first()
+    assert totals is not None  # an aggregate without grouping returns exactly one row
+    unequal, gained, lost = (totals[c] or 0 for c in ("unequal", "gained", "lost"))
+    return unequal == 0, gained, lost
 
 
 def _side_by_side(calls: dict) -> dict:

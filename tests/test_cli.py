@@ -66,6 +66,15 @@ def test_demo_outputs_exist_and_counts_add_up(spark, demo, capsys):
             assert live.total(bucket) == exact.total(bucket), bucket
         assert live.rows_out == exact.rows_out == delta_io.read_snapshot(spark, str(output)).count()
         assert complete.total("late") == 0
+        # The summary compares the outputs as multisets: equal live and exact; what lateness cost
+        # adds up to the difference of the replays' sizes.
+        summary = printed.split(f"\n== {job}: ")[1].split("\n== ")[0]
+        assert "live output equals the exact replay: yes" in summary, summary
+        cost = re.search(
+            r"\): (\d+) output rows appear only when .*, (\d+) appear only in the exact", summary
+        )
+        assert cost is not None, summary
+        assert int(cost[1]) - int(cost[2]) == complete.rows_out - exact.rows_out, summary
     for job in ("orders_payments", "payments_shipments"):
         assert results[job]["exact"].total("rejected") == 4  # the payments without an order id
     assert results["orders_payments"]["exact"].total("late") > 0

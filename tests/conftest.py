@@ -70,42 +70,42 @@ if _TESTS_SET_JAVA_OPTIONS:
     )
 
 
-# The test files that take longest (worker-seconds in a clean-clone run of 2026-11-29, the session
-# of stop 62, docs/testing.md), slowest first. `make test` deals whole files to two workers in
+# The test files that take longest (worker-seconds in a clean-clone run of 2026-11-30, the session
+# of stop 65, docs/testing.md), slowest first. `make test` deals whole files to two workers in
 # collection order (--no-loadscope-reorder), so these go out first and the short files fill in at
 # the end; dealt alphabetically, a long file drawn last kept one worker busy minutes after the
 # other had stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 376 (320 to 332 since two of its tests became one): ten SIGKILLs, each a new JVM
-    "test_cli",  # 202: the demo
-    "test_aged_tables",  # 202
-    "test_chains",  # 164
-    "test_bench",  # 125
-    "test_enrichment_seeds",  # 115
-    "test_enrichment_equivalence",  # 97
-    "test_setup",  # 96
-    "test_dags",  # 92
-    "test_equivalence",  # 89
-    "test_kernel_interval_chain",  # 88
-    "test_table_table",  # 79
-    "test_backfill",  # 74
-    "test_lookup_seeds",  # 67
-    "test_interval_seeds",  # 66
-    "test_handoff",  # 61
-    "test_cluster",  # 60
-    "test_kernel_enrichment",  # 41
-    "test_delta_io",  # 38
-    "test_report",  # 38
-    "test_rows_seeds",  # 33
-    "test_lateral_seeds",  # 28
-    "test_kernel_chain",  # 26
+    "test_restart",  # 363: ten SIGKILLs, each a new JVM
+    "test_cli",  # 220: the demo
+    "test_aged_tables",  # 184
+    "test_chains",  # 159
+    "test_bench",  # 130
+    "test_enrichment_seeds",  # 108
+    "test_enrichment_equivalence",  # 108
+    "test_equivalence",  # 75
+    "test_dags",  # 73
+    "test_handoff",  # 63
+    "test_kernel_interval_chain",  # 63
+    "test_table_table",  # 61
+    "test_backfill",  # 58
+    "test_cluster",  # 57
+    "test_interval_seeds",  # 57
+    "test_lookup_seeds",  # 47
+    "test_delta_io",  # 45
+    "test_report",  # 37
+    "test_setup",  # 35
+    "test_rows_seeds",  # 34
+    "test_lateral_seeds",  # 29
     "test_window_seeds",  # 26
-    "test_live",  # 25
-    "test_verify",  # 21
-    "test_kernel_interval",  # 21
-    "test_kernel_rows",  # 16
-    "test_kernel_window",  # 16
-    "test_validation",  # 15
+    "test_verify",  # 26
+    "test_live",  # 26
+    "test_kernel_enrichment",  # 22
+    "test_kernel_chain",  # 21
+    "test_kernel_rows",  # 17
+    "test_kernel_interval",  # 17
+    "test_joins_base",  # 16
+    "test_spec",  # 15
 )
 
 

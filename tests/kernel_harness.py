@@ -54,10 +54,10 @@ SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets ma
 def at_random(draw, strategy: st.SearchStrategy):
     """`strategy` without the example Hypothesis tries first in every run, its simplest: every
     choice at its minimum (each stacked example one commit of one row, the first join type, bounds
-    0, no grace), the same degenerate history each time. A kernel-level run costs the same whatever
-    it holds, so a test whose few runs included that one spent a share of its time on a history that
-    can find nothing new; rejected here, before any Spark work, every run a test pays for is drawn
-    at random (docs/testing.md, "Example counts")."""
+    0, no grace), the same degenerate history each time. A kernel-level replay costs about the same
+    whatever it holds (its Spark jobs, not its rows), so a test whose few runs included that one
+    spent a share of its time on a history that can find nothing new; rejected here, before any
+    Spark work, every run a test pays for is drawn at random (docs/testing.md, "Example counts")."""
     assume(draw(st.integers(0, 2**32 - 1), label="not the simplest example") != 0)
     return draw(strategy)
 

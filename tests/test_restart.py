@@ -90,29 +90,19 @@ class Uninterrupted:
     sides: dict[str, Counter]
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(spark, tmp_path_factory) -> Uninterrupted:
-    """The exact replay of every part: what one live run that never stopped writes, row for row
-    (contract 2; the SIGKILL test below compares with such a run over its own input, and over
-    this fixed example the two were found equal, side tables included: docs/testing.md). Shared
-    by the restart tests: their inputs are the same commits in the same order."""
-    tables = Tables(spark, tmp_path_factory.mktemp("uninterrupted"))
-    for part in PARTS:
-        tables.write(part)
-    replayed = with_output(tables.spec, f"{tables.root}/replay")
-    replay(spark, replayed, *EVERYTHING, mode="exact")
+def replayed(tables: Tables) -> Uninterrupted:
+    """The exact replay of everything `tables` holds: what one live run that never stopped writes,
+    row for row (contract 2), with the reference's view of the same commits."""
+    spark, root = tables.spark, tables.root
+    target = with_output(tables.spec, f"{root}/replay")
+    replay(spark, target, *EVERYTHING, mode="exact")
     expected, counts = reference(events(spark, tables.paths, tables.written), LO, HI, GRACE, HOW)
     return Uninterrupted(
-        output=read_output(spark, replayed.output.location),
+        output=read_output(spark, target.output.location),
         expected=expected,
         counts=counts,
-        sides={side: read_side(spark, replayed.output.side(side)) for side in ("late", "rejected")},
+        sides={side: read_side(spark, target.output.side(side)) for side in ("late", "rejected")},
     )
-
-
-def test_the_exact_replay_equals_the_reference_and_has_late_and_rejected_rows(uninterrupted):
-    assert uninterrupted.output == uninterrupted.expected
-    assert uninterrupted.sides["late"] and uninterrupted.sides["rejected"]
 
 
 def test_fixed_data_exercises_every_case():
@@ -149,11 +139,13 @@ class FailAfterEach:
             raise RuntimeError(f"injected failure after writing {table} in batch {batch}")
 
 
-def test_restarts_and_a_batch_failing_after_each_of_its_writes_end_as_one_run(spark, tmp_path, uninterrupted):
+def test_restarts_and_a_batch_failing_after_each_of_its_writes_end_as_one_run(spark, tmp_path):
     """Stopped after each part and restarted each time. Batch 1, killed after every one of its
     writes in turn, is redone by a new runner on the same checkpoint each time: what it wrote
     before is skipped, the rest written once. A restart with nothing new runs no batch; the last
-    part comes in one-file micro-batches (a commit of two files cut between two of them)."""
+    part comes in one-file micro-batches (a commit of two files cut between two of them). The
+    live output, side tables and metrics equal the exact replay of the same tables, which equals
+    the reference and has late and rejected rows."""
     tables = Tables(spark, tmp_path)
     tables.write(PARTS[0])
     tables.live()
@@ -169,6 +161,9 @@ def test_restarts_and_a_batch_failing_after_each_of_its_writes_end_as_one_run(sp
     tables.live()  # nothing new: a restart that runs no batch
     tables.write(PARTS[2])
     tables.live(max_files_per_trigger=1)
+    uninterrupted = replayed(tables)
+    assert uninterrupted.output == uninterrupted.expected, "the exact replay differs from the reference"
+    assert uninterrupted.sides["late"] and uninterrupted.sides["rejected"]
     tables.check_against(uninterrupted)
     batches = [r["batch"] for r in live_metrics(spark, tables.spec)]
     assert batches == list(range(len(batches))) and len(batches) > 3, batches

@@ -162,6 +162,17 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     return DemoData(commits, tables)
 
 
+# The table properties the demo's sources are created with (ignored by Delta on a table that
+# exists): the change data feed (a table's history), commit times that never go back, and each
+# row's commit version (row tracking: a replay reads its slices from a snapshot, and the tables
+# stay readable once they are older than Delta's retention). docs/semantics.md, "Row tracking".
+SOURCE_TABLE = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableInCommitTimestamps": "true",
+    "delta.enableRowTracking": "true",
+}
+
+
 def write_tables(
     spark: SparkSession,
     root: str,
@@ -170,11 +181,12 @@ def write_tables(
     only: tuple[str, ...] = (),
 ) -> None:
     """Write the demo tables (and the chosen range of stream commits) under `root`; `only`: just
-    the tables named (a job that reads two of them needs no commit of the others)."""
+    the tables named (a job that reads two of them needs no commit of the others). Each table is
+    created as a source should be (`SOURCE_TABLE`), whatever the session's defaults."""
     for name, (schema, rows) in data.tables.items():
         path = f"{root}/{name}"
         if (not only or name in only) and not delta_io.exists(spark, path):
-            local_frame(spark, rows, schema).write.format("delta").save(path)
+            local_frame(spark, rows, schema).write.format("delta").options(**SOURCE_TABLE).save(path)
     for commit in data.commits[commits]:
         if only and commit.table not in only:
             continue
@@ -183,7 +195,7 @@ def write_tables(
         if commit.key:
             delta_io.upsert(frame, path, commit.key)
         else:
-            frame.write.format("delta").mode("append").save(path)
+            frame.write.format("delta").mode("append").options(**SOURCE_TABLE).save(path)
 
 
 def demo_job(name: str, root: str) -> JoinSpec:

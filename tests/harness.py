@@ -61,12 +61,14 @@ FIXED_PARTS = [
 ]
 
 
-def create_tables(spark, root) -> dict[int, str]:
-    """Both source tables, empty (version 0 holds no rows), change data feed on."""
+def create_tables(spark, root, row_tracking: bool = False) -> dict[int, str]:
+    """Both source tables, empty (version 0 holds no rows), change data feed on; row tracking
+    only when asked (the tests' session default is off: tests/conftest.py)."""
     paths = {}
     for side, name in enumerate(SIDES):
         paths[side] = f"{root}/{name}"
-        local_frame(spark, [], SCHEMA).write.format("delta").save(paths[side])
+        writer = local_frame(spark, [], SCHEMA).write.format("delta")
+        writer.option("delta.enableRowTracking", str(row_tracking).lower()).save(paths[side])
     return paths
 
 

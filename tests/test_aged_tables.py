@@ -371,7 +371,7 @@ def test_live_equals_replay_and_slices_add_up_from_a_start_version(spark, tmp_pa
 
 
 def test_a_vacuumed_source_is_reported_before_reading(spark, tmp_path):
-    paths = create_tables(spark, tmp_path)
+    paths = create_tables(spark, tmp_path, row_tracking=True)  # replays read pinned snapshots
     write_commit(spark, paths[0], [("l1", "a", 1, 0)])
     write_commit(spark, paths[1], [("r1", "a", 1, 0)])
     write_commit(spark, paths[0], [("l2", "a", 2, 0)])

@@ -102,7 +102,9 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path):
     how, lo, hi, grace = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE
     cut = 12  # inside the example: rows on both sides of it, windows open across it
     root = tmp_path
-    paths = create_tables(spark, root)
+    # Row tracking on, as a user's table should have it: replays read slices from snapshots here,
+    # from the change feed in the other young-table tests (tests/conftest.py).
+    paths = create_tables(spark, root, row_tracking=True)
     spec = job(root, paths, how, lo, hi, grace)
     written = write_all(spark, paths, [c for part in FIXED_PARTS for c in part])
     positioned = events(spark, paths, written)

@@ -39,7 +39,7 @@ os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # (`PrepareDeltaScan`): on tables of a few files it skips nothing and took 1.4 s of a 6 s replay;
 # without it, `test_backfill.py` and `test_interval_seeds.py` took 217 and 220 s against 234 and
 # 275 s (docs/testing.md). Tables the tests create have no row tracking unless a test asks for
-# it (the aged tables, the demo's, one replay of the fixed example): Delta 4.4 takes a row-tracked
+# it (the aged tables, the demo's, the fixed example's replays): Delta 4.4 takes a row-tracked
 # table's row-ID high-water mark from the snapshot's computed state, a Spark job that rebuilds the
 # table's state before every commit: an append costs 0.43 to 0.47 s instead of 0.15 to 0.20 s.
 # Their replays read the change feed, as for a user's table without row tracking; the other read

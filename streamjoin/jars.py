@@ -32,6 +32,7 @@ STAMP = ".fetched"  # holds the POM's hash: a folder fetched for another POM is 
 ARCHIVE = "driver-classes.jsa"
 ARCHIVE_STAMP = ".archived"  # the runtime the archive was made for (`_runtime_hash`)
 DUMP_CLASSES = "STREAMJOIN_DUMP_CLASSES"  # set by `build_class_archive` for the run that makes it
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JIT option of a JVM that runs too briefly for C2 to pay
 
 
 def checkout() -> Path | None:
@@ -122,7 +123,7 @@ def build_class_archive(where: Path) -> Path:
     and 65 CPU-s instead of 61 s and 93; set-up runs it beside the checks)."""
     target, partial = where / ARCHIVE, where / f"{ARCHIVE}.partial"
     partial.unlink(missing_ok=True)
-    options = f"{os.environ.get('STREAMJOIN_JAVA_OPTIONS', '')} -XX:TieredStopAtLevel=1".strip()
+    options = f"{os.environ.get('STREAMJOIN_JAVA_OPTIONS', '')} {C1_ONLY}".strip()
     env = {
         **os.environ,
         DUMP_CLASSES: str(partial),

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from streamjoin import jars
 from streamjoin.frames import local_frame
 
 # A pytest-xdist worker runs with a __main__ that has neither a spec nor a file, which
@@ -142,7 +143,7 @@ def forget_between_modules():
 # smoke run, a cluster's executor for one small replay) compiles with C1 only, which costs a cold
 # driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1 alone made
 # them slower (docs/testing.md).
-SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1"
+SHORT_LIVED_JVM = jars.C1_ONLY
 
 
 @pytest.fixture(scope="session")

@@ -611,12 +611,16 @@ def _stats_time(text: object) -> datetime | None:
     return value if value.tzinfo is not None else None
 
 
-def _checksum_files(location: str, version: int | None = None) -> list[dict] | None:
-    """The files of a local table at `version` (default: its newest) as Delta's checksum of that
-    version lists them (`allFiles` in `<version>.crc`, which Delta writes for tables of few files),
-    or None: not a local table, no checksum for the version, no list in it, or files this reading
-    does not cover (deletion vectors, column mapping, paths outside the table). Reading the list is
-    a file read; asking Delta rebuilds the version's state, a Spark job, and queries it."""
+def size_at(location: str, version: int) -> int | None:
+    """The bytes of a local table's files at `version`, from Delta's checksum of that version (a
+    file read, no Spark job); None when there is no such checksum."""
+    size = (_checksum(location, version) or {}).get("tableSizeBytes")
+    return size if isinstance(size, int) else None
+
+
+def _checksum(location: str, version: int | None = None) -> dict | None:
+    """Delta's checksum of a local table's `version` (default: its newest), `<version>.crc` in its
+    log, or None: not a local table, or no readable checksum for the version."""
     log = _local_log(location)
     if log is None:
         return None
@@ -626,6 +630,18 @@ def _checksum_files(location: str, version: int | None = None) -> list[dict] | N
         with open(os.path.join(log, f"{version:020d}.crc"), encoding="utf-8") as file:
             checksum = json.load(file)
     except (OSError, ValueError):
+        return None
+    return checksum if isinstance(checksum, dict) else None
+
+
+def _checksum_files(location: str, version: int | None = None) -> list[dict] | None:
+    """The files of a local table at `version` (default: its newest) as Delta's checksum of that
+    version lists them (`allFiles` in `<version>.crc`, which Delta writes for tables of few files),
+    or None: not a local table, no checksum for the version, no list in it, or files this reading
+    does not cover (deletion vectors, column mapping, paths outside the table). Reading the list is
+    a file read; asking Delta rebuilds the version's state, a Spark job, and queries it."""
+    checksum = _checksum(location, version)
+    if checksum is None:
         return None
     files = checksum.get("allFiles")
     configuration = (checksum.get("metadata") or {}).get("configuration") or {}

@@ -175,8 +175,9 @@ def _replay(
         rows = positions.read_rows(source, ranges[source.name], (lo, hi))
         # The output's pass reads each row once and counts it as it goes; the late and rejected
         # rows' writes read the snapshot again, which costs less than caching every row (bench/
-        # README.md). Where the output's pass itself reads them more than once, they are cached.
-        if not once:
+        # README.md). Where the output's pass itself reads them more than once, or the source is
+        # small enough that a second read's fixed cost outweighs keeping its rows, they are cached.
+        if not once or _small(source.spec.location, pinned[source.name]):
             rows = rows.persist()
             cached.append(rows)
         read[source.name] = _stream_counts(rows, slices, settled, once)
@@ -284,6 +285,19 @@ def _replay(
         )
     delta_io.append(to_frame(spark, runs), out.side("metrics"), merge_schema=True)
     return runs
+
+
+# A stream source whose files at the pinned version hold at most this many bytes has the rows a
+# replay reads cached: reading them again for the late and rejected rows' writes costs a snapshot's
+# state and a scan, a few tenths of a second whatever they hold, where caching a few megabytes costs
+# less (a replay of the fixed example of tests/harness.py: 3.2 s against 3.7 s; docs/testing.md).
+SMALL_SOURCE_BYTES = 8 << 20
+
+
+def _small(location: str, version: int) -> bool:
+    """The source's files at `version` hold at most `SMALL_SOURCE_BYTES` (unknown: not small)."""
+    size = delta_io.size_at(location, version)
+    return size is not None and size <= SMALL_SOURCE_BYTES
 
 
 def _output_counts(

@@ -82,7 +82,7 @@ if _TESTS_SET_JAVA_OPTIONS:
 
 
 # The test files that take longest (worker-seconds in a clean-clone run of 2026-11-30, the session
-# of stop 65, docs/testing.md), slowest first. `make test` deals whole files to two workers in
+# of stop 63, docs/testing.md), slowest first. `make test` deals whole files to two workers in
 # collection order (--no-loadscope-reorder), so these go out first and the short files fill in at
 # the end; dealt alphabetically, a long file drawn last kept one worker busy minutes after the
 # other had stopped.

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aging import age_table, vacuum, write_commits
 from conftest import SHORT_LIVED_JVM, append, at
+from delta.tables import DeltaTable
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
@@ -168,6 +169,11 @@ def test_a_table_of_its_own_is_read_from_the_files_its_checksum_lists(spark, tmp
         # schema lists none, and the checksum after it comes when Delta has rebuilt the state.
         listed = delta_io._checksum_files(path) is not None
         assert listed or commit >= 4, commit
+        # The size a replay decides by (`replay.SMALL_SOURCE_BYTES`) is the one Delta reports.
+        newest = delta_io.newest_logged(path)
+        assert newest is not None
+        size = delta_io.size_at(path, newest)
+        assert size == DeltaTable.forPath(spark, path).detail().first()["sizeInBytes"], commit
         spark.sparkContext.setJobGroup(f"own{commit}", "read_own")
         own = rows(delta_io.read_own(spark, path, wide))
         if listed:
@@ -180,6 +186,7 @@ def test_a_table_of_its_own_is_read_from_the_files_its_checksum_lists(spark, tmp
     spark.sql(f"OPTIMIZE delta.`{path}`")
     assert rows(delta_io.read_own(spark, path, wide)) == rows(delta_io.read_snapshot(spark, path))
     os.remove(os.path.join(path, "_delta_log", f"{delta_io.newest_logged(path):020d}.crc"))
+    assert delta_io.size_at(path, delta_io.newest_logged(path) or 0) is None  # unknown, so not small
     spark.sparkContext.setJobGroup("fallback", "read_own")
     assert rows(delta_io.read_own(spark, path, wide)) == rows(delta_io.read_snapshot(spark, path))
     assert len(jobs.getJobIdsForGroup("fallback")) > 1, "no checksum: Delta lists the files"

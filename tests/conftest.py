@@ -73,9 +73,14 @@ os.environ.setdefault(
 # less: Spark's driver code is too varied for deep inlining to pay over tens of rows, and the C2
 # compiler, a quarter of a worker's CPU, compiles each method in less time. Two processes side by
 # side (six files): 589 CPU-s instead of 679, 243 and 355 s instead of 292 and 393 (docs/testing.md).
-# One's own setting is left alone.
-_TESTS_SET_JAVA_OPTIONS = "STREAMJOIN_JAVA_OPTIONS" not in os.environ
-if _TESTS_SET_JAVA_OPTIONS:
+# One's own setting is left alone. Decided once, by the first process to load this file: pytest-xdist
+# workers inherit its environment, the options already set, and must still know they are the tests'
+# own (until 2026-11-30 they took them for one's own, and the processes they started ran without
+# SHORT_LIVED_JVM below).
+_OWN_JAVA_OPTIONS = "STREAMJOIN_TESTS_SET_JAVA_OPTIONS"
+os.environ.setdefault(_OWN_JAVA_OPTIONS, "0" if "STREAMJOIN_JAVA_OPTIONS" in os.environ else "1")
+TESTS_SET_JAVA_OPTIONS = os.environ[_OWN_JAVA_OPTIONS] == "1"
+if TESTS_SET_JAVA_OPTIONS:
     os.environ["STREAMJOIN_JAVA_OPTIONS"] = (
         "-XX:+UseParallelGC -XX:MaxInlineLevel=6 -XX:FreqInlineSize=100 -XX:InlineSmallCode=1000"
     )
@@ -152,7 +157,7 @@ def spark():
 
     session = get_spark(app_name="streamjoin-tests")
     # The processes the tests start after it live for seconds (SHORT_LIVED_JVM).
-    if _TESTS_SET_JAVA_OPTIONS:
+    if TESTS_SET_JAVA_OPTIONS:
         os.environ["STREAMJOIN_JAVA_OPTIONS"] += f" {SHORT_LIVED_JVM}"
     yield session
     session.stop()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import SHORT_LIVED_JVM, TESTS_SET_JAVA_OPTIONS
 from harness import (
     EVERYTHING,
     FIXED_GRACE,
@@ -209,6 +210,17 @@ def start_child(job_file: Path, checkpoint: str, trigger: str, die_after=None) -
     )
 
 
+def jvm_options(group: int) -> list[str]:
+    """The command line of the JVM in process group `group` (a child's driver)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if os.getpgid(int(pid)) == group:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+                if command[0].endswith("/java"):
+                    return command
+    raise AssertionError(f"no JVM in process group {group}")
+
+
 def kill_group(child: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signal.SIGKILL)
@@ -267,6 +279,8 @@ def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_kil
         else:
             child = start_child(job_file, checkpoint, "processing-time:1s")
             assert child.stdout is not None and child.stdout.readline().strip() == "running"
+            if n == 1 and TESTS_SET_JAVA_OPTIONS:  # a JVM that lives for seconds compiles with C1 alone
+                assert SHORT_LIVED_JVM in jvm_options(child.pid)
             more, clock = growing_input(rng, 2, clock, first)  # commits that land while it runs
             first += len(more)
             tables.write(more)

@@ -39,7 +39,11 @@ def _load(reader: DataFrameReader | DataStreamReader, location: str):
 
 
 def exists(spark: SparkSession, location: str) -> bool:
-    """True when `location` holds a Delta table."""
+    """True when `location` holds a Delta table. A local table is one whose log holds a commit (a
+    listing, where asking Delta costs a few Py4J calls and a look at its cached log; every run asks
+    for each table it touches)."""
+    if newest_logged(location) not in (None, -1):
+        return True
     if _is_path(location):
         return DeltaTable.isDeltaTable(spark, location)
     return spark.catalog.tableExists(location)
@@ -303,13 +307,23 @@ def read_own(spark: SparkSession, location: str, schema: StructType) -> DataFram
 
 def require_change_feed(spark: SparkSession, location: str) -> None:
     """Stream sources need their change data feed: it records each row's arrival."""
-    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
-    if properties.get("delta.enableChangeDataFeed", "false").lower() != "true":
+    if table_properties(spark, location).get("delta.enableChangeDataFeed", "false").lower() != "true":
         raise JobError(
             f"{location!r} does not record its change data feed, which streamjoin reads for each row's "
             f"commit version and time; run ALTER TABLE {_sql_name(location)} SET TBLPROPERTIES "
             "(delta.enableChangeDataFeed = true) before writing events (rows written earlier cannot be replayed)"
         )
+
+
+def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
+    """The properties set on a table (`delta.enableChangeDataFeed`, ...). A local table's come from
+    the checksum of its newest version, which holds its metadata (a file read, where `SHOW
+    TBLPROPERTIES` is parsed, planned and run as a Spark job); without that checksum, from the
+    statement."""
+    configuration = ((_checksum(location) or {}).get("metadata") or {}).get("configuration")
+    if isinstance(configuration, dict):
+        return configuration
+    return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
 
 
 def _sql_name(location: str) -> str:
@@ -438,8 +452,7 @@ def translated_errors(location: str, what: str, advice: str | None = None):
 
 def file_retention(spark: SparkSession, location: str) -> timedelta:
     """How long VACUUM keeps files a table no longer references (delta.deletedFileRetentionDuration)."""
-    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
-    text = properties.get("delta.deletedFileRetentionDuration", "interval 7 days")
+    text = table_properties(spark, location).get("delta.deletedFileRetentionDuration", "interval 7 days")
     match = re.match(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", text, re.IGNORECASE)
     units = {"week": 604_800, "day": 86_400, "hour": 3_600, "minute": 60, "second": 1}
     if not match or match.group(2).lower() not in units:

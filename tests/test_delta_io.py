@@ -279,6 +279,44 @@ def test_missing_change_feed_is_a_clear_error(spark, tmp_path):
         delta_io.require_change_feed(spark, path)
 
 
+def test_whether_a_table_exists_and_its_properties_are_read_from_its_log_as_delta_tells_them(spark, tmp_path):
+    """`exists` (a listing of the log) and `table_properties` (the newest checksum's metadata)
+    answer what Delta answers, after creation, appends and property changes; without the
+    checksum the properties come from Delta."""
+    path = str(tmp_path / "props")
+    (tmp_path / "empty" / "_delta_log").mkdir(parents=True)
+    for nothing in (path, str(tmp_path / "empty"), str(tmp_path)):
+        assert not delta_io.exists(spark, nothing) and not DeltaTable.isDeltaTable(spark, nothing)
+
+    def set_on_table(shown: dict[str, str]) -> dict[str, str]:
+        """Without the protocol's entries, which SHOW TBLPROPERTIES adds to the table's own."""
+        protocol = ("delta.minReader", "delta.minWriter", "delta.feature.")
+        return {k: v for k, v in shown.items() if not k.startswith(protocol)}
+
+    def delta_says() -> dict[str, str]:
+        return set_on_table(
+            {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+        )
+
+    spark.createDataFrame([], EVENTS).write.format("delta").option(
+        "delta.enableChangeDataFeed", "false"
+    ).save(path)
+    assert delta_io.exists(spark, path) and DeltaTable.isDeltaTable(spark, path)
+    assert delta_io.table_properties(spark, path) == delta_says()
+    with pytest.raises(JobError, match="does not record its change data feed"):
+        delta_io.require_change_feed(spark, path)
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+        "(delta.enableChangeDataFeed = true, delta.deletedFileRetentionDuration = 'interval 3 days')"
+    )
+    append(spark, path, [("a", 1, at(1))], EVENTS)
+    assert delta_io.table_properties(spark, path) == delta_says()
+    delta_io.require_change_feed(spark, path)
+    assert delta_io.file_retention(spark, path) == timedelta(days=3)
+    os.remove(os.path.join(path, "_delta_log", f"{delta_io.newest_logged(path):020d}.crc"))
+    assert set_on_table(delta_io.table_properties(spark, path)) == delta_says()  # from Delta
+
+
 def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
     path = str(tmp_path / "vacuumed")
     append(spark, path, [("a", 1, at(1))], EVENTS)

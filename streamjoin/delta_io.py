@@ -39,11 +39,14 @@ def _load(reader: DataFrameReader | DataStreamReader, location: str):
 
 
 def exists(spark: SparkSession, location: str) -> bool:
-    """True when `location` holds a Delta table. A local table is one whose log holds a commit (a
-    listing, where asking Delta costs a few Py4J calls and a look at its cached log; every run asks
-    for each table it touches)."""
-    if newest_logged(location) not in (None, -1):
+    """True when `location` holds a Delta table. A local folder does when its log holds a commit,
+    and does not without a log (a listing, where asking Delta costs Py4J calls and a look at its
+    cached log; every run asks of each table it touches); Delta answers for the rest."""
+    log = _local_log(location)
+    if log is not None and _commit_versions(log):
         return True
+    if log is not None and not os.path.isdir(log):
+        return False
     if _is_path(location):
         return DeltaTable.isDeltaTable(spark, location)
     return spark.catalog.tableExists(location)

@@ -323,8 +323,8 @@ def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
     the checksum of its newest version, which holds its metadata (a file read, where `SHOW
     TBLPROPERTIES` is parsed, planned and run as a Spark job); without that checksum, from the
     statement."""
-    configuration = ((_checksum(location) or {}).get("metadata") or {}).get("configuration")
-    if isinstance(configuration, dict):
+    configuration = _configuration(_checksum(location))
+    if configuration is not None:
         return configuration
     return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
 
@@ -650,6 +650,12 @@ def _checksum(location: str, version: int | None = None) -> dict | None:
     return checksum if isinstance(checksum, dict) else None
 
 
+def _configuration(checksum: dict | None) -> dict[str, str] | None:
+    """The table properties in a checksum's metadata; None without a checksum or metadata."""
+    configuration = ((checksum or {}).get("metadata") or {}).get("configuration")
+    return configuration if isinstance(configuration, dict) else None
+
+
 def _checksum_files(location: str, version: int | None = None) -> list[dict] | None:
     """The files of a local table at `version` (default: its newest) as Delta's checksum of that
     version lists them (`allFiles` in `<version>.crc`, which Delta writes for tables of few files),
@@ -660,7 +666,7 @@ def _checksum_files(location: str, version: int | None = None) -> list[dict] | N
     if checksum is None:
         return None
     files = checksum.get("allFiles")
-    configuration = (checksum.get("metadata") or {}).get("configuration") or {}
+    configuration = _configuration(checksum) or {}
     if not isinstance(files, list) or len(files) != checksum.get("numFiles"):
         return None  # no list, or not the whole one
     if configuration.get("delta.columnMapping.mode", "none") != "none":

@@ -38,6 +38,7 @@ from streamjoin.spec import load_job
 
 BENCH = Path(__file__).resolve().parent
 JOBS = {name: BENCH / "jobs" / f"{name}.yaml" for name in handwritten.QUERIES}
+STATEFUL = ("q8", "q20")  # the queries that hold state between micro-batches (window and interval joins)
 
 
 @dataclass
@@ -271,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--live-queries",
-        default="q8,q20",
-        help="queries whose live catch-up is measured at every live scale (all are at the smallest)",
+        help=f"queries whose live catch-up is measured at every live scale (default: every query at "
+        f"the smallest, {','.join(STATEFUL)} at the others)",
     )
     parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB (the bench extra)")
     parser.add_argument("--work", default="build/bench", help="scratch folder for the Delta tables")
@@ -300,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
         live = (
             []
             if scale not in live_scales
+            else args.live_queries.split(",")
+            if args.live_queries
             else queries
             if scale == min(live_scales)
-            else args.live_queries.split(",")
+            else list(STATEFUL)
         )
         results += bench_scale(spark, scale, root, args.rounds, queries, live, not args.no_duckdb)
     out.mkdir(parents=True, exist_ok=True)

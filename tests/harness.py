@@ -222,6 +222,28 @@ class FailOnce:
             raise RuntimeError(f"injected failure after writing {table} in batch {batch}")
 
 
+# The order in which a micro-batch of stream sources writes its tables (runners/live.py): the
+# output's pass first, then its late and rejected rows, its state, its metrics row.
+WRITES = ("output", "late", "rejected", "state", "metrics")
+
+
+class FailAfterEach:
+    """An after_write hook that fails `batch` once right after each of `writes` (the tables it
+    writes, in `WRITES`' order), in turn: the first attempt dies after its first write, the rerun
+    (which Delta lets skip that write) after the second, and so on, until the last attempt
+    completes the batch."""
+
+    def __init__(self, batch: int, writes: tuple[str, ...] = WRITES):
+        self.batch, self.writes = batch, writes
+        self.fired: list[tuple[str, int]] = []
+
+    def __call__(self, table: str, batch: int) -> None:
+        writes = self.writes
+        if batch == self.batch and len(self.fired) < len(writes) and table == writes[len(self.fired)]:
+            self.fired.append((table, batch))
+            raise RuntimeError(f"injected failure after writing {table} in batch {batch}")
+
+
 def concurrently(calls: dict) -> dict:
     """Run independent jobs (zero-argument callables, by name) at once and return their results.
 

@@ -17,13 +17,12 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import append, at
-from harness import FINAL, delete, live_accounting, read, run_live, upsert, with_output
+from harness import FINAL, WRITES, FailAfterEach, delete, live_accounting, read, run_live, upsert, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 from reference import LINK_BUCKETS
 from seed_sql import KSQLDB_NWAY_SOURCES, KSQLDB_NWAY_STREAM, SQLSTREAM_QUOTE_SOURCES, SQLSTREAM_THREE_WAY
 from selenium.webdriver.common.by import By
 from test_report import number, open_page, severe, shown
-from test_restart import WRITES, FailAfterEach
 
 from streamjoin import kernel
 from streamjoin.errors import JobError, UnsupportedJobError

@@ -18,7 +18,6 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import yaml
 from conftest import SHORT_LIVED_JVM, TESTS_SET_JAVA_OPTIONS
 from harness import (
@@ -29,6 +28,7 @@ from harness import (
     FIXED_LO,
     FIXED_PARTS,
     SIDES,
+    WRITES,
     create_tables,
     events,
     job,
@@ -119,46 +119,17 @@ def test_fixed_data_exercises_every_case():
         assert counts[side]["late"] and counts[side]["rejected"], counts
 
 
-# The order in which a micro-batch writes its tables (runners/live.py).
-WRITES = ("rejected", "late", "output", "state", "metrics")
-
-
-class FailAfterEach:
-    """An after_write hook that fails `batch` once right after each of `writes` (the tables it
-    writes, in `WRITES`' order), in turn: the first attempt dies after its first write, the rerun
-    (which Delta lets skip that write) after the second, and so on, until the last attempt
-    completes the batch."""
-
-    def __init__(self, batch: int = 1, writes: tuple[str, ...] = WRITES):
-        self.batch, self.writes = batch, writes
-        self.fired: list[tuple[str, int]] = []
-
-    def __call__(self, table: str, batch: int) -> None:
-        writes = self.writes
-        if batch == self.batch and len(self.fired) < len(writes) and table == writes[len(self.fired)]:
-            self.fired.append((table, batch))
-            raise RuntimeError(f"injected failure after writing {table} in batch {batch}")
-
-
-def test_restarts_and_a_batch_failing_after_each_of_its_writes_end_as_one_run(spark, tmp_path):
-    """Stopped after each part and restarted each time. Batch 1, killed after every one of its
-    writes in turn, is redone by a new runner on the same checkpoint each time: what it wrote
-    before is skipped, the rest written once. A restart with nothing new runs no batch; the last
-    part comes in one-file micro-batches (a commit of two files cut between two of them). The
-    live output, side tables and metrics equal the exact replay of the same tables, which equals
-    the reference and has late and rejected rows."""
+def test_restarts_end_as_one_run(spark, tmp_path):
+    """Stopped after each part and restarted each time; a restart with nothing new runs no batch;
+    the last part comes in one-file micro-batches (a commit of two files cut between two of them).
+    The live output, side tables and metrics equal the exact replay of the same tables, which
+    equals the reference and has late and rejected rows. (A batch interrupted after each of its
+    writes: the SIGKILL test below kills a runner right after each of them.)"""
     tables = Tables(spark, tmp_path)
     tables.write(PARTS[0])
     tables.live()
     tables.write(PARTS[1])
-    hook = FailAfterEach()
-    for table in WRITES:
-        with pytest.raises(Exception, match=f"injected failure after writing {table}"):
-            tables.live(after_write=hook)
-    assert hook.fired == [(table, 1) for table in WRITES], (
-        "batch 1 did not write every table: the data no longer exercises each failure"
-    )
-    tables.live(after_write=hook)  # the sixth attempt completes batch 1
+    tables.live()
     tables.live()  # nothing new: a restart that runs no batch
     tables.write(PARTS[2])
     tables.live(max_files_per_trigger=1)
@@ -189,6 +160,20 @@ def growing_input(rng: random.Random, commits: int, clock: int, first: int) -> t
             rows.append((f"g{first + n}_{j}", key, clock - behind, 0))
         written.append((rng.randint(0, 1), rows, None))
     return written, clock
+
+
+def every_write(clock: int, first: int) -> tuple[list, int]:
+    """Three commits after `clock` that make the batch holding them write every table: a row 10 s
+    ahead (r), then a NULL key and a row 60 s behind it (l; late: the r row, settled before it,
+    lifted the watermark), then a row on r again, which settles l's commit; and the clock 10 s
+    ahead closes the earlier rows' windows, so some come out."""
+    clock += 10
+    rows = [
+        [(f"g{first}_0", "a", clock, 0)],
+        [(f"g{first}_1", None, clock, 0), (f"g{first}_2", "b", clock - 60, 0)],
+    ]
+    rows.append([(f"g{first}_3", "c", clock, 0)])
+    return [(1, rows[0], None), (0, rows[1], None), (1, rows[2], None)], clock
 
 
 def start_child(job_file: Path, checkpoint: str, trigger: str, die_after=None) -> subprocess.Popen:
@@ -229,9 +214,10 @@ def kill_group(child: subprocess.Popen) -> None:
 
 def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_killed(spark, tmp_path):
     """Issue 20, item 8: a live runner in its own process, killed with SIGKILL (with its JVM) ten
-    times while the input grows: half of the kills right after a write chosen at random (so between
-    two writes of a micro-batch; when that write never comes, once it has caught up), half after a
-    random delay into its run. Restarted on the same checkpoint each time; at the end a runner in
+    times while the input grows: half of the kills right after one of a micro-batch's five writes
+    (each write once, in an order drawn at random; the input before each holds a late and a
+    rejected row and closes windows, so that its batch makes every write), half after a random
+    delay into its run. Restarted on the same checkpoint each time; at the end a runner in
     the test's own process takes over the dead one's lease and runs to completion. Output, side
     tables and metrics equal those of one runner that was never killed, and the reference's."""
     rng = random.Random(20)
@@ -262,13 +248,18 @@ def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_kil
     tables.spec = load_job(job_file)
     checkpoint = f"{tmp_path}/out_checkpoint"
     clock, first, kills = 0, 0, []
+    targets = list(WRITES)
+    rng.shuffle(targets)  # the write each of the five kills after a write follows
     for n in range(KILLS):
         commits, clock = growing_input(rng, rng.randint(2, 4), clock, first)
         first += len(commits)
+        if n % 2 == 0:
+            more, clock = every_write(clock, first)
+            commits, first = commits + more, first + len(more)
         tables.write(commits)
         if n % 2 == 0:
-            table = rng.choice(WRITES)
-            child = start_child(job_file, checkpoint, "processing-time:1s", [table, rng.randint(1, 2)])
+            table = targets[n // 2]
+            child = start_child(job_file, checkpoint, "processing-time:1s", [table, 1])
             try:  # it kills itself after that write, or once caught up if its batches never make it
                 child.wait(120)
             except subprocess.TimeoutExpired:
@@ -288,8 +279,8 @@ def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_kil
             kill_group(child)
             kills.append(("at random", child.returncode))
     assert [code for _, code in kills] == [-signal.SIGKILL] * KILLS, kills
-    # Which writes come depends on how the batches fell (4 of 5 did when measured): some at least.
-    assert sum(where.startswith("after") for where, _ in kills) >= 2, kills
+    # Each of a batch's writes was followed by a kill: the rerun skips what the killed batch wrote.
+    assert sorted(where for where, _ in kills[::2]) == sorted(f"after {table}" for table in WRITES), kills
     # To completion, on the same checkpoint, in this process: a restart like the others, without
     # the cold JVM of an eleventh child (about half a minute of CPU).
     tables.live("out")

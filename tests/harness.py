@@ -173,7 +173,7 @@ def events(spark, paths: dict[int, str], commits) -> list[Event]:
 
 def read_output(spark, path: str) -> Counter:
     """The output table as a multiset of (left id, right id, output time in seconds after BASE)."""
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not delta_io.exists(spark, path):
         return Counter()  # no batch wrote a row
     base = BASE_MICROS
     frame = spark.read.format("delta").load(path)
@@ -187,7 +187,7 @@ def read_output(spark, path: str) -> Counter:
 
 def read_side(spark, path: str) -> Counter:
     """A late or rejected side table as a multiset of (source, reason, row as JSON)."""
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not delta_io.exists(spark, path):
         return Counter()
     return Counter(
         tuple(r) for r in spark.read.format("delta").load(path).select("source", "reason", "row").collect()

@@ -57,6 +57,7 @@ from seed_sql import (
     RISINGWAVE_SOURCES,
 )
 
+from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
@@ -346,7 +347,7 @@ def flink(spark, tmp_path_factory):
     runners = [LiveRunner(spark, spec, f"{root}/checkpoint_{spec.name}") for spec in live_specs.values()]
     run_live(runners)
     early = {
-        key: read(spark, spec.output.location) if _exists(spark, spec.output.location) else []
+        key: read(spark, spec.output.location) if delta_io.exists(spark, spec.output.location) else []
         for key, spec in live_specs.items()
     }
     rate("EUR", "1.10", "12:05")
@@ -357,12 +358,6 @@ def flink(spark, tmp_path_factory):
         {key: (lambda s=spec: replayed(spark, s, hm("11:00"), hm("13:00"))) for key, spec in specs.items()}
     )
     return SimpleNamespace(specs=specs, twins=twins, early=early, live=live, replays=replays)
-
-
-def _exists(spark, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
 
 
 @pytest.mark.parametrize("form", ("changelog", "in_place"))
@@ -720,4 +715,4 @@ def test_replay_of_a_vacuumed_table_is_refused_before_data_moves(spark, tmp_path
     with pytest.raises(HistoryNotRetainedError) as error:
         replay(spark, spec, day("00:00"), day("23:00"))
     assert str(tmp_path / "m") in str(error.value) and "VACUUM ran at" in str(error.value)
-    assert not _exists(spark, spec.output.location)  # nothing was written
+    assert not delta_io.exists(spark, spec.output.location)  # nothing was written

@@ -19,10 +19,10 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import append
-from delta.tables import DeltaTable
 from harness import EVERYTHING, FailOnce, concurrently, run_live, with_output
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
+from streamjoin import delta_io
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.kernel import family
 from streamjoin.plan import bind
@@ -78,7 +78,7 @@ def table_job(
 
 def change_log(spark, spec) -> list:
     """The job's result changes in the order they happened: (source, version, op, row as dict)."""
-    if not DeltaTable.isDeltaTable(spark, spec.output.side("changes")):
+    if not delta_io.exists(spark, spec.output.side("changes")):
         return []
     rows = spark.read.format("delta").load(spec.output.side("changes")).collect()
     rows.sort(
@@ -93,7 +93,7 @@ def change_log(spark, spec) -> list:
 
 
 def result_table(spark, spec) -> set:
-    if not DeltaTable.isDeltaTable(spark, spec.output.location):
+    if not delta_io.exists(spark, spec.output.location):
         return set()  # no change was ever written
     columns = [c for c in spark.read.format("delta").load(spec.output.location).columns if c != "event_time"]
     return {

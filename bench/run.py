@@ -298,15 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     for scale in scales:
         root = Path(args.work).resolve() / f"scale_{scale:g}"
-        live = (
-            []
-            if scale not in live_scales
-            else args.live_queries.split(",")
-            if args.live_queries
-            else queries
-            if scale == min(live_scales)
-            else list(STATEFUL)
-        )
+        if scale not in live_scales:
+            live = []
+        elif args.live_queries:
+            live = args.live_queries.split(",")
+        elif scale == min(live_scales):
+            live = queries
+        else:
+            live = list(STATEFUL)
         results += bench_scale(spark, scale, root, args.rounds, queries, live, not args.no_duckdb)
     out.mkdir(parents=True, exist_ok=True)
     run = {

@@ -168,12 +168,12 @@ def every_write(clock: int, first: int) -> tuple[list, int]:
     lifted the watermark), then a row on r again, which settles l's commit; and the clock 10 s
     ahead closes the earlier rows' windows, so some come out."""
     clock += 10
-    rows = [
-        [(f"g{first}_0", "a", clock, 0)],
-        [(f"g{first}_1", None, clock, 0), (f"g{first}_2", "b", clock - 60, 0)],
+    commits = [
+        (1, [(f"g{first}_0", "a", clock, 0)], None),
+        (0, [(f"g{first}_1", None, clock, 0), (f"g{first}_2", "b", clock - 60, 0)], None),
+        (1, [(f"g{first}_3", "c", clock, 0)], None),
     ]
-    rows.append([(f"g{first}_3", "c", clock, 0)])
-    return [(1, rows[0], None), (0, rows[1], None), (1, rows[2], None)], clock
+    return commits, clock
 
 
 def start_child(job_file: Path, checkpoint: str, trigger: str, die_after=None) -> subprocess.Popen:

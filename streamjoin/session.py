@@ -148,8 +148,7 @@ class _RememberingView(JVMView):
     `remember_jvm_lookups`)."""
 
     def __getattr__(self, name: str):
-        found = super().__getattr__(name)
-        return _remember(self, name, found)
+        return _remember(self, name, super().__getattr__(name))
 
 
 class _RememberingPackage(JavaPackage):
@@ -163,14 +162,12 @@ class _RememberingClass(JavaClass):
     """A Java class that remembers its static methods and nested classes (never a field's value)."""
 
     def __getattr__(self, name: str):
-        found = super().__getattr__(name)
-        if isinstance(found, JavaMember | JavaClass):
-            found = _remember(self, name, found)
-        return found
+        return _remember(self, name, super().__getattr__(name))
 
 
 def _remember(owner: object, name: str, found: object) -> object:
-    """Keep `found` as `owner`'s attribute `name`, so that Python finds it without asking the JVM."""
+    """Keep `found` as `owner`'s attribute `name`, so that Python finds it without asking the JVM,
+    if it is a class, a package or a method (a field's value, a Java object or a number, is not)."""
     for kind, remembering in ((JavaClass, _RememberingClass), (JavaPackage, _RememberingPackage)):
         if type(found) is kind:
             found.__class__ = remembering

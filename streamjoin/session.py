@@ -143,26 +143,24 @@ def get_spark(
     return spark
 
 
-class _RememberingView(JVMView):
-    """The driver's JVM view, remembering the classes and packages it found by name (see
-    `remember_jvm_lookups`)."""
+class _Remembering:
+    """Mixed into Py4J's view, package and class: what `__getattr__` finds is asked of the JVM
+    once (`_remember` decides what is kept; see `remember_jvm_lookups`)."""
 
     def __getattr__(self, name: str):
-        return _remember(self, name, super().__getattr__(name))
+        return _remember(self, name, super().__getattr__(name))  # type: ignore[misc]  # Py4J's own
 
 
-class _RememberingPackage(JavaPackage):
+class _RememberingView(_Remembering, JVMView):
+    """The driver's JVM view, remembering the classes and packages it found by name."""
+
+
+class _RememberingPackage(_Remembering, JavaPackage):
     """A Java package that remembers the classes and packages found in it."""
 
-    def __getattr__(self, name: str):
-        return _remember(self, name, super().__getattr__(name))
 
-
-class _RememberingClass(JavaClass):
+class _RememberingClass(_Remembering, JavaClass):
     """A Java class that remembers its static methods and nested classes (never a field's value)."""
-
-    def __getattr__(self, name: str):
-        return _remember(self, name, super().__getattr__(name))
 
 
 def _remember(owner: object, name: str, found: object) -> object:

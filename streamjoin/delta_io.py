@@ -94,6 +94,18 @@ class Commit:
         return self.output_rows if operation == "CREATE TABLE AS SELECT" else None
 
     @property
+    def created_rows(self) -> int | None:
+        """Of a table's first commit (version 0): how many rows it created the table with, known
+        from the log alone (a table created empty by DDL holds none; one created by a write holds
+        the `numOutputRows` it wrote); None when only its rows can tell."""
+        operation = self.operation.upper()
+        if operation == "CREATE TABLE":
+            return 0
+        if operation in ("WRITE", "CREATE TABLE AS SELECT"):
+            return self.output_rows
+        return self.appended_rows
+
+    @property
     def rewrites_rows(self) -> bool:
         """The commit may update or delete rows: refused on an append-only stream source."""
         operation = self.operation.upper()

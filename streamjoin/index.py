@@ -137,7 +137,10 @@ def update(
     `held`: per stream source, the commits (by version) of rows the caller has read and tagged
     (the live runner's micro-batch), with their stats over those rows. A commit that the log says
     appended exactly that many rows is indexed from them; the change feed is read only for the others.
-    `extend` False: a source the index holds keeps its entries (no `upto` given: as far as they go).
+    `extend` False: a source the index holds keeps its entries (no `upto` given: as far as they go),
+    and a new one (no `upto` given) gets its start entry only. A new live checkpoint creates its
+    index so: its micro-batches index the commits after the start from the rows they hold, where
+    indexing them up front would read every row of the source once more before the first batch.
     """
     if known is not None:
         starts, lasts = dict(known.starts), dict(known.lasts)
@@ -179,6 +182,8 @@ def update(
         version = resolve_start(spark, source, wanted, latest)
         start, commits = _start_entry(spark, source, version, targets[source.name])
         starts[source.name] = start
+        if source.spec.kind == "stream" and not extend and latest is not None:
+            targets[source.name] = version  # its history only (see `extend` above)
         if source.spec.kind == "table":
             new.append(start)
         else:  # the history and every commit after it, up to the target: the commits just read
@@ -373,7 +378,10 @@ def _pending(
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
     wanted = sorted(v for v in commits if after < v <= upto)
-    known = {} if after < start.version else _complete(held or {}, commits, start, wanted)
+    if after < start.version:  # the history too
+        known = {0: None} if start.version == 0 and commits[0].created_rows == 0 else {}
+    else:
+        known = _complete(held or {}, commits, start, wanted)
     unknown = [v for v in wanted if v not in known]
     query = _stats_query(spark, source, start, commits, unknown) if unknown else None
     return _Pending(source, start, upto, so_far, commits, wanted, known, unknown, query)

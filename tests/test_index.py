@@ -118,6 +118,23 @@ def test_the_rows_a_commit_appended_are_known_from_the_log_only_for_plain_append
         assert Commit(3, datetime(2024, 1, 1), operation, mode).appended_rows is None  # no metrics logged
 
 
+@pytest.mark.parametrize(
+    "operation, mode, created",
+    [
+        ("CREATE TABLE", None, 0),  # DDL: the table starts empty
+        ("WRITE", "ErrorIfExists", 7),  # a DataFrame's save: what it wrote is all the table holds
+        ("WRITE", "Overwrite", 7),
+        ("CREATE TABLE AS SELECT", None, 7),
+        ("CREATE OR REPLACE TABLE AS SELECT", None, None),  # not known: its rows tell
+        ("MERGE", None, None),
+    ],
+)
+def test_the_rows_a_table_was_created_with_are_known_from_its_first_commits_log(operation, mode, created):
+    """A new live checkpoint indexes its sources' start; a start at version 0 whose log says the
+    table was created empty needs no read of its rows."""
+    assert Commit(0, datetime(2024, 1, 1), operation, mode, output_rows=7).created_rows == created
+
+
 def _job(**extra) -> dict:
     document = {
         "name": "j",

@@ -26,7 +26,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m ensurepip --default-pip >/dev/null
     .venv/bin/python -m pip "${uv_install[@]}"
   fi
-  UV_LINK_MODE=copy .venv/bin/uv pip install --quiet --python .venv/bin/python "${pins[@]}" \
+  # Installed files are hard links into uv's cache (uv's default), not copies: 2.4 s instead of
+  # 10.4 s for a fresh clone (twice a CI run). Nothing writes to an installed file in place:
+  # installers replace files, and compiled bytecode goes to new files beside them.
+  UV_LINK_MODE=hardlink .venv/bin/uv pip install --quiet --python .venv/bin/python "${pins[@]}" \
     -e ".[airflow,quality,dev,bench]"
   # uv keeps every revision of a source distribution it builds, and where the package index's
   # answers cannot be cached it makes a new one at each set-up of a clone: a 1.4 GB pyspark build

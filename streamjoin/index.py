@@ -138,9 +138,11 @@ def update(
     (the live runner's micro-batch), with their stats over those rows. A commit that the log says
     appended exactly that many rows is indexed from them; the change feed is read only for the others.
     `extend` False: a source the index holds keeps its entries (no `upto` given: as far as they go),
-    and a new one (no `upto` given) gets its start entry only. A new live checkpoint creates its
-    index so: its micro-batches index the commits after the start from the rows they hold, where
-    indexing them up front would read every row of the source once more before the first batch.
+    and a new one (no `upto` given) whose table was created empty at its start (version 0) gets its
+    start entry only. A new live checkpoint creates its index so: its micro-batches index the
+    commits after the start from the rows they hold, where indexing them up front would read every
+    row of the source once more before the first batch. (Any other start needs its history read,
+    and that one Spark job reads the stats of the commits after it too.)
     """
     if known is not None:
         starts, lasts = dict(known.starts), dict(known.lasts)
@@ -182,8 +184,8 @@ def update(
         version = resolve_start(spark, source, wanted, latest)
         start, commits = _start_entry(spark, source, version, targets[source.name])
         starts[source.name] = start
-        if source.spec.kind == "stream" and not extend and latest is not None:
-            targets[source.name] = version  # its history only (see `extend` above)
+        if source.spec.kind == "stream" and not extend and latest is not None and _empty_history(commits):
+            targets[source.name] = version  # its start only (see `extend` above)
         if source.spec.kind == "table":
             new.append(start)
         else:  # the history and every commit after it, up to the target: the commits just read
@@ -378,13 +380,19 @@ def _pending(
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
     wanted = sorted(v for v in commits if after < v <= upto)
-    if after < start.version:  # the history too
-        known = {0: None} if start.version == 0 and commits[0].created_rows == 0 else {}
+    if after < start.version:  # the history too: known without a read only where it is all
+        known = {0: None} if upto == start.version and _empty_history(history) else {}
     else:
         known = _complete(held or {}, commits, start, wanted)
     unknown = [v for v in wanted if v not in known]
     query = _stats_query(spark, source, start, commits, unknown) if unknown else None
     return _Pending(source, start, upto, so_far, commits, wanted, known, unknown, query)
+
+
+def _empty_history(commits: list[delta_io.Commit]) -> bool:
+    """`commits` (a source's, from its start on) start at version 0, and its log says the table was
+    created empty: a history known without reading a row."""
+    return commits[0].version == 0 and commits[0].created_rows == 0
 
 
 def _complete(

@@ -380,6 +380,7 @@ def _pending(
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
     wanted = sorted(v for v in commits if after < v <= upto)
+    known: dict[int, arrival.CommitStats | None]
     if after < start.version:  # the history too: known without a read only where it is all
         known = {0: None} if upto == start.version and _empty_history(history) else {}
     else:

@@ -1,18 +1,14 @@
 # The two commands of the README. Each one sets up what it needs (idempotent) and then runs.
-.PHONY: setup packages bytecode class-archive demo test check lint bench constraints
+.PHONY: setup packages class-archive demo test check lint bench constraints
 
 setup:
 	bash infra/setup.sh
 
-# Set-up without the driver class archive and the installed modules' bytecode (all the checks
-# need), then each of those alone: `make test` makes them while the checks run, instead of one
-# after the other. The archive is a JVM for about 50 s, using one and a half of the two cores; a
-# clone set up after another on the same machine takes it from the user's cache instead (a
-# second; streamjoin/jars.py), and then compiles the bytecode (17 s on both cores) beside mypy.
+# Set-up without the driver class archive (all the checks need), and the archive alone: `make
+# test` makes the archive (a JVM for about 50 s, using one and a half of the two cores) while mypy
+# runs on the other, instead of one after the other. A clone set up after another on the same
+# machine takes the archive from the user's cache instead (a second; streamjoin/jars.py).
 packages:
-	STREAMJOIN_NO_CLASS_ARCHIVE=1 STREAMJOIN_NO_BYTECODE=1 bash infra/setup.sh
-
-bytecode: packages
 	STREAMJOIN_NO_CLASS_ARCHIVE=1 bash infra/setup.sh
 
 class-archive: packages
@@ -25,7 +21,7 @@ demo: setup
 # Spark session each, test files dealt out whole, slowest first (tests/conftest.py); the 25
 # slowest are printed.
 test: packages
-	$(MAKE) --no-print-directory -j2 class-archive lint bytecode
+	$(MAKE) --no-print-directory -j2 class-archive lint
 	.venv/bin/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 check: packages

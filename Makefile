@@ -6,8 +6,7 @@ setup:
 
 # Set-up without the driver class archive (all the checks need), and the archive alone: `make
 # test` makes the archive (a JVM for about 50 s, using one and a half of the two cores) while mypy
-# runs on the other, instead of one after the other. A clone set up after another on the same
-# machine takes the archive from the user's cache instead (a second; streamjoin/jars.py).
+# runs on the other, instead of one after the other.
 packages:
 	STREAMJOIN_NO_CLASS_ARCHIVE=1 bash infra/setup.sh
 

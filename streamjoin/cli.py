@@ -505,8 +505,7 @@ def cmd_setup_jars(args) -> int:
         print(f"{len(kept)} jar(s) in {where}: {', '.join(p.name for p in kept)}")
     if args.class_archive and (args.force or not jars.archive_current(where)):
         try:
-            reused = None if args.force else jars.cached_class_archive(where)
-            print(f"driver class archive: {reused or jars.build_class_archive(where)}")
+            print(f"driver class archive: {jars.build_class_archive(where)}")
         except SetupError as error:  # an archive only saves start-up time: say why, go on without
             print(f"warning: {error}", file=sys.stderr)
     if where != jars.folder().resolve():
@@ -736,17 +735,12 @@ def build_parser() -> argparse.ArgumentParser:
     setup_jars.add_argument(
         "--offline", action="store_true", help="resolve from Maven's local repository only"
     )
-    setup_jars.add_argument(
-        "--force",
-        action="store_true",
-        help="fetch the jars and make the class archive again, even if the folder (or the user's cache) holds them",
-    )
+    setup_jars.add_argument("--force", action="store_true", help="fetch again even if the folder holds them")
     setup_jars.add_argument(
         "--no-class-archive",
         dest="class_archive",
         action="store_false",
-        help="skip the driver class archive (making it takes a minute, once per machine: later set-ups take it "
-        "from ~/.cache/streamjoin; it halves each later driver's start)",
+        help="skip the driver class archive (making it takes a minute, once; it halves each later driver's start)",
     )
     setup_jars.set_defaults(func=cmd_setup_jars)
 

@@ -47,12 +47,7 @@ def folder() -> Path:
     if os.environ.get("STREAMJOIN_JARS"):
         return Path(os.environ["STREAMJOIN_JARS"])
     root = checkout()
-    return root / ".jars" if root else cache_home() / "jars"
-
-
-def cache_home() -> Path:
-    """streamjoin's folder in the user's cache ($XDG_CACHE_HOME, else ~/.cache)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamjoin"
+    return root / ".jars" if root else Path.home() / ".cache" / "streamjoin" / "jars"
 
 
 def delta_jars() -> list[str]:
@@ -145,94 +140,20 @@ def build_class_archive(where: Path) -> Path:
         )
     partial.replace(target)
     (where / ARCHIVE_STAMP).write_text(_runtime_hash(where))
-    keep_in_cache(target, where)
     return target
-
-
-def cached_class_archive(where: Path) -> Path | None:
-    """Put in `where` the class archive an earlier set-up on this machine made for the same Java,
-    pyspark and jars (`build_class_archive` keeps a copy in the user's cache), as a hard link where
-    it can; None when there is none. A clone set up later then takes a second instead of a minute.
-
-    Java maps an archive made in another folder when the driver's classpath has the same shape
-    there and each jar on it the same size and modification time (pyspark's jars are links into
-    uv's cache, so every clone set up from it has the same ones); the key says exactly that."""
-    cached = _cache_folder() / _archive_key(where)
-    if not cached.is_file():
-        return None
-    _place(cached, where / ARCHIVE)
-    (where / ARCHIVE_STAMP).write_text(_runtime_hash(where))
-    return where / ARCHIVE
-
-
-# Archives the cache keeps (each about 200 MB): the newest, for the clones of other versions.
-_CACHED_ARCHIVES = 2
-
-
-def _cache_folder() -> Path:
-    return cache_home() / "class-archives"
-
-
-def keep_in_cache(archive: Path, where: Path) -> None:
-    """Keep a copy of a new archive in the user's cache (`cached_class_archive`), and only the
-    newest few there; a cache that cannot be written costs the next clone its minute, no more."""
-    folder = _cache_folder()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        _place(archive, folder / _archive_key(where))
-        kept = sorted(
-            (p for p in folder.iterdir() if not p.name.endswith(".partial")),
-            key=lambda p: p.stat().st_ctime,  # a new link to a file counts as a use of it
-        )
-        for old in kept[:-_CACHED_ARCHIVES]:
-            old.unlink()
-    except OSError:
-        pass
-
-
-def _place(source: Path, target: Path) -> None:
-    """Put `source` at `target` in one step (no reader sees half a file): a hard link where the
-    file system allows it, else a copy."""
-    partial = target.with_name(f"{target.name}.partial")
-    partial.unlink(missing_ok=True)
-    try:
-        os.link(source, partial)
-    except OSError:  # another file system
-        shutil.copyfile(source, partial)
-    partial.replace(target)
-
-
-def _archive_key(where: Path) -> str:
-    """What Java checks before it maps an archive: the runtime (`_runtime_hash`), the Java build,
-    and the size and modification time of each jar on the driver's classpath (pyspark's)."""
-    import pyspark
-
-    java = _java()
-    release = java.parent.parent / "release" if java else None  # the JDK's version and build
-    facts = [_runtime_hash(where), release.read_text() if release and release.is_file() else "no release"]
-    for jar in sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar")):
-        stat = jar.stat()
-        facts.append(f"{jar.name} {stat.st_size} {int(stat.st_mtime)}")
-    return sha256("\n".join(facts).encode()).hexdigest()
 
 
 def _runtime_hash(where: Path) -> str:
     """What an archive is valid for: the Java that runs the driver, pyspark's version, the jars."""
     import pyspark
 
-    java = _java()
-    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    jars += sorted(p.name for p in where.glob("*.jar"))
-    facts = [str(java) if java else "no java", pyspark.__version__, *jars]
-    return sha256("\n".join(facts).encode()).hexdigest()
-
-
-def _java() -> Path | None:
-    """The Java that runs the driver ($JAVA_HOME's, else the one on PATH), links resolved."""
     java = (
         Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
     )
-    return Path(os.path.realpath(java)) if java else None
+    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    jars += sorted(p.name for p in where.glob("*.jar"))
+    facts = [os.path.realpath(java) if java else "no java", pyspark.__version__, *jars]
+    return sha256("\n".join(facts).encode()).hexdigest()
 
 
 def _artifact(file_name: str) -> str:

@@ -16,7 +16,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.jars import ARCHIVE, archive_current, cached_class_archive, folder, keep_in_cache
+from streamjoin.jars import ARCHIVE, archive_current, folder
 from streamjoin.timeutil import from_spark
 
 EVENTS = StructType(
@@ -357,25 +357,6 @@ def test_set_up_made_the_driver_class_archive_and_drivers_map_it(spark):
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "rows 3", done.stderr[-3000:]
-
-
-def test_a_later_set_up_takes_the_class_archive_from_the_users_cache(tmp_path, monkeypatch):
-    """Set-up keeps each class archive it makes in the user's cache; a later set-up for the same
-    Java, pyspark and jars (a new clone) takes it as a link instead of making one (a minute), and
-    a folder of other jars does not. That it maps there is the test above: in CI the suite's own
-    archive is the one an earlier clone made, whenever the cache holds it."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    keep_in_cache(folder() / ARCHIVE, folder())
-    clone = tmp_path / "clone"
-    clone.mkdir()
-    for jar in folder().glob("*.jar"):
-        (clone / jar.name).symlink_to(jar)
-    assert not archive_current(clone) and cached_class_archive(clone) == clone / ARCHIVE
-    assert archive_current(clone) and os.path.samefile(clone / ARCHIVE, folder() / ARCHIVE)
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "delta-spark_4.2_2.13-9.9.9.jar").write_bytes(b"")
-    assert cached_class_archive(other) is None and not (other / ARCHIVE).exists()
 
 
 def test_set_up_put_exactly_the_fetched_jars_on_the_classpath(spark):

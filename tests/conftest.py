@@ -52,9 +52,11 @@ os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # names, which on the raw local file system starts a `readlink` process each time: 25 processes
 # per one-row append. Delta's local log store and Spark's file-system checkpoint manager rename
 # with the FileSystem API (File.renameTo, after the same check that the name is free), 9 processes
-# per append, and 40 appends took 5.3 and 5.5 s instead of 6.2 and 6.7 s (docs/testing.md). The
-# product keeps the defaults, made for storage shared between processes and machines. Processes
-# the tests start inherit these.
+# per append, and 40 appends took 5.3 and 5.5 s instead of 6.2 and 6.7 s (docs/testing.md). That
+# log store makes a commit exclusive within one JVM only (its check and rename are two steps),
+# which the tests allow: each of their tables has one writing process at a time. The product keeps
+# the defaults, made for storage that several processes and machines share. Processes the tests
+# start inherit these.
 os.environ.setdefault(
     "STREAMJOIN_SPARK_CONF",
     ",".join(

@@ -36,7 +36,7 @@ from harness import (
     with_output,
     write_commit,
 )
-from reference import BUCKETS, reference
+from reference import BUCKETS, Event, reference
 
 from streamjoin import delta_io, index
 from streamjoin.errors import JobError
@@ -152,6 +152,20 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path):
     assert {s: {b: both[s].get(b, 0) for b in BUCKETS} for s in (0, 1)} == exact, (
         "slice counts add up to the whole"
     )
+
+
+def test_fixed_data_exercises_every_case():
+    """The fixed example has what the tests over it rely on (by the reference, commits in write
+    order): joined pairs, rows padded on both sides, late and rejected rows on both sides."""
+    versions, positioned = {0: 0, 1: 0}, []
+    for n, (side, rows, _) in enumerate(c for part in FIXED_PARTS for c in part):
+        versions[side] += 1
+        positioned += [Event(side, i, k, t, (n, side, versions[side]), v) for i, k, t, v in rows]
+    expected, counts = reference(positioned, FIXED_LO, FIXED_HI, FIXED_GRACE, FIXED_HOW)
+    assert any(l and r for l, r, _ in expected) and any(l is None for l, _, _ in expected)
+    assert any(r is None for _, r, _ in expected)
+    for side in (0, 1):
+        assert counts[side]["late"] and counts[side]["rejected"], counts
 
 
 def test_live_commit_cut_into_micro_batches_waits_for_its_last_rows(spark, tmp_path):

@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv --without-pip .venv
 fi
 stamp=.venv/.streamjoin-installed
-want="$( (cat pyproject.toml infra/constraints.txt; echo "bytecode compiled") | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml infra/constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # uv installs the 167 packages in about 30 s once its cache holds them, where pip took 68 s at
   # every set-up of a clone; infra/constraints.txt fixes every version, so the set is the same
@@ -37,13 +37,20 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # for want of space). pyproject.toml now tells uv that PyPI's files never change, so it keeps
   # one build; the revisions nothing points to any more still go.
   .venv/bin/uv cache prune --quiet
-  # Every installed module compiled once, here (20 s; STREAMJOIN_NO_BYTECODE=1 skips it). Where
-  # PYTHONDONTWRITEBYTECODE is set, as on the machine CI runs on, Python never caches what it
-  # compiles, so each process would compile pyspark, pandas, Airflow and Great Expectations again:
-  # importing Airflow's models took 5.6 s instead of 1.9, a live runner's modules 2.3 s instead of
-  # 1.0. A file that does not compile (a package may ship templates) is left to the import.
-  [ -n "${STREAMJOIN_NO_BYTECODE:-}" ] || .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null || true
   echo "$want" > "$stamp"
+fi
+
+# Every installed module compiled once, for the packages installed (15 s on two cores;
+# STREAMJOIN_NO_BYTECODE=1 skips it; STREAMJOIN_BYTECODE_JOBS=1 compiles in one process, as `make
+# test` does beside the class archive). Where PYTHONDONTWRITEBYTECODE is set, as on the machine CI
+# runs on, Python never caches what it compiles, so each process would compile pyspark, pandas,
+# Airflow and Great Expectations again: importing Airflow's models took 5.6 s instead of 1.9, a
+# live runner's modules 2.3 s instead of 1.0. A file that does not compile (a package may ship
+# templates) is left to the import.
+compiled=.venv/.streamjoin-compiled
+if [ -z "${STREAMJOIN_NO_BYTECODE:-}" ] && [ "$(cat "$compiled" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m compileall -q -j "${STREAMJOIN_BYTECODE_JOBS:-0}" .venv/lib >/dev/null || true
+  echo "$want" > "$compiled"
 fi
 
 # Delta's jars and their runtime dependencies, minus what pyspark already ships, into .jars/

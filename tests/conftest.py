@@ -98,42 +98,43 @@ if TESTS_SET_JAVA_OPTIONS:
     )
 
 
-# The test files that take longest (worker-seconds in a clean-clone run of 2026-11-30, the session
-# of stop 63, docs/testing.md), slowest first. `make test` deals whole files to two workers in
-# collection order (--no-loadscope-reorder), so these go out first and the short files fill in at
-# the end; dealt alphabetically, a long file drawn last kept one worker busy minutes after the
-# other had stopped.
+# The test files that take longest (worker-seconds in a clean-clone run of 2026-12-01, the session
+# of stop 73, docs/testing.md; test_restart without its in-process scenario since), slowest
+# first. `make test` deals whole files to two workers in collection order
+# (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
+# alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
 SLOWEST_FIRST = (
-    "test_restart",  # 363: ten SIGKILLs, each a new JVM
-    "test_cli",  # 220: the demo
-    "test_aged_tables",  # 184
-    "test_chains",  # 159
-    "test_bench",  # 130
-    "test_enrichment_seeds",  # 108
-    "test_enrichment_equivalence",  # 108
-    "test_equivalence",  # 75
-    "test_dags",  # 73
-    "test_handoff",  # 63
-    "test_kernel_interval_chain",  # 63
-    "test_table_table",  # 61
-    "test_backfill",  # 58
+    "test_cli",  # 215: the demo
+    "test_aged_tables",  # 195
+    "test_restart",  # 170: ten SIGKILLs, each a new JVM
+    "test_chains",  # 152
+    "test_bench",  # 129
+    "test_enrichment_seeds",  # 113
+    "test_enrichment_equivalence",  # 97
+    "test_kernel_interval_chain",  # 70
+    "test_dags",  # 69
+    "test_backfill",  # 66
+    "test_table_table",  # 66
+    "test_equivalence",  # 61
+    "test_handoff",  # 57
     "test_cluster",  # 57
-    "test_interval_seeds",  # 57
-    "test_lookup_seeds",  # 47
-    "test_delta_io",  # 45
-    "test_report",  # 37
-    "test_setup",  # 35
-    "test_rows_seeds",  # 34
-    "test_lateral_seeds",  # 29
-    "test_window_seeds",  # 26
-    "test_verify",  # 26
-    "test_live",  # 26
-    "test_kernel_enrichment",  # 22
+    "test_interval_seeds",  # 56
+    "test_delta_io",  # 53
+    "test_lookup_seeds",  # 49
+    "test_setup",  # 41
+    "test_report",  # 36
+    "test_rows_seeds",  # 33
+    "test_kernel_enrichment",  # 28
+    "test_lateral_seeds",  # 25
+    "test_window_seeds",  # 25
+    "test_verify",  # 23
     "test_kernel_chain",  # 21
-    "test_kernel_rows",  # 17
-    "test_kernel_interval",  # 17
-    "test_joins_base",  # 16
-    "test_spec",  # 15
+    "test_live",  # 21
+    "test_kernel_rows",  # 20
+    "test_kernel_interval",  # 18
+    "test_validation",  # 14
+    "test_joins_base",  # 14
+    "test_spec",  # 13
 )
 
 

@@ -7,11 +7,12 @@ setup:
 # Set-up without the driver class archive and the installed modules' bytecode (all the checks
 # need), then each of those alone. `make test` makes the archive (a JVM for about a minute, using
 # one of the two cores) while the checks (25 s) and then the bytecode (30 s on one core) run on
-# the other: set-up and checks 72 s instead of 79 s, one after the other (docs/testing.md).
+# the other: set-up and checks about 74 s instead of 79 s, one after the other (docs/testing.md).
 packages:
 	STREAMJOIN_NO_CLASS_ARCHIVE=1 STREAMJOIN_NO_BYTECODE=1 bash infra/setup.sh
 
-bytecode: packages
+# Its recipe is set-up itself (without the archive), which installs what is missing first.
+bytecode:
 	STREAMJOIN_NO_CLASS_ARCHIVE=1 bash infra/setup.sh
 
 class-archive: packages

@@ -245,12 +245,17 @@ def min_present(values: Iterable[int | None]) -> int | None:
     return min(present) if present else None
 
 
-def frontier(newest: dict[int, Position], sources: int) -> Position | None:
+def frontier(
+    newest: dict[int, Position], sources: int, history_end: Position | None = None
+) -> Position | None:
     """The settled frontier: the oldest of the sources' newest positions; None until all have rows
-    (and for a job without stream sources)."""
+    (and for a job without stream sources). The job's history settles as one: a frontier inside
+    it (at or before `history_end`, the last start position) is `history_end`, since no commit to
+    come can be placed at or before the start instant."""
     if not newest or len(newest) < sources:
         return None
-    return min(newest.values())
+    oldest = min(newest.values())
+    return history_end if history_end is not None and oldest < history_end else oldest
 
 
 def newest_positions(
@@ -300,13 +305,27 @@ class Timeline:
         return {k: None if b is None else b - grace for k, b in self.before.items()}
 
 
-def timeline(commits: list[CommitStats], max_before: int | None) -> Timeline:
-    """The timeline of `commits` (position order) after a settled past whose largest event time is `max_before`."""
+def timeline(
+    commits: list[CommitStats], max_before: int | None, history_end: Position | None = None
+) -> Timeline:
+    """The timeline of `commits` (position order) after a settled past whose largest event time is
+    `max_before`. The commits at or before `history_end` are the job's history: one group that
+    arrived at once (each sees `max_before` before it and the whole group's clock through it; the
+    clock rises once, at the group's last commit)."""
     before: dict[tuple[int, int], int | None] = {}
     through: dict[tuple[int, int], int | None] = {}
     rises: list[tuple[int, Position]] = []
     running = max_before
-    for commit in commits:
+    history = [c for c in commits if history_end is not None and c.position <= history_end]
+    if history:
+        after = max_present([running, *(c.max_event for c in history)])
+        for commit in history:
+            before[(commit.position[1], commit.position[2])] = running
+            through[(commit.position[1], commit.position[2])] = after
+        if after is not None and after != running:
+            rises.append((after, history[-1].position))
+        running = after
+    for commit in commits[len(history) :]:
         key = (commit.position[1], commit.position[2])
         before[key] = running
         if commit.max_event is not None and (running is None or commit.max_event > running):

@@ -72,6 +72,7 @@ SCHEMA = StructType(
         StructField("start", BooleanType()),
         StructField("row_tracking", BooleanType()),
         StructField("max_future", LongType()),
+        StructField("declared", StringType()),
     ]
 )
 
@@ -93,6 +94,7 @@ class Entry:
     start: bool = False
     row_tracking: bool | None = None
     max_future: int | None = None
+    declared: str | None = None  # on a start entry: the start the job declared (`start_at`, --from)
 
     def position(self, src: int) -> Position:
         return (self.commit_ts, src, self.version)
@@ -159,12 +161,15 @@ def update(
         )
     pending: list[_Pending] = []
     new: list[Entry] = []
+    declared = _declared(plan, start_at)
+    if starts:
+        _check_same_start(spark, plan, starts, declared, start_at)
+    missing = [s for s in plan.sources if s.name not in starts]
+    if missing:
+        begun = _stored_instant(plan, starts) if starts else None
+        instant, versions = job_start(spark, plan, declared, targets, begun, missing)
     for source in plan.sources:
-        wanted = (start_at or {}).get(source.name)
-        if wanted is None:
-            wanted = source.spec.start_at if source.spec.start_at is not None else plan.spec.start_at
         if source.name in starts:
-            _check_same_start(spark, plan, source, starts[source.name], (start_at or {}).get(source.name))
             if known is None:
                 _check_same_future_bound(spark, plan, source, starts[source.name])
             if source.spec.kind == "stream" and targets[source.name] > lasts[source.name].version:
@@ -180,10 +185,12 @@ def update(
                     )
                 )
             continue
-        latest = targets[source.name] if (upto or {}).get(source.name) is None else None
-        version = resolve_start(spark, source, wanted, latest)
-        start, commits = _start_entry(spark, source, version, targets[source.name])
+        version = versions[source.name]
+        start, commits = _start_entry(
+            spark, source, version, instant, declared.get(source.name), targets[source.name]
+        )
         starts[source.name] = start
+        latest = targets[source.name] if (upto or {}).get(source.name) is None else None
         if source.spec.kind == "stream" and not extend and latest is not None and _empty_history(commits):
             targets[source.name] = version  # its start only (see `extend` above)
         if source.spec.kind == "table":
@@ -204,81 +211,166 @@ def update(
     )
 
 
-def resolve_start(
-    spark: SparkSession, source: BoundSource, wanted: StartAt, latest: int | None = None
-) -> int:
-    """The start version of a source: a version given, the version current at a time given, or
-    version 0 while the log still holds it. `latest`: the source's newest version, if known."""
-    where = f"source {source.name!r} ({source.spec.location})"
-    oldest = delta_io.oldest_version(spark, source.spec.location)
-    if latest is None:
-        latest = delta_io.latest_version(spark, source.spec.location)
-    if wanted is None:
-        if oldest > 0:
-            first = delta_io.oldest_retained(spark, source.spec.location)
+def _declared(plan: Plan, start_at: dict[str, StartAt] | None) -> dict[str, StartAt]:
+    """Each source's declared start: given to this run (`--from`), else its own `start_at`, else the job's."""
+    declared: dict[str, StartAt] = {}
+    for source in plan.sources:
+        wanted = (start_at or {}).get(source.name)
+        if wanted is None:
+            wanted = source.spec.start_at if source.spec.start_at is not None else plan.spec.start_at
+        declared[source.name] = wanted
+    return declared
+
+
+def job_start(
+    spark: SparkSession,
+    plan: Plan,
+    declared: dict[str, StartAt],
+    latest: dict[str, int] | None = None,
+    begun: int | None = None,
+    sources: list[BoundSource] | None = None,
+) -> tuple[int, dict[str, int]]:
+    """The job's start instant S (UTC micros) and each source's start version: the newest version
+    committed at or before S, whose rows are all the source's history (docs/semantics.md, "Where a
+    job starts"). S is the latest of the sources' declared starts, each an instant: a time given,
+    the commit time of a version given, or of version 0 while the log holds it. `begun`: the
+    instant an existing index started at (sources added later start there); `sources`: those
+    to resolve (default: all); `latest`: their newest versions, if known."""
+    chosen = list(plan.sources if sources is None else sources)
+    commits = {s.name: delta_io.history(spark, s.spec.location) for s in chosen}
+    if begun is None:
+        begun = max(
+            _instant(s, declared.get(s.name), commits[s.name], (latest or {}).get(s.name)) for s in chosen
+        )
+    versions = {}
+    for source in chosen:
+        before = [c.version for c in commits[source.name] if to_micros(from_spark(c.timestamp)) <= begun]
+        if not before:
+            first = commits[source.name][0]
             raise JobError(
-                f"{where}: its log no longer holds version 0 (oldest retained: version {oldest}, committed "
-                f"{first.timestamp}), so the job cannot begin at the table's first commit. Give the job a start: "
-                f"start_at: <version {oldest} to {latest}, or a time> on the source or the job, or --from"
+                f"source {source.name!r} ({source.spec.location}): no retained version was committed at or before "
+                f"the job's start {from_micros(begun).isoformat()} (oldest retained: version {first.version} at "
+                f"{first.timestamp}); every source must exist at the start. Start the job at "
+                f"{from_spark(first.timestamp).isoformat()} or later (start_at)"
             )
-        return 0
+        versions[source.name] = before[-1]
+    return begun, versions
+
+
+def _instant(source: BoundSource, wanted: StartAt, commits: list[delta_io.Commit], latest: int | None) -> int:
+    """A source's declared start as an instant (UTC micros); refuses one its log cannot place."""
+    where = f"source {source.name!r} ({source.spec.location})"
+    oldest, newest = commits[0], commits[-1]
+    latest = newest.version if latest is None else latest
+    if wanted is None:
+        if oldest.version > 0:
+            raise JobError(
+                f"{where}: its log no longer holds version 0 (oldest retained: version {oldest.version}, committed "
+                f"{oldest.timestamp}), so the job cannot begin at the table's first commit. Give the job a start: "
+                f"start_at: <version {oldest.version} to {latest}, or a time> on the source or the job, or --from"
+            )
+        return to_micros(from_spark(oldest.timestamp))
     if isinstance(wanted, str) and not wanted.strip().isdigit():
         wanted = parse_instant(wanted, f"{where}: start_at")
     if isinstance(wanted, datetime):
-        when = pendulum.instance(wanted).in_timezone("UTC")
-        commits = [
-            c for c in delta_io.history(spark, source.spec.location) if from_spark(c.timestamp) <= when
-        ]
-        if not commits:
-            first = delta_io.oldest_retained(spark, source.spec.location)
+        when = to_micros(pendulum.instance(wanted).in_timezone("UTC"))
+        if to_micros(from_spark(oldest.timestamp)) > when:
             raise JobError(
-                f"{where}: no retained version was committed at or before start_at {when.isoformat()} (oldest retained: "
-                f"version {first.version} at {first.timestamp}); start at that time or later"
+                f"{where}: no retained version was committed at or before start_at {from_micros(when).isoformat()} "
+                f"(oldest retained: version {oldest.version} at {oldest.timestamp}); start at that time or later"
             )
-        return commits[-1].version
+        return when
     version = int(wanted)
-    if not oldest <= version <= latest:
+    by_version = {c.version: c for c in commits}
+    if version not in by_version or version > latest:
         raise JobError(
-            f"{where}: start_at version {version} is outside the versions its log holds ({oldest} to {latest}); "
-            "choose one of those"
+            f"{where}: start_at version {version} is outside the versions its log holds ({oldest.version} to "
+            f"{latest}); choose one of those"
         )
-    return version
+    return to_micros(from_spark(by_version[version].timestamp))
+
+
+def _stored_instant(plan: Plan, starts: dict[str, Entry]) -> int:
+    """The one instant every stored start entry shares; an index whose sources started at different
+    instants (written by a release that started each source at its own version) is refused."""
+    instants = {e.commit_ts for e in starts.values()}
+    if len(instants) > 1:
+        listed = ", ".join(
+            f"{name} at version {e.version} ({from_micros(e.commit_ts).isoformat()})"
+            for name, e in sorted(starts.items())
+        )
+        raise JobError(
+            f"job {plan.spec.name!r}: its index {location(plan)} starts each source at its own instant ({listed}), "
+            "as releases before one job-wide start did; their outputs judged one source's history against "
+            f"another's. Start the job afresh: {reset_command(plan)}"
+        )
+    return instants.pop()
+
+
+def reset_command(plan: Plan) -> str:
+    """The one command that deletes a job's outputs and index, to start it again from a new start."""
+    return (
+        f"streamjoin reset {plan.spec.name} --yes (deletes its output, side tables and index; then run again)"
+    )
 
 
 def _check_same_start(
-    spark: SparkSession, plan: Plan, source: BoundSource, stored: Entry, wanted: StartAt
+    spark: SparkSession,
+    plan: Plan,
+    starts: dict[str, Entry],
+    declared: dict[str, StartAt],
+    start_at: dict[str, StartAt] | None,
 ) -> None:
-    if wanted is None:
+    """Refuse a declared start other than the one the index pinned: every output so far was
+    computed from it. A run that declares none (no start_at, no --from) takes the pinned one."""
+    instant = _stored_instant(plan, starts)
+    asked = {name: wanted for name, wanted in declared.items() if wanted is not None and name in starts}
+    if not asked or all(str(wanted) == starts[name].declared for name, wanted in asked.items()):
         return
+    stored = {name: e.version for name, e in starts.items()}
     try:
-        version = resolve_start(spark, source, wanted)
-    except JobError:
-        version = None
-    if version != stored.version:
-        raise JobError(
-            f"job {plan.spec.name!r}: source {source.name!r} already starts at version {stored.version} in "
-            f"{location(plan)}, but start_at asks for {wanted!r}; every output of the job was computed from that "
-            "start. Remove start_at, or start the job afresh (new output, or delete its outputs and its index)"
+        wanted_instant, wanted_versions = job_start(
+            spark, plan, declared, sources=[plan.source(n) for n in starts]
         )
+    except JobError as exc:
+        wanted_instant, wanted_versions, why = None, None, f" (which cannot be placed: {exc})"
+    else:
+        why = ""
+    if wanted_instant == instant and wanted_versions == stored:
+        return
+    given = ", ".join(f"{name}: {wanted}" for name, wanted in sorted(asked.items()))
+    pinned = ", ".join(f"{name} at version {v}" for name, v in sorted(stored.items()))
+    now = (
+        ""
+        if wanted_versions is None or wanted_instant is None
+        else f" = {from_micros(wanted_instant).isoformat()} ("
+        + ", ".join(f"{n} at version {v}" for n, v in sorted(wanted_versions.items()))
+        + ")"
+    )
+    raise JobError(
+        f"job {plan.spec.name!r} asks to start at {given}{now}{why}, but its index {location(plan)} pinned the start "
+        f"at {from_micros(instant).isoformat()} ({pinned}), and every output so far was computed from that start. "
+        f"Keep the pinned start (remove the new start_at / --from), or start afresh: {reset_command(plan)}"
+    )
 
 
 def _start_entry(
-    spark: SparkSession, source: BoundSource, version: int, newest: int
+    spark: SparkSession, source: BoundSource, version: int, instant: int, declared: StartAt, newest: int
 ) -> tuple[Entry, list[delta_io.Commit]]:
-    """The start entry at `version`, and the commits from it on that it read from the table's
-    history (a stream source's first entries are made from them too); `newest`: the newest
-    version the caller knows of (a hint)."""
+    """The start entry at `version`, at the job's start `instant` (its history's position), and the
+    commits from it on that it read from the table's history (a stream source's first entries are
+    made from them too); `newest`: the newest version the caller knows of (a hint)."""
     commits = delta_io.history(spark, source.spec.location, since=version, upto=newest)
-    first = commits[0]
     enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
     tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start
     entry = Entry(
         source.name,
         version,
-        to_micros(from_spark(first.timestamp)),
+        instant,
         start=True,
         row_tracking=tracked,
         max_future=source.max_future(),
+        declared=None if declared is None else str(declared),
     )
     return entry, commits
 
@@ -576,6 +668,13 @@ class Index:
         assert stored is not None  # `update`, the only maker of an Index, writes the index first
         return stored.frame.where(pinned)
 
+    @property
+    def history_end(self) -> Position | None:
+        """The last position of the job's history: the latest of the stream sources' start entries,
+        all at the start instant. Positions up to it are history, one group that arrived at once
+        (docs/semantics.md, "Where a job starts")."""
+        return max((self.starts[s.name].position(s.index) for s in self.plan.streams), default=None)
+
     def start(self, source: str) -> int:
         """The version a source starts at."""
         return self.starts[source].version
@@ -665,7 +764,7 @@ class Index:
             (e.position(self.plan.source(e.source).index), e.max_so_far)
             for e in _entries(span.unionByName(before))
         ]
-        return sweep(entries, commits, frontier)
+        return sweep(entries, commits, frontier, self.history_end)
 
     # -- rows
 
@@ -760,16 +859,26 @@ class Index:
         return _positioned(rows, self._frame().where(F.col("source") == source.name), source)
 
 
-def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], frontier: Position) -> Timeline:
+def sweep(
+    entries: list[tuple[Position, int | None]],
+    commits: set[Position],
+    frontier: Position,
+    history_end: Position | None = None,
+) -> Timeline:
     """The timeline of `commits` from index entries (position, the source's largest accepted event
     time up to and including that commit): before each commit, the largest over the sources of
     their latest entry strictly before it; through it, the same with its own entry; at the end, of
     their latest entry at or before the frontier; and where the clock rises in between (`_rises`),
-    each rise and the frontier with its marks too.
+    each rise and the frontier with its marks too. The entries at or before `history_end` are the
+    job's history, one group (as `arrival.timeline` has it): a commit of it sees nothing of the
+    group before it, and the whole group through it.
     `entries` must hold, per source, every entry from its last one before the earliest commit up
     to the frontier."""
     entries = sorted(entries, key=lambda entry: entry[0])
-    rises = _rises(entries, commits, frontier)
+    rises = _rises(entries, commits, frontier, history_end)
+    in_history = [e for e in entries if history_end is not None and e[0] <= history_end]
+    # The clock after the history: each source's last entry in it.
+    history_clock = arrival.max_present({p[1]: v for p, v in in_history}.values())
     latest: dict[int, int | None] = {}  # source index -> max so far
     marks: dict[tuple[int, int], int | None] = {}
     through: dict[tuple[int, int], int | None] = {}
@@ -777,10 +886,15 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
     # The rises and the frontier too: a chain's derived rows arrive at them (`Timeline.rises`).
     targets = commits | {position for _, position in rises} | ({frontier} if commits else set())
     for target in sorted(targets):
-        while i < len(entries) and entries[i][0] < target:
+        grouped = history_end is not None and target <= history_end
+        target_end = history_end or target
+        while i < len(entries) and entries[i][0] < target and not (grouped and entries[i][0] <= target_end):
             latest[entries[i][0][1]] = entries[i][1]
             i += 1
         marks[(target[1], target[2])] = arrival.max_present(latest.values())
+        if grouped:
+            through[(target[1], target[2])] = arrival.max_present([*latest.values(), history_clock])
+            continue
         own = [entries[i][1]] if i < len(entries) and entries[i][0] == target else []
         through[(target[1], target[2])] = arrival.max_present([*latest.values(), *own])
     start = next(iter(marks.values())) if marks else None
@@ -791,17 +905,23 @@ def sweep(entries: list[tuple[Position, int | None]], commits: set[Position], fr
 
 
 def _rises(
-    entries: list[tuple[Position, int | None]], commits: set[Position], frontier: Position
+    entries: list[tuple[Position, int | None]],
+    commits: set[Position],
+    frontier: Position,
+    history_end: Position | None = None,
 ) -> tuple[tuple[int, Position], ...]:
     """Every commit from the earliest of `commits` to the frontier at which the largest accepted
-    event time over the sources rises, with the clock after it (`entries` sorted)."""
+    event time over the sources rises, with the clock after it (`entries` sorted); the job's
+    history (entries at or before `history_end`) rises once, at its last entry."""
     if not commits:
         return ()
     first, latest, clock, rises = min(commits), {}, None, []
-    for position, value in entries:
+    for k, (position, value) in enumerate(entries):
         if position > frontier:
             break
         latest[position[1]] = value
+        if history_end is not None and k + 1 < len(entries) and entries[k + 1][0] <= history_end:
+            continue  # the history arrives as one: its clock counts after its last entry
         now = arrival.max_present(latest.values())
         if position >= first and now is not None and (clock is None or now > clock):
             rises.append((now, position))
@@ -884,6 +1004,7 @@ def _row(e: Entry) -> tuple:
         e.start,
         e.row_tracking,
         e.max_future,
+        e.declared,
     )
 
 

@@ -321,13 +321,16 @@ def test_without_row_tracking_a_slice_reads_only_the_change_files_it_needs(spark
 
 
 def history_events(spark, paths, written, starts) -> list[Event]:
-    """The reference's events: rows committed at or before a side's start take the start's position."""
-    start_positions = {}
-    for side in (0, 1):
-        commit = next(c for c in delta_io.history(spark, paths[side]) if c.version == starts[side])
-        start_positions[side] = (to_micros(from_spark(commit.timestamp)), side, starts[side])
+    """The reference's events: the job starts at one instant S, the latest of the sides' start
+    commits; every row committed at or before S, on either side, is history and takes one shared
+    position at S (they arrive at once: none is before another)."""
+    times = {
+        side: {c.version: to_micros(from_spark(c.timestamp)) for c in delta_io.history(spark, paths[side])}
+        for side in (0, 1)
+    }
+    instant = max(times[side][starts[side]] for side in (0, 1))
     return [
-        replace(e, pos=start_positions[e.side]) if e.pos[2] <= starts[e.side] else e
+        replace(e, pos=(instant, -1, -1)) if times[e.side][e.pos[2]] <= instant else e
         for e in events(spark, paths, written)
     ]
 

@@ -70,6 +70,65 @@ def test_watermarks_from_the_index_equal_those_the_live_runner_computes(history,
         assert from_index.rises == tuple(rise for rise in live.rises if rise[1] >= min(targets))
 
 
+@st.composite
+def started_histories(draw):
+    """Commits after a job start: each source's history is one commit at the start instant S
+    (its start version, any), then commits after S (ties across sources allowed)."""
+    sources, start = draw(st.integers(1, 3)), draw(st.integers(0, 5))
+    commits = []
+    for src in range(sources):
+        ts, version = start, draw(st.integers(0, 3))
+        commits.append(
+            arrival.CommitStats((ts, src, version), draw(st.one_of(st.none(), st.integers(-20, 40))), 1)
+        )
+        for _ in range(draw(st.integers(0, 6))):
+            ts += draw(st.integers(1, 4))
+            version += draw(st.integers(1, 2))
+            commits.append(
+                arrival.CommitStats((ts, src, version), draw(st.one_of(st.none(), st.integers(-20, 40))), 1)
+            )
+    history_end = max(c.position for c in commits if c.position[0] == start)
+    return sources, commits, history_end
+
+
+def _entries(commits):
+    entries, so_far = [], {}
+    for c in sorted(commits, key=lambda c: c.position):  # what the index stores per source
+        src = c.position[1]
+        if c.max_event is not None:
+            so_far[src] = max(so_far.get(src, c.max_event), c.max_event)
+        entries.append((c.position, so_far.get(src)))
+    return entries
+
+
+@settings(max_examples=400, deadline=None)
+@given(started_histories(), st.data())
+def test_the_history_of_every_source_arrives_at_once_and_is_never_late(history, data):
+    sources, commits, history_end = history
+    newest = arrival.newest_positions(commits)
+    frontier = arrival.frontier(newest, sources, history_end)
+    assert frontier is not None and frontier >= history_end  # the history settles as one
+    settled = sorted((c for c in commits if c.position <= frontier), key=lambda c: c.position)
+    live = arrival.timeline(settled, None, history_end)
+    in_history = [c for c in settled if c.position <= history_end]
+    all_history = arrival.max_present(c.max_event for c in in_history)
+    for c in in_history:  # no history row is late: nothing came before the start
+        assert live.before[(c.position[1], c.position[2])] is None
+        assert live.through[(c.position[1], c.position[2])] == all_history
+    first_after = next((c for c in settled if c.position > history_end), None)
+    if first_after is not None:  # after it, every source's history is behind every commit
+        assert live.before[(first_after.position[1], first_after.position[2])] == all_history
+    assert [p for _, p in live.rises if p <= history_end] in ([], [history_end])
+
+    # The replay's sweep of the index agrees, for any commits of a slice.
+    targets = data.draw(st.sets(st.sampled_from([c.position for c in settled])), label="commits of the slice")
+    from_index = sweep(_entries(commits), targets, frontier, history_end)
+    assert from_index.before == {key: live.before[key] for key in from_index.before}
+    assert from_index.through == {key: live.through[key] for key in from_index.through}
+    if targets:
+        assert from_index.rises == tuple(rise for rise in live.rises if rise[1] >= min(targets))
+
+
 def test_change_feed_reads_merge_nearby_versions():
     assert _runs([]) == []
     assert _runs([3, 4, 5, 20, 21, 40]) == [(3, 5), (20, 21), (40, 40)]

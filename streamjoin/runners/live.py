@@ -326,6 +326,15 @@ class LiveRunner:
         if not batch.isEmpty():
             self._process_streams(batch, SEED_BATCH, None, began, started_at, table_versions=versions)
 
+    def _at_start(self, rows: DataFrame, source: str) -> DataFrame:
+        """Rows of `source` with their commit time; the history's (its start version's rows, which
+        a stream from version 0 brings with version 0's own time) at the job's start instant."""
+        start = self.positions.starts[source]
+        at_start = F.when(
+            F.col(COMMIT_VERSION) <= F.lit(start.version), F.timestamp_micros(F.lit(start.commit_ts))
+        )
+        return rows.withColumn(COMMIT_TIMESTAMP, at_start.otherwise(F.col(COMMIT_TIMESTAMP)))
+
     def _arrivals(self, versions: dict[str, int]) -> DataFrame:
         """Every row of the stream sources up to `versions`, in the micro-batches' shape."""
         return reduce(
@@ -371,8 +380,11 @@ class LiveRunner:
         try:
             new = {
                 source.name: arrival.prepare(
-                    batch.where(F.col(_IDX) == source.index).select(
-                        f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+                    self._at_start(
+                        batch.where(F.col(_IDX) == source.index).select(
+                            f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+                        ),
+                        source.name,
                     ),
                     source.index,
                     source.raw_time(),
@@ -409,6 +421,7 @@ class LiveRunner:
                 lambda newest, counts, rejected, held: self._tables(
                     previous, newest, counts, rejected, held, table_versions
                 ),
+                self.positions.history_end,
             )
             cached += decision.cached
             watch.lap("join")
@@ -825,6 +838,7 @@ def decide(
     previous: Progress | None,
     rows_of: Callable[[int, int], int],
     tables_for: TablesFor | None = None,
+    history_end: arrival.Position | None = None,
 ) -> Decision:
     """One micro-batch of a job with stream sources, as a function of its inputs: the new rows
     (prepared, per source), the state the previous batch left (per source: open rows and rows
@@ -834,9 +848,10 @@ def decide(
     Moves the clocks (`settle`), settles the waiting and new rows at or before the frontier, takes
     their watermarks from this batch's Timeline, and runs the kernel with the open state; the rows
     after the frontier wait in the next state. `tables_for(newest, counts, rejected, cached)` gives
-    the table sources (enrichment joins)."""
+    the table sources (enrichment joins). `history_end`: the last position of the job's history
+    (`index.Index.history_end`), which settles and is judged as one group."""
     arrived, commits = commits, [c for c in commits if c.rows]
-    settling = settle(commits, len(plan.streams), previous, rows_of)
+    settling = settle(commits, len(plan.streams), previous, rows_of, history_end)
     settled_test = arrival.at_or_before(settling.frontier) if settling.frontier else F.lit(False)
     counts: dict[str, SourceCounts] = {}
     rejected_parts: list[DataFrame] = []
@@ -870,7 +885,7 @@ def decide(
         c for c in arrived if c.max_event is not None and frontier is not None and c.position <= frontier
     ]
     tables = tables_for(settling.newest, counts, rejected_parts, cached) if tables_for else {}
-    timeline = arrival.timeline(settled_commits, previous.max_event if previous else None)
+    timeline = arrival.timeline(settled_commits, previous.max_event if previous else None, history_end)
     result = kernel.step(
         spark,
         plan,
@@ -908,6 +923,7 @@ def settle(
     sources: int,
     previous: Progress | None,
     rows_of: Callable[[int, int], int],
+    history_end: arrival.Position | None = None,
 ) -> Settling:
     """Move the sources' clocks by one micro-batch holding `commits` (position order).
 
@@ -928,7 +944,7 @@ def settle(
             mine = mine[:-1]
         complete += mine
     newest = arrival.newest_positions(complete, previous.newest if previous else None)
-    return Settling(newest, partial, arrival.frontier(newest, sources))
+    return Settling(newest, partial, arrival.frontier(newest, sources, history_end))
 
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:

@@ -159,7 +159,7 @@ def _replay(
     positions = index.update(spark, plan, pinned)
     watch.lap("prepare")
     newest = positions.newest()
-    frontier = arrival.frontier(newest, len(plan.streams))
+    frontier = arrival.frontier(newest, len(plan.streams), positions.history_end)
     if closed:  # every commit is settled: nothing more will come
         frontier = max(newest.values(), default=None)
     stream_clock = max((p[0] for p in newest.values()), default=None)

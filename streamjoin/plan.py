@@ -168,7 +168,7 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             schemas[join.source] = bound.made
             joins.append(bound)
             continue
-        on = join.on and _qualify(join.on, (*left_names, join.source), schemas, link)
+        on = join.on and _as_spelled(_qualify(join.on, (*left_names, join.source), schemas, link), schemas)
         joins.append(_bind_join(spec, join, on, left_names, schemas))
     keys: dict[str, list[str]] = {name: [] for name in spec.names}
     for bound in joins:
@@ -311,6 +311,31 @@ def _qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructT
 
     qualified = tree.transform(name_owner)
     return qualified.sql(dialect="spark") if changed else expression
+
+
+def _as_spelled(expression: str, schemas: dict[str, StructType]) -> str:
+    """`expression` with each column a source qualifies spelt as that source's schema spells it
+    (`ticker` of a column `TICKER`): Spark resolves names without regard to letter case, as the
+    seed systems do, and the joins look the key and time columns up by their schema names.
+    Unchanged when no spelling differs (or it does not parse: Spark's analysis then says why)."""
+    try:
+        tree = sqlglot.parse_one(expression, read="spark")
+    except sqlglot.errors.ParseError:
+        return expression
+    changed = False
+
+    def respell(node: exp.Expr) -> exp.Expr:
+        nonlocal changed
+        if not isinstance(node, exp.Column) or node.args.get("db") or node.table not in schemas:
+            return node
+        spelt = [f for f in schemas[node.table].fieldNames() if f.lower() == node.name.lower()]
+        if len(spelt) != 1 or spelt[0] == node.name:
+            return node
+        changed = True
+        return exp.Column(this=exp.to_identifier(spelt[0]), table=node.args["table"].copy())
+
+    spelled = tree.transform(respell)
+    return spelled.sql(dialect="spark") if changed else expression
 
 
 def _check_qualifiers(on: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> None:

@@ -23,7 +23,7 @@ from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict
+from streamjoin.spec import spec_from_dict, spec_from_sql
 
 FIVE = 5 * 3600  # 05:00:00 on the test clock
 PRICES = StructType(
@@ -120,6 +120,37 @@ def test_the_latest_rows_per_key_live_and_replayed(spark, tmp_path):
     assert source_counts(metrics) == ACCOUNTING
     text = describe(bind(spark, replayed))
     assert "ROWS windows: per key, the 2 latest stock_price rows" in text
+
+
+def test_a_condition_spelling_the_key_in_another_case_binds_to_the_tables_spelling(spark, tmp_path):
+    """SQLstream's `ON (oq.ticker = sp.ticker)` over tables whose column is `TICKER`: Spark and the
+    seed systems resolve names without regard to case, so the job joins on `TICKER`, live and
+    replayed, and writes the rows the same job spelt as its tables does."""
+    upper = {
+        name: StructType([StructField(f.name.upper(), f.dataType) for f in schema.fields])
+        for name, schema in (("stock_price", PRICES), ("order_quantity", ORDERS))
+    }
+    for source, rows in COMMITS:
+        append(spark, tmp_path / source, [(k, v, at(FIVE + s)) for k, v, s in rows], upper[source])
+
+    def job(runner: str):
+        return spec_from_sql(
+            f"""CREATE STREAM order_quantity WITH (path='{tmp_path / "order_quantity"}', time='T');
+CREATE STREAM stock_price WITH (path='{tmp_path / "stock_price"}', time='T');
+CREATE STREAM joined WITH (path='{tmp_path / f"out_{runner}"}') AS
+SELECT STREAM oq.ticker AS ticker, oq.quantity AS quantity, sp.ending_price AS price
+  FROM order_quantity AS oq
+  LEFT JOIN stock_price OVER (ROWS 1 PRECEDING) AS sp
+  ON (oq.ticker = sp.ticker);"""
+        )
+
+    live = job("live")
+    assert describe(bind(spark, live)).count("order_quantity.TICKER = stock_price.TICKER") >= 1
+    LiveRunner(spark, live, str(tmp_path / "checkpoint")).run()
+    assert joined(read(spark, live.output.location)) == EXPECTED
+    replayed = job("replay")
+    replay(spark, replayed, at(0), at(FIVE + 3600), mode="exact")
+    assert joined(read(spark, replayed.output.location)) == EXPECTED
 
 
 @pytest.mark.parametrize(

@@ -540,3 +540,17 @@ def _short_error(exc: BaseException) -> str:
     origin = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" (at {origin.filename.rsplit('/', 1)[-1]}:{origin.lineno})" if origin else ""
     return f"{type(exc).__name__}: {text[:500]}{where}"
+
+
+# What a job writes besides its output, and so what `reset` deletes: every table computed from
+# the job's start. `<output>_lookups` is kept: it holds an external database's answers, which
+# cannot be asked again, and stays valid for the commits it names.
+COMPUTED_SIDES = ("changes", "late", "rejected", "metrics", "index", "journal", "backfill", "consistency")
+
+
+def reset(spark: SparkSession, spec: JoinSpec) -> list[str]:
+    """Delete a job's output, its side tables and its arrival index (everything computed from its
+    start), so that it can begin again from another start; the tables deleted."""
+    out = spec.output
+    locations = [out.location, *(out.side(name) for name in COMPUTED_SIDES)]
+    return [where for where in locations if delta_io.delete_table(spark, where)]

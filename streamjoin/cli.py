@@ -307,6 +307,29 @@ def _outcome_json(outcome) -> dict:
     }
 
 
+def cmd_reset(args) -> int:
+    import shutil
+
+    from streamjoin.backfill import reset
+    from streamjoin.session import get_spark
+
+    spec = _job(args)
+    if not args.yes:
+        print(
+            f"would delete job {spec.name}'s output {spec.output.location}, its side tables and its index "
+            f"(and {args.checkpoint}, given as --checkpoint); nothing deleted: add --yes",
+            file=sys.stderr,
+        )
+        return 2
+    spark = get_spark(master=args.master)
+    deleted = reset(spark, spec)
+    if args.checkpoint and Path(args.checkpoint).is_dir():
+        shutil.rmtree(args.checkpoint)
+        deleted.append(args.checkpoint)
+    print(f"deleted {len(deleted)}: " + ", ".join(deleted) if deleted else "nothing to delete")
+    return 0
+
+
 def cmd_handoff(args) -> int:
     from streamjoin.backfill import hand_off
     from streamjoin.metrics import combine
@@ -677,6 +700,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds, help="stop after this many seconds (processing-time triggers)"
     )
     handoff.set_defaults(func=cmd_handoff)
+
+    resetting = commands.add(
+        "reset",
+        "delete a job's output, side tables and arrival index (everything computed from its start), "
+        "to start it again from another start",
+    )
+    resetting.add_argument("job", help=_JOB_HELP)
+    resetting.add_argument("--yes", action="store_true", help="do delete (without it: say what would go)")
+    resetting.add_argument("--checkpoint", help="a live checkpoint folder of the job to delete too")
+    resetting.set_defaults(func=cmd_reset)
 
     verifying = commands.add(
         "verify",

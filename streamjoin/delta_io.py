@@ -58,6 +58,21 @@ def _table(spark: SparkSession, location: str) -> DeltaTable:
     return DeltaTable.forPath(spark, location) if _is_path(location) else DeltaTable.forName(spark, location)
 
 
+def delete_table(spark: SparkSession, location: str) -> bool:
+    """Delete the Delta table at `location` (its folder on any Hadoop file system, or a metastore
+    table); False when there was none."""
+    if not exists(spark, location):
+        return False
+    if not _is_path(location):
+        spark.sql(f"DROP TABLE {location}")
+        return True
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+    return True
+
+
 def schema(spark: SparkSession, location: str) -> StructType:
     """The current schema of a Delta table."""
     return _table(spark, location).toDF().schema

@@ -310,7 +310,8 @@ def _stored_instant(plan: Plan, starts: dict[str, Entry]) -> int:
 def reset_command(plan: Plan) -> str:
     """The one command that deletes a job's outputs and index, to start it again from a new start."""
     return (
-        f"streamjoin reset {plan.spec.name} --yes (deletes its output, side tables and index; then run again)"
+        f"`streamjoin reset <job file> --yes` (the file of job {plan.spec.name!r}; it deletes the output, its "
+        "side tables and its index, and with --checkpoint DIR a live checkpoint), then run the job again"
     )
 
 

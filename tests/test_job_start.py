@@ -9,14 +9,17 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
 from aging import write_commits
 from harness import EVERYTHING, create_tables, job, read_output, read_side, write_commit
 
 from streamjoin import delta_io, index
+from streamjoin.cli import main
 from streamjoin.errors import JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
+from streamjoin.spec import spec_from_dict
 
 
 def _started(spec, starts: dict[int, object]):
@@ -101,20 +104,43 @@ def test_a_new_job_over_week_old_inputs_started_at_their_newest_versions_joins_a
     assert read_side(spark, spec.output.side("late")) == {}
 
 
-def test_a_changed_start_is_refused_naming_both_starts_and_the_reset(spark, tmp_path):
+def test_a_changed_start_is_refused_naming_both_starts_and_reset_lets_it_begin_again(spark, tmp_path, capsys):
     paths = create_tables(spark, tmp_path)
     for n in range(3):
         write_commit(spark, paths[0], [(f"l{n}", "a", n, 0)])
         write_commit(spark, paths[1], [(f"r{n}", "a", n, 0)])
-    first = _started(job(tmp_path, paths, "inner", -5, 5, 10), {0: 1, 1: 1})
-    index.update(spark, bind(spark, first))
+    document = {
+        "name": "eq",
+        "sources": {name: {"path": paths[i], "kind": "stream", "time": "t"} for i, name in enumerate("lr")},
+        "from": "l",
+        "joins": [{"join": "r", "type": "inner", "on": "l.k = r.k", "within": "5s", "grace": "10s"}],
+        "output": {"path": f"{tmp_path}/out"},
+    }
+    first = _started(spec_from_dict(document), {0: 1, 1: 1})
+    replay(spark, first, *EVERYTHING)
     index.update(spark, bind(spark, first))  # the same start again: fine
-    index.update(
-        spark, bind(spark, job(tmp_path, paths, "inner", -5, 5, 10))
-    )  # none declared: the pinned one
+    index.update(spark, bind(spark, spec_from_dict(document)))  # none declared: the pinned one
     moved = _started(first, {0: 2, 1: 2})
     with pytest.raises(JobError) as refused:
         index.update(spark, bind(spark, moved))
     text = str(refused.value)
     assert "l: 2, r: 2" in text and "l at version 1, r at version 1" in text
-    assert "streamjoin reset eq --yes" in text
+    assert "streamjoin reset <job file> --yes" in text
+
+    job_file = tmp_path / "eq.yaml"
+    job_file.write_text(
+        yaml.safe_dump(
+            document
+            | {"sources": {name: {**body, "start_at": 2} for name, body in document["sources"].items()}}
+        )
+    )
+    assert main(["reset", str(job_file)]) == 2  # without --yes nothing goes
+    assert delta_io.exists(spark, f"{tmp_path}/out_index")
+    assert main(["reset", str(job_file), "--yes"]) == 0
+    said = capsys.readouterr().out
+    assert f"{tmp_path}/out_index" in said and f"{tmp_path}/out_late" not in said  # never written
+    assert not delta_io.exists(spark, f"{tmp_path}/out") and not delta_io.exists(
+        spark, f"{tmp_path}/out_index"
+    )
+    positions = index.update(spark, bind(spark, moved))
+    assert {name: e.version for name, e in positions.starts.items()} == {"l": 2, "r": 2}

@@ -737,7 +737,10 @@ def _compile_join(
             item.pop("type", None)
             terms, filters = mine, [t for t in filters if all(t is not m for m in mine)]
     streams_before = [s for s in seen if sources[s]["kind"] == "stream"]
-    if sources[name]["kind"] == "stream" and len(streams_before) == 1 and "within" not in item:
+    # An ASOF join's inequality picks the nearest row, it bounds no interval: the job checks say
+    # what an ASOF join of two streams needs (a table), as they do for YAML.
+    interval = "within" not in item and not item.get("asof")
+    if sources[name]["kind"] == "stream" and len(streams_before) == 1 and interval:
         bounds, terms = _interval_bounds(terms, streams_before[0], name, sources, aliases, where)
         if bounds is not None:
             item["between"] = bounds

@@ -515,6 +515,13 @@ def test_the_job_checks_point_at_the_statement():
             "time column> for RisingWave's result, the nearest row over its whole history, final once its watermark "
             "has passed; without FOR SYSTEM_TIME AS OF each stream row",
         ),
+        (  # without WITHIN: the same advice, not an interval join's (its inequality bounds no interval)
+            "SELECT * FROM a ASOF JOIN b ON a.k = b.k AND b.t <= a.t",
+            "line 4, column 27: job 'joined', join with 'b': ASOF between two streams is not supported yet "
+            "(RisingWave's ASOF JOIN of two append-only relations); declare 'b' as a table (CREATE TABLE ... WITH "
+            "(path='...', key='...', time='...')) and join it with ASOF JOIN ... FOR SYSTEM_TIME AS OF <the stream's "
+            "time column>",
+        ),
         (
             "SELECT * FROM t JOIN u FOR SYSTEM_TIME AS OF PROCTIME() ON t.k = u.k",
             "line 4, column 22: job 'joined', join with 'u': FOR SYSTEM_TIME AS OF and ASOF apply to stream-table "

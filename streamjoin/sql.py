@@ -14,9 +14,9 @@ A `.sql` job file declares its sources and holds one query that creates the outp
 It is parsed with sqlglot (Spark's dialect, which the conditions and expressions are written in,
 extended with ksqlDB's `CREATE STREAM`, `WITHIN` and `GRACE PERIOD`, SQLstream's `SELECT STREAM`
 and `OVER (RANGE ...)` join windows, the `WATERMARK FOR` and `METADATA` columns of Flink's and
-RisingWave's source declarations, and Flink's `CREATE FUNCTION ... LANGUAGE PYTHON` for the table
-functions of `LATERAL TABLE(...)`) and turned into the mapping a
-YAML job holds, so `spec_from_dict` checks it as it checks YAML and every command takes either
+RisingWave's source declarations, RisingWave's `CREATE SOURCE` (a stream), and Flink's `CREATE
+FUNCTION ... LANGUAGE PYTHON` for the table functions of `LATERAL TABLE(...)`) and turned into the
+mapping a YAML job holds, so `spec_from_dict` checks it as it checks YAML and every command takes either
 (docs/job-spec.md, "Jobs in SQL"). Aliases (`FROM orders o`) name sources in the statement only:
 the JoinSpec, its metrics and its side tables use the declared names.
 """
@@ -50,6 +50,7 @@ OUTPUT_SETTINGS = (
     *(f"quality_{key}" for key in QUALITY_KEYS),
 )
 _JOIN_WORDS = ("WITHIN", "GRACE")
+_STREAM_WORDS = ("STREAM", "SOURCE")  # CREATE STREAM (ksqlDB) and CREATE SOURCE (RisingWave) declare streams
 # sqlglot logs a warning when it keeps a statement it cannot read as raw text; the JobError raised
 # for that statement says where it is and what to do, so the warning would only come first.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
@@ -59,11 +60,13 @@ _GLUED_DURATION = re.compile(r"\d+(?:\.\d+)?[a-zA-Z]+(?:\d+(?:\.\d+)?[a-zA-Z]+)*
 class StreamSQL(Spark):
     """Spark SQL plus ksqlDB's stream words: `CREATE STREAM`, and after a joined source `WITHIN
     <n> <unit>` or `WITHIN (<before>, <after>)` and `GRACE PERIOD <n> <unit>`; SQLstream's
-    `SELECT STREAM` and `<source> OVER (RANGE INTERVAL ... PRECEDING) [AS alias]`; and in a
-    declaration's column list, Flink's and RisingWave's `WATERMARK FOR t AS ...` and `METADATA`."""
+    `SELECT STREAM` and `<source> OVER (RANGE INTERVAL ... PRECEDING) [AS alias]`; RisingWave's
+    `CREATE SOURCE` (a stream); and in a declaration's column list, Flink's and RisingWave's
+    `WATERMARK FOR t AS ...` and `METADATA`."""
 
     class Tokenizer(Spark.Tokenizer):
-        KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.TABLE}
+        # RisingWave's CREATE SOURCE declares an append-only source: a stream, as CREATE STREAM.
+        KEYWORDS = {**Spark.Tokenizer.KEYWORDS, "STREAM": TokenType.TABLE, "SOURCE": TokenType.TABLE}
         # As in standard SQL and the seed systems, a double-quoted token is a name (SQLstream's
         # `b1."ticker"`), and strings take single quotes.
         QUOTES = ["'"]
@@ -258,7 +261,11 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             functions.update(_function(statement, origin))
         elif isinstance(statement, exp.Insert) and isinstance(statement.this, exp.Table):
             queries.append((statement.this.name, None, statement.expression))
-        elif isinstance(statement, exp.Create) and statement.args.get("kind") in ("STREAM", "TABLE", "VIEW"):
+        elif isinstance(statement, exp.Create) and statement.args.get("kind") in (
+            *_STREAM_WORDS,
+            "TABLE",
+            "VIEW",
+        ):
             if isinstance(statement.expression, exp.Query):  # VIEW: RisingWave's CREATE MATERIALIZED VIEW
                 queries.append((_created_name(statement), statement, statement.expression))
             else:
@@ -294,7 +301,10 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
         delay = _declared_columns(statement, settings, where)
         if delay is not None:
             delays[source] = delay
-        sources[source] = {"kind": "stream" if statement.args["kind"] == "STREAM" else "table", **settings}
+        sources[source] = {
+            "kind": "stream" if statement.args["kind"] in _STREAM_WORDS else "table",
+            **settings,
+        }
     _read_through_views(sources, delays, views, origin)
     windowed = _time_windows(query, sources, origin)
     _split_self_joins(query, sources, delays, origin)
@@ -1078,6 +1088,11 @@ def _settings(create: exp.Create, allowed: tuple[str, ...], where: str) -> dict[
         if isinstance(prop, exp.MaterializedProperty | exp.TemporaryProperty):  # MATERIALIZED VIEW, TEMPORARY
             continue
         key = _property_key(prop)
+        if key == "connector" and "path" in allowed:
+            raise JobError(
+                f"{where}: {_at(prop)}a source here is a Delta table: replace the connector and its options with "
+                "path='<folder>' (or table='<catalog table>')"
+            )
         if key not in allowed:
             raise JobError(f"{where}: {_at(prop)}unknown setting {key!r}; settings are {', '.join(allowed)}")
         settings[key] = _value(prop.args.get("value"), f"{where}: {key}")

@@ -176,9 +176,11 @@ ON product_id = id;"""
 RISINGWAVE_PROCTIME_COMMA = """select transaction_id, product_id, quantity, sale_date, product_name, price
 from sales, products FOR SYSTEM_TIME AS OF PROCTIME() where product_id = id;"""
 
+# RisingWave's sources (CREATE SOURCE: append-only, a stream) as it declares them, with a path for
+# the connector's options.
 RISINGWAVE_INTERVAL = """
-CREATE STREAM s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
-CREATE STREAM s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');
+CREATE SOURCE s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
+CREATE SOURCE s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');
 CREATE MATERIALIZED VIEW interval_join AS
 SELECT s1.id AS id1,
 s1.value AS value1,
@@ -187,10 +189,10 @@ s2.value AS value2
 FROM s1 JOIN s2
 ON s1.id = s2.id and s1.ts between s2.ts and s2.ts + INTERVAL '1 minute';"""
 
-# RisingWave's window join (003): its sources as it declares them, with a path; the statement as printed.
+# RisingWave's window join (003): its sources as declared above; the statement as printed.
 RISINGWAVE_WINDOW = """
-CREATE STREAM s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
-CREATE STREAM s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');
+CREATE SOURCE s1 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s1');
+CREATE SOURCE s2 (id int, value int, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '20' SECOND) WITH (path='s2');
 CREATE MATERIALIZED VIEW window_join AS
 SELECT s1.id AS id1,
 s1.value AS value1,

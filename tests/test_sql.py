@@ -911,6 +911,23 @@ def test_window_functions_that_do_not_make_a_window_join_are_refused(change, mes
         spec_from_sql(RISINGWAVE_WINDOW.replace(*change))
 
 
+def test_risingwaves_create_source_declares_a_stream_whose_connector_becomes_a_path():
+    """RisingWave's `CREATE SOURCE` is an append-only source: a stream (RISINGWAVE_INTERVAL declares
+    its two that way); its connector's options, which name no Delta table, are refused with what
+    to write instead."""
+    spec = spec_from_sql(RISINGWAVE_INTERVAL)
+    assert [(s.name, s.kind, s.time) for s in spec.sources] == [
+        ("s1", "stream", "ts"),
+        ("s2", "stream", "ts"),
+    ]
+    with pytest.raises(JobError) as error:
+        spec_from_sql(RISINGWAVE_INTERVAL.replace("WITH (path='s1')", "WITH (connector = 'datagen')"))
+    assert str(error.value) == (
+        "job: source 's1': line 2, column 117: a source here is a Delta table: replace the connector and its "
+        "options with path='<folder>' (or table='<catalog table>')"
+    )
+
+
 def shape(spec) -> list[tuple]:
     """(joined source, type, bounds in seconds or None, grace in seconds, as_of) per join."""
     return [

@@ -293,12 +293,17 @@ def laid_streams(examples: Sequence[Sequence[Commit]]) -> list[Event]:
 
 
 def live_steps(
-    spark: SparkSession, plan: Plan, events: list[Event], batches: Sequence[dict[int, int]]
+    spark: SparkSession,
+    plan: Plan,
+    events: list[Event],
+    batches: Sequence[dict[int, int]],
+    history_end: arrival.Position | None = None,
 ) -> LiveRun:
     """Run `events` (one example, or examples laid end to end) through the live runner's `decide`, micro-batch by
     micro-batch: batch i brings the next `batches[i][side]` rows of each side in arrival order (a
     commit may be cut between batches, as maxFilesPerTrigger cuts it). The state a batch leaves
-    is collected and handed to the next as new DataFrames, as the runner's parquet state would be."""
+    is collected and handed to the next as new DataFrames, as the runner's parquet state would be.
+    `history_end`: the last position of the job's history (events at or before it are history)."""
     rows = {side: sorted((e for e in events if e.side == side), key=lambda e: e.pos) for side in (0, 1)}
     total = {e.pos: sum(1 for o in events if o.pos == e.pos) for e in events}
     by_version = {(p[1], p[2]): n for p, n in total.items()}
@@ -321,7 +326,16 @@ def live_steps(
                 frame, side, source.raw_time(), source.event_time(), source.keys
             )
         commits = batch_commits(new, state)
-        decision = decide(spark, plan, new, commits, state, previous, lambda s, v: by_version[(s, v)])
+        decision = decide(
+            spark,
+            plan,
+            new,
+            commits,
+            state,
+            previous,
+            lambda s, v: by_version[(s, v)],
+            history_end=history_end,
+        )
         for side, name in names.items():
             c = decision.counts[name]
             decided = decision.result.counts[name]

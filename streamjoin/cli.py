@@ -113,7 +113,7 @@ def cmd_index(args) -> int:
 
 def cmd_validate(args) -> int:
     from streamjoin import delta_io, kernel
-    from streamjoin.plan import bind, grace_warnings
+    from streamjoin.plan import bind, grace_warnings, time_format_warnings
     from streamjoin.session import get_spark
 
     spec = _job(args)
@@ -134,6 +134,8 @@ def cmd_validate(args) -> int:
     plan = bind(spark, spec)
     kernel.runnable(spark, plan)
     warnings = grace_warnings(spark, plan)
+    if not args.structure_only:  # the one check that reads rows: a sample of each string time column
+        warnings += time_format_warnings(spark, plan)
     if args.json:
         _print_json(
             {
@@ -187,6 +189,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    from streamjoin.metrics import untimed_elsewhere
     from streamjoin.runners.replay import replay
     from streamjoin.session import get_spark
 
@@ -196,10 +199,13 @@ def cmd_replay(args) -> int:
     metrics = replay(
         spark, spec, start, end, mode=args.mode, versions=_versions(args.versions), closed=args.closed
     )
+    elsewhere = untimed_elsewhere(spark, spec, start, end, metrics.versions)
     if args.json:
-        _print_json({"output": spec.output.location, "metrics": metrics.as_json()})
+        _print_json({"output": spec.output.location, "metrics": metrics.as_json(), "warnings": elsewhere})
         return 0
     print(metrics.summary())
+    for line in elsewhere:
+        print(f"warning: {line}")
     print(
         f"output: {spec.output.location} (late rows: {spec.output.side('late')}, rejected: {spec.output.side('rejected')})"
     )
@@ -208,6 +214,7 @@ def cmd_replay(args) -> int:
 
 def cmd_backfill(args) -> int:
     from streamjoin.backfill import BATCH, plan_backfill, run_backfill, unfinished
+    from streamjoin.metrics import untimed_elsewhere
     from streamjoin.progress import BackfillProgress, outcome_table, problems
     from streamjoin.session import get_spark
 
@@ -252,12 +259,22 @@ def cmd_backfill(args) -> int:
             batch=BATCH if args.batch is None else args.batch,
         )
     failed = [o for o in outcomes if not o.ok]
+    pinned = next((o.metrics.versions for o in outcomes if o.metrics), None)
+    elsewhere = untimed_elsewhere(spark, spec, slices[0].start, slices[-1].end, pinned) if pinned else []
     if args.json:
-        _print_json({**_backfill_json(backfill), "slices": [_outcome_json(o) for o in outcomes]})
+        _print_json(
+            {
+                **_backfill_json(backfill),
+                "slices": [_outcome_json(o) for o in outcomes],
+                "warnings": elsewhere,
+            }
+        )
         return 1 if failed else 0
     _console().print(outcome_table(backfill, outcomes))
     for line in problems(backfill, outcomes):  # below the table, whole: what failed and why
         print(line)
+    for line in elsewhere:
+        print(f"warning: {line}")
     print(
         f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
         f"attempts recorded in {spec.output.side('backfill')}"

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DoubleType,
     LongType,
@@ -31,6 +32,8 @@ from pyspark.sql.types import (
 )
 
 from streamjoin.frames import local_frame
+from streamjoin.spec import JoinSpec
+from streamjoin.timeutil import from_micros, to_micros
 
 BUCKETS = (
     "rejected",
@@ -311,6 +314,69 @@ def to_frame(spark: SparkSession, metrics: RunMetrics | list[RunMetrics]):
     runs = metrics if isinstance(metrics, list) else [metrics]
     rows = [run.row() for run in runs]
     return local_frame(spark, [tuple(row[f.name] for f in SCHEMA.fields) for row in rows], SCHEMA)
+
+
+def untimed_elsewhere(
+    spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime, versions: dict[str, int]
+) -> list[str]:
+    """A line per stream source holding rows without a usable event time (NULL, or not parseable
+    with its `time_format`) committed up to `versions` but outside [start, end), from the arrival
+    index. A slice owns such a row by its commit time (docs/semantics.md, "Time"): a replay or
+    backfill of [start, end) neither wrote nor counted it, so the user is told which range to
+    replay to see it in `<output>_rejected`. History rows take the start's commit time."""
+    from streamjoin import delta_io
+    from streamjoin.index import SCHEMA
+
+    entries = delta_io.read_own(spark, spec.output.side("index"), SCHEMA)
+    if entries is None:
+        return []
+    low, high = to_micros(start), to_micros(end)
+    outside = (F.col("untimed") > 0) & ((F.col("commit_ts") < low) | (F.col("commit_ts") >= high))
+    pinned = F.element_at(
+        F.create_map(*[F.lit(x) for pair in versions.items() for x in pair]), F.col("source")
+    )
+    rows = (
+        entries.where(F.col("source").isin(list(versions)))
+        .dropDuplicates(["source", "version"])
+        .where(F.col("version") <= pinned)
+        .groupBy("source")
+        .agg(
+            F.sum("rows").alias("rows"),
+            F.sum("untimed").alias("untimed"),
+            F.sum(F.when(outside, F.col("untimed"))).alias("outside"),
+            F.min(F.when(outside, F.col("commit_ts"))).alias("first"),
+            F.max(F.when(outside, F.col("commit_ts"))).alias("last"),
+            F.max(F.when(outside, F.col("start"))).alias("history"),
+        )
+        .where(F.col("outside") > 0)
+        .orderBy("source")
+        .collect()
+    )
+    lines = []
+    for r in rows:
+        source = spec.source(r["source"])
+        why = (
+            f"NULL, or not parseable with time_format {source.time_format!r}"
+            if source.time_format
+            else "NULL"
+        )
+        first = from_micros(r["first"]).replace(microsecond=0)
+        after_last = from_micros(r["last"]).replace(microsecond=0) + timedelta(seconds=1)
+        lines.append(
+            f"source {source.name!r}: {r['outside']} row(s) without a usable event time ({why}) were committed "
+            f"outside [{start.isoformat()}, {end.isoformat()})"
+            + (" (history rows among them, at the job's start)" if r["history"] else "")
+            + "; a row without an event time belongs to the slice holding its commit time, so this run neither "
+            f"wrote nor counted it. Replay --start {first.isoformat()} --end {after_last.isoformat()} to write "
+            f"them to {spec.output.side('rejected')}"
+            + (
+                f". None of the {r['rows']} rows of {source.name!r} so far has a usable event time: check "
+                "time_format with `streamjoin validate-job JOB`, which samples the column"
+                if r["untimed"] == r["rows"]
+                else ""
+            )
+        )
+    return lines
 
 
 def spark_value(value):

@@ -5,6 +5,7 @@ The result, a `Plan`, is what the runners execute and what `streamjoin explain` 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -29,6 +30,7 @@ from sqlglot import exp
 from streamjoin import database, delta_io, functions
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
+from streamjoin.frames import local_frame
 from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
 from streamjoin.timeutil import END_OF_INPUT, format_duration, to_micros
 
@@ -264,6 +266,11 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
                 f"{schema[source.deleted].dataType.simpleString()}"
             )
     if source.time is None or source.time == COMMIT_TIME:
+        if source.time_format:
+            raise JobError(
+                f"{where}: time_format {source.time_format!r} applies to a string event-time column, and this "
+                "source has none (its time is the commit time); remove time_format"
+            )
         return
     if source.time not in names:
         raise JobError(
@@ -272,7 +279,13 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
     kind = schema[source.time].dataType
     if isinstance(kind, StringType) and not source.time_format:
         raise JobError(
-            f'{where}: event-time column {source.time!r} is a string; add time_format (e.g. "yyyy-MM-dd HH:mm:ss") or store a timestamp'
+            f'{where}: event-time column {source.time!r} is a string; add time_format (e.g. "yyyy-MM-dd HH:mm:ss", '
+            "or \"yyyy-MM-dd'T'HH:mm:ssX\" for ISO 8601 values such as 2026-12-02T08:22:22Z) or store a timestamp"
+        )
+    if source.time_format and not isinstance(kind, StringType):
+        raise JobError(
+            f"{where}: time_format {source.time_format!r} applies to a string column, but event-time column "
+            f"{source.time!r} is a {kind.simpleString()}, read as it is; remove time_format"
         )
     if not isinstance(kind, (TimestampType, TimestampNTZType, StringType)):
         raise JobError(
@@ -754,6 +767,92 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
                     "behind the newest event time of any source is late: expect many late rows. Set grace to at "
                     f"least {format_duration(spacing)}"
                 )
+    return warnings
+
+
+TIME_SAMPLE = 1000  # the non-NULL values of a string event-time column that validate-job parses
+_ISO_8601 = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:(?P<sep>[T ])\d{2}:\d{2}(?P<seconds>:\d{2}(?P<fraction>[.,]\d{1,9})?)?)?"
+    r"(?P<zone>Z|[+-]\d{2}(?P<minutes>:?\d{2})?)?"
+)
+
+
+def iso_8601_format(value: str) -> str | None:
+    """The Spark datetime pattern that reads `value` when it has an ISO 8601 shape
+    (`2026-12-02T08:22:22Z` -> `yyyy-MM-dd'T'HH:mm:ssX`), else None. A fraction of a second is
+    optional in the pattern (`[.SSSSSS]`), since writers often leave out a zero fraction."""
+    shape = _ISO_8601.fullmatch(value)
+    if not shape:
+        return None
+    pattern = "yyyy-MM-dd"
+    if shape["sep"]:
+        pattern += ("'T'" if shape["sep"] == "T" else " ") + "HH:mm"
+        if shape["seconds"]:
+            pattern += ":ss"
+            if shape["fraction"]:
+                digits = len(shape["fraction"]) - 1
+                pattern += f"[{shape['fraction'][0]}{'S' * (6 if digits <= 6 else 9)}]"
+    zone = shape["zone"]
+    if zone:
+        pattern += "X" if zone == "Z" or not shape["minutes"] else ("XXX" if ":" in zone else "XX")
+    return pattern
+
+
+def time_format_warnings(spark: SparkSession, plan: Plan) -> list[str]:
+    """Check each string event-time column against its data: up to TIME_SAMPLE non-NULL values at
+    the source's newest version, parsed as the runners parse them (`BoundSource.event_time`).
+
+    Raise JobError when time_format parses none of them (every row would be rejected as
+    `unparseable_event_time`), naming the source, column, format and a value, with the format
+    that fits when the values look like ISO 8601; return a warning per source where it parses some."""
+    warnings = []
+    for source in plan.sources:
+        if source.commit_time or not source.spec.time or not isinstance(source._time_type(), StringType):
+            continue
+        column, given = source.spec.time, source.spec.time_format
+        assert given is not None  # a string time column without time_format is refused by bind
+        raw = source.raw_time()
+        values = [
+            r[0]
+            for r in delta_io.read_snapshot(spark, source.spec.location)
+            .where(raw.isNotNull())
+            .select(raw)
+            .limit(TIME_SAMPLE)
+            .collect()
+        ]
+        if not values:
+            continue
+        sample = local_frame(spark, [(v,) for v in values], StructType([StructField(column, StringType())]))
+        failed = source.event_time().isNull()
+        counted = sample.agg(
+            F.count(F.when(failed, 1)), F.first(F.when(failed, raw), ignorenulls=True)
+        ).first()
+        assert counted is not None  # an aggregate without grouping has one row
+        bad, bad_value = counted
+        if not bad:
+            continue
+        suggested = iso_8601_format(bad_value)
+        fits = (
+            suggested is not None
+            and not sample.where(F.try_to_timestamp(raw, F.lit(suggested)).isNull()).limit(1).count()
+        )
+        where = f"job {plan.spec.name!r}, source {source.name!r}"
+        advice = (
+            f'; the values look like ISO 8601: write time_format: "{suggested}"'
+            if fits
+            else "; write the Spark datetime pattern of those values (docs/job-spec.md, time_format)"
+        )
+        if bad == len(values):
+            raise JobError(
+                f"{where}: time_format {given!r} parses none of {len(values)} values of event-time column "
+                f"{column!r} sampled at its newest version, e.g. {bad_value!r}: every row would be rejected as "
+                f"unparseable_event_time{advice}"
+            )
+        warnings.append(
+            f"{where}: time_format {given!r} does not parse {bad} of {len(values)} values of event-time column "
+            f"{column!r} sampled at its newest version, e.g. {bad_value!r}; such rows are rejected as "
+            f"unparseable_event_time (in {plan.spec.output.side('rejected')}){advice}"
+        )
     return warnings
 
 

@@ -474,9 +474,20 @@ class Quality:
     match_column: str | None = None  # an output column that is NULL exactly when a row is padded
     min_match_rate: float = 0.0  # share of output rows whose match_column is not NULL
     not_null: tuple[str, ...] = ()  # output columns padding never fills (the preserved side's)
+    # Each link's match rate against the job's recent slices (docs/validation.md, "Links of a chain"):
+    link_history: int = 7  # the last N valid slices whose median is the baseline; 0: no check
+    link_min_history: int = 3  # the check applies once this many slices are known
+    link_tolerance: float = 0.1  # how far below the baseline a slice's rate may fall
+    link_min_rows: int = 20  # a link that reached fewer rows in a slice is not judged by it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "not_null", tuple(self.not_null))
+        if min(self.link_history, self.link_min_history, self.link_min_rows) < 0:
+            raise JobError("quality: link_history, link_min_history and link_min_rows are counts: 0 or more")
+        if not 0.0 <= float(self.link_tolerance) <= 1.0:
+            raise JobError(
+                f"quality: link_tolerance {self.link_tolerance!r} must lie between 0 and 1, e.g. 0.1"
+            )
         if not 0.0 <= float(self.min_match_rate) <= 1.0:
             raise JobError(
                 f"quality: min_match_rate {self.min_match_rate!r} must lie between 0 and 1, e.g. 0.95"
@@ -702,7 +713,15 @@ SOURCE_KEYS = (
 )
 OUTPUT_KEYS = ("path", "table", "time", "partition_by", "key")
 SCHEDULE_KEYS = ("every", "timezone", "start", "live_every", "verify")
-QUALITY_KEYS = ("match_column", "min_match_rate", "not_null")
+QUALITY_KEYS = (
+    "match_column",
+    "min_match_rate",
+    "not_null",
+    "link_history",
+    "link_min_history",
+    "link_tolerance",
+    "link_min_rows",
+)
 
 
 def job_files(folder: str | os.PathLike) -> list[Path]:
@@ -831,6 +850,10 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         match_column=quality_doc.get("match_column"),
         min_match_rate=float(quality_doc.get("min_match_rate", 0.0)),
         not_null=_names(quality_doc.get("not_null")),
+        link_history=int(quality_doc.get("link_history", Quality.link_history)),
+        link_min_history=int(quality_doc.get("link_min_history", Quality.link_min_history)),
+        link_tolerance=float(quality_doc.get("link_tolerance", Quality.link_tolerance)),
+        link_min_rows=int(quality_doc.get("link_min_rows", Quality.link_min_rows)),
     )
     return JoinSpec(
         name=str(document.get("name")),

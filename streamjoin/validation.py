@@ -4,6 +4,9 @@ Each job has one expectation suite: `expectations/<job>.json` when that file exi
 derived from the job (`suite_for`). The slice bounds reach the suite as the suite parameters
 `slice_start` and `slice_end`, so a committed suite holds no dates. Every validation stores its
 result beside the site and rebuilds the Data Docs, so each slice, failed or not, has its own page.
+A second, derived suite judges each link's match rate in the slice against the job's recent
+slices (`link_rates`), so an enrichment that suddenly pads a third of its rows makes the slice
+invalid.
 
 Great Expectations is imported inside the functions: importing this module stays cheap for the
 Airflow DAG files that import it.
@@ -14,14 +17,18 @@ from __future__ import annotations
 import html
 import json
 import logging
+import math
 import os
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 
+from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.jars import checkout
 from streamjoin.metrics import spark_value
@@ -182,7 +189,8 @@ def validate_slice(
     """Validate one slice's output [start, end) (naive times are UTC) and rebuild the Data Docs in `site`.
 
     An empty output is valid. A suite naming a column the output lacks raises JobError: every slice
-    would fail alike, and the fix is in the job or the suite.
+    would fail alike, and the fix is in the job or the suite. Each link of the job is also judged
+    against its recent slices (`link_rates`) when the slice's replay wrote its metrics.
     """
     suite = load_suite(spec)
     _check_columns(suite, output, suite_path(spec))
@@ -203,16 +211,164 @@ def validate_slice(
     finally:
         output.unpersist()
     identifier, validation = next(iter(result.run_results.items()))  # one validation definition, one result
-    failed = tuple(_describe(r) for r in validation.results if not r.success)
+    checks = [(bool(r.success), _describe(r)) for r in validation.results]
     _publish(context, identifier, validation)
+    evaluated = int(validation.statistics["evaluated_expectations"])
+    rates = link_rates(spark, spec, start, end)
+    if any(rate.floor is not None for rate in rates):
+        judged = _validate_links(spark, context, spec, rates, run)
+        checks += [(ok, rate.line()) for ok, rate in zip(judged, rates, strict=True)]
+        evaluated += 1
+    else:
+        checks += [(True, rate.line()) for rate in rates]
     return ValidationResult(
         suite=suite["name"],
-        success=bool(validation.success),
-        failed=failed,
-        evaluated=int(validation.statistics["evaluated_expectations"]),
+        success=all(ok for ok, _ in checks),
+        failed=tuple(line for ok, line in checks if not ok),
+        evaluated=evaluated,
         docs=_page(context, identifier, site),
-        checks=tuple((bool(r.success), _describe(r)) for r in validation.results),
+        checks=tuple(checks),
     )
+
+
+@dataclass(frozen=True)
+class LinkRate:
+    """One link of the job in one slice: its match rate and the floor it is judged against, from
+    the job's recent slices (`link_rates`); `floor` None: not judged, `why_not` says why."""
+
+    link: str
+    reached: int
+    matched: int
+    baseline: float | None = None  # median match rate of the slices in `history`
+    history: int = 0  # slices the baseline is the median of
+    floor: float | None = None
+    why_not: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.matched / self.reached if self.reached else 1.0
+
+    def line(self) -> str:
+        what = f"link {self.link}: {self.matched} of {self.reached} rows matched ({self.rate:.1%})"
+        if self.floor is None:
+            return f"{what}; not judged: {self.why_not}"
+        return (
+            f"{what}, {'at or above' if self.rate >= self.floor else 'below'} the floor {self.floor:.1%} "
+            f"(median {self.baseline:.1%} of the job's last {self.history} valid slices, less the tolerance)"
+        )
+
+
+def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime) -> list[LinkRate]:
+    """Each link's match rate in the slice [start, end), from the job's metrics (the replay's row for
+    the slice), with the floor it must reach: the median rate of the link in the job's last
+    `quality.link_history` slices before it (replays of the same mode, each slice's latest, none
+    recorded invalid or failed by a backfill, each with at least `link_min_rows` rows at the link),
+    less `max(link_tolerance, three standard errors of a slice of this size at that rate)`. Judged
+    once `link_min_history` such slices exist and the link reached `link_min_rows` rows here.
+    Empty when the job has no metrics of the slice or `link_history` is 0."""
+    quality = spec.quality
+    metrics = spec.output.side("metrics")
+    if not quality.link_history or not delta_io.exists(spark, metrics):
+        return []
+    start, end = parse_instant(start, "slice start"), parse_instant(end, "slice end")
+    latest = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("started_at").desc())
+    runs = (
+        delta_io.read_snapshot(spark, metrics)
+        .where((F.col("job") == spec.name) & (F.col("runner") == "replay"))
+        .where(F.col("slice_end") <= F.lit(spark_value(end)))
+        .withColumn("_attempt", F.row_number().over(latest))
+        .where(F.col("_attempt") == 1)
+    )
+    here = (F.col("slice_start") == F.lit(spark_value(start))) & (
+        F.col("slice_end") == F.lit(spark_value(end))
+    )
+    this = runs.where(here).select("mode", "by_link").first()
+    if this is None or not this["by_link"]:
+        return []
+    before = runs.where(
+        (F.col("slice_end") <= F.lit(spark_value(start)))
+        & (F.col("mode") == this["mode"])
+        & F.col("by_link").isNotNull()
+    )
+    record = spec.output.side("backfill")
+    if delta_io.exists(spark, record):  # slices a backfill found invalid (or could not run) are no baseline
+        last = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("finished_at").desc())
+        refused = (
+            delta_io.read_snapshot(spark, record)
+            .withColumn("_attempt", F.row_number().over(last))
+            .where((F.col("_attempt") == 1) & (F.col("status") != "succeeded"))
+            .select("slice_start", "slice_end")
+        )
+        before = before.join(refused, ["slice_start", "slice_end"], "left_anti")
+    earlier = [
+        json.loads(r["by_link"])
+        for r in before.orderBy(F.col("slice_start").desc())
+        .select("by_link")
+        .limit(10 * quality.link_history)
+        .collect()
+    ]
+    rates = []
+    for link in json.loads(this["by_link"]):
+        reached, matched = int(link["reached"]), int(link["matched"])
+        past = [
+            p["matched"] / p["reached"]
+            for links in earlier
+            for p in links
+            if p["link"] == link["link"] and p["reached"] >= max(quality.link_min_rows, 1)
+        ][: quality.link_history]
+        rate = LinkRate(link["link"], reached, matched, history=len(past))
+        if reached < max(quality.link_min_rows, 1):
+            rates.append(
+                replace(rate, why_not=f"{reached} rows reached it, fewer than {quality.link_min_rows}")
+            )
+        elif len(past) < max(quality.link_min_history, 1):
+            rates.append(
+                replace(
+                    rate,
+                    why_not=f"{len(past)} earlier valid slice(s) known, {quality.link_min_history} needed",
+                )
+            )
+        else:
+            baseline = statistics.median(past)
+            noise = 3 * math.sqrt(baseline * (1 - baseline) / reached)
+            rates.append(
+                replace(rate, baseline=baseline, floor=baseline - max(quality.link_tolerance, noise))
+            )
+    return rates
+
+
+def _validate_links(spark: SparkSession, context, spec: JoinSpec, rates: list[LinkRate], run) -> list[bool]:
+    """Great Expectations' verdict on the judged links (`expect_column_pair_values_a_to_be_greater_than_b`:
+    each link's match rate at or above its floor), stored with its own Data Docs page; per rate,
+    whether it passed (True for a link not judged)."""
+    from streamjoin.frames import local_frame
+
+    judged = [r for r in rates if r.floor is not None]
+    frame = local_frame(
+        spark,
+        [(r.link, r.reached, r.matched, r.rate, r.floor) for r in judged],
+        "link string, reached long, matched long, match_rate double, floor double",
+    )
+    suite = {
+        "name": f"{spec.name}_links",
+        "expectations": [
+            _expectation(
+                "expect_column_pair_values_a_to_be_greater_than_b",
+                {"column_A": "match_rate", "column_B": "floor", "or_equal": True},
+                "no link's match rate falls below its recent slices' (quality.link_history, link_tolerance)",
+            )
+        ],
+    }
+    checkpoint = _checkpoint(
+        context, suite, Path("(derived from the job's metrics)"), source="streamjoin_links"
+    )
+    result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run)
+    identifier, validation = next(iter(result.run_results.items()))
+    _publish(context, identifier, validation)
+    below = {r.link for r in judged if r.floor is not None and r.rate < r.floor}
+    if not validation.success and not below:  # GE found what the rates did not: fail them all
+        below = {r.link for r in judged}
+    return [r.link not in below for r in rates]
 
 
 def _check_columns(suite: dict, output: DataFrame, path: Path) -> None:
@@ -269,8 +425,9 @@ def _context(site: str):
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
-def _checkpoint(context, suite: dict, path: Path):
-    """A checkpoint that validates a Spark DataFrame against `suite` (its result is stored)."""
+def _checkpoint(context, suite: dict, path: Path, source: str = "streamjoin"):
+    """A checkpoint that validates a Spark DataFrame against `suite` (its result is stored); each
+    suite of one context needs its own data `source` name."""
     import great_expectations as gx
     from great_expectations.core.expectation_suite import ExpectationSuite
     from great_expectations.exceptions import GreatExpectationsError
@@ -289,7 +446,7 @@ def _checkpoint(context, suite: dict, path: Path):
             )
     expectation_suite = ExpectationSuite(**suite)
     batch = (
-        context.data_sources.add_spark(name="streamjoin")
+        context.data_sources.add_spark(name=source)
         .add_dataframe_asset(name="slice")
         .add_batch_definition_whole_dataframe("output")
     )

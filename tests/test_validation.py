@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pendulum
 import pytest
@@ -313,3 +314,119 @@ def test_values_from_the_data_reach_the_data_docs_page_as_text(spark, tmp_path, 
     assert browser.title != "xss-data"
     shown = browser.find_element("tag name", "body").text
     assert "document.title='xss-data'" in shown  # the value is there, to be read
+
+
+# ---------------------------------------------------------------- links of a chain: a collapse is invalid
+
+VIEWS = StructType(
+    [
+        StructField("view", StringType()),
+        StructField("campaign", StringType()),
+        StructField("currency", StringType()),
+        StructField("t", TimestampType()),
+    ]
+)
+CAMPAIGNS = StructType([StructField("id", StringType()), StructField("tier", StringType())])
+RATES = StructType([StructField("currency", StringType()), StructField("rate", DoubleType())])
+HOUR = 3600
+
+
+def campaign_chain(root, **quality) -> dict:
+    """Views enriched with their campaign, then their currency's rate: two table links."""
+    return {
+        "name": "views_enriched",
+        "sources": {
+            "views": {"path": f"{root}/views", "time": "t"},
+            "campaigns": {"path": f"{root}/campaigns", "kind": "table", "key": ["id"], "clock_skew": "0s"},
+            "rates": {"path": f"{root}/rates", "kind": "table", "key": ["currency"], "clock_skew": "0s"},
+        },
+        "from": "views",
+        "joins": [
+            {"join": "campaigns", "type": "left", "on": "views.campaign = campaigns.id"},
+            {"join": "rates", "type": "left", "on": "views.currency = rates.currency"},
+        ],
+        "select": ["views.view", "campaigns.tier", "rates.rate"],
+        "output": {"path": f"{root}/out", "key": ["view"]},
+        "quality": {"link_min_rows": 5, **quality},
+    }
+
+
+@pytest.fixture(scope="module")
+def collapsed(spark, tmp_path_factory):
+    """Six hourly slices of six views each; in the fifth, two views name a campaign the table does
+    not have (a dimension load that missed a day): the campaign link pads a third of them. One
+    backfill replays the six together (one metrics row each) and validates them in turn."""
+    from conftest import append, at
+
+    from streamjoin.backfill import plan_backfill, run_backfill
+
+    root = tmp_path_factory.mktemp("collapse")
+    append(spark, root / "campaigns", [("c1", "gold"), ("c2", "silver")], CAMPAIGNS)
+    append(spark, root / "rates", [("EUR", 1.1)], RATES)
+    for hour in range(6):
+        campaigns = ["c1", "c2", "c1", "c2", "c9", "c9"] if hour == 4 else ["c1", "c2"] * 3
+        views = [(f"v{hour}{n}", c, "EUR", at(hour * HOUR + 60 * n)) for n, c in enumerate(campaigns)]
+        append(spark, root / "views", views, VIEWS)
+    spec = spec_from_dict(campaign_chain(root))
+    backfill = plan_backfill(spark, spec, at(0), at(6 * HOUR), every="1h")
+    outcomes = run_backfill(spark, backfill, site=str(root / "site"))
+    return SimpleNamespace(root=root, spec=spec, outcomes=outcomes)
+
+
+def test_a_slice_whose_table_link_pads_a_third_of_its_rows_is_invalid(spark, collapsed):
+    statuses = [o.status for o in collapsed.outcomes]
+    assert statuses == ["succeeded"] * 4 + ["invalid", "succeeded"]
+    collapse = collapsed.outcomes[4]
+    assert collapse.metrics.links[0].padded == 2  # the replay counted it; validation judges it
+    assert collapse.validation.failed == (
+        "link 1. LEFT JOIN campaigns: 4 of 6 rows matched (66.7%), below the floor 90.0% (median 100.0% of "
+        "the job's last 4 valid slices, less the tolerance)",
+    )
+    checks = {line: ok for ok, line in collapse.validation.checks}
+    assert checks[
+        "link 2. LEFT JOIN rates: 6 of 6 rows matched (100.0%), at or above the floor 90.0% (median 100.0% of "
+        "the job's last 4 valid slices, less the tolerance)"
+    ]
+    links_pages = list((collapsed.root / "site" / "validations" / "views_enriched_links").rglob("*.html"))
+    assert len(links_pages) == 3  # GE's own page for each judged slice (the fourth to the sixth)
+
+
+def test_the_first_slices_are_not_judged_until_enough_history_is_known(collapsed):
+    lines = [line for ok, line in collapsed.outcomes[0].validation.checks if line.startswith("link ")]
+    assert lines == [
+        "link 1. LEFT JOIN campaigns: 6 of 6 rows matched (100.0%); not judged: 0 earlier valid slice(s) known, 3 needed",
+        "link 2. LEFT JOIN rates: 6 of 6 rows matched (100.0%); not judged: 0 earlier valid slice(s) known, 3 needed",
+    ]
+    assert "floor" in collapsed.outcomes[3].validation.checks[-1][1]  # the fourth slice has three before it
+
+
+def test_an_invalid_slice_is_not_part_of_the_baseline_and_a_rerun_is_judged_the_same(spark, collapsed):
+    """Once recorded invalid, the collapsed slice stays out of the median a later slice is judged
+    by; validating it again gives the same verdict (its own row is never its baseline)."""
+    from streamjoin.backfill import slice_output
+    from streamjoin.validation import link_rates
+
+    collapse, after = collapsed.outcomes[4].slice, collapsed.outcomes[5].slice
+    judged = link_rates(spark, collapsed.spec, after.start, after.end)
+    assert [(r.link, r.history, r.floor) for r in judged] == [
+        ("1. LEFT JOIN campaigns", 4, pytest.approx(0.9)),  # the first four: the fifth is invalid
+        ("2. LEFT JOIN rates", 4, pytest.approx(0.9)),
+    ]
+    again = validate_slice(
+        spark, collapsed.spec, slice_output(spark, collapsed.spec, collapse), collapse.start, collapse.end
+    )
+    assert again.failed == collapsed.outcomes[4].validation.failed
+    assert link_rates(spark, collapsed.spec, after.end, after.end.add(hours=1)) == []  # not replayed yet
+
+
+def test_the_rule_is_the_jobs_to_tune_or_turn_off(spark, collapsed):
+    from streamjoin.backfill import slice_output
+
+    piece = collapsed.outcomes[4].slice
+    output = slice_output(spark, collapsed.spec, piece)
+    for quality, valid in (({"link_history": 0}, True), ({"link_tolerance": 0.4}, True), ({}, False)):
+        spec = spec_from_dict(campaign_chain(collapsed.root, **quality))
+        result = validate_slice(spark, spec, output, piece.start, piece.end, str(collapsed.root / "site2"))
+        assert result.success is valid, (quality, result.failed)
+    with pytest.raises(JobError, match="link_tolerance 2.0 must lie between 0 and 1"):
+        spec_from_dict(campaign_chain(collapsed.root, link_tolerance=2.0))

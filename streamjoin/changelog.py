@@ -28,8 +28,9 @@ from typing import overload
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from streamjoin import delta_io
+from streamjoin import delta_io, journal
 from streamjoin.arrival import (
     BAD_TIME,
     FUTURE_TIME,
@@ -45,7 +46,10 @@ from streamjoin.arrival import (
     user_columns,
 )
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from streamjoin.errors import HistoryNotRetainedError
+from streamjoin.frames import local_frame
 from streamjoin.plan import BoundSource
+from streamjoin.timeutil import from_spark
 
 DELETED = "_sj_del"  # the change deletes its key (a tombstone)
 VALID_FROM = "_sj_from"  # a version is valid for  from <= x < to  (to NULL: still valid)
@@ -89,28 +93,110 @@ def read(
     upto_version: int,
     start: int = 0,
     start_time: datetime | None = None,
+    journal_at: str | None = None,
 ) -> DataFrame:
     """The table's changes up to `upto_version` since its start, tagged (see module docstring).
 
-    From version 0, every change of the change feed. From a later start S (committed at
-    `start_time`), the rows the table held at S, as inserts of commit S (its history), then the
-    change feed of the commits after S: no version before S is read.
+    From version 0, every change. From a later start S (committed at `start_time`), the rows the
+    table held at S, as inserts of commit S (its history), then the changes of the commits after
+    S. Where they come from (docs/semantics.md, "Where a job starts"): an append-only changelog
+    with row tracking, from its newest snapshot, each row at the version that wrote it; any other
+    table, from the job's journal (`journal_at`, streamjoin/journal.py) for the versions it holds,
+    and from Delta (time travel to S, the change feed) for the rest.
     """
-    spec = source.spec
-    if start == 0:
-        raw = delta_io.read_changes(spark, spec.location, upto_version, 0)
+    if journal.served_by_rows(spark, source, start):
+        raw = _from_rows(spark, source, upto_version, start, journal_at)
     else:
-        with delta_io.translated_errors(spec.location, f"its start version {start}"):
-            history = delta_io.read_snapshot(spark, spec.location, start)
+        raw = _from_journal_or_delta(spark, source, upto_version, start, journal_at)
+    if start > 0:  # the history arrives at the start
+        at_start = F.col(COMMIT_VERSION) == start
+        raw = raw.withColumn(
+            COMMIT_TIMESTAMP,
+            F.when(at_start, F.lit(start_time).cast("timestamp")).otherwise(F.col(COMMIT_TIMESTAMP)),
+        )
+    return tag(raw, source)
+
+
+def _from_journal_or_delta(
+    spark: SparkSession, source: BoundSource, upto_version: int, start: int, journal_at: str | None
+) -> DataFrame:
+    """The changes of versions [start, upto_version] (at S > 0: the table at S as inserts of S): the
+    journal's for the versions it holds, Delta's for the newer ones."""
+    where = source.spec.location
+    held = None if journal_at is None else journal.read(spark, journal_at, source, start, upto_version)
+    if held is not None:
+        raw, after = held
+    elif start == 0:
+        return delta_io.read_changes(spark, where, upto_version, 0)
+    else:
+        advice = (
+            f"Table source {source.name!r} is updated in place, and only the job's journal keeps such a table's "
+            "versions once Delta no longer does: start the job later, at a version Delta still serves, and run "
+            "`streamjoin index JOB` more often than the file retention"
+        )
+        with delta_io.translated_errors(where, f"its start version {start}", advice):
+            history = delta_io.read_snapshot(spark, where, start)
         raw = history.select(
             "*",
             F.lit("insert").alias(CHANGE_TYPE),
             F.lit(start).cast("long").alias(COMMIT_VERSION),
-            F.lit(start_time).cast("timestamp").alias(COMMIT_TIMESTAMP),
+            F.lit(None).cast("timestamp").alias(COMMIT_TIMESTAMP),  # the start's time (`read`)
         )
-        if upto_version > start:
-            raw = raw.unionByName(delta_io.read_changes(spark, spec.location, upto_version, start + 1))
-    return tag(raw, source)
+        after = start
+    if upto_version > after:
+        raw = raw.unionByName(delta_io.read_changes(spark, where, upto_version, after + 1))
+    return raw
+
+
+def _from_rows(
+    spark: SparkSession, source: BoundSource, upto_version: int, start: int, journal_at: str | None
+) -> DataFrame:
+    """An append-only changelog with row tracking at `upto_version`: its newest snapshot's rows
+    written by then, each an insert of the version that wrote it (`_metadata.row_commit_version`;
+    at S > 0, those written at or before S are the history, inserts of S). Their commit times come
+    from the table's log and, for entries the log has dropped (after 30 days), from the journal."""
+    where = source.spec.location
+    rows = delta_io.read_rows(spark, where)
+    rows = rows.where(F.col(COMMIT_VERSION) <= upto_version).withColumn(
+        COMMIT_VERSION, F.greatest(F.col(COMMIT_VERSION), F.lit(start).cast("long"))
+    )
+    first = start + 1 if start > 0 else 0
+    times = _commit_times(spark, source, first, upto_version, journal_at)
+    unknown = sorted(set(range(first, upto_version + 1)) - set(times))
+    if unknown:
+        written = rows.where(F.col(COMMIT_VERSION).isin(unknown)).select(COMMIT_VERSION).distinct().collect()
+        if written:
+            versions = sorted(r[0] for r in written)
+            raise HistoryNotRetainedError(
+                f"table source {source.name!r} ({where}) holds rows of version(s) {versions[:5]} whose commit times "
+                "neither its log (entries older than delta.logRetentionDuration, 30 days by default, are dropped) "
+                "nor the job's journal keeps. Start the job at a later version, or keep the log longer"
+            )
+    known = local_frame(spark, sorted(times.items()), _TIMES)
+    return rows.join(F.broadcast(known), COMMIT_VERSION, "left").select(
+        *[F.col(f"`{c}`") for c in source.schema.fieldNames()],
+        F.lit("insert").alias(CHANGE_TYPE),
+        F.col(COMMIT_VERSION),
+        F.col(COMMIT_TIMESTAMP),
+    )
+
+
+_TIMES = StructType([StructField(COMMIT_VERSION, LongType()), StructField(COMMIT_TIMESTAMP, TimestampType())])
+
+
+def _commit_times(
+    spark: SparkSession, source: BoundSource, first: int, upto: int, journal_at: str | None
+) -> dict[int, datetime]:
+    """The commit times of versions [first, upto] that the table's log or the journal keeps."""
+    if first > upto:
+        return {}
+    where = source.spec.location
+    oldest = delta_io.oldest_version(spark, where)
+    logged = delta_io.history(spark, where, since=max(first, oldest), upto=upto)
+    times = {c.version: from_spark(c.timestamp) for c in logged if c.version <= upto}
+    if first < oldest and journal_at is not None:
+        times = journal.commit_times(spark, journal_at, source, first, oldest - 1) | times
+    return times
 
 
 def tag(raw: DataFrame, source: BoundSource) -> DataFrame:

@@ -525,10 +525,13 @@ def row_tracking(spark: SparkSession, location: str, version: int | None = None)
     return "row_commit_version" in metadata.fieldNames()
 
 
-def read_rows(spark: SparkSession, location: str, version: int) -> DataFrame:
-    """The snapshot at `version`, each row with the version that inserted it as `_commit_version`
-    (row tracking; OPTIMIZE keeps it). Filters on the rows' columns skip files by their statistics."""
-    with translated_errors(location, f"the files of version {version}"):
+def read_rows(spark: SparkSession, location: str, version: int | None = None) -> DataFrame:
+    """The snapshot at `version` (default: as it is now, which needs no time travel), each row with
+    the version that inserted it as `_commit_version` (row tracking; OPTIMIZE keeps it). Filters on
+    the rows' columns skip files by their statistics."""
+    with translated_errors(
+        location, "its newest files" if version is None else f"the files of version {version}"
+    ):
         snapshot = read_snapshot(spark, location, version)
     return snapshot.select("*", F.col("_metadata.row_commit_version").cast("long").alias(COMMIT_VERSION))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -209,14 +209,19 @@ def vacuum(spark: SparkSession, path: str | os.PathLike[str]) -> None:
     retention check is off for this call only, and VACUUM lists the table's files with as many
     tasks as the session has shuffle partitions (its default of 10,000 tasks takes about a minute
     on a small machine)."""
-    settings = {
-        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    _vacuum(spark, path, "RETAIN 0 HOURS", {"spark.databricks.delta.retentionDurationCheck.enabled": "false"})
+
+
+def _vacuum(spark: SparkSession, path: str | os.PathLike[str], retain: str, settings: dict[str, str]) -> None:
+    """VACUUM with `retain` ("" for the table's own retention) under `settings`, listing the files
+    with as many tasks as the session has shuffle partitions."""
+    parallelism = {
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": spark.conf.get(
             "spark.sql.shuffle.partitions"
-        ),
+        )
     }
-    with session_conf(spark, settings):
-        spark.sql(f"VACUUM delta.`{_local_dir(path)}` RETAIN 0 HOURS")
+    with session_conf(spark, settings | parallelism):
+        spark.sql(f"VACUUM delta.`{_local_dir(path)}` {retain}")
 
 
 def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 days") -> None:
@@ -279,3 +284,46 @@ def _versions(log_dir: Path) -> list[int]:
 def _delta_log(spark: SparkSession, table_dir: Path):
     """Delta's JVM handle on a table (org.apache.spark.sql.delta.DeltaLog), loaded from disk."""
     return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(table_dir))
+
+
+def commit_at(spark: SparkSession, path: str, when: datetime, write: Callable[[], object]) -> list[int]:
+    """Run `write` (Spark commits to the local table at `path`: a MERGE, a DELETE, OPTIMIZE) and date
+    the commits it made at `when` (naive = UTC; one millisecond apart), as `write_commits` dates its
+    appends, and the files they removed as removed then (`remove.deletionTimestamp`, which VACUUM
+    compares with its retention). `when` must be in the past and after the table's latest commit."""
+    table_dir = _local_dir(path)
+    log_dir = table_dir / "_delta_log"
+    before = _latest_version(log_dir)
+    if before is None:
+        raise ValueError(f"{path} holds no Delta table; create it with write_commits")
+    millis = to_millis(when)
+    if not commit_millis(table_dir, before) < millis < to_millis(datetime.now(UTC)):
+        raise ValueError(f"{when.isoformat()} is not between the table's latest commit and now")
+    write()
+    versions = list(range(before + 1, (_latest_version(log_dir) or before) + 1))
+    for offset, version in enumerate(versions):
+        _backdate(table_dir, version, millis + offset)
+        _date_removals(table_dir, version, millis + offset)
+    forget_snapshots(spark, table_dir)
+    return versions
+
+
+def _date_removals(table_dir: Path, version: int, millis: int) -> None:
+    """Give the `remove` actions of commit `version` the deletion time `millis`."""
+    commit = _commit_path(table_dir / "_delta_log", version)
+    actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+    if not any("remove" in a for a in actions):
+        return
+    for action in actions:
+        if "remove" in action:
+            action["remove"]["deletionTimestamp"] = millis
+    _rewrite(commit, "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions), millis)
+
+
+def vacuum_default(spark: SparkSession, path: str | os.PathLike[str]) -> None:
+    """VACUUM at the table's own retention (Delta's default: 168 hours), as its owners run it: the
+    files removed more than that long ago (by their removal's `deletionTimestamp`) and the change
+    files older than that (by modification time) are deleted. VACUUM's own log entries are off for
+    the call, so that later backdated commits can still follow."""
+    _vacuum(spark, path, "", {"spark.databricks.delta.vacuum.logging.enabled": "false"})
+    forget_snapshots(spark, path)

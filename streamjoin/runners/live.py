@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, changelog, delta_io, index, kernel, lease
+from streamjoin import arrival, changelog, delta_io, index, journal, kernel, lease
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
@@ -617,7 +617,12 @@ class LiveRunner:
                 version = delta_io.latest_version(self.spark, source.spec.location)
             first = self.positions.starts[source.name]
             changes = changelog.read(
-                self.spark, source, version, first.version, from_micros(first.commit_ts)
+                self.spark,
+                source,
+                version,
+                first.version,
+                from_micros(first.commit_ts),
+                journal.location(self.plan),
             ).persist()
             cached.append(changes)
             seen = previous.tables.get(source.index, -1) if previous else -1

@@ -19,7 +19,7 @@ import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival, changelog, delta_io, index, kernel
+from streamjoin import arrival, changelog, delta_io, index, journal, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.base import SliceCounts, counted_pass
@@ -47,9 +47,13 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
 
 def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> None:
     """Before any data moves: every source records its change feed and still holds the pinned
-    snapshot (its log entry and files). Nothing older is checked: a replay reads nothing older."""
+    snapshot (its log entry and files), unless it is a table the job's journal or its own rows
+    serve. Nothing older is checked here: the index step refuses a table start that neither Delta
+    nor the journal serves (journal.update)."""
     kernel.runnable(spark, plan)
     for source in plan.sources:
+        if source.spec.kind == "table" and journal.serves(spark, plan, source, versions[source.name]):
+            continue  # its own rows or the job's journal serve it (docs/semantics.md)
         delta_io.check_retained(spark, source.spec.location, versions[source.name])
 
 
@@ -191,7 +195,12 @@ def _replay(
     for source in plan.tables:
         first = positions.starts[source.name]
         changes = changelog.read(
-            spark, source, pinned[source.name], first.version, from_micros(first.commit_ts)
+            spark,
+            source,
+            pinned[source.name],
+            first.version,
+            from_micros(first.commit_ts),
+            journal.location(plan),
         ).persist()
         cached.append(changes)
         commits_of_table = arrival.commit_stats(changes, slices)

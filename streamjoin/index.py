@@ -49,7 +49,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-from streamjoin import arrival, delta_io
+from streamjoin import arrival, delta_io, journal
 from streamjoin.arrival import REJECT, TS, Position, T, Timeline, V
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import HistoryNotRetainedError, JobError
@@ -206,6 +206,7 @@ def update(
         delta_io.append(local_frame(spark, [_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
         if delta_io.latest_version(spark, where) % COMPACT_EVERY == COMPACT_EVERY - 1:
             delta_io.compact(spark, where)
+    journal.update(spark, plan, starts, targets)  # the table sources' changes, while Delta holds them
     return Index(
         spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
     )

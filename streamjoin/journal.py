@@ -11,6 +11,7 @@ index step copies, while Delta still holds them, into the Delta table `<output>_
     change_type                     on a change row: insert, update_postimage or delete
     rows_<source>                   on a change row: the row, the source's columns as a struct
     write                           the append that wrote the row (an id)
+    copied                          on a commit row: the append copied the commit's changes too
 
 From the job's start S on: the rows the table held at S (as inserts of version S, its history),
 then the change feed of each later commit. `changelog.read` serves a table from here for the
@@ -49,6 +50,7 @@ from streamjoin.timeutil import from_micros, from_spark
 
 WRITE = "write"
 KIND = "change_type"  # Delta reserves `_change_type` in a table with a change feed
+COPIED = "copied"  # on a commit row: the append copied the commit's changes
 # Delta's session setting that refuses time travel and change-feed reads of versions committed
 # longer ago than delta.deletedFileRetentionDuration (on by default since Delta 4.1).
 ENFORCE_RETENTION = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
@@ -65,10 +67,12 @@ class StartEntry(Protocol):
 
 @dataclass(frozen=True)
 class Coverage:
-    """The versions of one source the journal holds: from `first` (the job's start) to `last`."""
+    """The versions of one source the journal holds: from `first` (the job's start) to `last`;
+    `copied`: with their changes (False: only the commit times of a table its rows serve)."""
 
     first: int
     last: int
+    copied: bool = True
 
 
 def location(plan: Plan) -> str:
@@ -115,7 +119,7 @@ def serves(spark: SparkSession, plan: Plan, source: BoundSource, version: int) -
     """Whether a table source at `version` is served without Delta's copy of that version: by its
     own newest rows (`served_by_rows`, from the start the journal records) or by the job's journal."""
     held = coverage(spark, location(plan)).get(source.name)
-    if held is not None and held.last >= version:
+    if held is not None and held.copied and held.last >= version:
         return True
     return held is not None and served_by_rows(spark, source, held.first)
 
@@ -142,14 +146,17 @@ def _state(spark: SparkSession, where: str) -> tuple[dict[str, Coverage], dict[s
     if newest == -1 or not delta_io.exists(spark, where):
         return {}, {}
     commits = delta_io.read_snapshot(spark, where).where(F.col(KIND).isNull())
-    counted = commits.groupBy("source", "version").agg(F.count(F.lit(1)).alias("_sj_repeats"))
+    counted = commits.groupBy("source", "version").agg(
+        F.count(F.lit(1)).alias("_sj_repeats"), F.min(COPIED).alias(COPIED)
+    )
     per_source = counted.groupBy("source").agg(
+        F.min(COPIED).alias(COPIED),
         F.min("version").alias("first"),
         F.max("version").alias("last"),
         F.collect_set(F.when(F.col("_sj_repeats") > 1, F.col("version"))).alias("repeated"),
     )
     rows = per_source.collect()
-    held = {r["source"]: Coverage(r["first"], r["last"]) for r in rows}
+    held = {r["source"]: Coverage(r["first"], r["last"], r[COPIED] is not False) for r in rows}
     repeated = {r["source"]: set(r["repeated"]) for r in rows}
     if newest is not None:
         _coverage_cache[where] = (newest, held, repeated)
@@ -170,7 +177,7 @@ def read(
     and that last version; None when the journal does not hold the source from `start`."""
     held_all, repeated = _state(spark, where)
     held = held_all.get(source.name)
-    if held is None or held.first != start:
+    if held is None or held.first != start or not held.copied:
         return None
     last = min(upto, held.last)
     journal = delta_io.read_snapshot(spark, where)
@@ -234,6 +241,8 @@ def update(
     `starts` (the arrival index's start entries): the commits after the newest the journal holds,
     in one append. Refuses, naming every such source, a table whose versions still missing from
     the journal Delta no longer serves, before anything is written."""
+    if not plan.tables:
+        return
     where = location(plan)
     held = coverage(spark, where)
     wanted = []
@@ -245,12 +254,21 @@ def update(
         if have is not None and have.first != start.version:
             raise JobError(
                 f"job {plan.spec.name!r}: the journal {where} holds table source {source.name!r} from version "
-                f"{have.first}, but the job starts it at version {start.version}. Start the job afresh (delete its "
-                "outputs, its index and its journal)"
+                f"{have.first}, but the job starts it at version {start.version}. Start the job afresh: "
+                "`streamjoin reset <job file> --yes`"
             )
         since = start.version if have is None else have.last + 1
-        if since <= target:
-            wanted.append((source, start, since, target, served_by_rows(spark, source, start.version)))
+        if since > target:
+            continue
+        by_rows = served_by_rows(spark, source, start.version)
+        if have is not None and not have.copied and not by_rows:
+            raise JobError(
+                f"job {plan.spec.name!r}: table source {source.name!r} is no longer an append-only changelog with row "
+                "tracking (its log shows a commit that updates or deletes rows, or row tracking turned on after the "
+                f"job's start), and the journal {where} holds only its commit times, not its rows. Declare it "
+                "without changelog: true and start the job afresh: `streamjoin reset <job file> --yes`"
+            )
+        wanted.append((source, start, since, target, by_rows))
     lost = [
         (source, since)
         for source, _, since, _, by_rows in wanted
@@ -260,7 +278,8 @@ def update(
         raise HistoryNotRetainedError(_lost_message(plan, where, lost))
     write = uuid.uuid4().hex
     parts = [
-        _commits(spark, source, start, since, target, write) for source, start, since, target, _ in wanted
+        _commits(spark, source, since, target, write, copied=not by_rows)
+        for source, _, since, target, by_rows in wanted
     ]
     parts += [
         _changes(spark, source, start, since, target, write)
@@ -285,9 +304,10 @@ def _lost_message(plan: Plan, where: str, lost: list[tuple[BoundSource, int]]) -
 
 
 def _commits(
-    spark: SparkSession, source: BoundSource, start: StartEntry, since: int, upto: int, write: str
+    spark: SparkSession, source: BoundSource, since: int, upto: int, write: str, copied: bool
 ) -> DataFrame:
-    """One row per commit of the source in [since, upto] that its log still holds."""
+    """One row per commit of the source in [since, upto] that its log still holds; `copied`: the
+    append holds the commits' changes too."""
     history = delta_io.history(spark, source.spec.location, since=since, upto=upto)
     rows = [(c.version, from_spark(c.timestamp)) for c in history if c.version <= upto]
     if not rows or rows[-1][0] != upto:  # the target itself is always logged: it was just read
@@ -299,6 +319,7 @@ def _commits(
         "commit_time",
         F.lit(None).cast("string").alias(KIND),
         F.lit(write).alias(WRITE),
+        F.lit(copied).alias(COPIED),
     )
 
 

@@ -212,6 +212,8 @@ def test_a_changelog_with_row_tracking_is_served_from_its_newest_snapshot_weeks_
     ):
         delta_io.read_snapshot(spark, rates.spec.location, start).count()  # what Delta alone refuses
     assert journal.served_by_rows(spark, rates, start)
+    assert journal.coverage(spark, aged["journal"])["rates"].copied is False  # only its commit times
+    assert journal.read(spark, aged["journal"], rates, start, start) is None
     upto = truth.version_on["rates"][-11]
     got = served(changelog.read(spark, rates, upto, start, start_time), ["ccy", "t", "rate"])
     expected = Counter(

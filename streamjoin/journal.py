@@ -97,8 +97,9 @@ def served_by_rows(spark: SparkSession, source: BoundSource, start: int) -> bool
     if not source.spec.changelog or not delta_io.row_tracking(spark, where):
         return False
     commits = delta_io.history(spark, where, since=max(start, delta_io.oldest_version(spark, where)))
-    # rows written before row tracking was turned on carry the version that turned it on
-    return not any((c.enables_row_tracking and c.version > start) or c.rewrites_rows for c in commits)
+    # Rows written before row tracking was turned on carry the version that turned it on; a row
+    # updated or deleted after the start would be missing from, or misplaced in, the newest snapshot.
+    return not any(c.version > start and (c.enables_row_tracking or c.rewrites_rows) for c in commits)
 
 
 def retained_since(spark: SparkSession, location_: str, version: int) -> bool:

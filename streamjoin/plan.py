@@ -82,12 +82,33 @@ class BoundSource:
         raw = self.raw_time()
         if self.commit_time:
             return F.unix_micros(raw)
-        field = self._time_type()
-        if isinstance(field, StringType):
-            return F.unix_micros(F.try_to_timestamp(raw, F.lit(self.spec.time_format)))
-        if isinstance(field, TimestampNTZType):
-            return F.unix_micros(raw.cast("timestamp"))
-        return F.unix_micros(raw)
+        return as_micros(raw, self._time_type(), self.spec.time_format)
+
+
+def as_micros(raw: Column, kind: DataType, time_format: str | None = None) -> Column:
+    """A time column as UTC microseconds: a timestamp, a timestamp_ntz (read as UTC), or a string
+    in `time_format`; NULL when missing or unparseable."""
+    if isinstance(kind, StringType):
+        return F.unix_micros(F.try_to_timestamp(raw, F.lit(time_format)))
+    if isinstance(kind, TimestampNTZType):
+        return F.unix_micros(raw.cast("timestamp"))
+    return F.unix_micros(raw)
+
+
+@dataclass(frozen=True)
+class NamedTime:
+    """The time a link looks its table up at when `as_of` names it (`impressions.ts`): a column
+    of a stream joined before the link, spelt as its schema spells it."""
+
+    source: str
+    column: str
+    kind: DataType
+    time_format: str | None = None  # the source's, when the column is its string time column
+
+    def micros(self, path: tuple[str, ...] = ()) -> Column:
+        """The time as UTC microseconds, the column reached through `path` (an alias, a struct)."""
+        column = F.col(".".join(f"`{part}`" for part in (*path, self.column)))
+        return as_micros(column, self.kind, self.time_format)
 
 
 @dataclass(frozen=True)
@@ -106,6 +127,8 @@ class BoundJoin:
     # lookup), and the columns of the rows made for each row (a lookup: the database table's).
     lateral: tuple[str, ...] = ()
     made: StructType | None = None
+    # `as_of: <source>.<column>`: the time its table is looked up at; None: the row's own event time
+    as_of: NamedTime | None = None
 
 
 @dataclass(frozen=True)
@@ -452,7 +475,43 @@ def _bind_join(
         " AND ".join(residual) or None,
         inequalities[0] if join.asof else None,
         on,
+        as_of=_bind_as_of(spec, join, left_names, schemas, where),
     )
+
+
+def _bind_as_of(
+    spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
+) -> NamedTime | None:
+    """The column `as_of` names, checked against its stream's schema: a timestamp (or
+    timestamp_ntz) column, or the stream's declared time column. None when it is the time the row
+    carries anyway: the declared time of the one stream before the link."""
+    if join.as_of_column is None:
+        return None
+    source, named = join.as_of_column  # the spec checked it names a stream before the link
+    stream = spec.source(source)
+    fields = [f for f in schemas[source].fields if f.name.lower() == named.lower()]
+    if not fields:
+        raise JobError(
+            f"{where}: as_of {join.as_of} names no column of {source}; its columns are "
+            f"{', '.join(schemas[source].fieldNames())} (for the table as each row arrived, Flink's PROCTIME(), "
+            "write as_of: arrival)"
+        )
+    field = fields[0]
+    declared = field.name == stream.time
+    if not (isinstance(field.dataType, TimestampType | TimestampNTZType) or declared):
+        raise JobError(
+            f"{where}: as_of {join.as_of} is a column of type {field.dataType.simpleString()}, not a time; name a "
+            f"timestamp column of {source}"
+            + (
+                f" or its time column {source}.{stream.time}"
+                if stream.time not in (None, COMMIT_TIME)
+                else ""
+            )
+        )
+    streams = [s.name for s in spec.sources if s.name in left_names and s.kind == "stream"]
+    if declared and streams == [source]:
+        return None  # the rows are that stream's own (enriched), at its event time
+    return NamedTime(source, field.name, field.dataType, stream.time_format if declared else None)
 
 
 def _bind_lateral(
@@ -586,7 +645,7 @@ def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
     if left_kind == "stream" and right_kind == "table":
         if join.asof:
             return "asof"
-        return "temporal" if join.as_of == "event_time" else "stream-table"
+        return "temporal" if join.at_event_time else "stream-table"
     return "table-table"
 
 
@@ -1103,13 +1162,14 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
     lines = [f"table {table.name}: {form}, primary key {', '.join(table.key)}"]
     if join.family == "temporal":
         versions = f"version time {table.time}" if table.time else "version time = commit timestamp"
+        point = "the row's event time" if join.as_of is None else f"{join.as_of.source}.{join.as_of.column}"
         lines.append(
-            f"versions: per key, ordered by {versions}; each {stream} row joins the version valid at its event time"
+            f"versions: per key, ordered by {versions}; each {stream} row joins the version valid at {point}"
         )
         if table.time:
             lines.append(
                 f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
-                "is above the row's event time; changes below the watermark at their arrival are late"
+                f"is above {point}; changes below the watermark at their arrival are late"
             )
         else:
             lines.append(f"decided once {wait}")

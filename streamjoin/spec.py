@@ -24,7 +24,12 @@ from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 SourceKind = Literal["stream", "table"]
 JoinType = Literal["inner", "left", "right", "full", "cross"]
 Emit = Literal["final", "eager"]
-AsOf = Literal["arrival", "event_time"]
+# A stream-table join's point in time: `arrival` (the row's commit), `event_time` (the row's event
+# time) or a named time column of a stream before the join, `source.column` (Flink's `FOR
+# SYSTEM_TIME AS OF o.order_time`; docs/job-spec.md, "Event-time temporal").
+AsOf = str
+AS_OF_WORDS = ("arrival", "event_time")
+_AS_OF_COLUMN = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?\.`?([A-Za-z_][A-Za-z0-9_]*)`?$")
 
 COMMIT_TIME = "commit"  # `time: commit`: a source's event time is its commit timestamp (docs/semantics.md)
 DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
@@ -295,11 +300,29 @@ class Join:
         object.__setattr__(self, "rows", tuple(self.rows))
         if self.rows:
             self._check_rows(where)
-        if self.as_of not in (None, "arrival", "event_time"):
+        if self.as_of is not None and self.as_of not in AS_OF_WORDS and self.as_of_column is None:
             raise JobError(
-                f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived) "
-                "or 'event_time' (the version valid at the row's event time)"
+                f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived), "
+                "'event_time' (the version valid at the row's event time) or a time column of a stream before "
+                "the join, <source>.<column> (the version valid at that time)"
             )
+        if self.asof and self.as_of_column is not None:
+            raise JobError(
+                f"{where}: an ASOF join picks its row by its inequality; as_of takes 'event_time' (the nearest "
+                f"row over the table's whole history) or 'arrival', not a column ({self.as_of}): compare that "
+                "column in the inequality instead"
+            )
+
+    @property
+    def as_of_column(self) -> tuple[str, str] | None:
+        """The (source, column) `as_of` names, e.g. `impressions.ts`; None for arrival/event_time."""
+        named = _AS_OF_COLUMN.match(str(self.as_of)) if self.as_of is not None else None
+        return (named.group(1), named.group(2)) if named else None
+
+    @property
+    def at_event_time(self) -> bool:
+        """Looks its table up at an event time: the row's (`event_time`) or a named column's."""
+        return self.as_of == "event_time" or self.as_of_column is not None
 
     def _check_lateral(self, where: str) -> None:
         """An UNNEST, table-function or lookup join's settings (Flink's array expansion, LATERAL
@@ -680,17 +703,44 @@ def _validate(spec: JoinSpec) -> None:
             raise JobError(
                 f"{link}: 'as_of' and 'asof' apply to stream-table joins only; remove them from this {left_kind}-{right_kind} join"
             )
+        if join.as_of_column is not None:
+            _check_as_of_source(spec, join, link)
         table = spec.source(join.source)
         if right_kind == "table" and not table.key:
-            what = (
-                "an ASOF" if join.asof else ("an event-time temporal" if join.as_of == "event_time" else "a")
-            )
+            what = "an ASOF" if join.asof else ("an event-time temporal" if join.at_event_time else "a")
             raise JobError(
                 f"{link}: {what} join against table {table.name!r} needs the table's primary key, which identifies "
                 f"the versions of a row: add key: [<column>, ...] to source {table.name!r}"
             )
         # The result of joining a stream with anything is a stream; table-table stays a table.
         left_kind = "stream" if "stream" in pair else "table"
+
+
+def _check_as_of_source(spec: JoinSpec, join: Join, link: str) -> None:
+    """`as_of: <source>.<column>` names a stream joined before this link: the table is looked up
+    at a time its rows carry (the plan checks the column against the schema)."""
+    assert join.as_of_column is not None  # called for a named column only
+    source, column = join.as_of_column
+    before = spec.names[: spec.names.index(join.source)]
+    declared = {s.name: s for s in spec.sources}
+    streams = [n for n in before if n in declared and declared[n].kind == "stream"]
+    if source in before and source in streams:
+        return
+    if source == join.source:
+        why = f"{source!r} is the table this link looks up, whose versions are chosen by the time"
+    elif source in before:
+        why = f"{source!r} is a table; its columns say nothing of when the stream row happened"
+    elif source in spec.names:
+        why = f"{source!r} is joined after this link"
+    else:
+        why = f"no source is named {source!r}"
+    times = ", ".join(
+        f"{n}.{declared[n].time}" for n in streams if declared[n].time not in (None, COMMIT_TIME)
+    )
+    raise JobError(
+        f"{link}: as_of {join.as_of} cannot be honoured: {why}. Name a time column of a stream joined before "
+        f"it ({times or 'none declared'}), or write as_of: event_time (the row's event time)"
+    )
 
 
 # ---------------------------------------------------------------------------- job files

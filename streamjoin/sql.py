@@ -725,8 +725,7 @@ def _compile_join(
         ):
             item["as_of"] = "arrival"
         elif isinstance(point, exp.Column):
-            _check_event_time(point, seen, sources, aliases, where)
-            item["as_of"] = "event_time"
+            item["as_of"] = _as_of(point, seen, name, sources, aliases, where)
         else:
             raise JobError(
                 f"{where}: {_at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
@@ -781,27 +780,43 @@ def _key_equality(
     return exp.and_(*(exp.column(lc, table=seen[0]).eq(exp.column(rc, table=name)) for lc, rc in pairs))
 
 
-def _check_event_time(
+def _as_of(
     point: exp.Column,
     seen: list[str],
+    table: str,
     sources: dict[str, dict[str, Any]],
     aliases: dict[str, str],
     where: str,
-) -> None:
-    """`FOR SYSTEM_TIME AS OF o.order_time` names the time column of a stream before the join: an
-    event-time temporal join. Any other column (Flink's lookup joins name a processing-time
-    attribute) is refused rather than taken for event time."""
-    stream = aliases.get(point.table, point.table) if point.table else seen[0]
-    declared = sources.get(stream, {}).get("time") if stream in seen else None
-    if declared != point.name:
+) -> str:
+    """`FOR SYSTEM_TIME AS OF o.order_time`, Flink's named time attribute: `event_time` when it is
+    the declared time of the one stream before the join (the row's own event time), else the
+    column by its source's declared name (`impressions.ts` after an interval join), which the plan
+    checks against the schema. A column of the table looked up, or of no source before the join,
+    is refused."""
+    streams = [s for s in seen if sources[s]["kind"] == "stream"]
+    if point.table:
+        owner = aliases.get(point.table, point.table)
+    else:  # a bare name: the stream before the join whose time column it is, else the first source
+        timed = [s for s in streams if sources[s].get("time") == point.name]
+        owner = timed[0] if len(timed) == 1 else seen[0]
+    if owner not in seen:
         times = (
-            ", ".join(f"{s}.{sources[s]['time']}" for s in seen if sources[s].get("time")) or "none declared"
+            ", ".join(f"{s}.{sources[s]['time']}" for s in streams if sources[s].get("time"))
+            or "none declared"
+        )
+        what = (
+            f"a column of {table}, the table looked up"
+            if owner == table
+            else "no column of a source before it"
         )
         raise JobError(
-            f"{where}: {_at(point)}FOR SYSTEM_TIME AS OF {point.sql()} is not the time column of a stream before "
-            f"the join ({times}): write FOR SYSTEM_TIME AS OF <that column> (event time) or PROCTIME() (the table "
-            "as each row arrived); for a lookup join of a database table, declare it with 'connector' = 'jdbc'"
+            f"{where}: {_at(point)}FOR SYSTEM_TIME AS OF {point.sql()} is {what}: write FOR SYSTEM_TIME AS OF "
+            f"<a time column of a stream before the join> (event time: {times}) or PROCTIME() (the table as each "
+            "row arrived)"
         )
+    if streams == [owner] and sources[owner].get("time") == point.name:
+        return "event_time"
+    return f"{owner}.{point.name}"
 
 
 _BOUNDS: dict[type[exp.Expr], str] = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}

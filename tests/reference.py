@@ -521,23 +521,31 @@ def interval_chain_reference(
     links: list[Link],
     on: str = "l",
     closed: bool = False,
+    as_of: str | None = None,
 ) -> tuple[Counter, dict[int, dict[str, int]], list[dict[str, int]]]:
     """Streams 0 and 1 joined (`reference`'s semantics, keyword arguments `interval`), then each
     emitted row looked up by `links` in turn (`chain_reference`'s rules), as a stream row would be
     at its emission position and output time (`emissions`): (output multiset of (left id, right
     id, each link's id or None, time), counts per stream side, counts per link). A row's key is
-    that of its `on` side ("l" or "r"; NULL when that side was padded). The first link
-    counts emitted rows: matched (pairs), padded; later links count the rows they decided, and
-    the first of them the rows still waiting for a table (`open`)."""
+    that of its `on` side ("l" or "r"; NULL when that side was padded). With `as_of` ("l" or "r",
+    `as_of: l.t`), the links look the row up at that side's time, not its output time: a row
+    whose side was padded has no such time and matches nothing (decided as at its output time).
+    The first link counts emitted rows: matched (pairs), padded; later links count the rows they
+    decided, and the first of them the rows still waiting for a table (`open`)."""
     emitted, counts = emissions(events, closed=closed, **interval)
     keys = {e.id: e.key for e in events}
+    times = {e.id: e.t for e in events}
     per_link = [first_link(emitted)]
     per_link += [dict.fromkeys((*LINK_BUCKETS, "open"), 0) for _ in links]
     out = Counter()
     for (lid, rid, t), pos in emitted:
         mine = lid if on == "l" else rid
-        row = Event(0, f"{lid}|{rid}", None if mine is None else keys[mine], t, pos)
+        named = None if as_of is None else (lid if as_of == "l" else rid)
+        point = t if named is None else times[named]
+        row = Event(0, f"{lid}|{rid}", None if mine is None else keys[mine], point, pos)
         decided, matches = look_up(row, links)
+        if as_of is not None and named is None:  # no time to look the row up at: no version
+            matches = [None for _ in links]
         if not (closed or decided):
             per_link[1]["open"] += 1
             continue

@@ -13,6 +13,7 @@ micro-batches cut at random commits.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from harness import create_tables, enrichment_job
@@ -29,6 +30,7 @@ from kernel_harness import (
 )
 from reference import asof_reference, history_asof_reference, temporal_reference
 
+from streamjoin.errors import JobError
 from streamjoin.plan import bind
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "1"))  # histories of STACK examples
@@ -154,6 +156,33 @@ def test_temporal_live_batches_decide_as_the_reference(spark, paths, data):
     plan = temporal_plan(spark, paths, how, grace, in_place)
     output, stream, table = temporal_reference(laid.stream, laid.table, grace, how, in_place=in_place)
     check_live(spark, plan, laid, data.draw(cuts(laid), label="cuts"), output, stream, {1: table})
+
+
+@pytest.mark.parametrize(
+    ("join", "message"),
+    [
+        ({"as_of": "l.v"}, "as_of l.v is a column of type int, not a time; name a timestamp column of l or its time column l.t"),
+        ({"as_of": "l.shown"}, "as_of l.shown names no column of l; its columns are id, k, t, v"),
+        ({"as_of": "r.t"}, "as_of r.t cannot be honoured: 'r' is the table this link looks up"),
+        ({"as_of": "x.t"}, "as_of x.t cannot be honoured: no source is named 'x'. Name a time column of a stream joined before it (l.t)"),
+        ({"as_of": "l.t + 1"}, "as_of is 'l.t + 1'; write 'arrival'"),
+        ({"as_of": "l.t", "asof": True, "on": "l.k = r.k AND r.t <= l.t"}, "an ASOF join picks its row by its inequality"),
+    ],
+)  # fmt: skip
+def test_as_of_a_column_that_cannot_be_honoured_is_refused(spark, paths, join, message):
+    """`as_of: <source>.<column>` takes a time column of a stream before the link; anything else is
+    refused before any data moves, saying what to name instead."""
+    table = {"key": ["k"], "time": "t", "changelog": True}
+    with pytest.raises(JobError, match=re.escape(message)):
+        bind(spark, enrichment_job(*paths, "left", table, {"on": "l.k = r.k", **join}))
+
+
+def test_as_of_the_streams_own_time_column_is_its_event_time(spark, paths):
+    """`as_of: l.T` (any letter case) names l's declared time: the row's own event time, as
+    `event_time` (the plan binds no other time)."""
+    table = {"key": ["k"], "time": "t", "changelog": True}
+    plan = bind(spark, enrichment_job(*paths, "left", table, {"on": "l.k = r.k", "as_of": "l.T"}))
+    assert (plan.joins[0].family, plan.joins[0].as_of) == ("temporal", None)
 
 
 # ---------------------------------------------------------------------------- ASOF

@@ -5,8 +5,9 @@ Streams l and r joined ON l.k = r.k in drawn bounds (INNER, LEFT, RIGHT, FULL; f
 emission), then each emitted row looked up in a table s, ON l.k = s.k or ON r.k = s.k (NULL when
 that side was padded), INNER or LEFT: either s updated in place, as the row saw it at its emission
 (a clock skew that keeps the newest rows waiting), or an event-time temporal changelog (out of
-order, late and NULL versions, tombstones) at the row's output time. The emitted rows carry the
-position at which they became known (a pair at its later row, a padded row where the clock closed
+order, late and NULL versions, tombstones) at the row's output time, or at l's or r's own time
+(`as_of: l.t`, Flink's named time attribute; none where that side was padded). The emitted rows
+carry the position at which they became known (a pair at its later row, a padded row where the clock closed
 its window), so each Hypothesis example checks the whole history replayed, three slices that add up
 to it, the middle one alone equal to its part, and live micro-batches cut at random commits,
 against the reference.
@@ -81,6 +82,7 @@ class Case:
     table_grace: int  # s's grace (temporal), seconds
     skew: int  # s's clock skew (in place), seconds
     laid: Laid
+    as_of: str | None = None  # temporal: s looked up at l's or r's time (as_of: l.t), else the output time
 
 
 @st.composite
@@ -100,10 +102,11 @@ def histories(draw, temporal: bool):
 
 
 @st.composite
-def chain_cases(draw) -> Case:
+def chain_cases(draw, named: str | None = None) -> Case:
+    """A chain drawn at random; with `named` ("l" or "r"), s temporal, looked up at that side's time."""
     emit = draw(st.sampled_from(("final", "eager")), label="emit")
     lo = draw(st.integers(-6, 2), label="lo")
-    temporal = draw(st.booleans(), label="s temporal")
+    temporal = bool(named) or draw(st.booleans(), label="s temporal")
     return Case(
         first=draw(st.sampled_from(("inner", "left", "right", "full")), label="l JOIN r"),
         emit=emit,
@@ -118,6 +121,8 @@ def chain_cases(draw) -> Case:
         laid=lay_end_to_end(
             draw(st.lists(histories(temporal), min_size=STACK, max_size=STACK)), "k", tables=1, streams=2
         ),
+        as_of=named
+        or (draw(st.sampled_from((None, "l", "r")), label="as_of: <side>.t") if temporal else None),
     )
 
 
@@ -128,7 +133,8 @@ def chain_plan(spark, paths, case: Case) -> Plan:
         if case.temporal
         else {"path": p[2], "kind": "table", "key": ["k"], "clock_skew": f"{case.skew}s"}
     )
-    lookup = {"as_of": "event_time", "grace": f"{case.table_grace}s"} if case.temporal else {}
+    at = f"{case.as_of}.t" if case.as_of else "event_time"
+    lookup = {"as_of": at, "grace": f"{case.table_grace}s"} if case.temporal else {}
     return bind(
         spark,
         spec_from_dict(
@@ -175,7 +181,7 @@ def expected(case: Case, mode: str = "exact", closed: bool = False):
         "emit": case.emit,
     }
     return interval_chain_reference(
-        laid.stream, interval, [(case.second, lookup, lambda e, m: e.key)], case.on, closed
+        laid.stream, interval, [(case.second, lookup, lambda e, m: e.key)], case.on, closed, case.as_of
     )
 
 
@@ -235,6 +241,22 @@ def test_interval_chain_live_batches_decide_as_the_reference(spark, paths, data)
         False,
         live=True,
     )
+
+
+@pytest.mark.parametrize("named", ["l", "r"])
+@settings(max_examples=EXAMPLES, **SETTINGS)
+@given(data=st.data())
+def test_a_table_looked_up_at_a_named_sides_time_decides_as_the_reference(spark, paths, named, data):
+    """Flink's `FOR SYSTEM_TIME AS OF i.ts` after an interval join (`as_of: l.t`): each emitted
+    row sees s's version at that side's time, not at the pair's output time (the later of the two),
+    in a replay (slices adding up) and in live batches alike."""
+    case = data.draw(at_random(chain_cases(named)))
+    plan = chain_plan(spark, paths, case)
+    assert (plan.joins[1].as_of.source, plan.joins[1].as_of.column) == (named, "t")
+    whole = replayed_in_slices(spark, plan, case.laid, "exact", slices(data.draw, STACK), False)
+    check(whole, case, "exact", False)
+    live = enrichment_live(spark, plan, case.laid, data.draw(cuts(case.laid), label="cuts"))
+    check(live, case, "exact", False, live=True)
 
 
 # ------------------------------------------------------------------ stream-stream-stream

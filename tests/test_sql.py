@@ -706,22 +706,38 @@ def test_a_source_joined_with_itself_needs_an_alias_per_use():
     assert "job: line 4, column 15: bids is joined" in str(error.value)  # its first use
 
 
-def test_as_of_a_column_that_is_not_the_streams_time_is_refused():
-    """Flink's lookup join (`FOR SYSTEM_TIME AS OF o.proc_time`, a processing-time attribute) is not
-    taken for an event-time temporal join."""
-    declarations = """CREATE STREAM Orders WITH (path='o', time='order_time');
-CREATE TABLE Customers WITH (path='c', key='id');"""
-    query = """SELECT o.order_id, o.total, c.country, c.zip
-FROM Orders AS o
-  JOIN Customers FOR SYSTEM_TIME AS OF o.proc_time AS c
-    ON o.customer_id = c.id;"""
-    with pytest.raises(JobError) as error:
-        compiled(declarations, query)
-    assert str(error.value).startswith(
-        "job: joined: line 6, column 40: FOR SYSTEM_TIME AS OF o.proc_time is not the time column of a stream "
-        "before the join (Orders.order_time)"
-    )
-    assert compiled(declarations, query.replace("o.proc_time", "o.order_time")).joins[0].as_of == "event_time"
+def test_as_of_names_the_time_column_the_lookup_is_made_at():
+    """`FOR SYSTEM_TIME AS OF i.ts` is Flink's named time attribute: after an interval join it is
+    that stream's time (`as_of: impressions.ts`), not the pair's output time; the one stream's own
+    time column is `event_time`. A column of the table looked up, or of no source before the join,
+    is refused at its place; any other column of a stream is left to the plan to check against its
+    schema (Flink's processing-time `o.proc_time` is no column of a Delta table)."""
+    declarations = """CREATE STREAM impressions WITH (path='i', time='ts');
+CREATE STREAM clicks WITH (path='c', time='ts');
+CREATE TABLE fx_rates WITH (path='fx', key='currency', time='valid_from', changelog=true);"""
+    query = """SELECT i.id, c.id AS click, fx.rate
+FROM impressions i
+  LEFT JOIN clicks c WITHIN (0 SECONDS, 30 MINUTES) ON i.id = c.impression_id
+  LEFT JOIN fx_rates FOR SYSTEM_TIME AS OF i.ts AS fx ON i.currency = fx.currency;"""
+    chained = compiled(declarations, query).joins[1]
+    assert (chained.as_of, chained.as_of_column) == ("impressions.ts", ("impressions", "ts"))
+    assert compiled(declarations, query.replace("AS OF i.ts", "AS OF c.ts")).joins[1].as_of == "clicks.ts"
+    alone = query.replace(
+        "LEFT JOIN clicks c WITHIN (0 SECONDS, 30 MINUTES) ON i.id = c.impression_id\n", ""
+    ).replace("c.id AS click, ", "")
+    one_stream = declarations.replace("CREATE STREAM clicks WITH (path='c', time='ts');\n", "")
+    assert compiled(one_stream, alone).joins[0].as_of == "event_time"
+    assert compiled(one_stream, alone.replace("i.ts", "i.shown_at")).joins[0].as_of == "impressions.shown_at"
+    for column, what in (
+        ("fx.valid_from", "a column of fx_rates, the table looked up"),
+        ("x.ts", "no column of a source before it"),
+    ):
+        with pytest.raises(JobError) as error:
+            compiled(declarations, query.replace("AS OF i.ts", f"AS OF {column}"))
+        assert str(error.value).startswith(
+            f"job: joined: line 8, column 44: FOR SYSTEM_TIME AS OF {column} is {what}: write FOR SYSTEM_TIME AS "
+            "OF <a time column of a stream before the join> (event time: impressions.ts, clicks.ts)"
+        )
 
 
 FLINK_ORDERS = """CREATE STREAM Orders WITH (path='orders', time='t');

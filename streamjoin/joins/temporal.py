@@ -8,7 +8,9 @@ that state that satisfy the condition. Only stream rows trigger output; table ch
   processing-time joins): the table as it was when the row arrived, i.e. every change committed
   at or before the row's commit timestamp. Decided from the Delta log, so it is replayable.
 - **event-time temporal** (`as_of: event_time`, Flink FOR SYSTEM_TIME AS OF): per primary key, the
-  version whose validity holds the row's event time, versions ordered by version time.
+  version whose validity holds the row's event time, versions ordered by version time; with
+  `as_of: <source>.<column>` (Flink's named time attribute), the version valid at that column's
+  time (a NULL time matches no version).
 - **ASOF** (`asof: true`, RisingWave): among the rows the table held when the row arrived, those
   with equal keys that satisfy the one inequality, and of them the nearest (`right <= left` and
   `right < left` pick the largest right value, `>=` and `>` the smallest; of equal values, the
@@ -21,7 +23,7 @@ A row is *decided* once the table can no longer change the answer:
 - arrival and ASOF: once the table's log is known up to the row's commit timestamp: the table has
   committed at or after it, or some stream has committed `clock_skew` after it (a table commit
   made later carries a later timestamp; docs/semantics.md).
-- event time: once the row's event time is below the table's horizon: for version times from a
+- event time: once the row's event time (or its named time) is below the table's horizon: for version times from a
   column, the table's watermark (largest version time minus grace), below which a change would be
   late; for commit-time versions, the time up to which the log is known (as above).
 - ASOF over the history: nearest preceding (`right <= left`, `<`): once the row's value is below
@@ -70,7 +72,7 @@ from streamjoin.joins.base import (
     tally_by_slice,
 )
 from streamjoin.metrics import LinkCounts, SourceCounts
-from streamjoin.plan import BoundJoin, BoundSource, Plan, looks_back
+from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, looks_back
 from streamjoin.timeutil import to_micros
 
 DECIDED = "_sj_decided"
@@ -108,6 +110,7 @@ class TemporalJoin:
     residual: str | None
     inequality: tuple[str, str, str] | None
     over_history: bool = False  # ASOF among every version of the table (as_of: event_time)
+    named_time: NamedTime | None = None  # as_of: <source>.<column>; else the row's event time
 
     @classmethod
     def from_plan(cls, join: BoundJoin, table: BoundSource, stream: str) -> TemporalJoin:
@@ -125,6 +128,7 @@ class TemporalJoin:
             residual=join.residual,
             inequality=join.inequality,
             over_history=join.family == "asof" and spec.as_of == "event_time",
+            named_time=join.as_of,
         )
 
     @property
@@ -176,9 +180,22 @@ class TemporalJoin:
             return F.lit(False)
         if self.over_history:
             return F.lit(True)
+        point = self.point(qualified=False)
+        if self.named_time is not None:  # a row without its named time matches nothing: decided as at T
+            point = F.coalesce(point, F.col(T))
         if self.by_watermark:
-            return F.col(T) < F.lit(horizon)  # strictly: a change at the watermark is still on time
-        return (F.col(T) if self.variant == "temporal" else F.col(TS)) <= F.lit(horizon)
+            return point < F.lit(horizon)  # strictly: a change at the watermark is still on time
+        return (point if self.variant == "temporal" else F.col(TS)) <= F.lit(horizon)
+
+    def point(self, qualified: bool = True) -> Column:
+        """The time (UTC micros) a row looks its version up at: its event time, or the time `as_of`
+        names, in the stream's own columns or in its source's struct (a chain's joined rows);
+        `qualified` by the stream's alias, as in the lookup."""
+        alias = (self.stream,) if qualified else ()
+        if self.named_time is None:
+            return F.col(".".join(f"`{part}`" for part in (*alias, T)))
+        nested = () if self.named_time.source == self.stream else (self.named_time.source,)
+        return self.named_time.micros((*alias, *nested))
 
     def unsettled(self, horizon: int | None) -> Column | None:
         """For an ASOF link over the history, on the looked-up rows: a row or version still to come
@@ -204,7 +221,7 @@ class TemporalJoin:
         if self.over_history:  # every version, at its own version time
             cond = ~self._col(R, changelog.DELETED)
         else:
-            point = self._col(S, T) if self.order == "event_time" else self._col(S, TS)
+            point = self.point() if self.order == "event_time" else self._col(S, TS)
             cond = changelog.valid_at(point, prefix=f"{R}.")
         for left_col, right_col in self.equi:
             cond = cond & (F.expr(left_col) == F.expr(right_col))

@@ -703,6 +703,10 @@ def _compile_join(
             raise JobError(f"{where}: {_at(table)}give WITHIN or OVER windows, not both")
         before = windows.get(seen[0], 0) if len(seen) == 1 else 0
         item["between"] = [_duration_text(-windows.get(name, 0)), _duration_text(before)]
+        if item.get("type") in ("left", "right", "full"):
+            # SQLstream emits a padded row once the stream clock passes its rowtime (its LEFT
+            # listing's `05:03:15 NULL 1000 NULL`): eager; ksqlDB's WITHIN keeps final emission.
+            item["emit"] = "eager"
     within = table.args.get("within")
     if within is not None:
         spans = [_duration(span) for span in within.expressions]

@@ -163,6 +163,19 @@ on b1."ticker" = asks."ticker"
 join bids over (range interval '3' minute preceding) as b2
 on b2."ticker" = asks."ticker";"""
 
+# SQLstream's stocks example, its LEFT JOIN as printed: its streams declared with the test's
+# out-of-order arrivals (up to 10 s between the two streams) as their watermark delay.
+SQLSTREAM_STOCKS_SOURCES = """
+CREATE STREAM order_quantity (rowtime TIMESTAMP, WATERMARK FOR rowtime AS rowtime - INTERVAL '10' SECOND)
+  WITH (path='{oq}');
+CREATE STREAM stock_price (rowtime TIMESTAMP, WATERMARK FOR rowtime AS rowtime - INTERVAL '10' SECOND)
+  WITH (path='{sp}');
+"""
+SQLSTREAM_LEFT = """SELECT STREAM rowtime, sp.ticker, oq.quantity, sp.ending_price
+  FROM order_quantity OVER (RANGE INTERVAL '1' MINUTE PRECEDING) as oq
+    LEFT JOIN stock_price OVER (RANGE INTERVAL '1' MINUTE PRECEDING) AS sp
+    ON (oq.ticker = sp.ticker);"""
+
 # RisingWave's process-time temporal join, verbatim: bare column names, the plan names their
 # sources from the schemas. Its comma form (the EXPLAIN example's shape) with the same tables.
 RISINGWAVE_SALES_SOURCES = """

@@ -24,12 +24,13 @@ import pytest
 from conftest import append, at
 from harness import concurrently, live_accounting, read, run_live, source_counts
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
+from seed_sql import SQLSTREAM_LEFT, SQLSTREAM_STOCKS_SOURCES
 
 from streamjoin.errors import JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict
+from streamjoin.spec import spec_from_dict, spec_from_sql
 
 DATA = Path(__file__).parent / "data"
 KSQL = json.loads((DATA / "ksqldb_stream_stream.json").read_text())
@@ -438,6 +439,30 @@ def test_stocks_left_eager_replayed(stocks_replays):
     padded order counts as joined)."""
     assert ("05:03:15", None, 1000, None) in seed_rows("left")
     check_stocks_replays(stocks_replays, ("left", "left_order_first"), "left")
+
+
+def test_stocks_left_statement_from_sql_emits_eagerly_as_sqlstream(spark, stocks, stocks_replays):
+    """SQLstream's LEFT statement read from SQL: its OVER (RANGE ...) windows are SQLstream's, whose
+    joins pad a row once the stream clock passes its rowtime, so it compiles to eager emission and
+    writes the listing with its pad `05:03:15 NULL 1000 NULL`, as its YAML twin does; the same
+    join written with ksqlDB's WITHIN keeps final emission."""
+    root = stocks.roots["A"]
+    declarations = SQLSTREAM_STOCKS_SOURCES.format(oq=root / "oq", sp=root / "sp")
+    job = spec_from_sql(
+        f"{declarations}CREATE STREAM stocks_left_sql WITH (path='{root}/out_left_sql') AS\n{SQLSTREAM_LEFT}"
+    )
+    (join,) = job.joins
+    assert (join.type, join.emit, join.grace.total_seconds()) == ("left", "eager", 10)
+    within = SQLSTREAM_LEFT.replace(" OVER (RANGE INTERVAL '1' MINUTE PRECEDING)", "").replace(
+        "AS sp\n", "AS sp WITHIN 1 MINUTE\n"
+    )
+    assert (
+        spec_from_sql(f"{declarations}CREATE STREAM w WITH (path='w') AS\n{within}").joins[0].emit == "final"
+    )
+    replay(spark, job, *WINDOW, mode="exact")
+    rows = stocks_out(read(spark, job.output.location))
+    assert ("05:03:15", None, 1000, None) in rows
+    assert rows == seed_rows("left") + after_insert() == stocks_replays["left"][0]
 
 
 def test_stocks_right_eager_replayed(stocks_replays):

@@ -245,7 +245,7 @@ def update(
     if not plan.tables:
         return
     where = location(plan)
-    held = coverage(spark, where)
+    held, repeated = _state(spark, where)
     wanted = []
     for source in plan.tables:
         start, target = starts.get(source.name), targets.get(source.name)
@@ -287,9 +287,19 @@ def update(
         for source, start, since, target, by_rows in wanted
         if not by_rows
     ]
-    if parts:
-        frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-        delta_io.append(frame.coalesce(1), where, merge_schema=True)
+    if not parts:
+        return
+    before = delta_io.newest_logged(where)
+    frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    delta_io.append(frame.coalesce(1), where, merge_schema=True)
+    after = delta_io.newest_logged(where)
+    if before is not None and after == before + 1:  # no other writer meanwhile: known without a read
+        extended = {
+            source.name: Coverage(since if have is None else have.first, target, not by_rows)
+            for source, _, since, target, by_rows in wanted
+            for have in [held.get(source.name)]
+        }
+        _coverage_cache[where] = (after, held | extended, repeated)
 
 
 def _lost_message(plan: Plan, where: str, lost: list[tuple[BoundSource, int]]) -> str:
@@ -297,10 +307,10 @@ def _lost_message(plan: Plan, where: str, lost: list[tuple[BoundSource, int]]) -
     return (
         f"job {plan.spec.name!r}: Delta no longer serves table source(s) {names}, and the journal {where} "
         "does not hold those versions: Delta refuses versions older than delta.deletedFileRetentionDuration (7 days "
-        "by default) and a table updated in place keeps no other copy of them. Start the job later (start_at, or "
-        "`streamjoin index JOB --from`) at a version Delta still serves; from then on, run `streamjoin index JOB` "
-        "(or the live runner, or a backfill) more often than the file retention, so the journal copies each commit "
-        "while Delta holds it"
+        "by default) and a table updated in place keeps no other copy of them. Start the job later, at a version "
+        "Delta still serves: `streamjoin reset <job file> --yes`, then a later start_at (or `--from`); from then on, "
+        "run `streamjoin index JOB` (or the live runner, or a backfill) more often than the file retention, so the "
+        "journal copies each commit while Delta holds it"
     )
 
 

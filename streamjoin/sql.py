@@ -301,10 +301,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
         delay = _declared_columns(statement, settings, where)
         if delay is not None:
             delays[source] = delay
-        sources[source] = {
-            "kind": "stream" if statement.args["kind"] in _STREAM_WORDS else "table",
-            **settings,
-        }
+        sources[source] = {"kind": _declared_kind(statement, settings, delay), **settings}
     _read_through_views(sources, delays, views, origin)
     windowed = _time_windows(query, sources, origin)
     _split_self_joins(query, sources, delays, origin)
@@ -597,6 +594,17 @@ def _declared_columns(create: exp.Create, settings: dict[str, Any], where: str) 
     if key:
         _agree(settings, "key", key, schema, where)
     return delay
+
+
+def _declared_kind(create: exp.Create, settings: dict[str, Any], delay: timedelta | None) -> str:
+    """`stream` or `table`: CREATE STREAM and RisingWave's CREATE SOURCE declare streams; so does
+    Flink's CREATE TABLE with a WATERMARK and no PRIMARY KEY (nor a key, changelog or deleted
+    setting), which Flink calls an append-only table (its seed's `orders`). With a PRIMARY KEY and a
+    WATERMARK it is Flink's versioned table: a table."""
+    if create.args["kind"] in _STREAM_WORDS:
+        return "stream"
+    keyed = any(setting in settings for setting in ("key", "changelog", "deleted"))
+    return "stream" if delay is not None and not keyed else "table"
 
 
 def _is_key_column(item: exp.Expr) -> bool:

@@ -2,9 +2,9 @@
 test_sql.py compiles them to the jobs the YAML tests use, and the seed tests run them."""
 
 # Flink's declarations as its seed writes them, the connector's WITH (...) options replaced by the
-# table's path; its append-only `orders` table is a stream here.
+# table's path: `orders`, with a watermark and no primary key, is its append-only table (a stream).
 FLINK_SOURCES = """
-CREATE STREAM orders (
+CREATE TABLE orders (
     order_id    STRING,
     price       DECIMAL(32,2),
     currency    STRING,

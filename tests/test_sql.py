@@ -305,6 +305,20 @@ def test_flinks_event_time_temporal_join_compiles_to_the_yaml_job():
     assert proctime.joins[0].as_of == "arrival"
 
 
+def test_flinks_create_table_with_a_watermark_and_no_primary_key_is_a_stream():
+    """Flink's seed declares `orders` with CREATE TABLE, a WATERMARK and no PRIMARY KEY: its
+    append-only table, a stream here; `currency_rates`, with both, is its versioned table. Given a
+    PRIMARY KEY, `orders` is a table, and the temporal join of two tables is refused."""
+    declarations = FLINK_SOURCES.format(orders="orders", rates="rates", changelog=", changelog=true")
+    spec = compiled(declarations, FLINK_TEMPORAL)
+    assert [(s.name, s.kind) for s in spec.sources] == [("orders", "stream"), ("currency_rates", "table")]
+    keyed = declarations.replace(
+        "order_time  TIMESTAMP(3),", "order_time  TIMESTAMP(3), PRIMARY KEY(order_id),"
+    )
+    with pytest.raises(JobError, match="FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only"):
+        compiled(keyed, FLINK_TEMPORAL)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -69,6 +69,10 @@ class TableInput:
     version: int
     owner: Column
     stream_clock: int | None
+    # The earliest time the table can be told at (UTC micros; docs/backfills.md): a row looked up
+    # before it is looked up at it instead, in the table's earliest known state, and counted as
+    # assumed. Set only by a backfill run with --assume-earliest-known; None: every lookup as is.
+    known_from: int | None = None
 
     @property
     def newest_ts(self) -> int | None:
@@ -121,9 +125,12 @@ def _from_journal_or_delta(
     spark: SparkSession, source: BoundSource, upto_version: int, start: int, journal_at: str | None
 ) -> DataFrame:
     """The changes of versions [start, upto_version] (at S > 0: the table at S as inserts of S): the
-    journal's for the versions it holds, Delta's for the newer ones."""
+    journal's for the versions it holds, Delta's for the newer ones. While Delta still serves the
+    start, all of them are Delta's: the same changes, without a read of the journal."""
     where = source.spec.location
-    held = None if journal_at is None else journal.read(spark, journal_at, source, start, upto_version)
+    held = None
+    if journal_at is not None and not journal.retained_since(spark, where, start):
+        held = journal.read(spark, journal_at, source, start, upto_version)
     if held is not None:
         raw, after = held
     elif start == 0:

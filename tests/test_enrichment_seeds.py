@@ -383,6 +383,66 @@ def test_flink_currency_rates(spark, flink, form, how):
     assert metrics.sources["orders"].joined == 2 and metrics.sources["currency_rates"].applied == 3
 
 
+def test_as_of_a_named_time_column_looks_the_table_up_at_that_time(spark, tmp_path):
+    """Flink's `FOR SYSTEM_TIME AS OF o.promised_at` naming a column other than the stream's time
+    (`as_of: orders.promised_at`): each order gets the rate valid at its promised time, and waits
+    while that time is above the table's watermark; a NULL promised time matches no rate (LEFT
+    pads). Live between the commits and replayed alike; `event_time` gives the order time's rate."""
+    orders, rates = f"{tmp_path}/orders", f"{tmp_path}/rates"
+    order_schema = StructType(
+        [
+            StructField("id", StringType()),
+            StructField("currency", StringType()),
+            StructField("t", TimestampType()),
+            StructField("promised_at", TimestampType()),
+        ]
+    )
+    rate_schema = StructType(
+        [
+            StructField("currency", StringType()),
+            StructField("rate", IntegerType()),
+            StructField("t", TimestampType()),
+        ]
+    )
+    append(spark, rates, [("EUR", 1, at(0)), ("EUR", 2, at(100)), ("EUR", 3, at(200))], rate_schema)
+    append(
+        spark,
+        orders,
+        [("o1", "EUR", at(50), at(150)), ("o2", "EUR", at(120), at(250)), ("o3", "EUR", at(10), None)],
+        order_schema,
+    )
+    sources = {
+        "orders": {"path": orders, "time": "t"},
+        "rates": {"path": rates, "kind": "table", "key": ["currency"], "time": "t", "changelog": True},
+    }
+
+    def enrich(name: str, as_of: str):
+        body = {
+            "join": "rates",
+            "type": "left",
+            "on": "orders.currency = rates.currency",
+            "as_of": as_of,
+            "grace": "0s",
+        }
+        return job(tmp_path, name, sources, "orders", body, ["orders.id AS id", "rates.rate AS rate"])
+
+    named = enrich("promised", "orders.promised_at")
+    runner = LiveRunner(spark, named, f"{tmp_path}/checkpoint")
+    runner.run()
+    assert outputs(spark, named, "id", "rate") == Counter(
+        {("o1", 2): 1, ("o3", None): 1}
+    )  # o2 waits: 250 > 200
+    append(spark, rates, [("EUR", 4, at(300))], rate_schema)
+    runner.run()
+    expected = Counter({("o1", 2): 1, ("o2", 3): 1, ("o3", None): 1})
+    assert outputs(spark, named, "id", "rate") == expected
+    target, metrics = replayed(spark, named, at(0), at(400))
+    assert outputs(spark, target, "id", "rate") == expected and metrics.balanced()
+    at_event_time = enrich("event_time", "event_time")
+    replay(spark, at_event_time, at(0), at(400))
+    assert outputs(spark, at_event_time, "id", "rate") == Counter({("o1", 1): 1, ("o2", 2): 1, ("o3", 1): 1})
+
+
 # ============================================================================ 4. RisingWave ASOF
 
 PRICES = StructType(

@@ -80,7 +80,7 @@ def location(plan: Plan) -> str:
     return plan.spec.output.side("journal")
 
 
-def rows_column(source: BoundSource) -> str:
+def _rows_column(source: BoundSource) -> str:
     """The struct column that holds a source's rows in the journal."""
     return f"rows_{source.name}"
 
@@ -164,12 +164,6 @@ def _state(spark: SparkSession, where: str) -> tuple[dict[str, Coverage], dict[s
     return held, repeated
 
 
-def holds(spark: SparkSession, where: str, source: BoundSource, start: int, version: int) -> bool:
-    """The journal holds `source` from its start `start` up to at least `version`."""
-    held = coverage(spark, where).get(source.name)
-    return held is not None and held.first == start and held.last >= version
-
-
 def read(
     spark: SparkSession, where: str, source: BoundSource, start: int, upto: int
 ) -> tuple[DataFrame, int] | None:
@@ -194,7 +188,7 @@ def read(
         changes = changes.join(F.broadcast(chosen), "version", "left").where(
             F.col("_sj_write").isNull() | (F.col("_sj_write") == F.col(WRITE))
         )
-    struct = rows_column(source)
+    struct = _rows_column(source)
     stored = journal.schema[struct].dataType if struct in journal.columns else StructType()
     assert isinstance(stored, StructType)  # written by `_changes` as a struct
     fields = set(stored.fieldNames())
@@ -368,7 +362,7 @@ def _changes(
         F.col(COMMIT_TIMESTAMP).alias("commit_time"),
         F.col(CHANGE_TYPE).alias(KIND),
         F.lit(write).alias(WRITE),
-        F.struct(*_user_columns(source)).alias(rows_column(source)),
+        F.struct(*_user_columns(source)).alias(_rows_column(source)),
     )
 
 

@@ -28,6 +28,8 @@ from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.frames import local_frame
 from streamjoin.metrics import RunMetrics
 from streamjoin.plan import Plan, bind
+from streamjoin.reach import Reach, reaches, refuse_before
+from streamjoin.reach import describe as describe_reach
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import check_inputs, pin_versions, replay, replay_slices
 from streamjoin.spec import JoinSpec
@@ -120,6 +122,14 @@ class Backfill:
     versions: dict[str, int]
     slices: tuple[Slice, ...]
     margins: dict[str, tuple[timedelta, timedelta] | None] = field(default_factory=dict)  # None: read whole
+    reach: tuple[Reach, ...] = ()  # what each source can serve (streamjoin.reach)
+    assume_earliest_known: bool = False  # tables are looked up in their earliest known state before it
+
+    def known_from(self) -> dict[str, int] | None:
+        """With --assume-earliest-known, each table source's earliest time it can be told at."""
+        if not self.assume_earliest_known:
+            return None
+        return {r.source: r.since for r in self.reach if r.since is not None and r.table}
 
     def describe(self) -> str:
         """What a dry run prints: range, versions, margins and slices, without running anything."""
@@ -137,6 +147,13 @@ class Backfill:
                 else f"{format_duration(margin[0])} before, {format_duration(margin[1])} after"
             )
             lines.append(f"  {name}: {text}")
+        if self.reach:
+            lines.append(describe_reach(list(self.reach)))
+        if self.known_from():
+            lines.append(
+                "--assume-earliest-known: a row looked up before what its table can serve is looked up in the "
+                "table's earliest known state and counted as assumed"
+            )
         lines.append("slices:")
         lines += [f"  {i + 1:>4}. {s.label(self.timezone)}" for i, s in enumerate(self.slices)]
         return "\n".join(lines)
@@ -151,8 +168,12 @@ def plan_backfill(
     timezone: str | None = None,
     mode: str = "exact",
     versions: dict[str, int] | None = None,
+    assume_earliest_known: bool = False,
 ) -> Backfill:
-    """Cut [start, end) (by the job's schedule unless `every`/`timezone` are given) and pin versions once."""
+    """Cut [start, end) (by the job's schedule unless `every`/`timezone` are given) and pin versions
+    once. A range that starts before what every source can serve is refused (`reach`), unless
+    `assume_earliest_known` and only tables fall short: their rows are then looked up in the
+    tables' earliest known state and counted as assumed."""
     if mode not in kernel.MODES:
         raise JobError(
             f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
@@ -168,6 +189,8 @@ def plan_backfill(
         whole = max(before, after) >= END_OF_INPUT  # ROWS windows: every slice reads the whole stream
         margins[s.name] = None if whole else (timedelta(microseconds=before), timedelta(microseconds=after))
     margins.update({s.name: None for s in plan.tables})
+    found = reaches(spark, plan)
+    refuse_before(found, slices[0].start, plan, tables_assumed=assume_earliest_known)
     return Backfill(
         job=spec,
         id=str(uuid.uuid4()),
@@ -179,6 +202,8 @@ def plan_backfill(
         versions=pin_versions(spark, plan, versions),
         slices=tuple(slices),
         margins=margins,
+        reach=tuple(found),
+        assume_earliest_known=assume_earliest_known,
     )
 
 
@@ -243,6 +268,7 @@ def run_slices(
     after_write: Callable[[str], None] | None = None,
     checked: bool = False,
     on_stage: Callable[[str], None] | None = None,
+    known_from: dict[str, int] | None = None,
 ) -> list[SliceOutcome]:
     """Replay consecutive slices together (`replay_slices`: one read, one write of each table, a
     metrics row per slice), validate each slice's output, and record every attempt in one append.
@@ -252,7 +278,7 @@ def run_slices(
     slice whose validation fails or cannot run is `invalid` or `failed` alone. A JobError (the job
     cannot run at all) or a HistoryNotRetainedError (the pinned versions' log or files are gone,
     so no slice over them can run) still raises, and nothing is recorded. `on_stage` is told what
-    starts: the replay, each slice's validation, the record.
+    starts: the replay, each slice's validation, the record. `known_from`: as `replay_slices` takes it.
     """
     began = time.monotonic()
     stage = on_stage or (lambda text: None)
@@ -268,6 +294,7 @@ def run_slices(
             versions=versions,
             after_write=after_write,
             checked=checked,
+            known_from=known_from,
         )
     except (JobError, HistoryNotRetainedError):  # no slice can run: stop, with the message
         raise
@@ -353,6 +380,7 @@ def run_backfill(
             after_write=after_write,
             checked=True,
             on_stage=on_stage,
+            known_from=backfill.known_from(),
         ):
             outcomes.append(outcome)
             if on_slice:

@@ -100,19 +100,21 @@ def _starts_for(spec, text: str | None) -> dict[str, StartAt] | None:
 
 
 def cmd_index(args) -> int:
-    from streamjoin import index
+    from streamjoin import index, reach
     from streamjoin.plan import bind
     from streamjoin.session import get_spark
 
     spec = _job(args)
     spark = get_spark(master=args.master)
-    positions = index.update(spark, bind(spark, spec), start_at=_starts_for(spec, args.from_))
+    plan = bind(spark, spec)
+    positions = index.update(spark, plan, start_at=_starts_for(spec, args.from_))
     print(index.describe(positions))
+    print(reach.describe(reach.reaches(spark, plan)))
     return 0
 
 
 def cmd_validate(args) -> int:
-    from streamjoin import delta_io, kernel
+    from streamjoin import delta_io, kernel, reach
     from streamjoin.plan import bind, grace_warnings, time_format_warnings
     from streamjoin.session import get_spark
 
@@ -136,6 +138,7 @@ def cmd_validate(args) -> int:
     warnings = grace_warnings(spark, plan)
     if not args.structure_only:  # the one check that reads rows: a sample of each string time column
         warnings += time_format_warnings(spark, plan)
+    served = reach.reaches(spark, plan)
     if args.json:
         _print_json(
             {
@@ -144,6 +147,7 @@ def cmd_validate(args) -> int:
                 "checked": "sources",
                 "output_columns": list(plan.output_columns),
                 "warnings": warnings,
+                "reach": reach.as_json(served),
             }
         )
         return 0
@@ -151,13 +155,14 @@ def cmd_validate(args) -> int:
         f"job {spec.name}: columns, types, expressions and change data feeds ok; the runners take it; "
         f"output columns {', '.join(plan.output_columns)}"
     )
+    print(reach.describe(served))
     for warning in warnings:
         print(f"warning: {warning}")
     return 0
 
 
 def cmd_explain(args) -> int:
-    from streamjoin import kernel
+    from streamjoin import kernel, reach
     from streamjoin.plan import as_json as plan_as_json
     from streamjoin.plan import bind, describe, grace_warnings
     from streamjoin.runners.replay import pin_versions
@@ -170,9 +175,10 @@ def cmd_explain(args) -> int:
     versions = pin_versions(spark, plan, _versions(args.versions))
     warnings = grace_warnings(spark, plan)
     compiled = _compiled_sql(args.job)
+    served = reach.reaches(spark, plan)
     if args.json:
         _print_json(
-            {**plan_as_json(plan, versions, margins), "warnings": warnings}
+            {**plan_as_json(plan, versions, margins), "warnings": warnings, "reach": reach.as_json(served)}
             | ({"job": compiled} if compiled else {})
         )
         return 0
@@ -183,6 +189,7 @@ def cmd_explain(args) -> int:
         print(yaml.safe_dump(compiled, sort_keys=False, allow_unicode=True).rstrip())
         print()
     print(describe(plan, versions, margins))
+    print(reach.describe(served))
     for warning in warnings:
         print(f"warning: {warning}")
     return 0
@@ -230,6 +237,7 @@ def cmd_backfill(args) -> int:
         timezone=args.timezone,
         mode=args.mode,
         versions=_versions(args.versions),
+        assume_earliest_known=args.assume_earliest_known,
     )
     slices = list(backfill.slices)
     if args.only_failed:
@@ -691,7 +699,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run only the slices whose last attempt failed or never ran, with the versions it pinned",
     )
     backfill.add_argument(
-        "--dry-run", action="store_true", help="print slices, pinned versions and margins; run nothing"
+        "--dry-run",
+        action="store_true",
+        help="print slices, pinned versions, margins and what each source can serve; run nothing",
+    )
+    backfill.add_argument(
+        "--assume-earliest-known",
+        action="store_true",
+        help="run a range that starts before what a table can serve: rows looked up before it are looked up "
+        "in its earliest known state, counted as assumed, and fail validation unless the job allows them",
     )
     backfill.add_argument(
         "--no-validate", action="store_true", help="skip the Great Expectations validation of each slice"

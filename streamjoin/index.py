@@ -107,6 +107,8 @@ def location(plan: Plan) -> str:
 
 StartAt = int | datetime | str | None
 
+MAX_TIME = 2**62  # later than any event time: "every one of them"
+
 # One small file per update: every COMPACT_EVERY versions of the index, the update that wrote it
 # compacts the table (OPTIMIZE), which keeps reading the index as cheap as its size. Delta's auto
 # compaction would do the same, but its hook rebuilds the table's state after every commit (a
@@ -201,12 +203,14 @@ def update(
     _read_stats(pending)
     for p in pending:
         new += p.entries()
+    # The table sources' changes, while Delta holds them; first, so that a start no one can serve
+    # any more is refused before the index pins it.
+    journal.update(spark, plan, starts, targets)
     if new:
         where = location(plan)
         delta_io.append(local_frame(spark, [_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
         if delta_io.latest_version(spark, where) % COMPACT_EVERY == COMPACT_EVERY - 1:
             delta_io.compact(spark, where)
-    journal.update(spark, plan, starts, targets)  # the table sources' changes, while Delta holds them
     return Index(
         spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
     )
@@ -256,6 +260,39 @@ def job_start(
             )
         versions[source.name] = before[-1]
     return begun, versions
+
+
+def start_of(
+    spark: SparkSession, plan: Plan, start_at: dict[str, StartAt] | None = None
+) -> tuple[int, dict[str, int]]:
+    """The job's start instant and its sources' start versions: as its index pinned them, or as a
+    first run would pin them now (nothing is written)."""
+    stored = _read(spark, plan)
+    starts = stored.heads()[0] if stored else {}
+    declared = _declared(plan, start_at)
+    if not starts:
+        return job_start(spark, plan, declared)
+    instant = _stored_instant(plan, starts)
+    versions = {name: e.version for name, e in starts.items()}
+    missing = [s for s in plan.sources if s.name not in starts]
+    if missing:
+        versions |= job_start(spark, plan, declared, begun=instant, sources=missing)[1]
+    return instant, versions
+
+
+def event_times_committed_before(spark: SparkSession, plan: Plan, source: str, before: int) -> int | None:
+    """The largest event time of a stream source's commits (its history included) committed before
+    `before` (UTC micros), from the index, or as a first run would index it; None when none was."""
+    stored = _read(spark, plan)
+    if stored is None:
+        instant, _ = start_of(spark, plan)
+        return MAX_TIME if instant < before else None
+    row = (
+        stored.frame.where((F.col("source") == source) & (F.col("commit_ts") < F.lit(before)))
+        .agg(F.max("max_time").alias("t"), F.count(F.lit(1)).alias("n"))
+        .first()
+    )
+    return row["t"] if row is not None and row["n"] else None
 
 
 def _instant(source: BoundSource, wanted: StartAt, commits: list[delta_io.Commit], latest: int | None) -> int:
@@ -327,7 +364,7 @@ def _check_same_start(
     computed from it. A run that declares none (no start_at, no --from) takes the pinned one."""
     instant = _stored_instant(plan, starts)
     asked = {name: wanted for name, wanted in declared.items() if wanted is not None and name in starts}
-    if not asked or all(str(wanted) == starts[name].declared for name, wanted in asked.items()):
+    if not asked or all(_pinned(wanted, starts[name], instant) for name, wanted in asked.items()):
         return
     stored = {name: e.version for name, e in starts.items()}
     try:
@@ -354,6 +391,20 @@ def _check_same_start(
         f"at {from_micros(instant).isoformat()} ({pinned}), and every output so far was computed from that start. "
         f"Keep the pinned start (remove the new start_at / --from), or start afresh: {reset_command(plan)}"
     )
+
+
+def _pinned(wanted: StartAt, start: Entry, instant: int) -> bool:
+    """Whether a declared start is the one the index pinned, told without the table's log (which
+    may have forgotten it): the same declaration, the pinned instant, or the pinned version."""
+    if start.declared is not None and str(wanted) == start.declared:
+        return True
+    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.strip().isdigit()):
+        return int(wanted) == start.version
+    try:
+        when = wanted if isinstance(wanted, datetime) else parse_instant(str(wanted), "start_at")
+    except JobError:
+        return False
+    return to_micros(pendulum.instance(when).in_timezone("UTC")) == instant
 
 
 def _start_entry(
@@ -446,6 +497,7 @@ class _Pending:
                     start=version == start.version,
                     row_tracking=start.row_tracking if version == start.version else None,
                     max_future=start.max_future if version == start.version else None,
+                    declared=start.declared if version == start.version else None,
                 )
             )
         return entries

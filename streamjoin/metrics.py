@@ -8,8 +8,10 @@ still open (enrichment joins: not yet decided); `unsettled` rows arrived after t
 `applied` counts a table source's changes that became versions (docs/semantics.md).
 
 A chain of joins also counts per link: the rows that reached the link and whether they matched
-there, were padded (an outer link) or dropped (an INNER link's, or late at a stream-stream link):
-    reached = matched + padded + dropped, and reached + open = the link before's passed + carried_in
+there, were padded (an outer link) or dropped (an INNER link's, or late at a stream-stream link),
+or were looked up in a table's earliest known state because the table could not be told at their
+time (`assumed`: only in a backfill run with --assume-earliest-known; docs/backfills.md):
+    reached = matched + padded + dropped + assumed, and reached + open = the link before's passed + carried_in
 (`links_balanced`; `LinkCounts.passed`).
 """
 
@@ -47,7 +49,7 @@ BUCKETS = (
 )
 
 
-LINK_BUCKETS = ("reached", "matched", "padded", "dropped")  # LinkCounts' counts
+LINK_BUCKETS = ("reached", "matched", "padded", "dropped", "assumed")  # LinkCounts' counts
 
 LATE_SHARE_NOTED = 0.2  # a run whose late rows are this share of its accepted rows says so
 
@@ -89,14 +91,17 @@ class LinkCounts:
     # A stream-stream link after another link: the rows it passed on (one per pair and padded
     # row), when that is not matched + padded (a row joined with two partners is two rows).
     emitted: int | None = None
+    # Rows looked up before the earliest time the table can be told (docs/backfills.md), joined
+    # with its earliest known state instead: neither matched nor padded nor dropped.
+    assumed: int = 0
 
     def balanced(self) -> bool:
-        return self.reached == self.matched + self.padded + self.dropped
+        return self.reached == self.matched + self.padded + self.dropped + self.assumed
 
     @property
     def passed(self) -> int:
         """The rows this link hands the next one."""
-        return self.matched + self.padded if self.emitted is None else self.emitted
+        return self.matched + self.padded + self.assumed if self.emitted is None else self.emitted
 
 
 def links_balanced(links: list[LinkCounts]) -> bool:

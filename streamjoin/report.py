@@ -814,9 +814,11 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
         totals: dict[str, Counter] = {}
         for links in per_run:
             for link in links:
-                counts = {b: link[b] for b in LINK_BUCKETS}
+                counts = {b: link.get(b, 0) for b in LINK_BUCKETS}  # `assumed` came later
                 emitted = link.get("emitted")
-                counts["passed"] = link["matched"] + link["padded"] if emitted is None else emitted
+                counts["passed"] = (
+                    counts["matched"] + counts["padded"] + counts["assumed"] if emitted is None else emitted
+                )
                 totals.setdefault(link["link"], Counter()).update(counts)
         for link in waiting[runner]:
             totals[link["link"]]["open"] += link.get("open", 0)
@@ -834,12 +836,13 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
         return ""
     head = (
         "<tr><th class='text'>link</th><th class='text'>runner</th><th>rows reached</th><th>matched</th>"
-        "<th>padded</th><th>dropped</th><th>passed on</th><th>waiting now</th><th>match rate</th></tr>"
+        "<th>padded</th><th>dropped</th><th>assumed</th><th>passed on</th><th>waiting now</th><th>match rate</th></tr>"
     )
     return (
         "<h2>The chain, link by link</h2><p>The rows that reached each link and what became of them there: "
         "matched, padded (an outer link keeps them), dropped (an INNER link's, or late at a stream-stream "
-        "link). A link passes on its matched and padded rows (a stream-stream link one row per pair and "
+        "link), assumed (looked up in a table's earliest known state, since the table could not be told at "
+        "their time: a backfill run with --assume-earliest-known). A link passes on its matched and padded rows (a stream-stream link one row per pair and "
         "padded row), and the next link reaches those, less the rows still waiting there for a table or an "
         "open window; waiting now: those rows at the end (live: as the newest micro-batch left them). "
         "Replay: the slices plotted; live: every micro-batch.</p><div class='table-wrap'>"

@@ -502,6 +502,9 @@ class Quality:
     link_min_history: int = 3  # the check applies once this many slices are known
     link_tolerance: float = 0.1  # how far below the baseline a slice's rate may fall
     link_min_rows: int = 20  # a link that reached fewer rows in a slice is not judged by it
+    # A backfill run with --assume-earliest-known counts rows looked up in a table's earliest known
+    # state as assumed (docs/backfills.md); a slice holding any is invalid unless this allows them.
+    allow_assumed: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "not_null", tuple(self.not_null))
@@ -771,6 +774,7 @@ QUALITY_KEYS = (
     "link_min_history",
     "link_tolerance",
     "link_min_rows",
+    "allow_assumed",
 )
 
 
@@ -904,6 +908,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         link_min_history=int(quality_doc.get("link_min_history", Quality.link_min_history)),
         link_tolerance=float(quality_doc.get("link_tolerance", Quality.link_tolerance)),
         link_min_rows=int(quality_doc.get("link_min_rows", Quality.link_min_rows)),
+        allow_assumed=bool(quality_doc.get("allow_assumed", False)),
     )
     return JoinSpec(
         name=str(document.get("name")),

@@ -214,6 +214,7 @@ def validate_slice(
     checks = [(bool(r.success), _describe(r)) for r in validation.results]
     _publish(context, identifier, validation)
     evaluated = int(validation.statistics["evaluated_expectations"])
+    checks += _assumed_checks(spark, spec, start, end)
     rates = link_rates(spark, spec, start, end)
     if any(rate.floor is not None for rate in rates):
         judged = _validate_links(spark, context, spec, rates, run)
@@ -229,6 +230,42 @@ def validate_slice(
         docs=_page(context, identifier, site),
         checks=tuple(checks),
     )
+
+
+def _assumed_checks(
+    spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime
+) -> list[tuple[bool, str]]:
+    """Per link with rows looked up in its table's earliest known state in this slice (a backfill
+    run with --assume-earliest-known), a check that fails unless `quality.allow_assumed`."""
+    metrics = spec.output.side("metrics")
+    if not delta_io.exists(spark, metrics):
+        return []
+    table = delta_io.read_snapshot(spark, metrics)
+    if "by_link" not in table.columns:
+        return []
+    here = (
+        (F.col("job") == spec.name)
+        & (F.col("runner") == "replay")
+        & (F.col("slice_start") == F.lit(spark_value(start)))
+        & (F.col("slice_end") == F.lit(spark_value(end)))
+    )
+    latest = table.where(here).orderBy(F.col("started_at").desc()).select("by_link").first()
+    links = json.loads(latest["by_link"]) if latest is not None and latest["by_link"] else []
+    allowed = spec.quality.allow_assumed
+    return [
+        (
+            allowed,
+            f"link {link['link']}: {link['assumed']} rows looked up in the table's earliest known state, "
+            "before what it can serve (--assume-earliest-known)"
+            + (
+                "; allowed by quality.allow_assumed"
+                if allowed
+                else "; set quality.allow_assumed: true to accept them"
+            ),
+        )
+        for link in links
+        if link.get("assumed")
+    ]
 
 
 @dataclass(frozen=True)

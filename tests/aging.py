@@ -242,14 +242,21 @@ def age_table(spark: SparkSession, path: str, log_retention: str = "interval 1 d
     disappear from DESCRIBE HISTORY and cannot be read any more.
     """
     table_dir = _local_dir(path)
-    table = f"delta.`{table_dir}`"
-    spark.sql(f"OPTIMIZE {table}")
+    spark.sql(f"OPTIMIZE delta.`{table_dir}`")
     vacuum(spark, table_dir)
+    clean_log(spark, path, log_retention)
 
-    # Delta's own commits above kept its cached state of the table current.
+
+def clean_log(spark: SparkSession, path: str, log_retention: str = "interval 30 days") -> None:
+    """Delta's expired-log clean-up with `delta.logRetentionDuration` = `log_retention` (default:
+    Delta's own 30 days), made deterministic (see `age_table`); turns on
+    `delta.enableExpiredLogCleanup` too, for a table that had it off."""
+    table_dir = _local_dir(path)
+    table = f"delta.`{table_dir}`"
+    # Delta's own commits kept its cached state of the table current.
     delta_log = _delta_log(spark, table_dir)
     configs = spark._jvm.org.apache.spark.sql.delta.DeltaConfigs
-    retention = {"delta.logRetentionDuration": log_retention}
+    retention = {"delta.logRetentionDuration": log_retention, "delta.enableExpiredLogCleanup": "true"}
     log_millis = configs.getMilliSeconds(configs.parseCalendarInterval(log_retention))
     metadata = delta_log.unsafeVolatileSnapshot().metadata()
     if log_millis < configs.getMilliSeconds(configs.TOMBSTONE_RETENTION().fromMetaData(metadata)):

@@ -93,6 +93,17 @@ def _matched(link: int) -> str:
     return f"_sj_matched_{link}"
 
 
+def _assumed(link: int) -> str:
+    """The flag of rows that reached link `link` alive before the earliest time its table can be
+    told, looked up in its earliest known state instead (`TableInput.known_from`)."""
+    return f"_sj_assumed_{link}"
+
+
+def _assumed_alive(link: int) -> str:
+    """The flag of assumed rows that link `link` passed on (an INNER link drops those without a match)."""
+    return f"_sj_assumed_alive_{link}"
+
+
 @dataclass(frozen=True)
 class TemporalJoin:
     """One enrichment link: a stream row (or a row of the chain so far, which carries its stream
@@ -164,7 +175,8 @@ class TemporalJoin:
             changes.where(table.owner.isNotNull() & late), self.table, F.lit("late"), F.col(arrival.WM)
         )
         known = changelog.known_until(table.newest_ts, table.stream_clock, self.clock_skew)
-        return TableVersions(versions, tally, late_rows, self.horizon(known, largest))
+        known_from = table.known_from if self.order == "event_time" and not self.over_history else None
+        return TableVersions(versions, tally, late_rows, self.horizon(known, largest), known_from)
 
     def horizon(self, known: int | None, largest_version_time: int | None) -> int | None:
         """How far the table's answer is final: the table's watermark (largest version time minus
@@ -215,13 +227,16 @@ class TemporalJoin:
     def _col(self, side: str, name: str) -> Column:
         return F.col(f"{side}.`{name}`")
 
-    def condition(self) -> Column:
-        """Equal keys, the version valid at the row's point in time, the residual, and for ASOF the inequality."""
+    def condition(self, known_from: int | None = None) -> Column:
+        """Equal keys, the version valid at the row's point in time (not before `known_from`, the
+        earliest time the table can be told at, if given), the residual, and for ASOF the inequality."""
         S, R = self.stream, self.table
         if self.over_history:  # every version, at its own version time
             cond = ~self._col(R, changelog.DELETED)
         else:
             point = self.point() if self.order == "event_time" else self._col(S, TS)
+            if known_from is not None:
+                point = F.greatest(point, F.lit(known_from))
             cond = changelog.valid_at(point, prefix=f"{R}.")
         for left_col, right_col in self.equi:
             cond = cond & (F.expr(left_col) == F.expr(right_col))
@@ -237,12 +252,17 @@ class TemporalJoin:
         return self._col(self.table, TS).isNotNull()
 
     def lookup(
-        self, rows: DataFrame, versions: DataFrame, row_columns: list[Column], alive: Column
+        self,
+        rows: DataFrame,
+        versions: DataFrame,
+        row_columns: list[Column],
+        alive: Column,
+        known_from: int | None = None,
     ) -> DataFrame:
         """Each row (columns qualified by source name) with its matching versions, or padded with
         NULLs; rows not `alive` (dropped by an earlier link) match nothing. `row_columns` identify
-        a row (ASOF keeps the nearest candidate per row)."""
-        joined = rows.join(versions.alias(self.table), self.condition() & alive, "left_outer")
+        a row (ASOF keeps the nearest candidate per row). `known_from`: as in `condition`."""
+        joined = rows.join(versions.alias(self.table), self.condition(known_from) & alive, "left_outer")
         return self._nearest(joined, row_columns) if self.inequality else joined
 
     def _nearest(self, joined: DataFrame, row_columns: list[Column]) -> DataFrame:
@@ -279,6 +299,7 @@ class TableVersions:
     tally: dict[int, dict[str, int]]
     late: DataFrame
     horizon: int | None
+    known_from: int | None = None  # `TableInput.known_from`, for a link that looks up at an event time
 
 
 @dataclass
@@ -404,6 +425,7 @@ class Enrichment(JoinOperator):
             slices=inputs.slices,
             keep_state=inputs.keep_state,
             unsettled=unsettled,
+            known_from=[t.known_from for t in tables],
         )
         by_slice = []
         for k, sides in enumerate(evaluation.counts):
@@ -443,11 +465,14 @@ class Enrichment(JoinOperator):
         slices: Slices = ALL_TIME,
         keep_state: bool = False,
         unsettled: list[Column | None] | None = None,
+        known_from: list[int | None] | None = None,
     ) -> Evaluation:
         """Look the decided stream rows up in each link's `versions` in turn; keep the rest (live state).
 
         `unsettled[n]`, on link n's lookup result, holds back a row that link cannot answer yet (an
         ASOF link over the history): the row then stays undecided, as if `decided` had said so.
+        `known_from[n]`: the earliest time link n's table can be told at; a row looked up before it
+        is looked up at it and counted as assumed there, neither matched nor padded nor dropped.
 
         With replay `slices`, only rows whose event time lies in them (or within `reach` around
         them) are emitted, and each stream row in them is counted once, in the slice of its event
@@ -466,18 +491,27 @@ class Enrichment(JoinOperator):
         joined = ready.withColumns({_ALIVE: F.lit(True), _HELD: F.lit(False)}).alias(S)
         complete = F.lit(True)
         waits = unsettled or [None] * len(self.links)
-        for n, (link, table, wait) in enumerate(zip(self.links, versions, waits, strict=True)):
+        knowns = known_from or [None] * len(self.links)
+        for n, (link, table, wait, known) in enumerate(zip(self.links, versions, waits, knowns, strict=True)):
+            before_known = (
+                F.lit(False) if known is None else F.coalesce(link.point() < F.lit(known), F.lit(False))
+            )
             joined = link.lookup(
-                joined.withColumn(_reached(n), F.col(_ALIVE)), table, identity, F.col(_ALIVE)
+                joined.withColumns({_reached(n): F.col(_ALIVE), _assumed(n): F.col(_ALIVE) & before_known}),
+                table,
+                identity,
+                F.col(_ALIVE),
+                known,
             )
             identity += [F.col(f"{link.table}.`{c}`") for c in table.columns]
             matched = F.col(_ALIVE) & link.matched()
-            updates = {_matched(n): matched}
+            updates = {_matched(n): matched & ~F.col(_assumed(n))}
             if wait is not None:
                 updates[_HELD] = F.col(_HELD) | (F.col(_reached(n)) & wait)
             if link.type == "inner":
                 updates[_ALIVE] = matched
             joined = joined.withColumns(updates)
+            joined = joined.withColumn(_assumed_alive(n), F.col(_assumed(n)) & F.col(_ALIVE))
             complete = complete & link.matched()
         holding = any(w is not None for w in waits)
         if holding:  # a row held at one of its output rows is held at all
@@ -489,7 +523,9 @@ class Enrichment(JoinOperator):
         emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE))  # _HELD stays false unless a link waits
         # One Spark job counts, per slice: the stream rows decided and open before the lookups, and
         # of the decided ones (by their row number) those held back, and what the rest did at each link.
-        flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in (_reached, _matched)]
+        flags = [_ALIVE, _COMPLETE] + [
+            f(n) for n in range(len(self.links)) for f in (_reached, _matched, _assumed, _assumed_alive)
+        ]
         per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
             *[F.max(F.col(flag).cast("int")).alias(flag) for flag in (_HELD, *flags)]
         )
@@ -529,7 +565,13 @@ class Enrichment(JoinOperator):
             )
             links.append(
                 [
-                    self._link_counts(n, summed[_reached(n)], summed[_matched(n)])
+                    self._link_counts(
+                        n,
+                        summed[_reached(n)],
+                        summed[_matched(n)],
+                        summed[_assumed(n)],
+                        summed[_assumed_alive(n)],
+                    )
                     for n in range(len(self.links))
                 ]
             )
@@ -544,15 +586,22 @@ class Enrichment(JoinOperator):
             state = {S: undecided}
         return Evaluation([emitted], counts, state, cached=[joined], links=links)
 
-    def _link_counts(self, n: int, reached: int, matched: int) -> LinkCounts:
+    def _link_counts(
+        self, n: int, reached: int, matched: int, assumed: int = 0, assumed_alive: int = 0
+    ) -> LinkCounts:
+        """Link n's counts; its assumed rows (`evaluate`'s `known_from`) count apart, and those it
+        passed on are what it emits besides its matched and padded rows."""
         link = self.links[n]
-        unmatched = reached - matched
+        unmatched = reached - matched - assumed
+        padded = unmatched if link.type == "left" else 0
         return LinkCounts(
             f"{self.first + n}. {link.type.upper()} JOIN {link.table}",
             reached=reached,
             matched=matched,
-            padded=unmatched if link.type == "left" else 0,
+            padded=padded,
             dropped=unmatched if link.type == "inner" else 0,
+            emitted=matched + padded + assumed_alive if assumed else None,
+            assumed=assumed,
         )
 
     def _col(self, side: str, name: str) -> Column:

@@ -95,6 +95,7 @@ def replay_slices(
     checked: bool = False,
     closed: bool = False,
     into: Output | None = None,
+    known_from: dict[str, int] | None = None,
 ) -> list[RunMetrics]:
     """Replay consecutive slices [a, b), [b, c), ... as one run: one read of the inputs, one kernel
     step and one write of each table for all of them, yet a metrics row per slice, counted as a
@@ -102,7 +103,8 @@ def replay_slices(
     way of paying a replay's fixed costs once rather than per slice; the slices are written
     together, so either all of them are or none is. `into`: write the output, its side tables and
     the metrics there instead of the job's output (`verify`'s scratch); the arrival index stays the
-    job's."""
+    job's. `known_from`: per table source, the earliest time it can be told at, for a backfill run
+    with --assume-earliest-known (`changelog.TableInput.known_from`)."""
     windows = _windows(slices)
     locations = [s.location for s in spec.sources]
     try:
@@ -110,7 +112,9 @@ def replay_slices(
             delta_io.translated_errors(", ".join(locations), "the files this replay reads"),
             counted_pass(spark),
         ):
-            return _replay(spark, spec, windows, mode, versions, after_write, checked, closed, into)
+            return _replay(
+                spark, spec, windows, mode, versions, after_write, checked, closed, into, known_from or {}
+            )
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
             raise
@@ -146,6 +150,7 @@ def _replay(
     checked: bool,
     closed: bool,
     into: Output | None,
+    known_from: dict[str, int],
 ) -> list[RunMetrics]:
     after_write = after_write or (lambda location: None)
     if mode not in kernel.MODES:
@@ -208,7 +213,12 @@ def _replay(
             kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull()))
         )
         tables[source.name] = TableInput(
-            changes, commits_of_table, pinned[source.name], slices.owner(), stream_clock
+            changes,
+            commits_of_table,
+            pinned[source.name],
+            slices.owner(),
+            stream_clock,
+            known_from.get(source.name),
         )
         for k, counts in enumerate(table_counts):
             counts[source.name] = SourceCounts(

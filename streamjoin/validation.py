@@ -296,9 +296,9 @@ class LinkRate:
 
 
 def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime) -> list[LinkRate]:
-    """Each link's match rate in the slice [start, end), from the job's metrics (the replay's row for
-    the slice), with the floor it must reach: the median rate of the link in the job's last
-    `quality.link_history` slices before it (replays of the same mode, each slice's latest, none
+    """Each link's match rate in the slice [start, end) (matched of the rows it decided: `_decided`),
+    from the job's metrics (the replay's row for the slice), with the floor it must reach: the
+    median rate of the link in the job's last `quality.link_history` slices before it (replays of the same mode, each slice's latest, none
     recorded invalid or failed by a backfill, each with at least `link_min_rows` rows at the link),
     less `max(link_tolerance, three standard errors of a slice of this size at that rate)`. Judged
     once `link_min_history` such slices exist and the link reached `link_min_rows` rows here.
@@ -348,12 +348,12 @@ def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: dateti
     ]
     rates = []
     for link in json.loads(this["by_link"]):
-        reached, matched = int(link["reached"]), int(link["matched"])
+        reached, matched = _decided(link), int(link["matched"])
         past = [
-            p["matched"] / p["reached"]
+            p["matched"] / _decided(p)
             for links in earlier
             for p in links
-            if p["link"] == link["link"] and p["reached"] >= max(quality.link_min_rows, 1)
+            if p["link"] == link["link"] and _decided(p) >= max(quality.link_min_rows, 1)
         ][: quality.link_history]
         rate = LinkRate(link["link"], reached, matched, history=len(past))
         if reached < max(quality.link_min_rows, 1):
@@ -374,6 +374,12 @@ def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: dateti
                 replace(rate, baseline=baseline, floor=baseline - max(quality.link_tolerance, noise))
             )
     return rates
+
+
+def _decided(link: dict) -> int:
+    """The rows a link decided (matched, padded or dropped): those it reached, less the ones looked
+    up in a table's earliest known state (`assumed`), which say nothing of its match rate."""
+    return int(link["reached"]) - int(link.get("assumed") or 0)
 
 
 def _validate_links(spark: SparkSession, context, spec: JoinSpec, rates: list[LinkRate], run) -> list[bool]:

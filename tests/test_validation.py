@@ -434,21 +434,23 @@ def test_the_rule_is_the_jobs_to_tune_or_turn_off(spark, collapsed):
 
 def test_the_floor_leaves_room_for_chance_in_a_small_slice(spark, tmp_path):
     """A link matching 80% of rows: 16 of 25 (64%) in a slice is chance (three standard errors,
-    24 points, exceed the tolerance), 256 of 400 is a fall (the tolerance's 10 points decide)."""
+    24 points, exceed the tolerance), 256 of 400 is a fall (the tolerance's 10 points decide).
+    Rows looked up in a table's earliest known state (`assumed`) are no part of the rate."""
     from streamjoin.metrics import LinkCounts, RunMetrics, to_frame
     from streamjoin.validation import link_rates
 
     spec = spec_from_dict(campaign_chain(tmp_path))
-    hours = [(datetime(2024, 5, 1, h), datetime(2024, 5, 1, h + 1)) for h in range(6)]
+    hours = [(datetime(2024, 5, 1, h), datetime(2024, 5, 1, h + 1)) for h in range(7)]
 
-    def run(hour: int, reached: int, matched: int) -> RunMetrics:
+    def run(hour: int, reached: int, matched: int, assumed: int = 0) -> RunMetrics:
         start, end = hours[hour]
-        link = LinkCounts("1. LEFT JOIN campaigns", reached, matched, padded=reached - matched)
+        padded = reached - matched - assumed
+        link = LinkCounts("1. LEFT JOIN campaigns", reached, matched, padded=padded, assumed=assumed)
         return RunMetrics(
             spec.name, "replay", "exact", f"r{hour}", end, slice_start=start, slice_end=end, links=[link]
         )
 
-    runs = [run(h, 25, 20) for h in range(4)] + [run(4, 25, 16), run(5, 400, 256)]
+    runs = [run(h, 25, 20) for h in range(4)] + [run(4, 25, 16), run(5, 400, 256), run(6, 400, 256, 100)]
     to_frame(spark, runs).write.format("delta").save(spec.output.side("metrics"))
     (small,) = link_rates(spark, spec, *hours[4])
     (large,) = link_rates(spark, spec, *hours[5])
@@ -456,3 +458,5 @@ def test_the_floor_leaves_room_for_chance_in_a_small_slice(spark, tmp_path):
     assert small.floor == pytest.approx(0.8 - 3 * (0.8 * 0.2 / 25) ** 0.5) and small.rate >= small.floor
     assert large.floor == pytest.approx(0.7) and large.rate < large.floor
     assert large.history == 5  # the earlier slices, the small one among them: no backfill found it invalid
+    (assumed,) = link_rates(spark, spec, *hours[6])
+    assert (assumed.reached, assumed.matched) == (300, 256) and assumed.rate >= assumed.floor

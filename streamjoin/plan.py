@@ -349,6 +349,13 @@ def _qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructT
     return qualified.sql(dialect="spark") if changed else expression
 
 
+def _spelt_as(schema: StructType, column: str) -> str | None:
+    """`column` as `schema` spells it, letter case aside (Spark's resolution); None when no column,
+    or more than one, has that name."""
+    spelt = [name for name in schema.fieldNames() if name.lower() == column.lower()]
+    return spelt[0] if len(spelt) == 1 else None
+
+
 def _as_spelled(expression: str, schemas: dict[str, StructType]) -> str:
     """`expression` with each column a source qualifies spelt as that source's schema spells it
     (`ticker` of a column `TICKER`): Spark resolves names without regard to letter case, as the
@@ -364,11 +371,11 @@ def _as_spelled(expression: str, schemas: dict[str, StructType]) -> str:
         nonlocal changed
         if not isinstance(node, exp.Column) or node.args.get("db") or node.table not in schemas:
             return node
-        spelt = [f for f in schemas[node.table].fieldNames() if f.lower() == node.name.lower()]
-        if len(spelt) != 1 or spelt[0] == node.name:
+        spelt = _spelt_as(schemas[node.table], node.name)
+        if spelt is None or spelt == node.name:
             return node
         changed = True
-        return exp.Column(this=exp.to_identifier(spelt[0]), table=node.args["table"].copy())
+        return exp.Column(this=exp.to_identifier(spelt), table=node.args["table"].copy())
 
     spelled = tree.transform(respell)
     return spelled.sql(dialect="spark") if changed else expression
@@ -424,12 +431,11 @@ def _bind_join(
                 residual.append(f"({term.sql(dialect='spark')})")
     else:
         if join.natural:
-            right_cols = schemas[right].fieldNames()
             columns = [
                 c
                 for n in left_names
                 for c in schemas[n].fieldNames()
-                if c in right_cols and c not in WINDOW_COLUMNS
+                if _spelt_as(schemas[right], c) and c.lower() not in WINDOW_COLUMNS
             ]
             if not columns:
                 raise JobError(
@@ -438,8 +444,9 @@ def _bind_join(
         else:
             columns = list(join.using)
         for column in dict.fromkeys(columns):
-            owners = [n for n in left_names if column in schemas[n].fieldNames()]
-            if column not in schemas[right].fieldNames() or not owners:
+            owners = [n for n in left_names if _spelt_as(schemas[n], column)]
+            right_column = _spelt_as(schemas[right], column)
+            if right_column is None or not owners:
                 raise JobError(
                     f"{where}: USING column {column!r} must exist on both sides; check its spelling"
                 )
@@ -447,7 +454,7 @@ def _bind_join(
                 raise JobError(
                     f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which"
                 )
-            equi.append((f"{owners[0]}.{column}", f"{right}.{column}"))
+            equi.append((f"{owners[0]}.{_spelt_as(schemas[owners[0]], column)}", f"{right}.{right_column}"))
     if not equi and join.type != "cross":
         raise JobError(
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
@@ -489,14 +496,14 @@ def _bind_as_of(
         return None
     source, named = join.as_of_column  # the spec checked it names a stream before the link
     stream = spec.source(source)
-    fields = [f for f in schemas[source].fields if f.name.lower() == named.lower()]
-    if not fields:
+    spelt = _spelt_as(schemas[source], named)
+    if spelt is None:
         raise JobError(
             f"{where}: as_of {join.as_of} names no column of {source}; its columns are "
             f"{', '.join(schemas[source].fieldNames())} (for the table as each row arrived, Flink's PROCTIME(), "
             "write as_of: arrival)"
         )
-    field = fields[0]
+    field = schemas[source][spelt]
     declared = field.name == stream.time
     if not (isinstance(field.dataType, TimestampType | TimestampNTZType) or declared):
         raise JobError(

@@ -185,6 +185,15 @@ def test_as_of_the_streams_own_time_column_is_its_event_time(spark, paths):
     assert (plan.joins[0].family, plan.joins[0].as_of) == ("temporal", None)
 
 
+def test_columns_in_another_letter_case_bind_to_the_tables_spelling(spark, paths):
+    """`on: l.K = r.K` and `using: [K]` over columns spelt `k`: Spark resolves names without regard
+    to letter case, so the join binds them as the tables spell them (the kernel looks keys up by
+    those names)."""
+    for condition in ({"on": "l.K = r.K"}, {"using": ["K"]}):
+        plan = bind(spark, enrichment_job(*paths, "left", {"key": ["k"]}, condition))
+        assert plan.joins[0].equi == (("l.k", "r.k"),), condition
+
+
 # ---------------------------------------------------------------------------- ASOF
 
 

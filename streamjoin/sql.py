@@ -213,6 +213,9 @@ _STATEMENT_WORDS = {
         "FOR SYSTEM_TIME AS OF <the stream's time column>"
     ),
     "; without as_of each stream row": "; without FOR SYSTEM_TIME AS OF each stream row",
+    "or write as_of: event_time (the row's event time)": (
+        "in FOR SYSTEM_TIME AS OF (the stream's own time column: its event time)"
+    ),
     "'as_of' and 'asof' apply to stream-table joins only; remove them": (
         "FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only; remove them"
     ),

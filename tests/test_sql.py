@@ -752,6 +752,15 @@ FROM impressions i
             f"job: joined: line 8, column 44: FOR SYSTEM_TIME AS OF {column} is {what}: write FOR SYSTEM_TIME AS "
             "OF <a time column of a stream before the join> (event time: impressions.ts, clicks.ts)"
         )
+    campaigns = "CREATE TABLE campaigns WITH (path='k', key='id', time='updated');\n"
+    after_a_table = query.replace(
+        "  LEFT JOIN fx_rates", "  LEFT JOIN campaigns k ON i.campaign = k.id\n  LEFT JOIN fx_rates"
+    ).replace("AS OF i.ts", "AS OF k.updated")
+    with pytest.raises(
+        JobError, match=re.escape("'campaigns' is a table; its columns say nothing of when")
+    ) as error:
+        compiled(campaigns + declarations, after_a_table)
+    assert "clicks.ts), in FOR SYSTEM_TIME AS OF (the stream's own time column" in str(error.value)
 
 
 FLINK_ORDERS = """CREATE STREAM Orders WITH (path='orders', time='t');

@@ -169,7 +169,7 @@ def update(
     missing = [s for s in plan.sources if s.name not in starts]
     if missing:
         begun = _stored_instant(plan, starts) if starts else None
-        instant, versions = job_start(spark, plan, declared, targets, begun, missing)
+        instant, versions, times = job_start(spark, plan, declared, targets, begun, missing)
     for source in plan.sources:
         if source.name in starts:
             if known is None:
@@ -189,7 +189,7 @@ def update(
             continue
         version = versions[source.name]
         start, commits = _start_entry(
-            spark, source, version, instant, declared.get(source.name), targets[source.name]
+            spark, source, version, times[source.name], declared.get(source.name), targets[source.name]
         )
         starts[source.name] = start
         latest = targets[source.name] if (upto or {}).get(source.name) is None else None
@@ -234,21 +234,30 @@ def job_start(
     latest: dict[str, int] | None = None,
     begun: int | None = None,
     sources: list[BoundSource] | None = None,
-) -> tuple[int, dict[str, int]]:
-    """The job's start instant S (UTC micros) and each source's start version: the newest version
-    committed at or before S, whose rows are all the source's history (docs/semantics.md, "Where a
-    job starts"). S is the latest of the sources' declared starts, each an instant: a time given,
-    the commit time of a version given, or of version 0 while the log holds it. `begun`: the
-    instant an existing index started at (sources added later start there); `sources`: those
-    to resolve (default: all); `latest`: their newest versions, if known."""
+) -> tuple[int, dict[str, int], dict[str, int]]:
+    """The job's start instant S (UTC micros), each source's start version and the time its history
+    is stamped at (docs/semantics.md, "Where a job starts"). S is the latest of the stream sources'
+    declared starts, each an instant: a time given, the commit time of a version given, or of
+    version 0 while the log holds it. A stream starts at its newest version committed at or before
+    S, and all of its rows by then are its history, at S. A table starts where it is declared to
+    (its version 0 by default): its versions from there on are known, at their own commits, which
+    before S is only more to look up. `begun`: the instant an existing index started at (sources
+    added later start there); `sources`: those to resolve (default: all); `latest`: their newest
+    versions, if known."""
     chosen = list(plan.sources if sources is None else sources)
     commits = {s.name: delta_io.history(spark, s.spec.location) for s in chosen}
+    newest = latest or {}
     if begun is None:
-        begun = max(
-            _instant(s, declared.get(s.name), commits[s.name], (latest or {}).get(s.name)) for s in chosen
-        )
-    versions = {}
+        timed = [s for s in chosen if s.spec.kind == "stream"] or chosen
+        begun = max(_instant(s, declared.get(s.name), commits[s.name], newest.get(s.name)) for s in timed)
+    versions, times = {}, {}
     for source in chosen:
+        if source.spec.kind == "table":
+            versions[source.name], times[source.name] = _table_start(
+                source, declared.get(source.name), commits[source.name], newest.get(source.name)
+            )
+            continue
+        times[source.name] = begun
         before = [c.version for c in commits[source.name] if to_micros(from_spark(c.timestamp)) <= begun]
         if not before:
             first = commits[source.name][0]
@@ -259,14 +268,26 @@ def job_start(
                 f"{from_spark(first.timestamp).isoformat()} or later (start_at)"
             )
         versions[source.name] = before[-1]
-    return begun, versions
+    return begun, versions, times
+
+
+def _table_start(
+    source: BoundSource, wanted: StartAt, commits: list[delta_io.Commit], latest: int | None
+) -> tuple[int, int]:
+    """A table source's start version (as declared, version 0 by default) and its commit time."""
+    when = _instant(source, wanted, commits, latest)  # refuses what the log cannot place
+    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.strip().isdigit()):
+        chosen = next(c for c in commits if c.version == int(wanted))
+    else:
+        chosen = [c for c in commits if to_micros(from_spark(c.timestamp)) <= when][-1]
+    return chosen.version, to_micros(from_spark(chosen.timestamp))
 
 
 def start_of(
     spark: SparkSession, plan: Plan, start_at: dict[str, StartAt] | None = None
-) -> tuple[int, dict[str, int]]:
-    """The job's start instant and its sources' start versions: as its index pinned them, or as a
-    first run would pin them now (nothing is written)."""
+) -> tuple[int, dict[str, int], dict[str, int]]:
+    """The job's start instant, its sources' start versions and their start times (`job_start`):
+    as its index pinned them, or as a first run would pin them now (nothing is written)."""
     stored = _read(spark, plan)
     starts = stored.heads()[0] if stored else {}
     declared = _declared(plan, start_at)
@@ -274,10 +295,12 @@ def start_of(
         return job_start(spark, plan, declared)
     instant = _stored_instant(plan, starts)
     versions = {name: e.version for name, e in starts.items()}
+    times = {name: e.commit_ts for name, e in starts.items()}
     missing = [s for s in plan.sources if s.name not in starts]
     if missing:
-        versions |= job_start(spark, plan, declared, begun=instant, sources=missing)[1]
-    return instant, versions
+        _, more, more_times = job_start(spark, plan, declared, begun=instant, sources=missing)
+        versions, times = versions | more, times | more_times
+    return instant, versions, times
 
 
 def event_times_committed_before(spark: SparkSession, plan: Plan, source: str, before: int) -> int | None:
@@ -285,7 +308,7 @@ def event_times_committed_before(spark: SparkSession, plan: Plan, source: str, b
     `before` (UTC micros), from the index, or as a first run would index it; None when none was."""
     stored = _read(spark, plan)
     if stored is None:
-        instant, _ = start_of(spark, plan)
+        instant = start_of(spark, plan)[0]
         return MAX_TIME if instant < before else None
     row = (
         stored.frame.where((F.col("source") == source) & (F.col("commit_ts") < F.lit(before)))
@@ -331,11 +354,14 @@ def _instant(source: BoundSource, wanted: StartAt, commits: list[delta_io.Commit
 def _stored_instant(plan: Plan, starts: dict[str, Entry]) -> int:
     """The one instant every stored start entry shares; an index whose sources started at different
     instants (written by a release that started each source at its own version) is refused."""
-    instants = {e.commit_ts for e in starts.values()}
+    streams = {name: e for name, e in starts.items() if plan.source(name).spec.kind == "stream"}
+    if not streams:  # a job of tables: no history to judge
+        return max(e.commit_ts for e in starts.values())
+    instants = {e.commit_ts for e in streams.values()}
     if len(instants) > 1:
         listed = ", ".join(
             f"{name} at version {e.version} ({from_micros(e.commit_ts).isoformat()})"
-            for name, e in sorted(starts.items())
+            for name, e in sorted(streams.items())
         )
         raise JobError(
             f"job {plan.spec.name!r}: its index {location(plan)} starts each source at its own instant ({listed}), "
@@ -368,7 +394,7 @@ def _check_same_start(
         return
     stored = {name: e.version for name, e in starts.items()}
     try:
-        wanted_instant, wanted_versions = job_start(
+        wanted_instant, wanted_versions, _ = job_start(
             spark, plan, declared, sources=[plan.source(n) for n in starts]
         )
     except JobError as exc:
@@ -410,9 +436,10 @@ def _pinned(wanted: StartAt, start: Entry, instant: int) -> bool:
 def _start_entry(
     spark: SparkSession, source: BoundSource, version: int, instant: int, declared: StartAt, newest: int
 ) -> tuple[Entry, list[delta_io.Commit]]:
-    """The start entry at `version`, at the job's start `instant` (its history's position), and the
-    commits from it on that it read from the table's history (a stream source's first entries are
-    made from them too); `newest`: the newest version the caller knows of (a hint)."""
+    """The start entry at `version`, its history stamped at `instant` (`job_start`'s time: the job's
+    start for a stream, its own commit for a table), and the commits from it on that it read from
+    the table's history (a stream source's first entries are made from them too); `newest`: the
+    newest version the caller knows of (a hint)."""
     commits = delta_io.history(spark, source.spec.location, since=version, upto=newest)
     enabled_after_start = any(c.enables_row_tracking and c.version > version for c in commits)
     tracked = delta_io.row_tracking(spark, source.spec.location) and not enabled_after_start

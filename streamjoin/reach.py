@@ -42,11 +42,12 @@ class Reach:
 
 def reaches(spark: SparkSession, plan: Plan, start_at: dict[str, index.StartAt] | None = None) -> list[Reach]:
     """Each source's reach, for the job's start as its index pinned it (or would pin it now)."""
-    instant, versions = index.start_of(spark, plan, start_at)
+    _, versions, times = index.start_of(spark, plan, start_at)
     held = journal.coverage(spark, journal.location(plan))
     return [
         replace(
-            _reach(spark, plan, s, instant, versions[s.name], held.get(s.name)), table=s.spec.kind == "table"
+            _reach(spark, plan, s, times[s.name], versions[s.name], held.get(s.name)),
+            table=s.spec.kind == "table",
         )
         for s in plan.sources
     ]
@@ -56,10 +57,12 @@ def _reach(
     spark: SparkSession,
     plan: Plan,
     source: BoundSource,
-    instant: int,
+    started: int,
     start: int,
     held: journal.Coverage | None,
 ) -> Reach:
+    """One source's reach; `start` its start version, `started` when its history is stamped (a
+    table's own start commit)."""
     where = source.spec.location
     retention = delta_io.file_retention(spark, where)
     kept = f"Delta keeps change files {format_duration(retention)} (delta.deletedFileRetentionDuration)"
@@ -78,13 +81,13 @@ def _reach(
             "an append-only changelog with row tracking: its newest snapshot holds every version",
         )
     at_event_time = start > 0 and any(j.source == source.name and j.at_event_time for j in plan.spec.joins)
-    since = instant if at_event_time else None
-    before = "; its versions before the job's start were never kept" if at_event_time else ""
+    since = started if at_event_time else None
+    before = f"; its versions before its start (version {start}) were never kept" if at_event_time else ""
     if held is not None and held.first <= start:
         return Reach(
             source.name,
             since,
-            f"the job's journal holds its changes since the job's start{before}",
+            f"the job's journal holds its changes since its start{before}",
             _restart(plan),
         )
     if journal.retained_since(spark, where, start):

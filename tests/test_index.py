@@ -36,6 +36,17 @@ def histories(draw):
     return sources, commits
 
 
+def _entries(commits):
+    """Index entries of `commits`: each position with its source's largest event time so far."""
+    entries, so_far = [], {}
+    for c in sorted(commits, key=lambda c: c.position):  # what the index stores per source
+        src = c.position[1]
+        if c.max_event is not None:
+            so_far[src] = max(so_far.get(src, c.max_event), c.max_event)
+        entries.append((c.position, so_far.get(src)))
+    return entries
+
+
 @settings(max_examples=400, deadline=None)
 @given(histories(), st.data())
 def test_watermarks_from_the_index_equal_those_the_live_runner_computes(history, data):
@@ -45,12 +56,7 @@ def test_watermarks_from_the_index_equal_those_the_live_runner_computes(history,
     settled = sorted((c for c in commits if c.position <= frontier), key=lambda c: c.position)
     live = arrival.timeline(settled, None)
 
-    entries, so_far = [], {}
-    for c in sorted(commits, key=lambda c: c.position):  # what the index stores per source
-        src = c.position[1]
-        if c.max_event is not None:
-            so_far[src] = max(so_far.get(src, c.max_event), c.max_event)
-        entries.append((c.position, so_far.get(src)))
+    entries = _entries(commits)
     targets = data.draw(st.sets(st.sampled_from([c.position for c in settled])), label="commits of the slice")
     # The index is read from each source's last entry before the earliest target on.
     earliest = min(targets, default=frontier)
@@ -89,16 +95,6 @@ def started_histories(draw):
             )
     history_end = max(c.position for c in commits if c.position[0] == start)
     return sources, commits, history_end
-
-
-def _entries(commits):
-    entries, so_far = [], {}
-    for c in sorted(commits, key=lambda c: c.position):  # what the index stores per source
-        src = c.position[1]
-        if c.max_event is not None:
-            so_far[src] = max(so_far.get(src, c.max_event), c.max_event)
-        entries.append((c.position, so_far.get(src)))
-    return entries
 
 
 @settings(max_examples=400, deadline=None)

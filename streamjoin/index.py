@@ -13,12 +13,16 @@ it goes, one row per stream-source commit, in the Delta table `<output>_index`:
     start, row_tracking            the source's start entry; whether its rows carry their version
     max_future                     on a start entry: the source's `max_future` (micros) the entries
                                    were computed with (NULL: no bound)
+    declared                       on a start entry: the start the job declared (`start_at`, --from)
 
-**The start.** Every source begins at a start version S (`start_at` in the job, `--from`, default
-version 0 while the log holds it). The rows a stream source holds at S are its *history*: they
-count as one commit at S, take S's arrival position, and none of them is late. A table source's
-start is the version its history (its rows at S) is read from; its later changes come from its
-change feed. Once written, the start is fixed: both runners read it from here.
+**The start.** A job starts at one instant S (`job_start`: the latest of its streams' declared
+starts, from `start_at` in the job or `--from`; default version 0 while the log holds it). Each
+stream starts at its newest version committed at or before S, and every row it holds there is its
+history: all of it, in every stream, arrives at S at once (positions at S, settled and judged as
+one group: `Index.history_end`), and none of it is late. A table starts where it is declared to
+(version 0 by default): its rows there are its history, its later changes come from its change
+feed or the job's journal. Once written, the start is fixed: both runners read it from here, and
+a different declared start is refused with `reset_command`.
 
 **Appending.** `update` extends the index up to given versions. New commits are read from the change
 feed of those versions only; if Delta no longer keeps their change files, from the latest snapshot

@@ -104,6 +104,7 @@ if TESTS_SET_JAVA_OPTIONS:
 # (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
 # alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
 SLOWEST_FIRST = (
+    "test_real_history",  # 260 in a loaded run: 40 days of production-shaped history, then two backfills
     "test_cli",  # 215: the demo
     "test_aged_tables",  # 195
     "test_restart",  # 170: ten SIGKILLs, each a new JVM
@@ -116,6 +117,9 @@ SLOWEST_FIRST = (
     "test_backfill",  # 66
     "test_table_table",  # 66
     "test_equivalence",  # 61
+    "test_job_start",  # about 70 in a loaded run
+    "test_journal",  # about 60 in a loaded run
+    "test_time_formats",  # about 60 in a loaded run
     "test_handoff",  # 57
     "test_cluster",  # 57
     "test_interval_seeds",  # 56

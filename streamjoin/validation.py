@@ -25,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamjoin import delta_io
@@ -214,8 +214,9 @@ def validate_slice(
     checks = [(bool(r.success), _describe(r)) for r in validation.results]
     _publish(context, identifier, validation)
     evaluated = int(validation.statistics["evaluated_expectations"])
-    checks += _assumed_checks(spark, spec, start, end)
-    rates = link_rates(spark, spec, start, end)
+    found = _slice_runs(spark, spec, start, end)  # read once: the assumed rows and the link rates
+    checks += _assumed_checks(spec, json.loads(found[1]["by_link"])) if found else []
+    rates = _rates(spark, spec, found[0], found[1], start) if found and spec.quality.link_history else []
     if any(rate.floor is not None for rate in rates):
         judged = _validate_links(spark, context, spec, rates, run)
         checks += [(ok, rate.line()) for ok, rate in zip(judged, rates, strict=True)]
@@ -232,25 +233,10 @@ def validate_slice(
     )
 
 
-def _assumed_checks(
-    spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime
-) -> list[tuple[bool, str]]:
-    """Per link with rows looked up in its table's earliest known state in this slice (a backfill
-    run with --assume-earliest-known), a check that fails unless `quality.allow_assumed`."""
-    metrics = spec.output.side("metrics")
-    if not delta_io.exists(spark, metrics):
-        return []
-    table = delta_io.read_snapshot(spark, metrics)
-    if "by_link" not in table.columns:
-        return []
-    here = (
-        (F.col("job") == spec.name)
-        & (F.col("runner") == "replay")
-        & (F.col("slice_start") == F.lit(spark_value(start)))
-        & (F.col("slice_end") == F.lit(spark_value(end)))
-    )
-    latest = table.where(here).orderBy(F.col("started_at").desc()).select("by_link").first()
-    links = json.loads(latest["by_link"]) if latest is not None and latest["by_link"] else []
+def _assumed_checks(spec: JoinSpec, links: list[dict]) -> list[tuple[bool, str]]:
+    """Per link of the slice (`links`, its metrics' `by_link`) with rows looked up in its table's
+    earliest known state (a backfill run with --assume-earliest-known), a check that fails unless
+    `quality.allow_assumed`."""
     allowed = spec.quality.allow_assumed
     return [
         (
@@ -303,15 +289,27 @@ def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: dateti
     less `max(link_tolerance, three standard errors of a slice of this size at that rate)`. Judged
     once `link_min_history` such slices exist and the link reached `link_min_rows` rows here.
     Empty when the job has no metrics of the slice or `link_history` is 0."""
-    quality = spec.quality
-    metrics = spec.output.side("metrics")
-    if not quality.link_history or not delta_io.exists(spark, metrics):
+    if not spec.quality.link_history:
         return []
+    found = _slice_runs(spark, spec, start, end)
+    if found is None:
+        return []
+    return _rates(spark, spec, found[0], found[1], parse_instant(start, "slice start"))
+
+
+def _slice_runs(
+    spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime
+) -> tuple[DataFrame, Row] | None:
+    """The job's replays of slices ending by `end` (each slice's latest run) and this slice's row
+    (its mode and `by_link`); None when the metrics hold no links for the slice."""
+    metrics = spec.output.side("metrics")
+    if not delta_io.exists(spark, metrics):
+        return None
     start, end = parse_instant(start, "slice start"), parse_instant(end, "slice end")
     latest = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("started_at").desc())
     table = delta_io.read_snapshot(spark, metrics)
     if "by_link" not in table.columns:  # written before runs counted links: nothing to judge by
-        return []
+        return None
     runs = (
         table.where((F.col("job") == spec.name) & (F.col("runner") == "replay"))
         .where(F.col("slice_end") <= F.lit(spark_value(end)))
@@ -323,7 +321,15 @@ def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: dateti
     )
     this = runs.where(here).select("mode", "by_link").first()
     if this is None or not this["by_link"]:
-        return []
+        return None
+    return runs, this
+
+
+def _rates(
+    spark: SparkSession, spec: JoinSpec, runs: DataFrame, this: Row, start: datetime
+) -> list[LinkRate]:
+    """`link_rates` from the job's replays (`_slice_runs`) and this slice's row."""
+    quality = spec.quality
     before = runs.where(
         (F.col("slice_end") <= F.lit(spark_value(start)))
         & (F.col("mode") == this["mode"])

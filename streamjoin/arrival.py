@@ -305,6 +305,11 @@ class Timeline:
         return {k: None if b is None else b - grace for k, b in self.before.items()}
 
 
+def in_history(position: Position, history_end: Position | None) -> bool:
+    """The position is one of the job's history, which ends at `history_end` (None: no history group)."""
+    return history_end is not None and position <= history_end
+
+
 def timeline(
     commits: list[CommitStats], max_before: int | None, history_end: Position | None = None
 ) -> Timeline:
@@ -316,7 +321,7 @@ def timeline(
     through: dict[tuple[int, int], int | None] = {}
     rises: list[tuple[int, Position]] = []
     running = max_before
-    history = [c for c in commits if history_end is not None and c.position <= history_end]
+    history = [c for c in commits if in_history(c.position, history_end)]
     if history:
         after = max_present([running, *(c.max_event for c in history)])
         for commit in history:

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
 
-import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
@@ -280,8 +279,9 @@ def _table_start(
 ) -> tuple[int, int]:
     """A table source's start version (as declared, version 0 by default) and its commit time."""
     when = _instant(source, wanted, commits, latest)  # refuses what the log cannot place
-    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.strip().isdigit()):
-        chosen = next(c for c in commits if c.version == int(wanted))
+    version = _as_version(wanted)
+    if version is not None:
+        chosen = next(c for c in commits if c.version == version)
     else:
         chosen = [c for c in commits if to_micros(from_spark(c.timestamp)) <= when][-1]
     return chosen.version, to_micros(from_spark(chosen.timestamp))
@@ -307,12 +307,14 @@ def start_of(
     return instant, versions, times
 
 
-def event_times_committed_before(spark: SparkSession, plan: Plan, source: str, before: int) -> int | None:
+def event_times_committed_before(
+    spark: SparkSession, plan: Plan, source: str, before: int, instant: int
+) -> int | None:
     """The largest event time of a stream source's commits (its history included) committed before
-    `before` (UTC micros), from the index, or as a first run would index it; None when none was."""
+    `before` (UTC micros), from the index, or as a first run would index it (its history at the
+    job's start `instant`, of unknown times); None when none was."""
     stored = _read(spark, plan)
     if stored is None:
-        instant = start_of(spark, plan)[0]
         return MAX_TIME if instant < before else None
     row = (
         stored.frame.where((F.col("source") == source) & (F.col("commit_ts") < F.lit(before)))
@@ -320,6 +322,13 @@ def event_times_committed_before(spark: SparkSession, plan: Plan, source: str, b
         .first()
     )
     return row["t"] if row is not None and row["n"] else None
+
+
+def _as_version(wanted: StartAt) -> int | None:
+    """A declared start that names a version (`start_at: 12`, `--from 12`), else None (a time, or none)."""
+    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.strip().isdigit()):
+        return int(wanted)
+    return None
 
 
 def _instant(source: BoundSource, wanted: StartAt, commits: list[delta_io.Commit], latest: int | None) -> int:
@@ -335,17 +344,16 @@ def _instant(source: BoundSource, wanted: StartAt, commits: list[delta_io.Commit
                 f"start_at: <version {oldest.version} to {latest}, or a time> on the source or the job, or --from"
             )
         return to_micros(from_spark(oldest.timestamp))
-    if isinstance(wanted, str) and not wanted.strip().isdigit():
-        wanted = parse_instant(wanted, f"{where}: start_at")
-    if isinstance(wanted, datetime):
-        when = to_micros(pendulum.instance(wanted).in_timezone("UTC"))
+    version = _as_version(wanted)
+    if version is None:
+        assert isinstance(wanted, (str, datetime))  # not a version: a time
+        when = to_micros(parse_instant(wanted, f"{where}: start_at"))
         if to_micros(from_spark(oldest.timestamp)) > when:
             raise JobError(
                 f"{where}: no retained version was committed at or before start_at {from_micros(when).isoformat()} "
                 f"(oldest retained: version {oldest.version} at {oldest.timestamp}); start at that time or later"
             )
         return when
-    version = int(wanted)
     by_version = {c.version: c for c in commits}
     if version not in by_version or version > latest:
         raise JobError(
@@ -428,13 +436,14 @@ def _pinned(wanted: StartAt, start: Entry, instant: int) -> bool:
     may have forgotten it): the same declaration, the pinned instant, or the pinned version."""
     if start.declared is not None and str(wanted) == start.declared:
         return True
-    if isinstance(wanted, int) or (isinstance(wanted, str) and wanted.strip().isdigit()):
-        return int(wanted) == start.version
+    version = _as_version(wanted)
+    if version is not None:
+        return version == start.version
+    assert isinstance(wanted, (str, datetime))  # declared (not None), not a version: a time
     try:
-        when = wanted if isinstance(wanted, datetime) else parse_instant(str(wanted), "start_at")
+        return to_micros(parse_instant(wanted, "start_at")) == instant
     except JobError:
         return False
-    return to_micros(pendulum.instance(when).in_timezone("UTC")) == instant
 
 
 def _start_entry(
@@ -961,9 +970,9 @@ def sweep(
     to the frontier."""
     entries = sorted(entries, key=lambda entry: entry[0])
     rises = _rises(entries, commits, frontier, history_end)
-    in_history = [e for e in entries if history_end is not None and e[0] <= history_end]
+    history_entries = [e for e in entries if arrival.in_history(e[0], history_end)]
     # The clock after the history: each source's last entry in it.
-    history_clock = arrival.max_present({p[1]: v for p, v in in_history}.values())
+    history_clock = arrival.max_present({p[1]: v for p, v in history_entries}.values())
     latest: dict[int, int | None] = {}  # source index -> max so far
     marks: dict[tuple[int, int], int | None] = {}
     through: dict[tuple[int, int], int | None] = {}
@@ -971,9 +980,12 @@ def sweep(
     # The rises and the frontier too: a chain's derived rows arrive at them (`Timeline.rises`).
     targets = commits | {position for _, position in rises} | ({frontier} if commits else set())
     for target in sorted(targets):
-        grouped = history_end is not None and target <= history_end
-        target_end = history_end or target
-        while i < len(entries) and entries[i][0] < target and not (grouped and entries[i][0] <= target_end):
+        grouped = arrival.in_history(target, history_end)
+        while (
+            i < len(entries)
+            and entries[i][0] < target
+            and not (grouped and arrival.in_history(entries[i][0], history_end))
+        ):
             latest[entries[i][0][1]] = entries[i][1]
             i += 1
         marks[(target[1], target[2])] = arrival.max_present(latest.values())
@@ -1005,7 +1017,7 @@ def _rises(
         if position > frontier:
             break
         latest[position[1]] = value
-        if history_end is not None and k + 1 < len(entries) and entries[k + 1][0] <= history_end:
+        if k + 1 < len(entries) and arrival.in_history(entries[k + 1][0], history_end):
             continue  # the history arrives as one: its clock counts after its last entry
         now = arrival.max_present(latest.values())
         if position >= first and now is not None and (clock is None or now > clock):

@@ -42,7 +42,7 @@ class Reach:
 
 def reaches(spark: SparkSession, plan: Plan, start_at: dict[str, index.StartAt] | None = None) -> list[Reach]:
     """Each source's reach, for the job's start as its index pinned it (or would pin it now)."""
-    _, versions, times = index.start_of(spark, plan, start_at)
+    _, versions, times = index.start_of(spark, plan, start_at)  # a stream's time: the job's start
     held = journal.coverage(spark, journal.location(plan))
     return [
         replace(
@@ -62,7 +62,7 @@ def _reach(
     held: journal.Coverage | None,
 ) -> Reach:
     """One source's reach; `start` its start version, `started` when its history is stamped (a
-    table's own start commit)."""
+    stream's: the job's start; a table's: its own start commit)."""
     where = source.spec.location
     retention = delta_io.file_retention(spark, where)
     kept = f"Delta keeps change files {format_duration(retention)} (delta.deletedFileRetentionDuration)"
@@ -72,7 +72,7 @@ def _reach(
                 source.name, None, "row tracking: its newest snapshot holds every row with its commit"
             )
         return _stream_without_row_tracking(
-            spark, plan, source, to_micros(datetime.now(UTC) - retention), kept
+            spark, plan, source, started, to_micros(datetime.now(UTC) - retention), kept
         )
     if journal.served_by_rows(spark, source, start):
         return Reach(
@@ -106,13 +106,13 @@ def _reach(
 
 
 def _stream_without_row_tracking(
-    spark: SparkSession, plan: Plan, source: BoundSource, cutoff: int, kept: str
+    spark: SparkSession, plan: Plan, source: BoundSource, started: int, cutoff: int, kept: str
 ) -> Reach:
     """Without row tracking a stream's rows come from its change files (its history from a time
     travel to its start): the slices are servable from past the event times of every commit whose
     files Delta no longer serves, as the arrival index records them."""
     fix = "turn on row tracking (ALTER TABLE ... SET TBLPROPERTIES (delta.enableRowTracking = true))"
-    gone = index.event_times_committed_before(spark, plan, source.name, cutoff)
+    gone = index.event_times_committed_before(spark, plan, source.name, cutoff, started)
     if gone is None:
         return Reach(source.name, None, f"{kept}, and it holds every commit since the job's start")
     return Reach(source.name, gone + 1, f"{kept}: commits older than that hold rows up to this time", fix)

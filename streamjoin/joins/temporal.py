@@ -492,26 +492,27 @@ class Enrichment(JoinOperator):
         complete = F.lit(True)
         waits = unsettled or [None] * len(self.links)
         knowns = known_from or [None] * len(self.links)
+        # Only a backfill run with --assume-earliest-known counts assumed rows; other runs carry no
+        # flag for them, and every such count is 0.
+        assuming = any(known is not None for known in knowns)
         for n, (link, table, wait, known) in enumerate(zip(self.links, versions, waits, knowns, strict=True)):
-            before_known = (
-                F.lit(False) if known is None else F.coalesce(link.point() < F.lit(known), F.lit(False))
-            )
-            joined = link.lookup(
-                joined.withColumns({_reached(n): F.col(_ALIVE), _assumed(n): F.col(_ALIVE) & before_known}),
-                table,
-                identity,
-                F.col(_ALIVE),
-                known,
-            )
+            flags_in = {_reached(n): F.col(_ALIVE)}
+            if assuming:
+                before_known = (
+                    F.lit(False) if known is None else F.coalesce(link.point() < F.lit(known), F.lit(False))
+                )
+                flags_in[_assumed(n)] = F.col(_ALIVE) & before_known
+            joined = link.lookup(joined.withColumns(flags_in), table, identity, F.col(_ALIVE), known)
             identity += [F.col(f"{link.table}.`{c}`") for c in table.columns]
             matched = F.col(_ALIVE) & link.matched()
-            updates = {_matched(n): matched & ~F.col(_assumed(n))}
+            updates = {_matched(n): matched & ~F.col(_assumed(n)) if assuming else matched}
             if wait is not None:
                 updates[_HELD] = F.col(_HELD) | (F.col(_reached(n)) & wait)
             if link.type == "inner":
                 updates[_ALIVE] = matched
             joined = joined.withColumns(updates)
-            joined = joined.withColumn(_assumed_alive(n), F.col(_assumed(n)) & F.col(_ALIVE))
+            if assuming:
+                joined = joined.withColumn(_assumed_alive(n), F.col(_assumed(n)) & F.col(_ALIVE))
             complete = complete & link.matched()
         holding = any(w is not None for w in waits)
         if holding:  # a row held at one of its output rows is held at all
@@ -523,9 +524,8 @@ class Enrichment(JoinOperator):
         emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE))  # _HELD stays false unless a link waits
         # One Spark job counts, per slice: the stream rows decided and open before the lookups, and
         # of the decided ones (by their row number) those held back, and what the rest did at each link.
-        flags = [_ALIVE, _COMPLETE] + [
-            f(n) for n in range(len(self.links)) for f in (_reached, _matched, _assumed, _assumed_alive)
-        ]
+        per_link = (_reached, _matched, _assumed, _assumed_alive) if assuming else (_reached, _matched)
+        flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in per_link]
         per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
             *[F.max(F.col(flag).cast("int")).alias(flag) for flag in (_HELD, *flags)]
         )
@@ -569,8 +569,7 @@ class Enrichment(JoinOperator):
                         n,
                         summed[_reached(n)],
                         summed[_matched(n)],
-                        summed[_assumed(n)],
-                        summed[_assumed_alive(n)],
+                        *((summed[_assumed(n)], summed[_assumed_alive(n)]) if assuming else ()),
                     )
                     for n in range(len(self.links))
                 ]

@@ -182,7 +182,7 @@ def remember_jvm_lookups(spark: SparkSession) -> None:
     function call): a Py4J round trip for the class and one for the method, every time. And Py4J
     resolves a name without a package by asking the class loader for it bare, then under each
     package pyspark imported: each miss searches the nearly 300 jars of the class path. In a warm
-    replay of a small slice those misses were 4% of the driver JVM's samples (docs/testing.md).
+    replay of a small slice those misses were 4% of the driver JVM's samples (bench/results/suite-history.md).
     A class found stays that class for the life of the JVM, so it is remembered; a field's value
     is asked for every time.
     """
@@ -198,7 +198,7 @@ def drop_yarn_defaults(spark: SparkSession) -> None:
     nothing but a YARN client reads. Each task that writes or scans files carries a copy of the
     whole configuration, serialized with a gzip stream per entry and read back, and Parquet's
     writer matches every key against its per-column settings, so the entries cost every Delta
-    write and read (a warm three-row append: 0.167 s with them, 0.154 s without; docs/testing.md).
+    write and read (a warm three-row append: 0.167 s with them, 0.154 s without; bench/results/suite-history.md).
     A session that runs locally or on a standalone cluster never reads them.
     """
     context = spark.sparkContext

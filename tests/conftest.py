@@ -24,27 +24,27 @@ os.environ.setdefault("STREAMJOIN_SHUFFLE_PARTITIONS", "2")
 os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # The tests' tables hold tens of rows, where compiling each query's Java code (whole-stage and
 # expression code generation) costs more than running it: interpreted, a replay of the fixed
-# example takes 5.2 s instead of 8.0 s (docs/testing.md). And Hadoop's local file system keeps a
+# example takes 5.2 s instead of 8.0 s (bench/results/suite-history.md). And Hadoop's local file system keeps a
 # `.crc` checksum beside every file it writes, setting each file's permissions and resolving
 # each rename by starting a `chmod` or `readlink` process (about 15 per Delta commit, 1,000 in
 # a minute of tests): the raw local file system writes the same files without them, and a replay
 # of the fixed example takes 5.8 s instead of 6.9 s. Adaptive execution runs each shuffle stage of
 # a query as a job of its own and re-plans the rest after it: on tens of rows that costs more than
 # any plan it could pick (four kernel-level tests took 39 s without it, 50 s with it;
-# docs/testing.md). The product keeps it for real sizes. Every hash aggregate and sort of a task
+# bench/results/suite-history.md). The product keeps it for real sizes. Every hash aggregate and sort of a task
 # takes a memory page of its own, 64 MB with a 6 GB driver, and every broadcast (each stage's task
 # is one) a first 4 MB chunk, whatever they hold: over a 3-minute file that was 13 GB of pages and
 # 10 GB of chunks of the 107 GB the JVM allocated, and 14 full collections. With 1 MB pages and
-# 256 kB chunks: 6 full collections, GC pauses 3.9 s instead of 11 s (docs/testing.md). Delta's
+# 256 kB chunks: 6 full collections, GC pauses 3.9 s instead of 11 s (bench/results/suite-history.md). Delta's
 # data skipping plans and runs a query over a table's file statistics before each filtered scan
 # (`PrepareDeltaScan`): on tables of a few files it skips nothing and took 1.4 s of a 6 s replay;
 # without it, `test_backfill.py` and `test_interval_seeds.py` took 217 and 220 s against 234 and
-# 275 s (docs/testing.md). Tables the tests create have no row tracking unless a test asks for
+# 275 s (bench/results/suite-history.md). Tables the tests create have no row tracking unless a test asks for
 # it (the aged tables, the demo's, the fixed example's replays): Delta 4.4 takes a row-tracked
 # table's row-ID high-water mark from the snapshot's computed state, a Spark job that rebuilds the
 # table's state before every commit: an append costs 0.43 to 0.47 s instead of 0.15 to 0.20 s.
 # Their replays read the change feed, as for a user's table without row tracking; the other read
-# is checked wherever row tracking is on (docs/testing.md). And they write a checkpoint every 100
+# is checked wherever row tracking is on (bench/results/suite-history.md). And they write a checkpoint every 100
 # commits, not every 10: one-row appends 0.11 s instead of 0.17 s (a checkpoint rebuilds and
 # writes the table's state); the aged tables get theirs where their clean-up needs them
 # (tests/aging.py). And where Hadoop renames a file through its FileContext API (Delta's commit
@@ -52,7 +52,7 @@ os.environ.setdefault("STREAMJOIN_DRIVER_MEMORY", "6g")
 # names, which on the raw local file system starts a `readlink` process each time: 25 processes
 # per one-row append. Delta's local log store and Spark's file-system checkpoint manager rename
 # with the FileSystem API (File.renameTo, after the same check that the name is free), 9 processes
-# per append, and 40 appends took 5.3 and 5.5 s instead of 6.2 and 6.7 s (docs/testing.md). That
+# per append, and 40 appends took 5.3 and 5.5 s instead of 6.2 and 6.7 s (bench/results/suite-history.md). That
 # log store makes a commit exclusive within one JVM only (its check and rename are two steps),
 # which the tests allow: each of their tables has one writing process at a time. The product keeps
 # the defaults, made for storage that several processes and machines share. Processes the tests
@@ -81,10 +81,10 @@ os.environ.setdefault(
 # Every JVM of the tests collects with the parallel collector rather than G1: pauses do not matter
 # here, and over a long run G1's concurrent marking and barriers cost CPU. Five seed and chain
 # files in one process: 659 CPU-s in the JVM instead of 832, GC 67 instead of 151; the whole
-# suite 4,956 worker-seconds instead of 5,673 (docs/testing.md). And the JIT compilers inline
+# suite 4,956 worker-seconds instead of 5,673 (bench/results/suite-history.md). And the JIT compilers inline
 # less: Spark's driver code is too varied for deep inlining to pay over tens of rows, and the C2
 # compiler, a quarter of a worker's CPU, compiles each method in less time. Two processes side by
-# side (six files): 589 CPU-s instead of 679, 243 and 355 s instead of 292 and 393 (docs/testing.md).
+# side (six files): 589 CPU-s instead of 679, 243 and 355 s instead of 292 and 393 (bench/results/suite-history.md).
 # One's own setting is left alone. Decided once, by the first process to load this file: pytest-xdist
 # workers inherit its environment, the options already set, and must still know they are the tests'
 # own (until 2026-11-30 they took them for one's own, and the processes they started ran without
@@ -99,7 +99,7 @@ if TESTS_SET_JAVA_OPTIONS:
 
 
 # The test files that take longest (worker-seconds in a clean-clone run of 2026-12-01, the session
-# of stop 73, docs/testing.md; test_restart without its in-process scenario since), slowest
+# of stop 73, bench/results/suite-history.md; test_restart without its in-process scenario since), slowest
 # first. `make test` deals whole files to two workers in collection order
 # (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
 # alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
@@ -164,7 +164,7 @@ def forget_between_modules():
 # A JVM that lives for seconds (a live runner killed at random, a CLI command, a fresh clone's
 # smoke run, a cluster's executor for one small replay) compiles with C1 only, which costs a cold
 # driver 40% less CPU; the workers' own long-lived drivers keep both compilers, as C1 alone made
-# them slower (docs/testing.md).
+# them slower (bench/results/suite-history.md).
 SHORT_LIVED_JVM = jars.C1_ONLY
 
 

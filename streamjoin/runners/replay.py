@@ -309,7 +309,7 @@ def _replay(
 # A stream source whose files at the pinned version hold at most this many bytes has the rows a
 # replay reads cached: reading them again for the late and rejected rows' writes costs a snapshot's
 # state and a scan, a few tenths of a second whatever they hold, where caching a few megabytes costs
-# less (a replay of the fixed example of tests/harness.py: 3.15 s against 3.39 s; docs/testing.md).
+# less (a replay of the fixed example of tests/harness.py: 3.15 s against 3.39 s; bench/results/suite-history.md).
 SMALL_SOURCE_BYTES = 8 << 20
 
 

@@ -21,7 +21,7 @@ class-archive: packages
 demo: setup
 	.venv/bin/streamjoin demo
 
-# Lint, format and type checks first (beside the class archive and the bytecode), then the tests:
+# Lint, format, type and shape checks first (beside the class archive and the bytecode), then the tests:
 # two workers, one Spark session each, test files dealt out whole, slowest first
 # (tests/conftest.py); the 25 slowest are printed.
 test: packages
@@ -39,6 +39,7 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy
+	.venv/bin/python infra/shape.py
 
 # Not a test: the benchmarks (about 30 minutes on 2 cores; bench/README.md). Writes bench/results/.
 bench: setup

@@ -79,7 +79,10 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            targets = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+            submodules = [f"{module}.{alias.name}" for alias in node.names]
+            # `from package import module` imports the module; the package only for other names
+            named_other = any(target not in modules for target in submodules)
+            targets = [*([module] if named_other else []), *submodules]
         else:
             continue
         found |= {target for target in targets if target in modules and target != name}

@@ -1,0 +1,361 @@
+"""The facade: one job, every way to run it.
+
+    from streamjoin import Job
+
+    job = Job.load("jobs/orders_payments.yaml")
+    print(job.explain().text())
+    metrics = job.replay("2024-05-01", "2024-05-02")
+    outcomes = job.backfill("2024-05-01", "2024-05-08", every="1d")
+    runs = job.live(checkpoint="/chk/orders").run(timeout=60)
+    same = job.verify("2024-05-01", "2024-05-02").equal
+
+The CLI and the Airflow DAGs go through this class only; it starts Spark when a call first needs it
+(loading and checking a job's structure need none) and binds the job to its tables once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from streamjoin.errors import JobError
+from streamjoin.spec import JoinSpec, load_job
+from streamjoin.timeutil import Instant, parse_instant
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamjoin.backfill import Backfill, Slice, SliceOutcome
+    from streamjoin.index import StartAt
+    from streamjoin.metrics import RunMetrics
+    from streamjoin.plan import Plan
+    from streamjoin.reach import Reach
+    from streamjoin.runners.live import LiveRunner
+    from streamjoin.verify import Verification
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What `explain` says of a job: the bound plan over pinned versions, its warnings, what each
+    source can serve, and for a SQL job the YAML it compiles to."""
+
+    plan: Plan
+    versions: dict[str, int]
+    margins: dict[str, Any]
+    warnings: list[str]
+    reach: list[Reach]
+    compiled: dict | None = None
+
+    def text(self) -> str:
+        from streamjoin import plan as plans
+        from streamjoin import reach
+
+        parts = []
+        if self.compiled:
+            import yaml
+
+            compiled = yaml.safe_dump(self.compiled, sort_keys=False, allow_unicode=True).rstrip()
+            parts += ["the SQL job as YAML (the same job; either file runs):", compiled, ""]
+        parts += [plans.describe(self.plan, self.versions, self.margins), reach.describe(self.reach)]
+        return "\n".join(parts + [f"warning: {warning}" for warning in self.warnings])
+
+    def as_json(self) -> dict:
+        from streamjoin import plan as plans
+        from streamjoin import reach
+
+        described = plans.as_json(self.plan, self.versions, self.margins)
+        document = {**described, "warnings": self.warnings, "reach": reach.as_json(self.reach)}
+        return document | ({"job": self.compiled} if self.compiled else {})
+
+
+@dataclass(frozen=True)
+class Validation:
+    """What `validate` found: the job's structure, and unless only that was checked, its sources'
+    columns, types and expressions, what each source can serve, and warnings."""
+
+    job: str
+    checked: str  # "structure" or "sources"
+    output_columns: tuple[str, ...] = ()
+    warnings: list[str] = field(default_factory=list)
+    reach: list[Reach] = field(default_factory=list)
+
+    def text(self) -> str:
+        from streamjoin import reach
+
+        if self.checked == "structure":
+            return f"job {self.job}: columns and types not checked (--structure-only; sources missing)"
+        lines = [
+            f"job {self.job}: columns, types, expressions and change data feeds ok; the runners take it; "
+            f"output columns {', '.join(self.output_columns)}",
+            reach.describe(self.reach),
+        ]
+        return "\n".join(lines + [f"warning: {warning}" for warning in self.warnings])
+
+    def as_json(self) -> dict:
+        from streamjoin import reach
+
+        document: dict[str, Any] = {
+            "job": self.job,
+            "ok": True,
+            "checked": self.checked,
+            "warnings": self.warnings,
+        }
+        if self.checked == "sources":
+            document |= {"output_columns": list(self.output_columns), "reach": reach.as_json(self.reach)}
+        return document
+
+
+class Job:
+    """A loaded job and the session it runs in."""
+
+    def __init__(self, spec: JoinSpec, master: str | None = None, origin: str | None = None) -> None:
+        self.spec = spec
+        self.master = master
+        self.origin = origin  # the job file, when loaded from one
+        self._plan: Plan | None = None
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, root: str | os.PathLike | None = None, master: str | None = None
+    ) -> Job:
+        """Load a YAML or SQL job file; relative Delta paths resolve against `root` ($STREAMJOIN_ROOT,
+        else ./data). Checks the file's structure only: no Spark is started."""
+        return cls(load_job(path, root=root), master=master, origin=str(path))
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session (started on first use)."""
+        from streamjoin.session import get_spark
+
+        return get_spark(master=self.master)
+
+    def plan(self) -> Plan:
+        """The job bound to its tables' columns (once)."""
+        if self._plan is None:
+            from streamjoin.plan import bind
+
+            self._plan = bind(self.spark, self.spec)
+        return self._plan
+
+    def missing_sources(self) -> list[str]:
+        """The sources whose Delta table does not exist, as `location (source name)`."""
+        from streamjoin import delta_io
+
+        return [
+            f"{s.location} (source {s.name})"
+            for s in self.spec.sources
+            if not delta_io.exists(self.spark, s.location)
+        ]
+
+    def validate(self, structure_only: bool = False) -> Validation:
+        """Check the job against its tables: columns, types, expressions, change data feeds, that
+        a runner takes it, what each source can serve; warnings on grace and time formats (which
+        read a sample of rows, skipped with `structure_only`). With `structure_only`, missing
+        tables are allowed and only the structure is checked."""
+        from streamjoin import kernel, reach
+        from streamjoin.plan import grace_warnings, time_format_warnings
+
+        missing = self.missing_sources()
+        if missing and structure_only:
+            return Validation(self.name, "structure")
+        if missing:
+            raise JobError(
+                f"job {self.name}: no Delta table at {', '.join(missing)}; create the table(s) or fix the "
+                "path, or check the file alone with --structure-only"
+            )
+        plan = self.plan()
+        kernel.runnable(self.spark, plan)
+        warnings = grace_warnings(self.spark, plan)
+        if not structure_only:
+            warnings += time_format_warnings(self.spark, plan)
+        served = reach.reaches(self.spark, plan)
+        return Validation(self.name, "sources", tuple(plan.output_columns), warnings, served)
+
+    def explain(self, versions: dict[str, int] | None = None) -> Explanation:
+        """The plan over the versions a replay would pin now (or `versions`)."""
+        from streamjoin import kernel, reach
+        from streamjoin.plan import grace_warnings
+        from streamjoin.runners.replay import pin_versions
+        from streamjoin.sql import spec_document_from_sql
+
+        plan = self.plan()
+        operator = kernel.runnable(self.spark, plan)
+        margins = {source.name: operator.margins(source.name) for source in plan.streams}
+        compiled = None
+        if self.origin and Path(self.origin).suffix.lower() == ".sql":
+            compiled = spec_document_from_sql(Path(self.origin).read_text(), self.origin)
+        return Explanation(
+            plan,
+            pin_versions(self.spark, plan, versions),
+            margins,
+            grace_warnings(self.spark, plan),
+            reach.reaches(self.spark, plan),
+            compiled,
+        )
+
+    def index(self, start_at: dict[str, StartAt] | None = None) -> tuple[str, list[Reach]]:
+        """Extend the job's arrival index to its sources' newest versions (the scheduled index
+        step); its description and what each source can serve."""
+        from streamjoin import index, reach
+
+        positions = index.update(self.spark, self.plan(), start_at=start_at)
+        return index.describe(positions), reach.reaches(self.spark, self.plan())
+
+    def replay(
+        self,
+        start: Instant,
+        end: Instant,
+        mode: str = "exact",
+        versions: dict[str, int] | None = None,
+        closed: bool = False,
+    ) -> RunMetrics:
+        """Replay [start, end) over pinned versions and replace that slice of the outputs."""
+        from streamjoin.runners.replay import replay
+
+        return replay(
+            self.spark,
+            self.spec,
+            parse_instant(start, "--start"),
+            parse_instant(end, "--end"),
+            mode,
+            versions,
+            closed=closed,
+        )
+
+    def plan_backfill(
+        self,
+        start: Instant,
+        end: Instant,
+        every: str | None = None,
+        timezone: str | None = None,
+        mode: str = "exact",
+        versions: dict[str, int] | None = None,
+        assume_earliest_known: bool = False,
+    ) -> Backfill:
+        """Cut [start, end) into slices and pin versions once; nothing runs (a dry run's plan)."""
+        from streamjoin.backfill import plan_backfill
+
+        return plan_backfill(
+            self.spark,
+            self.spec,
+            parse_instant(start, "--start"),
+            parse_instant(end, "--end"),
+            every=every,
+            timezone=timezone,
+            mode=mode,
+            versions=versions,
+            assume_earliest_known=assume_earliest_known,
+        )
+
+    def backfill(
+        self,
+        start: Instant,
+        end: Instant,
+        every: str | None = None,
+        validate: bool = True,
+        on_slice: Callable[[SliceOutcome], None] | None = None,
+    ) -> list[SliceOutcome]:
+        """Plan and run a backfill of [start, end) cut `every` (default: the job's schedule), each
+        slice validated; the outcome of each slice. For the options of `plan_backfill` and
+        `run`, call them in turn."""
+        return self.run(self.plan_backfill(start, end, every=every), validate=validate, on_slice=on_slice)
+
+    def run(
+        self,
+        backfill: Backfill,
+        slices: list[Slice] | None = None,
+        validate: bool = True,
+        on_slice: Callable[[SliceOutcome], None] | None = None,
+        **options: Any,
+    ) -> list[SliceOutcome]:
+        """Run a planned backfill's slices (or the given subset); `options` as `backfill.run_backfill`
+        takes them (site, on_stage, batch)."""
+        from streamjoin.backfill import run_backfill
+
+        return run_backfill(self.spark, backfill, slices, validate=validate, on_slice=on_slice, **options)
+
+    def unfinished(self, backfill: Backfill) -> tuple[list[Slice], dict[str, int] | None]:
+        """The slices of a backfill not yet succeeded, and the versions its earlier attempt read."""
+        from streamjoin.backfill import unfinished
+
+        return unfinished(self.spark, backfill)
+
+    def live(
+        self,
+        checkpoint: str | None = None,
+        trigger: str = "available-now",
+        start_at: dict[str, StartAt] | None = None,
+        on_batch: Callable[[RunMetrics], None] | None = None,
+    ) -> LiveRunner:
+        """The live runner on `checkpoint` (default `<output>_checkpoint`); `.run()` starts it."""
+        from streamjoin.runners.live import LiveRunner
+
+        return LiveRunner(
+            self.spark,
+            self.spec,
+            checkpoint or self.checkpoint,
+            trigger=trigger,
+            start_at=start_at,
+            on_batch=on_batch,
+        )
+
+    @property
+    def checkpoint(self) -> str:
+        """The default live checkpoint."""
+        return f"{self.spec.output.location}_checkpoint"
+
+    def handoff(
+        self,
+        at: Instant,
+        checkpoint: str | None = None,
+        versions: dict[str, int] | None = None,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> RunMetrics:
+        """Seed a new live checkpoint to continue exactly where a backfill ending at `at` stopped."""
+        from streamjoin.backfill import hand_off
+
+        where = checkpoint or self.checkpoint
+        return hand_off(
+            self.spark, self.spec, parse_instant(at, "--at"), where, versions=versions, on_stage=on_stage
+        )
+
+    def verify(
+        self, start: Instant, end: Instant, every: str | None = None, checkpoint: str | None = None
+    ) -> Verification:
+        """Compare the live output of [start, end) with the exact replay, slice by slice."""
+        from streamjoin.verify import verify
+
+        return verify(
+            self.spark,
+            self.spec,
+            parse_instant(start, "--start"),
+            parse_instant(end, "--end"),
+            every,
+            checkpoint,
+        )
+
+    def report(self, folder: str | None = None) -> Path:
+        """Write the job's data-quality page; its path."""
+        from streamjoin.report import build_report
+
+        return build_report(self.spark, self.spec, folder)
+
+    def reset(self, checkpoint: str | None = None) -> list[str]:
+        """Delete the output, side tables and index (and `checkpoint`, a live checkpoint folder),
+        to begin again from another start; what was deleted."""
+        import shutil
+
+        from streamjoin.backfill import reset
+
+        deleted = reset(self.spark, self.spec)
+        if checkpoint and Path(checkpoint).is_dir():
+            shutil.rmtree(checkpoint)
+            deleted.append(checkpoint)
+        return deleted

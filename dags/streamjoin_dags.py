@@ -31,7 +31,8 @@ from airflow.sdk import (
 from airflow.sdk.exceptions import AirflowFailException
 
 from streamjoin.errors import JobError
-from streamjoin.spec import JoinSpec, job_files, load_job
+from streamjoin.job import Job
+from streamjoin.spec import JoinSpec, job_files
 from streamjoin.timeutil import parse_duration
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -109,14 +110,12 @@ def slice_options(params: dict[str, Any]) -> tuple[str, dict[str, int] | None]:
     return mode, versions or None
 
 
-def spark_session():
-    """The task's Spark session; master from the Airflow Variable, else $STREAMJOIN_MASTER, else local[*]."""
+def job_of(spec: JoinSpec) -> Job:
+    """The job as a task runs it; master from the Airflow Variable, else $STREAMJOIN_MASTER, else local[*]."""
     from airflow.sdk import Variable
 
-    from streamjoin.session import get_spark
-
-    return get_spark(
-        master=Variable.get(MASTER_VARIABLE, default=None) or None, app_name="streamjoin-airflow"
+    return Job(
+        spec, master=Variable.get(MASTER_VARIABLE, default=None) or None, app_name="streamjoin-airflow"
     )
 
 
@@ -182,16 +181,11 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
         @task
         def index_sources(params=None) -> str:
             """Bring the job's arrival index up to the versions the slices read (cheap when it is current)."""
-            from streamjoin import index
-            from streamjoin.plan import bind
-
             _, versions = slice_options(params)
-            spark = spark_session()
             try:
-                positions = index.update(spark, bind(spark, spec), versions)
+                text, _ = job_of(spec).index(upto=versions)
             except JobError as exc:  # no start the job can begin at, or a source that rewrites rows
                 raise AirflowFailException(f"job {spec.name}: {exc}") from None
-            text = index.describe(positions)
             log.info(text)
             return text
 
@@ -200,18 +194,15 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
             data_interval_start=None, data_interval_end=None, params=None, dag_run=None, ti=None
         ) -> dict:
             """Replay and validate [data_interval_start, data_interval_end); fail unless the slice succeeded."""
-            from streamjoin.backfill import INVALID, SUCCEEDED, run_slice
+            from streamjoin.backfill import INVALID, SUCCEEDED
 
             mode, versions = slice_options(params)
             try:
-                outcome = run_slice(
-                    spark_session(),
-                    spec,
+                outcome = job_of(spec).replay_slice(
                     data_interval_start,
                     data_interval_end,
                     mode=mode,
                     versions=versions,
-                    validate=True,
                     backfill_id=f"airflow:{dag_run.dag_id}:{dag_run.run_id}",
                 )
             except JobError as exc:  # the job cannot run as written: retrying would not help
@@ -263,12 +254,10 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
             """Process every committed row not yet processed, then stop; the micro-batches' totals and
             the output's version before the run (what `verify` starts after)."""
             from streamjoin.metrics import combine
-            from streamjoin.runners.live import LiveRunner
-            from streamjoin.verify import written_version
 
-            spark = spark_session()
-            before = written_version(spark, spec) if spec.schedule.verify else None  # only verify reads it
-            runs = LiveRunner(spark, spec, checkpoint).run()
+            job = job_of(spec)
+            before = job.written_version() if spec.schedule.verify else None  # only verify reads it
+            runs = job.live(checkpoint).run()
             summary = combine(runs).summary() if runs else "nothing new to process"
             log.info("job %s live: %d micro-batch(es): %s", spec.name, len(runs), summary)
             return {
@@ -284,9 +273,7 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
             @task
             def verify(ran: dict) -> dict:
                 """Compare the slices this run wrote into with the exact replay; fail on a difference."""
-                from streamjoin.verify import verify_written
-
-                outcome = verify_written(spark_session(), spec, ran["output_version_before"], checkpoint)
+                outcome = job_of(spec).verify_written(ran["output_version_before"], checkpoint)
                 if outcome is None:
                     log.info("job %s: the live run wrote no rows, nothing to verify", spec.name)
                     return {"slices": 0, "equal": True}
@@ -307,7 +294,7 @@ def build_dags(folder: Path) -> dict[str, DAG]:
     dags: dict[str, DAG] = {}
     for job_file in job_files(folder):
         try:
-            spec = load_job(job_file, root=data_root())
+            spec = Job.load(job_file, root=data_root()).spec
             cron_for(spec.schedule.every)  # refuse a bad schedule before any DAG of the job is registered
             start_date(spec)
             ids = [f"streamjoin_{spec.name}"] + (

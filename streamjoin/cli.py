@@ -18,7 +18,9 @@ from streamjoin.errors import JobError, SetupError, StreamJoinError
 from streamjoin.timeutil import parse_instant
 
 if TYPE_CHECKING:
+    from streamjoin.backfill import Backfill
     from streamjoin.index import StartAt
+    from streamjoin.job import Job
 
 
 def _print_json(value: object) -> None:
@@ -30,18 +32,10 @@ def _root(args) -> str:
     return args.root or os.environ.get("STREAMJOIN_ROOT", "data")
 
 
-def _job(args):
-    from streamjoin.spec import load_job
+def _job(args) -> Job:
+    from streamjoin.job import Job
 
-    return load_job(args.job, root=_root(args))
-
-
-def _compiled_sql(path: str) -> dict | None:
-    """A SQL job file's statements as the YAML job mapping they compile to; None for YAML."""
-    from streamjoin import sql
-
-    file = Path(path)
-    return sql.spec_document_from_sql(file.read_text(), str(file)) if file.suffix.lower() == ".sql" else None
+    return Job.load(args.job, root=_root(args), master=args.master)
 
 
 def _seconds(text: str) -> float:
@@ -100,139 +94,66 @@ def _starts_for(spec, text: str | None) -> dict[str, StartAt] | None:
 
 
 def cmd_index(args) -> int:
-    from streamjoin import index, reach
-    from streamjoin.plan import bind
-    from streamjoin.session import get_spark
+    from streamjoin import reach
 
-    spec = _job(args)
-    spark = get_spark(master=args.master)
-    plan = bind(spark, spec)
-    positions = index.update(spark, plan, start_at=_starts_for(spec, args.from_))
-    print(index.describe(positions))
-    print(reach.describe(reach.reaches(spark, plan)))
+    job = _job(args)
+    positions, served = job.index(start_at=_starts_for(job.spec, args.from_))
+    print(positions)
+    print(reach.describe(served))
     return 0
 
 
 def cmd_validate(args) -> int:
-    from streamjoin import delta_io, kernel, reach
-    from streamjoin.plan import bind, grace_warnings, time_format_warnings
-    from streamjoin.session import get_spark
-
-    spec = _job(args)
-    say = (lambda text: None) if args.json else print
-    say(f"job {spec.name}: structure ok ({len(spec.sources)} sources, {len(spec.joins)} join(s))")
-    spark = get_spark(master=args.master)
-    missing = [s for s in spec.sources if not delta_io.exists(spark, s.location)]
-    if missing and args.structure_only:
-        say(f"job {spec.name}: columns and types not checked (--structure-only; sources missing)")
-        if args.json:
-            _print_json({"job": spec.name, "ok": True, "checked": "structure", "warnings": []})
-        return 0
-    if missing:
-        raise JobError(
-            f"job {spec.name}: no Delta table at {', '.join(f'{s.location} (source {s.name})' for s in missing)}; "
-            "create the table(s) or fix the path, or check the file alone with --structure-only"
+    job = _job(args)
+    if not args.json:
+        print(
+            f"job {job.name}: structure ok ({len(job.spec.sources)} sources, {len(job.spec.joins)} join(s))"
         )
-    plan = bind(spark, spec)
-    kernel.runnable(spark, plan)
-    warnings = grace_warnings(spark, plan)
-    if not args.structure_only:  # the one check that reads rows: a sample of each string time column
-        warnings += time_format_warnings(spark, plan)
-    served = reach.reaches(spark, plan)
+    validation = job.validate(structure_only=args.structure_only)
     if args.json:
-        _print_json(
-            {
-                "job": spec.name,
-                "ok": True,
-                "checked": "sources",
-                "output_columns": list(plan.output_columns),
-                "warnings": warnings,
-                "reach": reach.as_json(served),
-            }
-        )
-        return 0
-    print(
-        f"job {spec.name}: columns, types, expressions and change data feeds ok; the runners take it; "
-        f"output columns {', '.join(plan.output_columns)}"
-    )
-    print(reach.describe(served))
-    for warning in warnings:
-        print(f"warning: {warning}")
+        _print_json(validation.as_json())
+    else:
+        print(validation.text())
     return 0
 
 
 def cmd_explain(args) -> int:
-    from streamjoin import kernel, reach
-    from streamjoin.plan import as_json as plan_as_json
-    from streamjoin.plan import bind, describe, grace_warnings
-    from streamjoin.runners.replay import pin_versions
-    from streamjoin.session import get_spark
-
-    spark = get_spark(master=args.master)
-    plan = bind(spark, _job(args))
-    operator = kernel.runnable(spark, plan)
-    margins = {source.name: operator.margins(source.name) for source in plan.streams}
-    versions = pin_versions(spark, plan, _versions(args.versions))
-    warnings = grace_warnings(spark, plan)
-    compiled = _compiled_sql(args.job)
-    served = reach.reaches(spark, plan)
+    explanation = _job(args).explain(_versions(args.versions))
     if args.json:
-        _print_json(
-            {**plan_as_json(plan, versions, margins), "warnings": warnings, "reach": reach.as_json(served)}
-            | ({"job": compiled} if compiled else {})
-        )
-        return 0
-    if compiled:
-        import yaml
-
-        print("the SQL job as YAML (the same job; either file runs):")
-        print(yaml.safe_dump(compiled, sort_keys=False, allow_unicode=True).rstrip())
-        print()
-    print(describe(plan, versions, margins))
-    print(reach.describe(served))
-    for warning in warnings:
-        print(f"warning: {warning}")
+        _print_json(explanation.as_json())
+    else:
+        print(explanation.text())
     return 0
 
 
 def cmd_replay(args) -> int:
     from streamjoin.metrics import untimed_elsewhere
-    from streamjoin.runners.replay import replay
-    from streamjoin.session import get_spark
 
-    spec = _job(args)
+    job = _job(args)
     start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
-    spark = get_spark(master=args.master)
-    metrics = replay(
-        spark, spec, start, end, mode=args.mode, versions=_versions(args.versions), closed=args.closed
-    )
-    elsewhere = untimed_elsewhere(spark, spec, start, end, metrics.versions)
+    metrics = job.replay(start, end, mode=args.mode, versions=_versions(args.versions), closed=args.closed)
+    elsewhere = untimed_elsewhere(job.spark, job.spec, start, end, metrics.versions)
+    output = job.spec.output
     if args.json:
-        _print_json({"output": spec.output.location, "metrics": metrics.as_json(), "warnings": elsewhere})
+        _print_json({"output": output.location, "metrics": metrics.as_json(), "warnings": elsewhere})
         return 0
     print(metrics.summary())
     for line in elsewhere:
         print(f"warning: {line}")
     print(
-        f"output: {spec.output.location} (late rows: {spec.output.side('late')}, rejected: {spec.output.side('rejected')})"
+        f"output: {output.location} (late rows: {output.side('late')}, rejected: {output.side('rejected')})"
     )
     return 0
 
 
 def cmd_backfill(args) -> int:
-    from streamjoin.backfill import BATCH, plan_backfill, run_backfill, unfinished
-    from streamjoin.metrics import untimed_elsewhere
-    from streamjoin.progress import BackfillProgress, outcome_table, problems
-    from streamjoin.session import get_spark
+    from streamjoin.backfill import BATCH
+    from streamjoin.progress import BackfillProgress
 
-    spec = _job(args)
-    start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
-    spark = get_spark(master=args.master)
-    backfill = plan_backfill(
-        spark,
-        spec,
-        start,
-        end,
+    job = _job(args)
+    backfill = job.plan_backfill(
+        parse_instant(args.start, "--start"),
+        parse_instant(args.end, "--end"),
         every=args.every,
         timezone=args.timezone,
         mode=args.mode,
@@ -241,34 +162,48 @@ def cmd_backfill(args) -> int:
     )
     slices = list(backfill.slices)
     if args.only_failed:
-        slices, recorded = unfinished(spark, backfill)
+        slices, recorded = job.unfinished(backfill)
         if recorded and not args.versions:  # re-run with what the failed attempt read
             backfill = replace(backfill, versions=recorded)
-    if args.dry_run and args.json:
-        _print_json({**_backfill_json(backfill), "would_run": [_slice_json(s) for s in slices]})
-        return 0
     if args.dry_run:
-        print(backfill.describe())
-        if args.only_failed:
-            print(f"--only-failed: {len(slices)} of {len(backfill.slices)} slice(s) would run")
-        return 0
+        return _dry_run(args, backfill, slices)
     if not slices and not args.json:
-        print(f"job {spec.name}: every slice of this backfill succeeded already; nothing to run")
+        print(f"job {job.name}: every slice of this backfill succeeded already; nothing to run")
         return 0
     with BackfillProgress(backfill, len(slices)) as progress:  # on stderr: --json keeps stdout clean
-        outcomes = run_backfill(
-            spark,
+        outcomes = job.run(
             backfill,
             slices,
             validate=not args.no_validate,
-            site=args.site,
             on_slice=progress.advance,
+            site=args.site,
             on_stage=progress.stage,
             batch=BATCH if args.batch is None else args.batch,
         )
+    return _backfilled(args, job, backfill, slices, outcomes)
+
+
+def _dry_run(args, backfill: Backfill, slices: list) -> int:
+    """What `backfill --dry-run` prints: the plan, and with --only-failed what would run."""
+    if args.json:
+        _print_json({**_backfill_json(backfill), "would_run": [_slice_json(s) for s in slices]})
+        return 0
+    print(backfill.describe())
+    if args.only_failed:
+        print(f"--only-failed: {len(slices)} of {len(backfill.slices)} slice(s) would run")
+    return 0
+
+
+def _backfilled(args, job: Job, backfill: Backfill, slices: list, outcomes: list) -> int:
+    """What a backfill prints once run: each slice's outcome, what failed and why; exit 1 if any failed."""
+    from streamjoin.metrics import untimed_elsewhere
+    from streamjoin.progress import outcome_table, problems
+
     failed = [o for o in outcomes if not o.ok]
     pinned = next((o.metrics.versions for o in outcomes if o.metrics), None)
-    elsewhere = untimed_elsewhere(spark, spec, slices[0].start, slices[-1].end, pinned) if pinned else []
+    elsewhere = (
+        untimed_elsewhere(job.spark, job.spec, slices[0].start, slices[-1].end, pinned) if pinned else []
+    )
     if args.json:
         _print_json(
             {
@@ -283,9 +218,10 @@ def cmd_backfill(args) -> int:
         print(line)
     for line in elsewhere:
         print(f"warning: {line}")
+    output = job.spec.output
     print(
-        f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {spec.output.location}, "
-        f"attempts recorded in {spec.output.side('backfill')}"
+        f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {output.location}, "
+        f"attempts recorded in {output.side('backfill')}"
     )
     if failed:
         print("re-run the failed slices with the same versions: add --only-failed", file=sys.stderr)
@@ -333,82 +269,56 @@ def _outcome_json(outcome) -> dict:
 
 
 def cmd_reset(args) -> int:
-    import shutil
-
-    from streamjoin.backfill import reset
-    from streamjoin.session import get_spark
-
-    spec = _job(args)
+    job = _job(args)
     if not args.yes:
         print(
-            f"would delete job {spec.name}'s output {spec.output.location}, its side tables and its index "
+            f"would delete job {job.name}'s output {job.spec.output.location}, its side tables and its index "
             f"(and {args.checkpoint}, given as --checkpoint); nothing deleted: add --yes",
             file=sys.stderr,
         )
         return 2
-    spark = get_spark(master=args.master)
-    deleted = reset(spark, spec)
-    if args.checkpoint and Path(args.checkpoint).is_dir():
-        shutil.rmtree(args.checkpoint)
-        deleted.append(args.checkpoint)
+    deleted = job.reset(checkpoint=args.checkpoint)
     print(f"deleted {len(deleted)}: " + ", ".join(deleted) if deleted else "nothing to delete")
     return 0
 
 
 def cmd_handoff(args) -> int:
-    from streamjoin.backfill import hand_off
     from streamjoin.metrics import combine
-    from streamjoin.runners.live import LiveRunner
-    from streamjoin.session import get_spark
 
-    spec = _job(args)
+    job = _job(args)
     at = parse_instant(args.at, "--at")
-    spark = get_spark(master=args.master)
-    checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
-    seeded = hand_off(
-        spark,
-        spec,
+    checkpoint = args.checkpoint or job.checkpoint
+    seeded = job.handoff(
         at,
         checkpoint,
         versions=_versions(args.versions),
-        on_stage=lambda text: print(f"job {spec.name}: {text} ...", flush=True),
+        on_stage=lambda text: print(f"job {job.name}: {text} ...", flush=True),
     )
     print(
-        f"job {spec.name}: rows from {at.isoformat()} on decided by versions {seeded.versions} written "
+        f"job {job.name}: rows from {at.isoformat()} on decided by versions {seeded.versions} written "
         f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}",
         flush=True,
     )
-    runs = LiveRunner(spark, spec, checkpoint, trigger=args.trigger, on_batch=_print_batch).run(
-        timeout=args.timeout
-    )
+    runs = job.live(checkpoint, trigger=args.trigger, on_batch=_print_batch).run(timeout=args.timeout)
     print(f"{len(runs)} micro-batch(es)" + (": " + combine(runs).summary() if runs else "; nothing new yet"))
     return 0
 
 
 def cmd_verify(args) -> int:
-    from streamjoin.session import get_spark
-    from streamjoin.verify import verify
-
-    spec = _job(args)
+    job = _job(args)
     start, end = parse_instant(args.start, "--start"), parse_instant(args.end, "--end")
-    outcome = verify(
-        get_spark(master=args.master), spec, start, end, every=args.every, checkpoint=args.checkpoint
-    )
+    outcome = job.verify(start, end, every=args.every, checkpoint=args.checkpoint)
     if args.json:
         _print_json(outcome.as_json())
     else:
-        print(outcome.describe(spec.schedule.timezone))
-        print(f"recorded in {spec.output.side('consistency')}")
+        print(outcome.describe(job.spec.schedule.timezone))
+        print(f"recorded in {job.spec.output.side('consistency')}")
     return 0 if outcome.equal else 1
 
 
 def cmd_report(args) -> int:
-    from streamjoin.report import build_report
-    from streamjoin.session import get_spark
-
-    spec = _job(args)
-    page = build_report(get_spark(master=args.master), spec, args.folder)
-    print(f"job {spec.name}: data-quality page {page}")
+    job = _job(args)
+    print(f"job {job.name}: data-quality page {job.report(args.folder)}")
     return 0
 
 
@@ -420,33 +330,21 @@ def _console():
 
 
 def cmd_stream(args) -> int:
-    from streamjoin.runners.live import LiveRunner
-    from streamjoin.session import get_spark
+    from streamjoin.metrics import combine
 
-    spec = _job(args)
-    spark = get_spark(master=args.master)
-    checkpoint = args.checkpoint or f"{spec.output.location}_checkpoint"
-    runner = LiveRunner(
-        spark,
-        spec,
-        checkpoint,
-        trigger=args.trigger,
-        start_at=_starts_for(spec, args.from_),
-        on_batch=_print_batch,
+    job = _job(args)
+    checkpoint = args.checkpoint or job.checkpoint
+    runner = job.live(
+        checkpoint, trigger=args.trigger, start_at=_starts_for(job.spec, args.from_), on_batch=_print_batch
     )
     print(
-        f"job {spec.name}: live, trigger {args.trigger}, checkpoint {checkpoint} (Ctrl-C stops it)",
+        f"job {job.name}: live, trigger {args.trigger}, checkpoint {checkpoint} (Ctrl-C stops it)",
         flush=True,
     )
     with _interruptible() as interrupted:
         runs = runner.run(timeout=args.timeout, stop_requested=interrupted)
-    if runs:
-        from streamjoin.metrics import combine
-
-        print(f"{len(runs)} micro-batch(es): " + combine(runs).summary())
-    else:
-        print("nothing new to process")
-    print(f"output: {spec.output.location}; per-batch metrics in {spec.output.side('metrics')}")
+    print(f"{len(runs)} micro-batch(es): " + combine(runs).summary() if runs else "nothing new to process")
+    print(f"output: {job.spec.output.location}; per-batch metrics in {job.spec.output.side('metrics')}")
     if interrupted():
         print(
             f"stopped between micro-batches; resume with: streamjoin stream {args.job} --checkpoint {checkpoint}"
@@ -491,11 +389,8 @@ def _interruptible():
 
 def cmd_list(args) -> int:
     """The job files of a folder, each with its output and its last recorded run."""
-
-    from streamjoin import delta_io
-    from streamjoin.session import get_spark
-    from streamjoin.spec import job_files, load_job
-    from streamjoin.timeutil import from_spark
+    from streamjoin.job import Job
+    from streamjoin.spec import job_files
 
     folder = Path(args.jobs)
     files = job_files(folder)
@@ -503,41 +398,35 @@ def cmd_list(args) -> int:
         raise StreamJoinError(
             f"no job files (*.yaml, *.sql) in {str(folder)!r}; point --jobs at the folder that holds them"
         )
-    spark = None
     listed: list[dict[str, Any]] = []
     for file in files:
         try:
-            spec = load_job(file, root=_root(args))
+            job = Job.load(file, root=_root(args), master=args.master)
         except JobError as exc:
             listed.append({"file": str(file), "error": str(exc)})
             continue
-        spark = spark or get_spark(master=args.master)
-        metrics = spec.output.side("metrics")
-        last = None
-        if delta_io.exists(spark, metrics):
-            newest = delta_io.read_snapshot(spark, metrics).orderBy("started_at", ascending=False).first()
-            if newest is not None:
-                last = {
-                    "runner": newest["runner"],
-                    "mode": newest["mode"],
-                    "started_at": from_spark(newest["started_at"]).isoformat(),
-                    "rows_out": newest["rows_out"],
-                }
-        listed.append({"file": str(file), "job": spec.name, "output": spec.output.location, "last_run": last})
+        listed.append(
+            {
+                "file": str(file),
+                "job": job.name,
+                "output": job.spec.output.location,
+                "last_run": job.last_run(),
+            }
+        )
     if args.json:
         _print_json(listed)
         return 0
-    for job in listed:
-        if "error" in job:
-            print(f"{job['file']}: invalid: {job['error']}")
+    for entry in listed:
+        if "error" in entry:
+            print(f"{entry['file']}: invalid: {entry['error']}")
             continue
-        run = job["last_run"]
+        run = entry["last_run"]
         ran = (
             f"last run {run['runner']}/{run['mode']} at {run['started_at']}, {run['rows_out']} rows out"
             if run
             else "never run"
         )
-        print(f"{job['job']} ({job['file']}): output {job['output']}; {ran}")
+        print(f"{entry['job']} ({entry['file']}): output {entry['output']}; {ran}")
     return 0
 
 

@@ -111,10 +111,17 @@ class Validation:
 class Job:
     """A loaded job and the session it runs in."""
 
-    def __init__(self, spec: JoinSpec, master: str | None = None, origin: str | None = None) -> None:
+    def __init__(
+        self,
+        spec: JoinSpec,
+        master: str | None = None,
+        origin: str | None = None,
+        app_name: str = "streamjoin",
+    ) -> None:
         self.spec = spec
         self.master = master
         self.origin = origin  # the job file, when loaded from one
+        self.app_name = app_name
         self._plan: Plan | None = None
 
     @classmethod
@@ -134,7 +141,7 @@ class Job:
         """The Spark session (started on first use)."""
         from streamjoin.session import get_spark
 
-        return get_spark(master=self.master)
+        return get_spark(master=self.master, app_name=self.app_name)
 
     def plan(self) -> Plan:
         """The job bound to its tables' columns (once)."""
@@ -200,12 +207,14 @@ class Job:
             compiled,
         )
 
-    def index(self, start_at: dict[str, StartAt] | None = None) -> tuple[str, list[Reach]]:
-        """Extend the job's arrival index to its sources' newest versions (the scheduled index
-        step); its description and what each source can serve."""
+    def index(
+        self, start_at: dict[str, StartAt] | None = None, upto: dict[str, int] | None = None
+    ) -> tuple[str, list[Reach]]:
+        """Extend the job's arrival index to its sources' newest versions (or `upto`; the scheduled
+        index step); its description and what each source can serve."""
         from streamjoin import index, reach
 
-        positions = index.update(self.spark, self.plan(), start_at=start_at)
+        positions = index.update(self.spark, self.plan(), upto, start_at=start_at)
         return index.describe(positions), reach.reaches(self.spark, self.plan())
 
     def replay(
@@ -281,6 +290,21 @@ class Job:
 
         return run_backfill(self.spark, backfill, slices, validate=validate, on_slice=on_slice, **options)
 
+    def replay_slice(
+        self,
+        start: Instant,
+        end: Instant,
+        mode: str = "exact",
+        versions: dict[str, int] | None = None,
+        backfill_id: str | None = None,
+    ) -> SliceOutcome:
+        """Replay, validate and record one slice (a scheduler's task); never raises for the
+        slice's own failure, which its outcome's status says."""
+        from streamjoin.backfill import run_slice
+
+        start_at, end_at = parse_instant(start, "--start"), parse_instant(end, "--end")
+        return run_slice(self.spark, self.spec, start_at, end_at, mode, versions, backfill_id=backfill_id)
+
     def unfinished(self, backfill: Backfill) -> tuple[list[Slice], dict[str, int] | None]:
         """The slices of a backfill not yet succeeded, and the versions its earlier attempt read."""
         from streamjoin.backfill import unfinished
@@ -341,11 +365,42 @@ class Job:
             checkpoint,
         )
 
+    def written_version(self) -> int | None:
+        """The live output's newest version (None: not written yet): what `verify_written` starts after."""
+        from streamjoin.verify import written_version
+
+        return written_version(self.spark, self.spec)
+
+    def verify_written(self, since_version: int | None, checkpoint: str | None = None) -> Verification | None:
+        """Verify the slices live commits after `since_version` wrote into (None: every commit);
+        None when they wrote none. What the live DAG runs after each live run."""
+        from streamjoin.verify import verify_written
+
+        return verify_written(self.spark, self.spec, since_version, checkpoint or self.checkpoint)
+
     def report(self, folder: str | None = None) -> Path:
         """Write the job's data-quality page; its path."""
         from streamjoin.report import build_report
 
         return build_report(self.spark, self.spec, folder)
+
+    def last_run(self) -> dict[str, Any] | None:
+        """The newest run recorded in the job's metrics table (runner, mode, start, rows out)."""
+        from streamjoin import delta_io
+        from streamjoin.timeutil import from_spark
+
+        metrics = self.spec.output.side("metrics")
+        if not delta_io.exists(self.spark, metrics):
+            return None
+        newest = delta_io.read_snapshot(self.spark, metrics).orderBy("started_at", ascending=False).first()
+        if newest is None:
+            return None
+        return {
+            "runner": newest["runner"],
+            "mode": newest["mode"],
+            "started_at": from_spark(newest["started_at"]).isoformat(),
+            "rows_out": newest["rows_out"],
+        }
 
     def reset(self, checkpoint: str | None = None) -> list[str]:
         """Delete the output, side tables and index (and `checkpoint`, a live checkpoint folder),

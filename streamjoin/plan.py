@@ -31,7 +31,9 @@ from streamjoin import database, delta_io, functions
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
+from streamjoin.limits import calls_java, check_output_names
 from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
+from streamjoin.sql import and_terms
 from streamjoin.timeutil import END_OF_INPUT, format_duration, to_micros
 
 _COMPARISONS: dict[type[exp.Expr], str] = {exp.LTE: "<=", exp.GTE: ">=", exp.LT: "<", exp.GT: ">"}
@@ -539,12 +541,14 @@ def _bind_lateral(
 
     def resolved(what: str, expressions: list[str]) -> StructType:
         try:
-            return row.select(*[F.expr(e) for e in expressions]).schema
+            frame = row.select(*[F.expr(e) for e in expressions])
         except AnalysisException as exc:
             message = str(exc).strip().splitlines()[0]
             raise JobError(
                 f"{where}: {what} does not resolve against {name!r}'s columns: {message}"
             ) from None
+        _refuse_java(frame, where, tuple(expressions))
+        return frame.schema
 
     if join.unnest is not None:
         expression = _qualify(join.unnest, left_names, schemas, where)
@@ -711,14 +715,7 @@ def conjuncts(expression: str, where: str = "condition") -> list[exp.Expr]:
             f"{where} {expression!r} does not parse as a SQL condition{at}{near}: write it as Spark SQL, "
             "e.g. a.id = b.id AND b.amount > 0"
         ) from None
-
-    def split(node: exp.Expr) -> list[exp.Expr]:
-        node = node.unnest()
-        if isinstance(node, exp.And):
-            return split(node.left) + split(node.right)
-        return [node]
-
-    return split(tree)
+    return and_terms(tree)
 
 
 def split_conjuncts(expression: str) -> list[str]:
@@ -738,14 +735,16 @@ def _check_expressions(
     frames = {n: spark.createDataFrame([], schemas[n]).alias(n) for n in spec.names}
     joined = frames[spec.start]
 
-    def analyse(what: str, build: Callable[[], DataFrame]) -> DataFrame:
+    def analyse(what: str, place: str, texts: tuple[str, ...], build: Callable[[], DataFrame]) -> DataFrame:
         try:
-            return build()
+            frame = build()
         except AnalysisException as exc:
             message = str(exc).strip().splitlines()[0]
             raise JobError(
                 f"job {spec.name!r}: {what} does not resolve against the sources' columns: {message}"
             ) from None
+        _refuse_java(frame, f"job {spec.name!r}, {place}", texts)
+        return frame
 
     for join, on in zip(spec.joins, conditions, strict=True):
         right = frames[join.source]
@@ -755,18 +754,40 @@ def _check_expressions(
             def condition(current: DataFrame = current, right: DataFrame = right, on: str = on) -> DataFrame:
                 return current.crossJoin(right).where(F.expr(on))
 
-            joined = analyse(f"the condition of the join with {join.source!r} ({on})", condition)
+            what = f"the condition of the join with {join.source!r} ({on})"
+            joined = analyse(what, f"join with {join.source!r}, on", (on,), condition)
         else:
             joined = current.crossJoin(right)
     if where:
-        joined = analyse(f"where ({where})", lambda: joined.where(F.expr(where)))
-    projected = analyse("the select list", lambda: joined.select(*[F.expr(e) for e in select]))
-    columns = projected.columns
+        joined = analyse(f"where ({where})", "where", (where,), lambda: joined.where(F.expr(where)))
+    projected = analyse(
+        "the select list", "select", select, lambda: joined.select(*[F.expr(e) for e in select])
+    )
+    _check_output_columns(spec, projected.columns)
+    return tuple(projected.columns)
+
+
+def _refuse_java(frame: DataFrame, what: str, texts: tuple[str, ...]) -> None:
+    """Refuse an expression that calls a Java method by reflection: a job file may run Spark's
+    functions and the table functions installed with it, never any Java code it names."""
+    call = calls_java(frame, texts)
+    if call is not None:
+        expression, function = call
+        raise JobError(
+            f"{what}: {expression!r} calls {function}, which runs any Java method it is given; a job file may "
+            "not call arbitrary Java code (reflect, java_method and try_reflect are refused): compute the value "
+            "with Spark's built-in functions, or with a table function (function: module:udtf) installed with the job"
+        )
+
+
+def _check_output_columns(spec: JoinSpec, columns: list[str]) -> None:
+    """Each output column named once, with a name Delta takes, and none reserved or missing."""
     duplicates = sorted({c for c in columns if columns.count(c) > 1})
     if duplicates:
         raise JobError(
             f"job {spec.name!r}: the select list names {', '.join(duplicates)} more than once; give each output column its own alias"
         )
+    check_output_names(columns, f"job {spec.name!r}")
     if spec.output.time in columns:
         raise JobError(
             f"job {spec.name!r}: output column {spec.output.time!r} is reserved for the output event time; "
@@ -777,7 +798,6 @@ def _check_expressions(
             raise JobError(
                 f"job {spec.name!r}: output.partition_by names {column!r}, which the select list does not produce"
             )
-    return tuple(columns)
 
 
 # Operations that add rows to a table (what its commit spacing is measured on).

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pendulum
-import yaml
 
 from streamjoin.errors import JobError
+from streamjoin.limits import check_nesting, load_yaml
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
 SourceKind = Literal["stream", "table"]
@@ -610,6 +610,8 @@ def _validate(spec: JoinSpec) -> None:
     where = f"job {spec.name!r}"
     if not _NAME.match(spec.name or ""):
         raise JobError(f"job name {spec.name!r} must be an identifier (letters, digits, _)")
+    for what, expression in _expressions(spec):
+        check_nesting(str(expression), f"{where}, {what}")
     names = [s.name for s in spec.sources]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -719,6 +721,18 @@ def _validate(spec: JoinSpec) -> None:
         left_kind = "stream" if "stream" in pair else "table"
 
 
+def _expressions(spec: JoinSpec) -> list[tuple[str, Any]]:
+    """Every SQL expression of the job, with where it stands: what a parser will read."""
+    found: list[tuple[str, Any]] = []
+    for join in spec.joins:
+        link = f"join with {join.source!r}"
+        found += [(f"{link}: on", join.on), (f"{link}: unnest", join.unnest)]
+        found += [(f"{link}: argument {n + 1}", arg) for n, arg in enumerate(join.args)]
+    found += [(f"select item {n + 1}", item) for n, item in enumerate(spec.select)]
+    found.append(("where", spec.where))
+    return [(what, expression) for what, expression in found if expression is not None]
+
+
 def _check_as_of_source(spec: JoinSpec, join: Join, link: str) -> None:
     """`as_of: <source>.<column>` names a stream joined before this link: the table is looked up
     at a time its rows carry (the plan checks the column against the schema)."""
@@ -793,10 +807,7 @@ def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> 
     if file.suffix.lower() == ".sql":
         spec = spec_from_sql(file.read_text(), origin=str(file))
         return spec.with_root(root or os.environ.get("STREAMJOIN_ROOT", "data"))
-    try:
-        document = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as exc:
-        raise JobError(f"job file {str(file)!r} is not valid YAML: {exc}") from None
+    document = load_yaml(file.read_text(), str(file))
     if not isinstance(document, dict):
         raise JobError(f"job file {str(file)!r} must hold a mapping with name, sources, from, joins, output")
     document.setdefault("name", file.stem)

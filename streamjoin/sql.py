@@ -35,6 +35,7 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import TokenType
 
 from streamjoin.errors import JobError
+from streamjoin.limits import check_nesting
 from streamjoin.spec import OUTPUT_KEYS, QUALITY_KEYS, SCHEDULE_KEYS, SOURCE_KEYS
 from streamjoin.timeutil import format_duration, parse_duration, to_micros
 
@@ -237,6 +238,7 @@ def spec_document_from_sql(text: str, origin: str = "job") -> dict[str, Any]:
 def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[str, str]]:
     """`spec_document_from_sql`, and where each joined source stands in the text (`line L, column
     C: `), for the checks made on the mapping to point at the statement."""
+    check_nesting(text, f"{origin}: the job's SQL", StreamSQL)
     try:
         parsed = sqlglot.parse(text, read=StreamSQL)
         statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]  # comments
@@ -527,7 +529,7 @@ def _compile_query(
             "joined reference takes no OVER); for RANGE windows write RANGE on every side"
         )
     windows = {} if counted else {name: _window_micros(over, where) for name, over in overs.items()}
-    filters = _terms(query.args["where"].this) if query.args.get("where") is not None else []
+    filters = and_terms(query.args["where"].this) if query.args.get("where") is not None else []
     trailing = query.args.get("within")  # Lenses: WITHIN after the query, the window of its one join
     if trailing is not None:
         if len(joined) != 1:
@@ -749,7 +751,7 @@ def _compile_join(
     on = join.args.get("on")
     if isinstance(on, exp.Boolean) and on.this is True and not item.get("natural"):  # JOIN without ON
         on = _key_equality(table, seen, name, sources, where)
-    terms = _terms(on) if on is not None else []
+    terms = and_terms(on) if on is not None else []
     using = join.args.get("using")
     if using:
         item["using"] = [identifier.name for identifier in using]
@@ -957,12 +959,17 @@ def _duration_text(micros: int) -> str:
     return format_duration(timedelta(microseconds=micros))
 
 
-def _terms(node: exp.Expr) -> list[exp.Expr]:
-    """The top-level AND terms of a condition, parentheses around a conjunction opened."""
-    node = node.unnest()
-    if isinstance(node, exp.And):
-        return _terms(node.left) + _terms(node.right)
-    return [node]
+def and_terms(node: exp.Expr) -> list[exp.Expr]:
+    """The top-level AND terms of a parsed condition in order, parentheses around a conjunction
+    opened; without recursion, as a chain of a thousand ANDs nests a thousand deep."""
+    terms, pending = [], [node]
+    while pending:
+        term = pending.pop().unnest()
+        if isinstance(term, exp.And):
+            pending += [term.right, term.left]
+        else:
+            terms.append(term)
+    return terms
 
 
 def _tables(node: exp.Expr, aliases: dict[str, str]) -> set[str]:

@@ -313,3 +313,74 @@ def test_a_residual_with_and_inside_runs_as_written(spark, tables, tmp_path, res
     replay(spark, spec, at(-60), at(3600), closed=True)
     rows = spark.read.format("delta").load(str(tmp_path / "out")).collect()
     assert [(r.a_amount, r.b_amount) for r in rows] == [(1, 2) if joined else (1, None)]
+
+
+@pytest.mark.parametrize("name", ["net;gross", "paid amount", "a=b", "f(x)", "tab\there"])
+def test_output_column_names_delta_refuses_are_refused_before_data_moves(spark, tables, name):
+    """Delta refuses ' ,;{}()\\n\\t=' in a column name (without column mapping) when the first
+    rows are written; the job is refused when it is validated instead."""
+    with pytest.raises(JobError) as error:
+        bind(spark, bound(tables, select=["a.id", f"a.amount AS `{name}`"]))
+    message = str(error.value)
+    assert message.startswith(f"job 'j': output column {name!r} holds ")
+    assert "which Delta refuses in a column name" in message and "give that select item an alias" in message
+
+
+@pytest.mark.parametrize(
+    "changes, place, function",
+    [
+        (
+            {"select": ["a.id", "java_method('java.lang.System', 'getProperty', 'user.home') AS home"]},
+            "select",
+            "java_method",
+        ),
+        ({"select": ["JAVA_METHOD('java.lang.Math', 'abs', a.amount) AS m"]}, "select", "JAVA_METHOD"),
+        ({"select": ["`reflect`('java.lang.Math', 'abs', a.amount) AS m"]}, "select", "reflect"),
+        (
+            {"select": ["IDENTIFIER('java_' || 'method')('java.lang.Math', 'abs', a.amount)"]},
+            "select",
+            "reflect",
+        ),
+        (
+            {"joins__0__on": "a.id = b.id AND reflect('java.lang.Math', 'abs', a.amount) = '1'"},
+            "join with 'b', on",
+            "reflect",
+        ),
+        ({"where": "try_reflect('java.lang.Thread', 'sleep', a.amount) IS NULL"}, "where", "try_reflect"),
+    ],
+)
+def test_expressions_that_call_java_are_refused_wherever_they_stand(spark, tables, changes, place, function):
+    """reflect, java_method and try_reflect run any static Java method: refused however spelt,
+    found in Spark's analysed expressions (an alias, a case, quotes or IDENTIFIER() change
+    nothing)."""
+    with pytest.raises(JobError) as error:
+        bind(spark, bound(tables, **changes))
+    message = str(error.value)
+    assert message.startswith(f"job 'j', {place}: ")
+    assert f"calls {function}, which runs any Java method it is given" in message
+
+
+def test_an_unnest_that_calls_java_is_refused(spark, tables):
+    document = {
+        "name": "j",
+        "sources": {"a": {"path": "a", "kind": "stream", "time": "ts"}},
+        "from": "a",
+        "joins": [{"unnest": "array(java_method('java.util.UUID', 'randomUUID'))", "as": "m"}],
+        "output": {"path": "out"},
+    }
+    with pytest.raises(JobError, match=r"^job 'j', join with 'm': .* calls java_method, which runs any Java"):
+        bind(spark, spec_from_dict(document).with_root(tables))
+
+
+def test_expressions_nested_to_the_limit_bind(spark, tables):
+    """The nesting limit lies well below where the parsers give out, on the whole bind path."""
+    deep = 20  # streamjoin.limits.MAX_NESTING
+    plan = bind(
+        spark,
+        bound(
+            tables,
+            joins__0__on="(" * deep + "a.id = b.id" + ")" * deep,
+            select=["abs(" * deep + "a.amount" + ")" * deep + " AS amount"],
+        ),
+    )
+    assert plan.output_columns == ("amount",) and plan.joins[0].equi == (("a.id", "b.id"),)

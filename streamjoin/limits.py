@@ -35,8 +35,13 @@ MAX_ALIAS_CHARACTERS = 100_000
 # The characters Delta refuses in a column name unless the table maps its columns by name.
 DELTA_REFUSED_CHARACTERS = " ,;{}()\n\t="
 
-_OPENING = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE, TokenType.CASE}
-_CLOSING = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE, TokenType.END}
+# What opens a level, and what closes it (a closer that closes nothing open is not counted).
+_CLOSERS = {
+    TokenType.L_PAREN: TokenType.R_PAREN,
+    TokenType.L_BRACKET: TokenType.R_BRACKET,
+    TokenType.L_BRACE: TokenType.R_BRACE,
+    TokenType.CASE: TokenType.END,
+}
 _PREFIXES = {TokenType.NOT, TokenType.TILDE}  # NOT NOT x nests as (NOT (NOT x)); `!` reads as NOT
 # Spark's expressions that call any Java method the job names: reflect and java_method
 # (CallMethodViaReflection) and try_reflect (TryReflect, which holds one).
@@ -49,18 +54,23 @@ _JAVA_CALL_NAMES = re.compile(r"\b(try_reflect|java_method|reflect)\b", re.IGNOR
 
 def nesting(text: str, dialect: Any = "spark") -> int:
     """How deep `text` nests: parentheses, brackets, braces, CASE ... END and runs of NOT, counted
-    together over the tokens of `dialect` (strings and quoted names are not counted); 0 when it
-    does not tokenize (its parser then says where)."""
+    together over the tokens of `dialect` (strings, quoted names and names after a dot, such as
+    `t.end`, are not counted); 0 when it does not tokenize (its parser then says where)."""
     try:
         tokens = sqlglot.tokenize(text, read=dialect)
     except sqlglot.errors.TokenError:
         return 0
-    depth = deepest = prefixes = 0
-    for token in tokens:
-        kind = token.token_type
+    awaited: list[TokenType] = []  # the closer of each level open
+    deepest = prefixes = 0
+    for index, token in enumerate(tokens):
+        named = index > 0 and tokens[index - 1].token_type == TokenType.DOT
+        kind = None if named else token.token_type
         prefixes = prefixes + 1 if kind in _PREFIXES else 0
-        depth += (kind in _OPENING) - (kind in _CLOSING and depth > 0)
-        deepest = max(deepest, depth + prefixes)
+        if kind in _CLOSERS:
+            awaited.append(_CLOSERS[kind])
+        elif awaited and kind == awaited[-1]:
+            awaited.pop()
+        deepest = max(deepest, len(awaited) + prefixes)
     return deepest
 
 

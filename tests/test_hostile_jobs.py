@@ -57,6 +57,7 @@ def nested(depth: int, opening: str, inner: str, closing: str) -> str:
         ({"select": ["a.id", nested(30, "CASE WHEN a.x > 0 THEN ", "1", " END")]}, "select item 2 nests 30"),
         ({"where": "NOT " * 300 + "a.flag"}, "where nests 300 levels deep"),
         ({"select": [nested(25, "array(", "a.x", ")") + "[0]" * 25]}, "select item 1 nests 25 levels"),
+        ({"select": [nested(30, "CASE WHEN a.end > 0 THEN ", "1", " END")]}, "select item 1 nests 30"),
     ],
 )
 def test_an_expression_nested_past_the_limit_is_refused_naming_it(changes, where):

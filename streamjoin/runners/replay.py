@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 
@@ -22,7 +23,7 @@ from pyspark.sql import functions as F
 from streamjoin import arrival, changelog, delta_io, index, journal, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
-from streamjoin.joins.base import SliceCounts, counted_pass
+from streamjoin.joins.base import JoinOperator, SliceCounts, StepResult, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec, Output
@@ -140,6 +141,58 @@ def _windows(slices: Sequence[tuple[Instant, Instant]]) -> list[tuple[datetime, 
     return utc
 
 
+@dataclass
+class _Run:
+    """One replay, prepared: the bound job and its operator, the slices, the pinned versions and
+    the arrival index read up to them, and where it writes. What the later steps share."""
+
+    plan: Plan
+    operator: JoinOperator
+    windows: list[tuple[datetime, datetime]]
+    slices: arrival.Slices
+    mode: str
+    closed: bool
+    pinned: dict[str, int]
+    positions: index.Index
+    frontier: arrival.Position | None
+    out: Output
+    known_from: dict[str, int]
+    after_write: Callable[[str], None]
+    watch: Stopwatch = field(default_factory=Stopwatch)
+    began: float = field(default_factory=time.monotonic)
+    started_at: datetime = field(default_factory=lambda: pendulum.now("UTC"))
+    cached: list[DataFrame] = field(default_factory=list)
+
+    @property
+    def bounds(self) -> tuple[datetime, datetime]:
+        return self.windows[0][0], self.windows[-1][1]
+
+    def wrote(self, location: str) -> str:
+        self.after_write(location)
+        return location
+
+
+@dataclass
+class _Read:
+    """What the replay read: each stream's settled rows and its counts per slice, each table's
+    changelog, and the rejected rows of every source."""
+
+    settled: dict[str, DataFrame] = field(default_factory=dict)
+    streams: dict[str, SliceCounts] = field(default_factory=dict)
+    tables: dict[str, TableInput] = field(default_factory=dict)
+    table_counts: list[dict[str, SourceCounts]] = field(default_factory=list)
+    rejected: list[DataFrame] = field(default_factory=list)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def any_rejected(self) -> bool:
+        """Whether any source rejected a row the slices own."""
+        streams = (
+            counts["rejected"] for counted in self.streams.values() for counts in counted.get().values()
+        )
+        tables = (c.rejected for counts in self.table_counts for c in counts.values())
+        return any(streams) or any(tables)
+
+
 def _replay(
     spark: SparkSession,
     spec: JoinSpec,
@@ -152,128 +205,154 @@ def _replay(
     into: Output | None,
     known_from: dict[str, int],
 ) -> list[RunMetrics]:
-    after_write = after_write or (lambda location: None)
+    """Prepare, read, step, write, account: one replay of consecutive slices."""
     if mode not in kernel.MODES:
         raise JobError(
             f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
         )
-    start, end = windows[0][0], windows[-1][1]
-    began, watch = time.monotonic(), Stopwatch()
-    started_at = pendulum.now("UTC")
     plan = bind(spark, spec)
-    join = kernel.family(plan)
+    operator = kernel.family(plan)
     pinned = pin_versions(spark, plan, versions)
     if not checked:
         check_inputs(spark, plan, pinned)
     positions = index.update(spark, plan, pinned)
-    watch.lap("prepare")
     newest = positions.newest()
     frontier = arrival.frontier(newest, len(plan.streams), positions.history_end)
     if closed:  # every commit is settled: nothing more will come
         frontier = max(newest.values(), default=None)
-    stream_clock = max((p[0] for p in newest.values()), default=None)
-    settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
-    lo, hi = to_micros(start), to_micros(end)
     slices = arrival.Slices.of((to_micros(a), to_micros(b)) for a, b in windows)
-    owned = slices.owner().isNotNull()
-    settled_rows, rejected_parts, cached, ranges, read = {}, [], [], {}, {}
-    once = join.reads_rows_once()
-    for source in plan.streams:
-        before, after = join.margins(source.name)
-        ranges[source.name] = (max(lo - before, EARLIEST), min(hi + after, LATEST))  # ROWS: all of it
-        rows = positions.read_rows(source, ranges[source.name], (lo, hi))
+    run = _Run(
+        plan,
+        operator,
+        windows,
+        slices,
+        mode,
+        closed,
+        pinned,
+        positions,
+        frontier,
+        into or spec.output,
+        known_from,
+        after_write or (lambda location: None),
+    )
+    run.watch.lap("prepare")
+    read = _read_streams(run)
+    stream_clock = max((p[0] for p in newest.values()), default=None)
+    _read_tables(spark, run, read, stream_clock)
+    run.watch.lap("read")
+    timeline = positions.timeline(positions.settled_commits(read.ranges, frontier), frontier)
+    step = kernel.StepInput(read.settled, timeline, mode, slices=slices, tables=read.tables, final=closed)
+    result = kernel.step(spark, plan, step)
+    run.watch.lap("join")
+    run.cached += result.cached
+    written = _write(spark, run, read, result)
+    return _account(spark, run, read, result, written)
+
+
+def _read_streams(run: _Run) -> _Read:
+    """Each stream source's rows in the slices' margins from the pinned snapshot, split into
+    rejected and accepted, the accepted kept where settled; counted per slice."""
+    read = _Read()
+    settled = arrival.at_or_before(run.frontier) if run.frontier else F.lit(False)
+    (lo, hi), owned = map(to_micros, run.bounds), run.slices.owner().isNotNull()
+    once = run.operator.reads_rows_once()
+    for source in run.plan.streams:
+        before, after = run.operator.margins(source.name)
+        read.ranges[source.name] = (max(lo - before, EARLIEST), min(hi + after, LATEST))  # ROWS: all of it
+        rows = run.positions.read_rows(source, read.ranges[source.name], (lo, hi))
         # The output's pass reads each row once and counts it as it goes; the late and rejected
         # rows' writes read the snapshot again, which costs less than caching every row (bench/
         # README.md). Where the output's pass itself reads them more than once, or the source is
         # small enough that a second read's fixed cost outweighs keeping its rows, they are cached.
-        if not once or _small(source.spec.location, pinned[source.name]):
+        if not once or _small(source.spec.location, run.pinned[source.name]):
             rows = rows.persist()
-            cached.append(rows)
-        read[source.name] = _stream_counts(rows, slices, settled, once)
-        accepted, rejected = kernel.split_rejected(read[source.name].rows)
-        rejected_parts.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
-        settled_rows[source.name] = accepted.where(settled)
-    timeline = positions.timeline(positions.settled_commits(ranges, frontier), frontier)
-    table_counts: list[dict[str, SourceCounts]] = [{} for _ in windows]
+            run.cached.append(rows)
+        read.streams[source.name] = _stream_counts(rows, run.slices, settled, once)
+        accepted, rejected = kernel.split_rejected(read.streams[source.name].rows)
+        read.rejected.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
+        read.settled[source.name] = accepted.where(settled)
+    return read
 
-    tables = {}
-    for source in plan.tables:
-        first = positions.starts[source.name]
+
+def _read_tables(spark: SparkSession, run: _Run, read: _Read, stream_clock: int | None) -> None:
+    """Each table source's changelog from its start up to the pinned version (`changelog.read`),
+    its commits counted per slice."""
+    owned = run.slices.owner().isNotNull()
+    read.table_counts = [{} for _ in run.windows]
+    for source in run.plan.tables:
+        first = run.positions.starts[source.name]
         changes = changelog.read(
             spark,
             source,
-            pinned[source.name],
+            run.pinned[source.name],
             first.version,
             from_micros(first.commit_ts),
-            journal.location(plan),
+            journal.location(run.plan),
         ).persist()
-        cached.append(changes)
-        commits_of_table = arrival.commit_stats(changes, slices)
-        rejected_parts.append(
-            kernel.rejected_side_rows(source.name, changes.where(owned & F.col(arrival.REJECT).isNotNull()))
-        )
-        tables[source.name] = TableInput(
+        run.cached.append(changes)
+        commits = arrival.commit_stats(changes, run.slices)
+        rejected = changes.where(owned & F.col(arrival.REJECT).isNotNull())
+        read.rejected.append(kernel.rejected_side_rows(source.name, rejected))
+        read.tables[source.name] = TableInput(
             changes,
-            commits_of_table,
-            pinned[source.name],
-            slices.owner(),
+            commits,
+            run.pinned[source.name],
+            run.slices.owner(),
             stream_clock,
-            known_from.get(source.name),
+            run.known_from.get(source.name),
         )
-        for k, counts in enumerate(table_counts):
+        for k, counts in enumerate(read.table_counts):
             counts[source.name] = SourceCounts(
-                rows_in=sum(c.owned_rows(k) for c in commits_of_table),
-                rejected=sum(c.owned_rejected(k) for c in commits_of_table),
+                rows_in=sum(c.owned_rows(k) for c in commits),
+                rejected=sum(c.owned_rejected(k) for c in commits),
             )
-    watch.lap("read")
 
-    result = kernel.step(
-        spark,
-        plan,
-        kernel.StepInput(settled_rows, timeline, mode, slices=slices, tables=tables, final=closed),
-    )
-    watch.lap("join")
-    cached += result.cached
-    out = into or spec.output
-    keyed = join.keyed_output(plan)
-    written = _output_counts(result.output, slices, out.time, None if keyed is None else keyed.op)
+
+def _write(spark: SparkSession, run: _Run, read: _Read, result: StepResult) -> SliceCounts:
+    """Replace the slices' rows in the output (or, for a keyed result, its changes and the result
+    table) and in the late and rejected side tables; the output's rows counted per slice."""
+    out, (start, end) = run.out, run.bounds
+    keyed = run.operator.keyed_output(run.plan)
+    written = _output_counts(result.output, run.slices, out.time, None if keyed is None else keyed.op)
     if keyed is None:
         delta_io.write_slice(written.rows, out.location, out.time, start, end, out.partition_by)
-        after_write(out.location)
+        run.wrote(out.location)
     else:  # the slices' result changes, and the result table as of the pinned versions
         assert result.result is not None  # a keyed operator's step gives its result
         delta_io.write_slice(written.rows, out.side("changes"), out.time, start, end)
-        after_write(out.side("changes"))
+        run.wrote(out.side("changes"))
         delta_io.overwrite(result.result, out.location, out.partition_by)
-        after_write(out.location)
-    any_late = any(c.late for counts in result.by_slice for c in counts.values())
+        run.wrote(out.location)
     # A side table's slice is rewritten when the run has rows for it or the table may hold some
     # there already (to replace them); one that was and stays empty is left as it is.
+    any_late = any(c.late for counts in result.by_slice for c in counts.values())
     if any_late or delta_io.holds_rows(spark, out.side("late"), "slice_time", start, end):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
-        after_write(out.side("late"))
-    by_slice = [
-        {name: SourceCounts(**counted.get()[k]) for name, counted in read.items()} | table_counts[k]
-        for k in range(len(windows))
-    ]
-    if any(c.rejected for counts in by_slice for c in counts.values()) or delta_io.holds_rows(
-        spark, out.side("rejected"), "slice_time", start, end
-    ):
-        delta_io.write_slice(
-            reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), "slice_time", start, end
-        )
-        after_write(out.side("rejected"))
-    for frame in cached:
+        run.wrote(out.side("late"))
+    if read.any_rejected() or delta_io.holds_rows(spark, out.side("rejected"), "slice_time", start, end):
+        rejected = reduce(DataFrame.unionByName, read.rejected)
+        delta_io.write_slice(rejected, out.side("rejected"), "slice_time", start, end)
+        run.wrote(out.side("rejected"))
+    for frame in run.cached:
         frame.unpersist()
-    watch.lap("write")
+    run.watch.lap("write")
+    return written
 
-    duration = round((time.monotonic() - began) / len(windows), 3)  # slices run together share the time
-    frontier_text = (
-        f"input closed at {_describe_position(frontier)}" if closed else _describe_position(frontier)
-    )
+
+def _account(
+    spark: SparkSession, run: _Run, read: _Read, result: StepResult, written: SliceCounts
+) -> list[RunMetrics]:
+    """A metrics row per slice (what was read, decided and written there), appended to the
+    metrics table."""
+    duration = round(
+        (time.monotonic() - run.began) / len(run.windows), 3
+    )  # slices run together share the time
+    frontier = _describe_position(run.frontier)
+    frontier_text = f"input closed at {frontier}" if run.closed else frontier
     runs = []
-    for k, (a, b) in enumerate(windows):
-        counts = by_slice[k]
+    for k, (a, b) in enumerate(run.windows):
+        counts = {name: SourceCounts(**counted.get()[k]) for name, counted in read.streams.items()}
+        counts |= read.table_counts[k]
         for name, decided in result.by_slice[k].items():
             c = counts[name]
             c.late, c.joined, c.open = decided.late, decided.joined, decided.open
@@ -282,14 +361,14 @@ def _replay(
         rows_out, upserts, deletes = (written.get()[k][c] for c in ("rows", "upserts", "deletes"))
         runs.append(
             RunMetrics(
-                job=spec.name,
+                job=run.plan.spec.name,
                 runner="replay",
-                mode=mode,
+                mode=run.mode,
                 run_id=str(uuid.uuid4()),
-                started_at=started_at,
+                started_at=run.started_at,
                 slice_start=a,
                 slice_end=b,
-                versions=pinned,
+                versions=run.pinned,
                 frontier=frontier_text,
                 watermark=None if result.watermark is None else from_micros(result.watermark),
                 sources=counts,
@@ -298,11 +377,11 @@ def _replay(
                 upserts=upserts,
                 deletes=deletes,
                 links=result.links[k] if result.links else [],
-                phases=watch.shares(len(windows)),
+                phases=run.watch.shares(len(run.windows)),
                 lookups=(result.lookups or 0) if k == 0 else 0,  # the step's, on its first slice
             )
         )
-    delta_io.append(to_frame(spark, runs), out.side("metrics"), merge_schema=True)
+    delta_io.append(to_frame(spark, runs), run.out.side("metrics"), merge_schema=True)
     return runs
 
 

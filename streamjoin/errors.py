@@ -19,3 +19,7 @@ class UnsupportedJobError(JobError):
 
 class HistoryNotRetainedError(StreamJoinError):
     """A replay needs Delta history (log or data files) that is no longer retained."""
+
+
+class CheckpointError(StreamJoinError):
+    """A live checkpoint cannot go on as it is (one of its files is unreadable); says what to do."""

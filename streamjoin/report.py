@@ -20,7 +20,7 @@ from pathlib import Path
 import pendulum
 from pyspark.sql import SparkSession
 
-from streamjoin import delta_io, index
+from streamjoin import atomic, delta_io, index
 from streamjoin.arrival import BAD_TIME, FUTURE_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
 from streamjoin.metrics import LINK_BUCKETS
@@ -166,8 +166,8 @@ def build_report(spark: SparkSession, spec: JoinSpec, folder: str | None = None)
     page = target / "index.html"
     jumps = index.clock_jumps(spark, spec.output.side("index"))
     checks = consistency(spark, spec)
-    page.write_text(
-        render_page(spec, slices, live, target, stopped_rows(spark, spec), jumps, checks), encoding="utf-8"
+    atomic.replace_file(
+        page, render_page(spec, slices, live, target, stopped_rows(spark, spec), jumps, checks)
     )
     return page
 

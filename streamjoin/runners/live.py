@@ -18,7 +18,6 @@ state.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 import uuid
@@ -34,11 +33,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, changelog, delta_io, index, journal, kernel, lease
+from streamjoin import arrival, atomic, changelog, delta_io, index, journal, kernel, lease
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
-from streamjoin.errors import JobError
+from streamjoin.errors import CheckpointError, JobError
 from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
 from streamjoin.plan import Plan, bind
@@ -49,6 +48,13 @@ PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
 SEED_BATCH = -1  # the step before the first micro-batch: a new checkpoint's catch-up, or a hand-off's seed
 _IDX = "_sj_source"
 _DERIVED = 1000  # the first tag of rows an operator derives and keeps (beside the sources' indices)
+MARKER = "streamjoin.json"  # in the checkpoint folder: the checkpoint's identity (`LiveRunner._marker`)
+# What to do when a checkpoint cannot go on (the commits it has to read are gone, a file of it is lost).
+_CONTINUE_ELSEWHERE = (
+    "Backfill the job up to a recent time T over the sources' current versions (`streamjoin backfill JOB "
+    "--start ... --end T`), then continue live on a new checkpoint with `streamjoin handoff JOB --at T "
+    "--checkpoint NEW`"
+)
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,12 @@ def _position(value: list[int]) -> arrival.Position:
 
 
 class LiveRunner:
-    """Runs a job continuously; `run()` with an available-now trigger processes what is there and stops."""
+    """Runs a job continuously; `run()` with an available-now trigger processes what is there and stops.
+
+    Making one reads and writes nothing but the checkpoint's marker (read): the job's index and a
+    new checkpoint's marker are written once `start` or `seed` holds the checkpoint's lease."""
+
+    positions: index.Index  # where each source starts, and its commits indexed so far (`_open`)
 
     def __init__(
         self,
@@ -116,10 +127,7 @@ class LiveRunner:
         self.spec = spec
         self.plan: Plan = bind(spark, spec)
         self.join = kernel.runnable(spark, self.plan)
-        # Where each source starts (created here for a new job), and its commits indexed so far: a
-        # restart's micro-batches index the commits after them from their own rows, and a new
-        # checkpoint's catch-up extends the index to the sources' current versions first.
-        self.positions = index.update(spark, self.plan, start_at=start_at, extend=False)
+        self.start_at = start_at
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.after_write = after_write or (lambda table, batch: None)
@@ -128,10 +136,13 @@ class LiveRunner:
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
         self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
         self.home = f"{self.checkpoint}/streamjoin"
-        marker = self._marker()
-        self.app_id = marker["app_id"]
-        self.tagged_writes: bool = marker.get("tagged_writes", False)
-        self.starting_versions: dict[str, int] = marker.get("starting_versions", {})
+        new = {
+            "job": spec.name,
+            "app_id": f"streamjoin-{spec.name}-{uuid.uuid4()}",
+            "tagged_writes": True,  # its batches' writes carry their own tags (`_written_after`)
+        }
+        self._adopt(self._marker() or new)  # a new checkpoint's marker is written by `_open`
+        self._opened = False
         self.runs: list[RunMetrics] = []  # the batches this runner processed, in order
         # The rows a batch packs into one frame (its arrivals, its state): each stream source's, and
         # the rows the operator derives and keeps (a chain's joined rows), by name: (tag, columns).
@@ -151,9 +162,10 @@ class LiveRunner:
         since streams from version 0. Otherwise it first catches up (`_catch_up`) and streams the
         commits after. Either way the output is the same: it does not depend on how commits are
         divided into batches (docs/architecture.md). Takes the checkpoint's lease first (released
-        when `run` returns, or once the query has ended)."""
+        when `run` returns, or once the query has ended), before it writes anything."""
         self._take_lease()
         try:
+            self._open()
             query = self._start()
         except BaseException:
             self._release_lease()
@@ -174,6 +186,24 @@ class LiveRunner:
         if self._lease is not None:
             lease.release(Path(self.home, "lease.json"), self._lease)
             self._lease = None
+
+    def _open(self) -> None:
+        """A run's first writes, made once it holds the lease (and once per runner): the job's
+        index, created at the sources' start for a new job (a restart's micro-batches index the
+        commits after it from their own rows; a new checkpoint's catch-up extends it to the
+        sources' current versions first), and a new checkpoint's marker."""
+        if self._opened:
+            return
+        self.positions = index.update(self.spark, self.plan, start_at=self.start_at, extend=False)
+        stored = self._marker()  # another runner may have made it since this one read it
+        if stored is None:
+            atomic.replace_file(Path(self.checkpoint, MARKER), json.dumps(self.marker))
+        else:
+            self._adopt(stored)
+        # Unreadable records are refused here, in one line, rather than inside a micro-batch.
+        self._progress()
+        self._write_record()
+        self._opened = True
 
     def _start(self) -> StreamingQuery:
         if not self.started():
@@ -211,13 +241,15 @@ class LiveRunner:
         `timeout` seconds have passed or `stop_requested()` says so, then stop between two
         micro-batches); the batches' metrics."""
         already = len(self.runs)
-        advice = (
-            f"Checkpoint {self.checkpoint} stopped before them and cannot go on. Backfill the job up to a "
-            "recent time T over the sources' current versions (`streamjoin backfill JOB --start ... --end T`), "
-            "then continue live on a new checkpoint with `streamjoin handoff JOB --at T --checkpoint NEW`"
-        )
+        if self.started():
+            what = "the commits this checkpoint has still to read"
+            advice = (
+                f"Checkpoint {self.checkpoint} stopped before them and cannot go on. {_CONTINUE_ELSEWHERE}"
+            )
+        else:
+            what, advice = "the commits since the job's start", self._later_start_advice()
         locations = ", ".join(s.location for s in self.spec.sources)
-        with delta_io.translated_errors(locations, "the commits this checkpoint has still to read", advice):
+        with delta_io.translated_errors(locations, what, advice):
             query = self.start()
             try:
                 self._wait(query, timeout, stop_requested or (lambda: False))
@@ -254,16 +286,33 @@ class LiveRunner:
         self.runs.append(metrics)
         self.on_batch(metrics)
 
+    def _later_start_advice(self) -> str:
+        """What a new checkpoint whose sources no longer hold the files of the job's start can do:
+        start the job later, e.g. at the sources' current versions (which `--from` takes)."""
+        sources = self.plan.streams or self.plan.tables  # the sources whose commits the catch-up reads
+        versions = ",".join(
+            f"{s.name}={delta_io.latest_version(self.spark, s.spec.location)}" for s in sources
+        )
+        return (
+            f"Checkpoint {self.checkpoint} is new: it reads every source from the job's start, whose files "
+            "OPTIMIZE and VACUUM (or the retention) have removed. Start the job later, at versions whose files "
+            f"the sources still hold, e.g. their current ones: `streamjoin reset <job file> --yes --checkpoint "
+            f"{self.checkpoint}` (it deletes the job's index, which pinned the old start, its output and this "
+            f"checkpoint), then `streamjoin stream <job file> --checkpoint {self.checkpoint} --from {versions}`"
+        )
+
     def started(self) -> bool:
-        """Whether this checkpoint has processed (or been seeded with) anything."""
-        return self._progress() is not None or Path(self.checkpoint, "spark").exists()
+        """Whether this checkpoint has processed (or been seeded with) anything: it holds a progress
+        record or Spark's own checkpoint (told from the files alone, readable or not)."""
+        records = Path(self.home, "progress")
+        return (records.exists() and any(records.glob("*.json"))) or Path(self.checkpoint, "spark").exists()
 
     def _claim_output(self) -> None:
         """A new checkpoint takes the job's output only if no other run has written rows to it:
         it would write them again (it reads every source from its start), so the output would
         hold them twice. Claimed once (recorded in the checkpoint's marker), before any write, so
         the checkpoint's own rows never count against it on a restart."""
-        if self._marker().get("owns_output"):
+        if self.marker.get("owns_output"):
             return
         out = self.spec.output
         locations = [out.location, out.side("changes")]
@@ -281,7 +330,16 @@ class LiveRunner:
     def seed(self, versions: dict[str, int]) -> None:
         """Start this new checkpoint at `versions`: the state and progress the runner would have after
         every commit up to them, writing no output (a replay of the same versions wrote it). The
-        streaming query then reads each source from the version after its seed."""
+        streaming query then reads each source from the version after its seed. Holds the
+        checkpoint's lease while it writes."""
+        self._take_lease()
+        try:
+            self._open()
+            self._seed(versions)
+        finally:
+            self._release_lease()
+
+    def _seed(self, versions: dict[str, int]) -> None:
         if self.started():
             raise JobError(
                 f"checkpoint {self.checkpoint!r} has already run; a hand-off starts a new checkpoint"
@@ -659,8 +717,7 @@ class LiveRunner:
         kept by Delta's transaction ids and go on so."""
         if not self.tagged_writes:
             return None
-        record_file = Path(self.home, "writes.json")
-        record = json.loads(record_file.read_text()) if record_file.exists() else {}
+        record = self._write_record()
         if record.get("batch") != batch_id:
             record = {"batch": batch_id, "after": {}}
         if location not in record["after"]:
@@ -668,8 +725,13 @@ class LiveRunner:
             if newest is None:
                 return None
             record["after"][location] = newest
-            _replace_file(record_file, json.dumps(record))
+            atomic.replace_file(Path(self.home, "writes.json"), json.dumps(record))
         return record["after"][location]
+
+    def _write_record(self) -> dict:
+        """The versions of the tables the current batch writes, as they were before its first attempt."""
+        path = Path(self.home, "writes.json")
+        return self._load(path, "write record") if path.exists() else {}
 
     def _index_upto(self, held: dict[str, dict[int, arrival.CommitStats]]) -> None:
         """Extend the arrival index to the newest commits this batch holds (if it is behind), from
@@ -709,12 +771,17 @@ class LiveRunner:
         records = sorted(folder.glob("*.json"), key=lambda p: int(p.stem)) if folder.exists() else []
         if not records:
             return None
-        return Progress.from_json(records[-1].read_text())
+        try:
+            return Progress.from_json(records[-1].read_text())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise self._unreadable(
+                records[-1], "progress record", f"not a progress record: {exc!r}"
+            ) from None
 
     def _save_progress(self, progress: Progress) -> None:
         """Write the batch's record atomically (rename), then drop state older than the previous batch."""
         folder = Path(self.home, "progress")
-        _replace_file(folder / f"{progress.batch}.json", progress.to_json())
+        atomic.replace_file(folder / f"{progress.batch}.json", progress.to_json())
         states = Path(self.home, "state")
         for old in sorted(states.iterdir() if states.exists() else [], key=lambda p: int(p.name)):
             if int(old.name) < progress.batch - 1:
@@ -752,29 +819,61 @@ class LiveRunner:
 
     def _save_marker(self, **fields) -> None:
         """Add `fields` to the checkpoint's marker (the starting versions of its streaming query)."""
-        marker = Path(self.checkpoint, "streamjoin.json")
-        marker.write_text(json.dumps({**json.loads(marker.read_text()), **fields}))
-        self.starting_versions = fields.get("starting_versions", self.starting_versions)
+        self._adopt({**self.marker, **fields})
+        atomic.replace_file(Path(self.checkpoint, MARKER), json.dumps(self.marker))
 
-    def _marker(self) -> dict:
-        """The checkpoint's identity: its job, a stable id (Delta's idempotent-write key for every
-        table this query writes) and, after a hand-off, the versions its sources start from."""
-        marker = Path(self.checkpoint, "streamjoin.json")
-        if marker.exists():
-            stored = json.loads(marker.read_text())
-            if stored.get("job") != self.spec.name:
-                raise JobError(
-                    f"checkpoint {self.checkpoint!r} belongs to job {stored.get('job')!r}; give job {self.spec.name!r} its own checkpoint"
-                )
-            return stored
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        stored = {
-            "job": self.spec.name,
-            "app_id": f"streamjoin-{self.spec.name}-{uuid.uuid4()}",
-            "tagged_writes": True,  # its batches' writes carry their own tags (`_written_after`)
-        }
-        marker.write_text(json.dumps(stored))
+    def _adopt(self, marker: dict) -> None:
+        """Take `marker` as this checkpoint's (see `_marker`)."""
+        self.marker = marker
+        self.app_id: str = marker["app_id"]
+        self.tagged_writes: bool = marker.get("tagged_writes", False)
+        self.starting_versions: dict[str, int] = marker.get("starting_versions", {})
+
+    def _marker(self) -> dict | None:
+        """The checkpoint's identity as stored (None: a new checkpoint): its job, a stable id (Delta's
+        idempotent-write key for every table this query writes), whether it owns the output and,
+        once it has started, the versions its sources' streams start from."""
+        path = Path(self.checkpoint, MARKER)
+        if not path.exists():
+            return None
+        stored = self._load(path, "marker")
+        if not isinstance(stored.get("app_id"), str):
+            raise self._unreadable(path, "marker", "it names no app_id")
+        if stored.get("job") != self.spec.name:
+            raise JobError(
+                f"checkpoint {self.checkpoint!r} belongs to job {stored.get('job')!r}; give job {self.spec.name!r} its own checkpoint"
+            )
         return stored
+
+    def _load(self, path: Path, what: str) -> dict:
+        """A JSON object the checkpoint keeps in `path` (its `what`); refused with what to do when unreadable."""
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise self._unreadable(
+                path, what, f"not JSON: {exc}" if isinstance(exc, ValueError) else str(exc)
+            ) from None
+        if not isinstance(body, dict):
+            raise self._unreadable(path, what, "it holds no JSON object")
+        return body
+
+    def _unreadable(self, path: Path, what: str, why: str) -> CheckpointError:
+        """The error for a file of this checkpoint that cannot be read, saying what to do about it."""
+        empty = path.exists() and path.stat().st_size == 0
+        if not self.started():
+            todo = (
+                f"It has not committed a micro-batch yet: delete the folder {self.checkpoint} and run again"
+            )
+        else:
+            todo = (
+                f"Restore the file from a copy of the checkpoint; without it the checkpoint cannot go on. "
+                f"{_CONTINUE_ELSEWHERE}, or start over: `streamjoin reset <job file> --yes --checkpoint "
+                f"{self.checkpoint}`"
+            )
+        return CheckpointError(
+            f"checkpoint {self.checkpoint}: its {what} {path} is unreadable ({'empty' if empty else why}): "
+            f"cut short while it was written (a full disk, a crash) or damaged since. {todo}"
+        )
 
 
 def batch_commits(
@@ -954,14 +1053,6 @@ def settle(
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:
     return newest[index][2] if index in newest else -1
-
-
-def _replace_file(path: Path, text: str) -> None:
-    """Write `text` to `path` at once: a reader sees the old content or the new, never part of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
 
 
 def _trigger(text: str) -> dict:

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io, index, kernel
-from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError
 from streamjoin.frames import local_frame
 from streamjoin.metrics import RunMetrics
 from streamjoin.plan import Plan, bind
@@ -296,7 +296,7 @@ def run_slices(
             checked=checked,
             known_from=known_from,
         )
-    except (JobError, HistoryNotRetainedError):  # no slice can run: stop, with the message
+    except (JobError, HistoryNotRetainedError, StorageError):  # no slice can run: stop, with the message
         raise
     except Exception as exc:  # a Spark or I/O failure: these slices failed, the backfill goes on
         error = _short_error(exc)
@@ -306,7 +306,10 @@ def run_slices(
     for piece, metrics in zip(pieces, runs, strict=False):
         checking = time.monotonic()
         result, status, problem = None, SUCCEEDED, None
-        if validate:
+        unbalanced = metrics.unbalanced()
+        if unbalanced is not None:  # its rows do not add up: failed, whatever validation would say
+            status, problem = FAILED, str(unbalanced)
+        elif validate:
             stage(f"validating {piece.short_label()} UTC")
             try:
                 from streamjoin.validation import validate_slice

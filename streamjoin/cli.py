@@ -136,14 +136,22 @@ def cmd_replay(args) -> int:
     output = job.spec.output
     if args.json:
         _print_json({"output": output.location, "metrics": metrics.as_json(), "warnings": elsewhere})
-        return 0
-    print(metrics.summary())
-    for line in elsewhere:
-        print(f"warning: {line}")
-    print(
-        f"output: {output.location} (late rows: {output.side('late')}, rejected: {output.side('rejected')})"
-    )
+    else:
+        print(metrics.summary())
+        for line in elsewhere:
+            print(f"warning: {line}")
+        print(
+            f"output: {output.location} (late rows: {output.side('late')}, rejected: {output.side('rejected')})"
+        )
+    _fail_unbalanced([metrics])
     return 0
+
+
+def _fail_unbalanced(runs) -> None:
+    """Raise the error of the first run whose accounting does not add up (exit 1)."""
+    failure = next((error for error in (run.unbalanced() for run in runs) if error), None)
+    if failure is not None:
+        raise failure
 
 
 def cmd_backfill(args) -> int:
@@ -301,6 +309,7 @@ def cmd_handoff(args) -> int:
     )
     runs = job.live(checkpoint, trigger=args.trigger, on_batch=_print_batch).run(timeout=args.timeout)
     print(f"{len(runs)} micro-batch(es)" + (": " + combine(runs).summary() if runs else "; nothing new yet"))
+    _fail_unbalanced(runs)
     return 0
 
 
@@ -350,6 +359,7 @@ def cmd_stream(args) -> int:
             f"stopped between micro-batches; resume with: streamjoin stream {args.job} --checkpoint {checkpoint}"
             + (f" --trigger {args.trigger}" if args.trigger != "available-now" else "")
         )
+    _fail_unbalanced(runs)
     return 0
 
 
@@ -713,8 +723,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except StreamJoinError as exc:
-        print(f"streamjoin: error: {exc}", file=sys.stderr)
-        return 2
+        return _refused(exc)
+    except Exception as exc:  # a storage fault is the user's to fix: one paragraph, not a trace
+        from streamjoin.delta_io import storage_fault
+
+        fault = storage_fault(exc, _job_tables(args))
+        if fault is None:
+            raise
+        return _refused(fault)
+
+
+def _refused(error: StreamJoinError) -> int:
+    """Print the error as one line on stderr; its exit code (2: refused, 1: a run that failed)."""
+    print(f"streamjoin: error: {error}", file=sys.stderr)
+    return error.exit_code
+
+
+def _job_tables(args) -> list[str]:
+    """The tables the command's job reads and writes (sources, output), to name the one a storage
+    fault hit; none when the command has no job, or its file cannot be read."""
+    from streamjoin.spec import load_job
+
+    try:
+        spec = load_job(args.job, root=_root(args)) if getattr(args, "job", None) else None
+    except Exception:  # the fault being reported matters more than this one
+        return []
+    return [] if spec is None else [*(s.location for s in spec.sources), spec.output.location]
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ change data feed gives each stream row its arrival (`_commit_version`, `_commit_
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructType, TimestampType
 
-from streamjoin.errors import HistoryNotRetainedError, JobError
+from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError, StreamJoinError
 from streamjoin.frames import local_frame
 from streamjoin.timeutil import from_spark
 
@@ -306,6 +308,53 @@ def _commit_versions(log: str) -> list[int]:
     return sorted(int(m.group(1)) for m in map(_COMMIT_FILE.match, names) if m)
 
 
+_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.[^/]*)?\.(parquet|json)$")
+
+
+def damaged_commit(location: str, upto: int | None = None) -> tuple[int, str] | None:
+    """The first commit of a local table's log, up to `upto`, that Delta reads as JSON (those
+    after its newest checkpoint) and that does not parse, with what is wrong with it; None when
+    they all parse, or the table is not in a local folder. A commit file is written whole (Delta
+    renames it into place), so one that does not parse is damaged, not being written."""
+    log = _local_log(location)
+    versions = [] if log is None else _commit_versions(log)
+    if log is None or not versions:
+        return None
+    upto = versions[-1] if upto is None else upto
+    checkpoints = [int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, os.listdir(log)) if m]
+    since = max((v for v in checkpoints if v <= upto), default=-1)
+    for version in (v for v in versions if since < v <= upto):
+        problem = _unparsable_line(os.path.join(log, f"{version:020d}.json"))
+        if problem is not None:
+            return version, problem
+    return None
+
+
+def _unparsable_line(path: str) -> str | None:
+    """The first line of a JSON-lines file that does not parse, and why; None when all do (or the
+    file has gone since it was listed: cleaned up, not damaged)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            for number, line in enumerate(file, 1):
+                try:
+                    if line.strip():
+                        json.loads(line)
+                except ValueError as exc:
+                    return f"line {number}: {exc}"
+    except OSError:
+        return None
+    return None
+
+
+def check_log(location: str, upto: int) -> None:
+    """Refuse a local table whose log, up to version `upto`, holds a commit that does not parse,
+    before Delta reads it: Delta fails on it deep inside a query, without naming the file, and
+    what reads only the table's schema does not notice it."""
+    found = damaged_commit(location, upto)
+    if found is not None:
+        raise damaged_log(location, *found)
+
+
 def read_snapshot(spark: SparkSession, location: str, version: int | None = None) -> DataFrame:
     """The table as of `version` (time travel), or as it is now."""
     reader = spark.read.format("delta")
@@ -478,6 +527,192 @@ def translated_errors(location: str, what: str, advice: str | None = None):
                 "rows from the latest snapshot instead of old change files"
             )
         ) from None
+
+
+# ---------------------------------------------------------------------------- storage faults
+#
+# `storage_fault` turns what storage answers a failed read or write with (a full disk, a folder
+# that cannot be written, a damaged Delta log entry: Java exceptions from Spark, Delta and Hadoop,
+# or Python's OSError) into a StorageError: one paragraph naming the table, the file, what failed
+# and what to do. The CLI applies it to whatever reaches it, the runners where they write.
+
+# (markers in the message, errnos, what failed, what to do); the first that matches tells the fault.
+_FAULTS: tuple[tuple[tuple[str, ...], frozenset[int], str, str], ...] = (
+    (
+        ("No space left on device", "ENOSPC", "DiskOutOfSpace", "Disk quota exceeded"),
+        frozenset({errno.ENOSPC, errno.EDQUOT}),
+        "the disk is full (no space left on device)",
+        "free space on that disk, or move the table to one with room, then run the command again",
+    ),
+    (
+        ("Read-only file system", "EROFS"),
+        frozenset({errno.EROFS}),
+        "the file system is read-only",
+        "mount it writable, or point the job's output (or --checkpoint) at a writable folder, then run "
+        "the command again",
+    ),
+    (
+        ("AccessDeniedException", "Permission denied", "EACCES"),
+        frozenset({errno.EACCES, errno.EPERM}),
+        "permission denied",
+        "give the user running streamjoin read and write access to that folder (chmod, chown), or "
+        "point the job at a folder it may write, then run the command again",
+    ),
+    (
+        ("Not a directory", "ParentNotDirectoryException", "ENOTDIR", "is not a directory"),
+        frozenset({errno.ENOTDIR}),
+        "a file stands where a folder must be",
+        "move that file away or point the job at another folder, then run the command again",
+    ),
+)
+_DAMAGED_LOG = (
+    "JsonParseException",
+    "JsonMappingException",
+    "JsonEOFException",
+    "DELTA_LOG_FILE_CORRUPT",
+    "DELTA_INVALID_COMMIT",
+)
+_NOT_CREATED = ("DELTA_CANNOT_CREATE_LOG_PATH", "Mkdirs failed to create")
+_PATH = re.compile(r"(?:file:)?(/[^\s'\"(),;\]\[]+)")
+_COMMIT = re.compile(r"(.*)/_delta_log/(\d{20})\.(?:json|checkpoint[^/]*)$")
+
+
+def storage_fault(exc: BaseException, tables: Iterable[str] = ()) -> StorageError | None:
+    """`exc` as a StorageError when it is a storage fault (else None): which table (of `tables`,
+    or the one a Delta log file named belongs to), which file, what failed, what to do."""
+    if isinstance(exc, StorageError):
+        return exc
+    text = _fault_text(exc)
+    path = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
+    path = str(path) if path else _named_path(text)
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code is None and any(marker in text for marker in _NOT_CREATED):
+        code = _why_not_created(path)  # Delta and Hadoop say only that the folder was not made
+    for markers, codes, what, advice in _FAULTS:
+        if code in codes or any(marker in text for marker in markers):
+            return StorageError(f"{_where(path, tables)}: {what}. To go on, {advice}")
+    marker = next((m for m in _DAMAGED_LOG if m in text), None)
+    return None if marker is None else _damaged(path, list(tables), _line_with(text, marker))
+
+
+def _why_not_created(path: str | None) -> int | None:
+    """Why a local folder could not be made, as the errno its creation would have failed with: a
+    file above it, a read-only file system, or a folder above it this user may not write."""
+    if path is None or _file_above(path):
+        return None if path is None else errno.ENOTDIR
+    folder = os.path.dirname(path)
+    while folder not in ("", "/") and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not folder or not os.path.isdir(folder):
+        return None
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    return None if os.access(folder, os.W_OK) else errno.EACCES
+
+
+def _damaged(path: str | None, tables: list[str], detail: str) -> StorageError | None:
+    """A damaged Delta log entry: the commit named, else the first damaged one among `tables`
+    (local tables' logs are read to find it); None when neither tells (a JSON error elsewhere)."""
+    logged = _COMMIT.match(path or "")
+    if logged:
+        return damaged_log(logged.group(1), int(logged.group(2)), detail)
+    for table in tables:
+        found = damaged_commit(table)
+        if found is not None:
+            return damaged_log(table, found[0], found[1])
+    return None
+
+
+def damaged_log(table: str, version: int, detail: str) -> StorageError:
+    """The error for commit `version` of a table's Delta log, which cannot be parsed."""
+    return StorageError(
+        f"table {table}: commit {version} ({table}/_delta_log/{version:020d}.json) of its Delta log is damaged and cannot be read ({detail}); Delta cannot "
+        "read the table past it. Restore that file from a copy (or have the table's writer commit it "
+        "again), then run the command again; streamjoin reads nothing of the table until it parses"
+    )
+
+
+@contextmanager
+def translated_storage_faults(tables: Iterable[str]) -> Iterator[None]:
+    """Raise storage faults inside as a StorageError naming one of `tables` (others pass unchanged)."""
+    try:
+        yield
+    except StreamJoinError:
+        raise
+    except Exception as exc:
+        fault = storage_fault(exc, list(tables))
+        if fault is None:
+            raise
+        raise fault from None
+
+
+def _fault_text(exc: BaseException) -> str:
+    """What an exception says, with the class and message of each Java exception it wraps and of
+    the Python exceptions that caused it."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 10:
+        parts.append(f"{type(seen).__name__}: {seen}")
+        java = getattr(seen, "java_exception", None) or getattr(seen, "_origin", None)
+        for _ in range(10):
+            if java is None:
+                break
+            try:
+                parts.append(f"{java.getClass().getName()}: {java.getMessage()}")
+                java = java.getCause()
+            except Exception:  # a Java object the gateway no longer answers for
+                break
+        seen = seen.__cause__ or seen.__context__
+    return "\n".join(parts)
+
+
+def _named_path(text: str) -> str | None:
+    """The first file path a message names (a Delta log file first: it names the commit)."""
+    paths = [p.rstrip(".:") for p in _PATH.findall(text)]
+    logged = [p for p in paths if _COMMIT.match(p)]
+    return (logged or paths or [None])[0]
+
+
+def _table_of(path: str | None, tables: Iterable[str]) -> str | None:
+    """The table a file belongs to: the one whose log it is, else the nearest folder at or above
+    it holding a Delta log (local files), else the longest of `tables` (or of their side tables,
+    `<table>_<side>`) holding it."""
+    if path is None:
+        return None
+    if "/_delta_log" in path:
+        return path.split("/_delta_log", 1)[0]
+    folder = path
+    while folder not in ("", "/"):
+        if os.path.isdir(os.path.join(folder, "_delta_log")):
+            return folder
+        folder = os.path.dirname(folder)
+    holding = [t for t in tables if path == t or path.startswith(t.rstrip("/") + "/")]
+    sides = [m.group(0) for t in tables if (m := re.match(re.escape(t.rstrip("/")) + r"_[a-z]+\b", path))]
+    return max(holding + sides, key=len) if holding or sides else None
+
+
+def _where(path: str | None, tables: Iterable[str]) -> str:
+    """Which table and which file: `table T, FILE` (a commit of a log by its number)."""
+    table = _table_of(path, list(tables))
+    logged = _COMMIT.match(path or "")
+    file = f"commit {int(logged.group(2))} ({path})" if logged else (path or "a file it wrote or read")
+    blocker = _file_above(path)
+    file += f", under {blocker}, which is a file" if blocker else ""
+    return f"table {table}" + ("" if file == table else f", {file}") if table else file
+
+
+def _file_above(path: str | None) -> str | None:
+    """The nearest existing folder above `path` that is a file (what stops a folder being made)."""
+    folder = os.path.dirname(path or "")
+    while folder not in ("", "/") and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    return folder if folder not in ("", "/") and os.path.isfile(folder) else None
+
+
+def _line_with(text: str, marker: str) -> str:
+    """The line of a message that holds `marker`, without the exception's class, at most 200 characters."""
+    line = next((part for part in text.splitlines() if marker in part), marker)
+    return line.split(": ", 1)[-1].strip()[:200]
 
 
 def file_retention(spark: SparkSession, location: str) -> timedelta:

@@ -1,8 +1,11 @@
-"""The errors streamjoin raises: each says what is wrong and what to change."""
+"""The errors streamjoin raises: each says what is wrong and what to change (storage faults
+become StorageError in `delta_io.storage_fault`)."""
 
 
 class StreamJoinError(Exception):
     """Base of every error streamjoin raises on purpose."""
+
+    exit_code = 2  # what the CLI exits with after printing the message
 
 
 class SetupError(StreamJoinError):
@@ -23,3 +26,15 @@ class HistoryNotRetainedError(StreamJoinError):
 
 class CheckpointError(StreamJoinError):
     """A live checkpoint cannot go on as it is (one of its files is unreadable); says what to do."""
+
+
+class StorageError(StreamJoinError):
+    """Storage failed a read or a write: no space left, a folder that cannot be written, a damaged
+    Delta log entry. Delta commits are atomic: a failed write leaves its table as it was."""
+
+
+class UnbalancedRunError(StreamJoinError):
+    """A run's accounting does not add up: some rows it read ended in no bucket. The run failed
+    (exit 1), though what it wrote stays written until it is run again."""
+
+    exit_code = 1

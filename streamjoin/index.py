@@ -562,6 +562,7 @@ def _pending(
     if not history or history[0].version != since or history[-1].version < upto:
         history = delta_io.history(spark, source.spec.location, since=since, upto=upto)
     commits = {c.version: c for c in history}
+    _refuse_gone(source, since, upto, commits)
     rewrites = [c for c in commits.values() if c.version > since and c.rewrites_rows]
     if rewrites:
         _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
@@ -680,6 +681,41 @@ def _positioned(rows: DataFrame, times: DataFrame, source: BoundSource) -> DataF
     timed = {TS} | ({T} if source.commit_time else set())
     positioned = joined.select(*[F.col("_sj_its").alias(c) if c in timed else c for c in rows.columns])
     return arrival.guard_future(positioned, source.max_future())
+
+
+def _refuse_gone(source: BoundSource, since: int, upto: int, commits: dict[int, delta_io.Commit]) -> None:
+    """Refuse commits (since, upto] that left the source's log before the index placed them: their
+    rows are still in the table, but without their commit no run can tell when they arrived
+    (a replay would read them and count them nowhere)."""
+    first = min((v for v in commits if v > since), default=upto + 1)
+    if first <= since + 1:
+        return
+    raise HistoryNotRetainedError(
+        f"source {source.name!r} ({source.spec.location}): {_versions_text(since + 1, first - 1)} left its "
+        f"Delta log (cleaned up after delta.logRetentionDuration) before the job's arrival index placed them "
+        f"(it reaches version {since}); their rows cannot be given the time they arrived. Start the job again "
+        f"at a version its log still holds (`streamjoin reset JOB --yes`, then start_at or --from {first} or "
+        "later), and bring the index up to date more often than the log retention (`streamjoin index JOB`, "
+        "daily)"
+    )
+
+
+def _versions_text(first: int, last: int) -> str:
+    return f"version {first} has" if first == last else f"versions {first} to {last} have"
+
+
+def refuse_rewrites_after(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> None:
+    """Refuse a stream source with a commit after `versions[name]` (the newest indexed) that
+    updates or deletes rows (up to the source's newest version). What a live micro-batch checks
+    first: its stream reads inserts only, and a batch holding no insert of the source would pass
+    such a commit without a word (docs/semantics.md)."""
+    for source in plan.streams:
+        since = versions.get(source.name, -1) + 1
+        if delta_io.latest_version(spark, source.spec.location) < since:
+            continue
+        rewrites = [c for c in delta_io.history(spark, source.spec.location, since=since) if c.rewrites_rows]
+        if rewrites:
+            _refuse_rewrites(source, f"version {rewrites[0].version} is a {rewrites[0].operation}")
 
 
 def _refuse_rewrites(source: BoundSource, what: str) -> None:

@@ -33,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamjoin.errors import UnbalancedRunError
 from streamjoin.frames import local_frame
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, to_micros
@@ -142,7 +143,47 @@ class RunMetrics:
 
     def balanced(self) -> bool:
         """The accounting adds up, per source and so in total, and per link."""
-        return all(c.balanced() for c in self.sources.values()) and links_balanced(self.links)
+        return not self.imbalance()
+
+    def imbalance(self) -> list[str]:
+        """What does not add up, per source and per link (empty when the run balances)."""
+        gaps = []
+        for name, counts in self.sources.items():
+            came = counts.rows_in + counts.carried_in
+            gap = came - sum(getattr(counts, b) for b in BUCKETS)
+            if gap:
+                gaps.append(
+                    f"source {name}: {gap} of its {came} rows in no bucket"
+                    if gap > 0
+                    else f"source {name}: {-gap} rows more in its buckets than the {came} it read"
+                )
+        for before, link in zip([None, *self.links], self.links, strict=False):
+            gap = link.reached - link.matched - link.padded - link.dropped - link.assumed
+            if gap:
+                gaps.append(
+                    f"link {link.link}: {gap} of the {link.reached} rows that reached it in no bucket"
+                )
+            handed = None if before is None else before.passed + link.carried_in - link.open
+            if handed is not None and handed != link.reached:
+                gaps.append(f"link {link.link}: reached by {link.reached} rows, handed {handed}")
+        return gaps
+
+    def unbalanced(self) -> UnbalancedRunError | None:
+        """The error a run whose accounting does not add up fails with: which rows are missing."""
+        gaps = self.imbalance()
+        if not gaps:
+            return None
+        run = (
+            f"batch {self.batch}"
+            if self.batch is not None
+            else f"slice {self.slice_start} .. {self.slice_end}"
+        )
+        return UnbalancedRunError(
+            f"job {self.job}: the {self.runner} run of {run} does not add up: {'; '.join(gaps)} "
+            f"(versions {self.versions}). Its rows were written and its metrics recorded, but the output may "
+            "lack rows: this is a fault of streamjoin's or of the input's history; run it again once the "
+            "cause is known, and report it if it persists"
+        )
 
     def summary(self) -> str:
         """One line: what came in and what became of it."""

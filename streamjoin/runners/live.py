@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, atomic, changelog, delta_io, index, journal, kernel, lease
+from streamjoin import arrival, atomic, changelog, delta_io, errors, index, journal, kernel, lease
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
@@ -152,6 +152,7 @@ class LiveRunner:
         }
         self._lease: str | None = None  # the token of the checkpoint's lease, while this runner holds it
         self._query: StreamingQuery | None = None
+        self._failure: errors.StreamJoinError | None = None  # what stopped the query, raised by `run`
 
     # ---------------------------------------------------------------- query
 
@@ -240,7 +241,7 @@ class LiveRunner:
         """Start and wait (available-now: until every committed row is processed; else until
         `timeout` seconds have passed or `stop_requested()` says so, then stop between two
         micro-batches); the batches' metrics."""
-        already = len(self.runs)
+        already, self._failure = len(self.runs), None
         if self.started():
             what = "the commits this checkpoint has still to read"
             advice = (
@@ -253,13 +254,16 @@ class LiveRunner:
             query = self.start()
             try:
                 self._wait(query, timeout, stop_requested or (lambda: False))
+            except Exception:
+                if self._failure is None:  # else raised below, as it is
+                    raise
             finally:
                 if query.isActive:
                     query.stop()
                 self._release_lease()
             error = query.exception()
             if error is not None:
-                raise error
+                raise self._failure or error
         return self.runs[already:]
 
     def progress(self) -> list[dict]:
@@ -410,15 +414,31 @@ class LiveRunner:
     # ---------------------------------------------------------------- one micro-batch
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
+        """One micro-batch (foreachBatch). An error of streamjoin's raised here, or a storage fault
+        as one, is kept for `run` to raise as it is: Spark hands it back wrapped in pages of its own."""
+        try:
+            with delta_io.translated_storage_faults(self._locations()):
+                self._process_batch(batch, batch_id)
+        except errors.StreamJoinError as error:
+            self._failure = error
+            raise
+
+    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
         previous = self._progress()
         if previous is not None and previous.batch >= batch_id:
             return  # this batch completed before a restart; Spark is only re-committing it
         began, started_at = time.monotonic(), pendulum.now("UTC")
         if self.plan.streams:
+            index.refuse_rewrites_after(self.spark, self.plan, self.positions.versions)
             with counted_pass(self.spark):
                 self._process_streams(batch, batch_id, previous, began, started_at)
         else:
             self._process_tables(batch_id, previous, began, started_at)
+
+    def _locations(self) -> list[str]:
+        """The tables this runner reads and writes (a storage fault's message names the one it hit;
+        a fault in the checkpoint is named by its file)."""
+        return [*(s.location for s in self.spec.sources), self.spec.output.location]
 
     def _process_streams(
         self,

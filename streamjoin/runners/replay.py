@@ -33,7 +33,8 @@ from streamjoin.timeutil import EARLIEST, LATEST, Instant, from_micros, parse_in
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
     """The versions a replay reads: those given, else each source's latest. A version given for a
     name that is not one of the job's sources is refused (a typo would otherwise go unnoticed);
-    `check_inputs` refuses versions a source does not have."""
+    `check_inputs` refuses versions a source does not have. A source whose log up to the pinned
+    version holds a damaged commit is refused (a StorageError naming it)."""
     pinned = dict(versions or {})
     unknown = sorted(set(pinned) - {s.name for s in plan.sources})
     if unknown:
@@ -43,6 +44,7 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
         )
     for source in plan.sources:
         pinned.setdefault(source.name, delta_io.latest_version(spark, source.spec.location))
+        delta_io.check_log(source.spec.location, pinned[source.name])
     return pinned
 
 
@@ -110,6 +112,7 @@ def replay_slices(
     locations = [s.location for s in spec.sources]
     try:
         with (
+            delta_io.translated_storage_faults([*locations, (into or spec.output).location]),
             delta_io.translated_errors(", ".join(locations), "the files this replay reads"),
             counted_pass(spark),
         ):

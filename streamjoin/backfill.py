@@ -518,17 +518,18 @@ def hand_off(
     stage = on_stage or (lambda text: None)
     at = pendulum.instance(at).in_timezone("UTC")
     runner = LiveRunner(spark, spec, checkpoint)
-    if runner.started():
-        raise JobError(
-            f"checkpoint {checkpoint!r} has already run; a hand-off starts a new checkpoint (give another --checkpoint)"
+    with runner.leased():  # taken before the replay writes: no live runner writes beside it
+        if runner.started():
+            raise JobError(
+                f"checkpoint {checkpoint!r} has already run; a hand-off starts a new checkpoint (give another --checkpoint)"
+            )
+        versions = versions or _versions_of_backfill_ending_at(spark, spec, at)
+        stage(
+            f"replaying from {at.isoformat()} over the backfill's versions {json.dumps(versions, sort_keys=True)}"
         )
-    versions = versions or _versions_of_backfill_ending_at(spark, spec, at)
-    stage(
-        f"replaying from {at.isoformat()} over the backfill's versions {json.dumps(versions, sort_keys=True)}"
-    )
-    metrics = replay(spark, spec, at, FAR_FUTURE, mode="exact", versions=versions)
-    stage(f"seeding the live state of checkpoint {checkpoint} at those versions")
-    runner.seed(versions)
+        metrics = replay(spark, spec, at, FAR_FUTURE, mode="exact", versions=versions)
+        stage(f"seeding the live state of checkpoint {checkpoint} at those versions")
+        runner.seed(versions)
     return metrics
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamjoin import delta_io
+from streamjoin import delta_io, lease
 from streamjoin.backfill import hand_off, plan_backfill, run_backfill
 from streamjoin.cli import main
 from streamjoin.demo import DAY, demo_job, generate, job_file, write_tables
@@ -45,6 +45,15 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     assert rows(spark, spec.output.location) == backfilled
 
     checkpoint = str(root / "checkpoint")
+    # A live runner holding the checkpoint: the hand-off is refused before its replay writes anything.
+    held = Path(LiveRunner(spark, spec, checkpoint).home, "lease.json")
+    tables = (spec.output.location, spec.output.side("metrics"))
+    before = [delta_io.latest_version(spark, table) for table in tables]
+    token = lease.acquire(held, lambda: True)
+    with pytest.raises(lease.CheckpointInUseError):
+        hand_off(spark, spec, at, checkpoint)
+    lease.release(held, token)
+    assert [delta_io.latest_version(spark, table) for table in tables] == before
     args = [
         "--root",
         str(root),

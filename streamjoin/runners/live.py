@@ -17,11 +17,12 @@ state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
@@ -335,11 +336,18 @@ class LiveRunner:
         """Start this new checkpoint at `versions`: the state and progress the runner would have after
         every commit up to them, writing no output (a replay of the same versions wrote it). The
         streaming query then reads each source from the version after its seed. Holds the
-        checkpoint's lease while it writes."""
-        self._take_lease()
-        try:
+        checkpoint's lease while it writes (the caller's, if it holds it already: `leased`)."""
+        with contextlib.nullcontext() if self._lease is not None else self.leased():
             self._open()
             self._seed(versions)
+
+    @contextlib.contextmanager
+    def leased(self) -> Iterator[None]:
+        """Hold the checkpoint's lease while inside: for writes made on its behalf before it runs
+        (a hand-off's replay, then its seed), so that no live runner writes beside them."""
+        self._take_lease()
+        try:
+            yield
         finally:
             self._release_lease()
 

@@ -31,7 +31,7 @@ from streamjoin.plan import Plan, bind
 from streamjoin.reach import Reach, reaches, refuse_before
 from streamjoin.reach import describe as describe_reach
 from streamjoin.runners.live import LiveRunner
-from streamjoin.runners.replay import check_inputs, pin_versions, replay, replay_slices
+from streamjoin.runners.replay import check_inputs, check_live_writer, pin_versions, replay, replay_slices
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import END_OF_INPUT, format_duration, from_spark, parse_duration, to_micros
 
@@ -209,10 +209,12 @@ def plan_backfill(
 
 def prepare(spark: SparkSession, backfill: Backfill) -> None:
     """What every slice needs, done once: the pinned snapshots are checked, the arrival index is
-    brought up to them. The slices then skip both (the index step is cheap to repeat anyway)."""
+    brought up to them, and slices a live run may still write into are refused before any is
+    written (docs/backfills.md). The slices then skip the first (the index step is cheap to repeat)."""
     plan = bind(spark, backfill.job)
     check_inputs(spark, plan, backfill.versions)
     index.update(spark, plan, backfill.versions)
+    check_live_writer(spark, plan, [(s.start, s.end) for s in backfill.slices], backfill.versions)
 
 
 @dataclass(frozen=True)

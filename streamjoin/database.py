@@ -2,6 +2,9 @@
 
 The JDBC driver of the database goes on Spark's classpath like Delta's jars (`.jars/`, which
 `streamjoin setup-jars` fills: PostgreSQL's driver is there; others through `spark.jars`).
+
+A job connects only when it must ask: a replay of commits whose answers the journal holds reads
+the table's columns from the journal and needs no database (docs/semantics.md, "Lookup joins").
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 import os
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import ArrayType, StructType
 
+from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.spec import Lookup
 
@@ -40,3 +45,29 @@ def table(spark: SparkSession, lookup: Lookup, where: str) -> DataFrame:
             f"{where}: cannot read {lookup.where} through JDBC ({message[:300]}); check that the database is up, "
             "the url, table, user and password_env, and that its JDBC driver is on Spark's classpath"
         ) from None
+
+
+def columns(spark: SparkSession, lookup: Lookup, where: str, journal: str) -> StructType:
+    """The database table's columns as the job sees them: those of the rows its journal recorded
+    (no connection: a replay of recorded commits runs while the database is down), else read from
+    the database now (a connection, refused when it cannot be reached)."""
+    if delta_io.exists(spark, journal):
+        recorded = delta_io.schema(spark, journal)["rows"].dataType
+        if isinstance(recorded, ArrayType) and isinstance(recorded.elementType, StructType):
+            return recorded.elementType
+    return table(spark, lookup, where).schema
+
+
+def asked(spark: SparkSession, lookup: Lookup, where: str, made: StructType) -> DataFrame:
+    """The database table to ask now (`table`), refused when it no longer has a column the job
+    reads (as its journal recorded it) with that column's type."""
+    found = table(spark, lookup, where)
+    have = {f.name: f.dataType for f in found.schema.fields}
+    changed = [f"{f.name} {f.dataType.simpleString()}" for f in made.fields if have.get(f.name) != f.dataType]
+    if changed:
+        raise JobError(
+            f"{where}: {lookup.where} no longer has the column(s) {', '.join(changed)} that the job's journal "
+            f"recorded answers with (it has {', '.join(f'{n} {t.simpleString()}' for n, t in have.items())}); "
+            "restore them, or write the job to a new output, whose journal starts from the table as it is"
+        )
+    return found

@@ -855,6 +855,24 @@ def holds_rows(spark: SparkSession, location: str, column: str, start: datetime,
     return any(low < end and start < high for low, high in ranges)
 
 
+def only_nulls(location: str, column: str) -> bool:
+    """Whether every row of a local table holds NULL in `column`, told from the null counts of its
+    newest checksum's files (`_checksum_files`, a file read); False when it cannot tell."""
+    files = _checksum_files(location)
+    if files is None:
+        return False
+    for file in files:
+        try:
+            stats = json.loads(file.get("stats") or "")
+        except ValueError:
+            return False
+        if not isinstance(stats, dict) or (stats.get("nullCount") or {}).get(column) != stats.get(
+            "numRecords"
+        ):
+            return False
+    return True
+
+
 def _checksum_ranges(location: str, column: str) -> list[tuple[datetime, datetime]] | None:
     """Per file of the table's newest checksum (`_checksum_files`) that holds rows, the range
     [min, max + 1 ms) its rows' `column` lies in, from the file's MIN and MAX statistics: Delta cuts
@@ -1069,6 +1087,13 @@ def append(
     `merge_schema`: columns added to a log since its table was created are added to it."""
     writer = df.write.format("delta").mode("append").options(**(properties or {}))
     _save(writer.option("mergeSchema", "true") if merge_schema else writer, location)
+
+
+def replace_where(df: DataFrame, location: str, predicate: str) -> None:
+    """Replace the rows of an existing table that satisfy `predicate` with `df` (one commit); columns
+    of `df` the table lacks are added."""
+    writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+    _save(writer.option("mergeSchema", "true"), location)
 
 
 def compact(spark: SparkSession, location: str) -> None:

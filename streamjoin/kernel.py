@@ -16,6 +16,7 @@ from streamjoin.arrival import REJECT
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins import FAMILIES
 from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult
+from streamjoin.joins.lookup import check_databases
 from streamjoin.plan import Plan
 
 __all__ = [
@@ -64,6 +65,12 @@ def runnable(spark: SparkSession, plan: Plan) -> JoinOperator:
     for source in plan.sources:
         delta_io.require_change_feed(spark, source.spec.location)
     return operator
+
+
+def reach_external(spark: SparkSession, plan: Plan) -> None:
+    """Before a live run's first batch: the external systems its joins ask for every new commit
+    answer now (lookup joins' databases), so one that is down is refused in one line at the start."""
+    check_databases(spark, plan)
 
 
 def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:

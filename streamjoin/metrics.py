@@ -21,8 +21,10 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
+from functools import reduce
+from typing import TYPE_CHECKING
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DoubleType,
@@ -33,10 +35,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamjoin.errors import UnbalancedRunError
+from streamjoin.errors import JobError, UnbalancedRunError
 from streamjoin.frames import local_frame
 from streamjoin.spec import JoinSpec
-from streamjoin.timeutil import from_micros, to_micros
+from streamjoin.timeutil import END_OF_INPUT, format_duration, from_micros, from_spark, to_micros
+
+if TYPE_CHECKING:
+    from streamjoin.plan import Plan
 
 BUCKETS = (
     "rejected",
@@ -137,6 +142,9 @@ class RunMetrics:
     links: list[LinkCounts] = field(default_factory=list)  # per link of a chain (enrichment joins)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (Stopwatch)
     lookups: int = 0  # lookup joins: answers fetched from the database in this run, not the journal
+    # When many rows were late: the commit whose row set the clock behind the watermark most of
+    # them missed (`explain_late`), as the summary names it. Not a column of the metrics table.
+    late_cause: str | None = None
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
@@ -231,10 +239,13 @@ class RunMetrics:
         )
 
     def _late_note(self) -> str:
-        """A high share of late rows, said with its usual cause (docs/semantics.md, "Time")."""
+        """A high share of late rows, said with its cause: the row that lifted the watermark most of
+        them missed, when known (`explain_late`), else the usual one (docs/semantics.md, "Time")."""
         late, came = self.total("late"), self.total("rows_in") - self.total("rejected")
         if came <= 0 or late / came < LATE_SHARE_NOTED:
             return ""
+        if self.late_cause:
+            return f" | {late / came:.0%} of the rows arrived late: {self.late_cause}"
         return (
             f" | {late / came:.0%} of the rows arrived late: is grace shorter than the time between the sources' "
             "commits? `streamjoin validate-job JOB` compares them"
@@ -244,12 +255,13 @@ class RunMetrics:
         values = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("versions", "sources", "links", "phases")
+            if f.name not in ("versions", "sources", "links", "phases", "late_cause")
         }
         values["versions"] = json.dumps(self.versions, sort_keys=True)
         values["by_source"] = json.dumps({k: asdict(v) for k, v in self.sources.items()}, sort_keys=True)
         values["by_link"] = json.dumps([asdict(link) for link in self.links])
         values["by_phase"] = json.dumps(self.phases)
+        values["superseded_by"] = None  # a run is current when written (`record_replays`)
         values["rows_in"] = self.total("rows_in")
         values["carried_in"] = self.total("carried_in")
         for bucket in BUCKETS:
@@ -303,8 +315,71 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         upserts=sum(r.upserts for r in runs),
         deletes=sum(r.deletes for r in runs),
         lookups=sum(r.lookups for r in runs),
+        late_cause=next((r.late_cause for r in reversed(runs) if r.late_cause), None),
         links=links,
         phases=phases,
+    )
+
+
+def explain_late(spark: SparkSession, index: str, runs: list[RunMetrics], late: DataFrame | str) -> None:
+    """Give each run whose late rows make the summary's note (`LATE_SHARE_NOTED`) its `late_cause`:
+    the commit whose row set the event-time clock behind the watermark most of its late rows
+    (`late`: the rows in the side table's form, or that table's location, read only when a run needs
+    it; a replay's runs take those of their own slice) missed, from the arrival index at `index`.
+    One row far ahead of the others (inside `max_future`) makes every later row late until time
+    catches up; naming it tells that from a grace set too short."""
+    for run in runs:
+        late_count, came = run.total("late"), run.total("rows_in") - run.total("rejected")
+        if came <= 0 or late_count / came < LATE_SHARE_NOTED:
+            continue
+        if isinstance(late, str):
+            from streamjoin import delta_io
+
+            late = delta_io.read_snapshot(spark, late)
+        own = late
+        if run.slice_start is not None and run.slice_end is not None:
+            inside = (F.col("slice_time") >= F.lit(spark_value(run.slice_start))) & (
+                F.col("slice_time") < F.lit(spark_value(run.slice_end))
+            )
+            own = late.where(inside)
+        run.late_cause = _late_cause(spark, index, own)
+
+
+def _late_cause(spark: SparkSession, index: str, late: DataFrame) -> str | None:
+    """The watermark most `late` rows missed, and the commit before the first of them whose row
+    holds the largest event time: the clock that watermark is grace behind."""
+    from streamjoin import delta_io
+    from streamjoin.index import SCHEMA as INDEX
+
+    missed = (
+        late.where(F.col("watermark").isNotNull())
+        .groupBy("watermark")
+        .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_timestamp").alias("first"))
+        .orderBy(F.col("rows").desc(), F.col("watermark").desc())
+        .first()
+    )
+    entries = delta_io.read_own(spark, index, INDEX)
+    if missed is None or entries is None:
+        return None
+    lifter = (
+        entries.where(F.col("max_event").isNotNull())
+        .dropDuplicates(["source", "version"])
+        .where(F.col("commit_ts") < F.lit(to_micros(from_spark(missed["first"]))))
+        .orderBy(F.col("max_event").desc(), "commit_ts", "source", "version")
+        .first()
+    )
+    if lifter is None:
+        return None
+    event, committed = from_micros(lifter["max_event"]), from_micros(lifter["commit_ts"])
+    lead = event - committed
+    return (
+        f"{missed['rows']} of them missed the watermark {from_spark(missed['watermark']).isoformat()}, grace "
+        f"behind the row of source {lifter['source']!r} at event time {event.isoformat()} (its commit version "
+        f"{lifter['version']}, committed at {committed.isoformat()}"
+        + (f", {format_duration(lead)} ahead of its commit" if lead > timedelta(0) else "")
+        + "), which lifted the watermark: every later row behind it is late until the sources catch up with "
+        "it. If that event time is wrong, correct the row or lower the source's max_future (rows further "
+        'ahead of their commit are rejected); if it is right, the rows behind it are really late (docs/semantics.md, "Time")'
     )
 
 
@@ -332,8 +407,74 @@ SCHEMA = StructType(
         StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
         StructField("by_phase", StringType()),  # JSON {phase: seconds}; added later still
         StructField("lookups", LongType()),  # lookup joins (RunMetrics.lookups); added with them
+        # A replay row: the run_id of a later replay in the same mode whose slice overlaps this
+        # one's (its rows replaced this slice's output); NULL while the row is current. Added later.
+        StructField("superseded_by", StringType()),
     ]
 )
+
+
+# How often a replay's metrics write is tried when another replay's commit conflicts with it.
+SUPERSEDE_ATTEMPTS = 5
+
+
+def record_replays(spark: SparkSession, runs: list[RunMetrics], location: str) -> None:
+    """Append a replay's metrics rows (consecutive slices in one mode) and, in the same Delta commit,
+    mark every earlier current replay row of that mode whose slice overlaps them as superseded by
+    the new run of the slice it overlaps: each slice's output was replaced, so its old counts no
+    longer describe it. The current rows of a mode then never overlap: a reader of the table keeps
+    `superseded_by IS NULL` and sees each slice once, its latest run (docs/backfills.md)."""
+    from delta import exceptions
+
+    conflicts = (
+        exceptions.ConcurrentAppendException,
+        exceptions.ConcurrentDeleteReadException,
+        exceptions.ConcurrentTransactionException,
+        exceptions.DeltaConcurrentModificationException,
+    )
+    for attempt in range(SUPERSEDE_ATTEMPTS):
+        try:
+            _write_superseding(spark, runs, location)
+            return
+        except conflicts:  # another replay committed first (a live batch's blind append does not conflict)
+            if attempt == SUPERSEDE_ATTEMPTS - 1:
+                raise
+
+
+def _write_superseding(spark: SparkSession, runs: list[RunMetrics], location: str) -> None:
+    """The earlier rows of the runs' range (few: a slice is replayed again now and then) read, the
+    current ones marked, and written back with the new rows over that range (`replaceWhere`); a
+    plain append when the range has none, as for a backfill's next group (told from the files'
+    statistics where the table's checksum lists them, else by a query)."""
+    from streamjoin import delta_io
+
+    start, end = spark_value(runs[0].slice_start), spark_value(runs[-1].slice_end)
+    region = (
+        f"runner = 'replay' AND mode = '{runs[0].mode}' AND slice_start < TIMESTAMP '{end:%Y-%m-%d %H:%M:%S.%f}' "
+        f"AND slice_end > TIMESTAMP '{start:%Y-%m-%d %H:%M:%S.%f}'"
+    )
+    later_end = delta_io.holds_rows(spark, location, "slice_end", start, datetime.max.replace(tzinfo=UTC))
+    earlier = (
+        [r.asDict() for r in delta_io.read_snapshot(spark, location).where(region).collect()]
+        if later_end  # the files' statistics leave it open that a slice ends after the runs' start
+        else []
+    )
+    rows = [run.row() for run in runs]
+    if not earlier:
+        delta_io.append(to_frame(spark, runs), location, merge_schema=True)
+        return
+    for row in earlier:
+        if not row.get("superseded_by"):
+            row["superseded_by"] = next(
+                run.run_id
+                for run in runs
+                if spark_value(run.slice_start) < from_spark(row["slice_end"])
+                and spark_value(run.slice_end) > from_spark(row["slice_start"])
+            )
+    frame = local_frame(
+        spark, [tuple(row.get(f.name) for f in SCHEMA.fields) for row in earlier + rows], SCHEMA
+    )
+    delta_io.replace_where(frame, location, region)
 
 
 class Stopwatch:
@@ -423,6 +564,131 @@ def untimed_elsewhere(
             )
         )
     return lines
+
+
+def last_live_batch(spark: SparkSession, spec: JoinSpec) -> Row | None:
+    """The newest live micro-batch the job's metrics record (None: no live run wrote its output)."""
+    from streamjoin import delta_io
+
+    location = spec.output.side("metrics")
+    if not delta_io.exists(spark, location) or delta_io.only_nulls(location, "batch"):  # replays' rows only
+        return None
+    return (
+        delta_io.read_snapshot(spark, location)
+        .where(F.col("runner") == "live")
+        .orderBy(F.col("started_at").desc(), F.col("batch").desc())
+        .first()
+    )
+
+
+def refuse_over_live(
+    spark: SparkSession,
+    plan: Plan,
+    windows: list[tuple[datetime, datetime]],
+    pinned: dict[str, int],
+    margins: dict[str, tuple[int, int]],
+) -> None:
+    """Refuse a replay into an output a live run writes when it reads commits the live run has not
+    read yet and a slice may still get rows from the live run: both would write them (docs/backfills.md,
+    "Who writes an output"). Over the versions the live run has read (or older) a replay writes
+    what it wrote; further, only slices no unread commit reaches (`_reached`) and for which it holds
+    no rows: it left none undecided, or the slice ends by the event time its output is final to."""
+    last = last_live_batch(spark, plan.spec)
+    if last is None:
+        return
+    read = json.loads(last["versions"])
+    if all(version <= read.get(name, -1) for name, version in pinned.items()):
+        return
+    reached = _reached(spark, plan, windows, pinned, read, margins)
+    if reached is None:
+        return
+    final = _final_until(plan, last, margins)
+    holds = bool((last["open"] or 0) + (last["unsettled"] or 0))  # rows later batches decide
+    unfinished = [w for w in windows if w in reached or (holds and (final is None or w[1] > final))]
+    if not unfinished:
+        return
+    ahead = {name: version for name, version in pinned.items() if version > read.get(name, -1)}
+    listed = ", ".join(f"[{a.isoformat()}, {b.isoformat()})" for a, b in unfinished)
+    if final is not None:
+        position = f" Its output is final up to event time {final.isoformat()}, its watermark less the join's margins."
+    elif plan.tables or len(plan.joins) != 1:
+        position = (
+            " A join with a table source, or a chain, tells no event time up to which its output is final."
+        )
+    else:
+        position = ""
+    raise JobError(
+        f"job {plan.spec.name}: a live run writes output {plan.spec.output.location} (run {last['run_id']}, batch "
+        f"{last['batch']} of {from_spark(last['started_at']).isoformat()}, which had read "
+        f"{_pairs(read)}); this replay reads further ({_pairs(ahead)}), and the live run may still write rows "
+        f"into {listed}: both would write them.{position} Wait until the live run "
+        "has finished with those slices (it reads the newer commits and its watermark passes them), replay "
+        "only slices it has finished with ("
+        + (f"ending by {final.isoformat()}, " if final is not None else "")
+        + f"reached by no row it has not read), or replay with --versions {_pairs(read)} (then this replay "
+        "writes what the live run wrote). To retire that live run, backfill with its versions and continue "
+        "with `streamjoin handoff`"
+    )
+
+
+def _pairs(versions: dict[str, int]) -> str:
+    return ",".join(f"{name}={version}" for name, version in sorted(versions.items()))
+
+
+def _final_until(plan: Plan, last: Row, margins: dict[str, tuple[int, int]]) -> datetime | None:
+    """The event time up to which the live run's output is final: its watermark (every later row
+    below it is late) less the longest margin after a slice, so every window of the rows before it
+    has closed. None where no watermark closes what the live run holds: a table source (rows wait
+    for it), a chain, or margins without end (ROWS windows)."""
+    after = max((m[1] for m in margins.values()), default=0)
+    if last["watermark"] is None or plan.tables or len(plan.joins) != 1 or after >= END_OF_INPUT:
+        return None
+    return from_spark(last["watermark"]) - timedelta(microseconds=after)
+
+
+def _reached(
+    spark: SparkSession,
+    plan: Plan,
+    windows: list[tuple[datetime, datetime]],
+    pinned: dict[str, int],
+    read: dict[str, int],
+    margins: dict[str, tuple[int, int]],
+) -> list[tuple[datetime, datetime]] | None:
+    """The slices a commit the live run has not read reaches: a row of it timed within the slice's
+    margins, or timed or committed within the slice (late and rejected rows land there too); all of
+    them when a table source has such a version (rows waiting for it may lie anywhere). None when
+    no such commit brings a row (an OPTIMIZE's brings none): the replay decides as the live run did."""
+    from streamjoin import delta_io
+    from streamjoin.index import SCHEMA as INDEX
+
+    if any(pinned[t.name] > read.get(t.name, -1) for t in plan.tables):
+        return windows
+    entries = delta_io.read_own(spark, plan.spec.output.side("index"), INDEX)
+    after_live = [
+        (F.col("source") == s.name) & F.col("version").between(read.get(s.name, -1) + 1, pinned[s.name])
+        for s in plan.streams
+    ]
+    if entries is None or not after_live:
+        return None
+    unread = (
+        entries.where(reduce(lambda a, b: a | b, after_live))
+        .where(F.col("rows") > 0)
+        .select("source", "commit_ts", "min_time", "max_time")
+        .collect()
+    )
+    if not unread:
+        return None
+
+    def reaches(entry: Row, lo: int, hi: int) -> bool:
+        before, after = margins[entry["source"]]
+        timed = (
+            entry["min_time"] is not None
+            and entry["min_time"] < hi + after
+            and entry["max_time"] >= lo - before
+        )
+        return timed or lo <= entry["commit_ts"] < hi
+
+    return [(a, b) for a, b in windows if any(reaches(e, to_micros(a), to_micros(b)) for e in unread)]
 
 
 def spark_value(value):

@@ -536,7 +536,7 @@ def _bind_lateral(
     key and value; the function's return type), renamed by `columns`. A lookup: `_bind_lookup`."""
     (name,) = left_names  # the job's only join (spec)
     if join.lookup is not None:
-        return _bind_lookup(spark, join, left_names, schemas, where)
+        return _bind_lookup(spark, join, left_names, schemas, where, spec.output.side("lookups"))
     row = spark.createDataFrame([], schemas[name]).alias(name)
 
     def resolved(what: str, expressions: list[str]) -> StructType:
@@ -588,13 +588,14 @@ def _bind_lookup(
     left_names: tuple[str, ...],
     schemas: dict[str, StructType],
     where: str,
+    journal: str,
 ) -> BoundJoin:
-    """A lookup join: the database table's columns (read through JDBC now, so an unreachable
-    database is refused before data moves), its condition split into the key equalities (at
-    least one, Flink's rule) and the other terms."""
+    """A lookup join: the database table's columns (as the job's `journal` recorded them, else read
+    through JDBC now, so an unreachable database is refused before data moves: `database.columns`),
+    its condition split into the key equalities (at least one, Flink's rule) and the other terms."""
     assert join.lookup is not None and join.on  # the spec requires both
-    table = database.table(spark, join.lookup, where)
-    made = StructType([StructField(f.name, f.dataType, True) for f in table.schema.fields])
+    columns = database.columns(spark, join.lookup, where, journal)
+    made = StructType([StructField(f.name, f.dataType, True) for f in columns.fields])
     seen = {**schemas, join.source: made}
     on = _qualify(str(join.on), (*left_names, join.source), seen, where)
     _check_qualifiers(on, (*left_names, join.source), seen, where)

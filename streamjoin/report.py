@@ -2,7 +2,7 @@
 
 The page reads `<output>_metrics` (one row per replay slice or live micro-batch) and, when a
 backfill has run, `<output>_backfill` (one row per slice attempt). A slice replayed several times
-counts by its latest run per mode. Charts are inline SVG drawn here, so the page needs no script
+counts by its current run per mode, the one no later replay superseded (`metrics.record_replays`). Charts are inline SVG drawn here, so the page needs no script
 and nothing from the network: it opens offline, from a file or a CI artefact (docs/data-quality.md).
 """
 
@@ -201,14 +201,22 @@ def _attempt_rows(spark: SparkSession, spec: JoinSpec) -> list[dict]:
 
 
 def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
-    """Replay metrics rows and backfill attempts as slices in time order, each by its latest run per mode."""
+    """Replay metrics rows and backfill attempts as slices in time order, each by its current run per
+    mode (the newest not superseded: metrics.record_replays) and how often it ran. A slice whose runs
+    a later replay of an overlapping range superseded is left out, with its attempts unless one
+    did not succeed: the later replay's slices show those rows, each once."""
     grouped: dict[tuple, list[dict]] = defaultdict(list)
     for row in metrics:
         if row["runner"] == "replay":
             grouped[(from_spark(row["slice_start"]), from_spark(row["slice_end"]), row["mode"])].append(row)
     slices: dict[tuple, Slice] = {}
+    replaced = set()
     for (start, end, mode), runs in grouped.items():
-        latest = max(runs, key=lambda r: r["started_at"])
+        current = [r for r in runs if not r.get("superseded_by")]
+        if not current:
+            replaced.add((start, end, mode))
+            continue
+        latest = max(current, key=lambda r: r["started_at"])
         piece = slices.setdefault((start, end), Slice(start, end))
         piece.runs[mode] = SliceRun(
             {name: latest.get(name) or 0 for name in COUNTS},
@@ -217,10 +225,15 @@ def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
             len(runs),
             json.loads(latest.get("by_link") or "[]"),
         )
-    for row in sorted(attempts, key=lambda r: r["finished_at"]):
-        start, end = from_spark(row["slice_start"]), from_spark(row["slice_end"])
+    latest_attempts = {
+        (from_spark(row["slice_start"]), from_spark(row["slice_end"]), row["mode"]): row
+        for row in sorted(attempts, key=lambda r: r["finished_at"])
+    }
+    for (start, end, mode), row in latest_attempts.items():
+        if (start, end, mode) in replaced and row["status"] == "succeeded":
+            continue
         piece = slices.setdefault((start, end), Slice(start, end))
-        piece.attempts[row["mode"]] = Attempt(
+        piece.attempts[mode] = Attempt(
             row["status"],
             row["error"],
             json.loads(row["validation_failed"] or "[]"),
@@ -490,7 +503,8 @@ def render_page(
         "<h2>Definitions</h2><dl class='definitions'>"
         f"<dt>match rate</dt><dd>{_e(MATCH_RATE)}</dd><dt>lateness cost</dt><dd>{_e(LATENESS_COST)}</dd>"
         "<dt>runs plotted</dt><dd>Each slice's latest exact run (what live decides); a slice replayed only in "
-        "complete mode shows its complete run. A slice replayed several times counts by its latest run.</dd>"
+        "complete mode shows its complete run. A slice replayed several times counts by its latest run; one "
+        "whose rows a later replay of another cut replaced is left out.</dd>"
         "<dt>buckets</dt><dd>Every input row ends in one bucket: joined, unmatched emitted (padded), unmatched "
         "dropped, late (side table _late), rejected (side table _rejected), open (window still open) or unsettled "
         "(arrived after the frontier); docs/semantics.md.</dd></dl></main>"

@@ -35,6 +35,7 @@ from streamjoin import arrival, delta_io, lease
 from streamjoin.backfill import Slice, cut, written_table
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.frames import local_frame
+from streamjoin.metrics import last_live_batch
 from streamjoin.plan import bind
 from streamjoin.runners.replay import replay_slices
 from streamjoin.spec import JoinSpec, Output
@@ -268,20 +269,11 @@ def live_point(spark: SparkSession, spec: JoinSpec, table: str, checkpoint: str 
 
 
 def _last_live_batch(spark: SparkSession, spec: JoinSpec):
-    metrics = spec.output.side("metrics")
-    last = None
-    if delta_io.exists(spark, metrics):
-        last = (
-            delta_io.read_snapshot(spark, metrics)
-            .where(F.col("runner") == "live")
-            .orderBy(F.col("started_at").desc(), F.col("batch").desc())
-            .select("run_id", "batch", "versions", "started_at", "duration_s")
-            .first()
-        )
+    last = last_live_batch(spark, spec)
     if last is None:
         raise JobError(
-            f"job {spec.name} has no live run recorded in {metrics}; verify compares what a live run wrote "
-            f"with the replay: run `streamjoin stream {spec.name}` first"
+            f"job {spec.name} has no live run recorded in {spec.output.side('metrics')}; verify compares what a "
+            f"live run wrote with the replay: run `streamjoin stream {spec.name}` first"
         )
     return last
 

@@ -108,6 +108,16 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     assert rows_of(spark, live) == expected  # the journal's answers, not today's database
     assert source_counts(metrics) == {"orders": balance}
     assert metrics.lookups == 0
+    closed = database.url.replace(str(database.port), str(database.port + 1))
+    down = job(tmp_path, "live", closed, "left")  # the database down; the same output, so the same journal
+    assert source_counts(replay(spark, down, at(0), at(3600), mode="exact")) == {"orders": balance}
+    assert rows_of(spark, down) == expected  # from the journal alone: no connection needed
+    with pytest.raises(
+        JobError, match=r"lookup join 'c'.*cannot read customers .*check that the database is up"
+    ):
+        LiveRunner(
+            spark, down, str(tmp_path / "checkpoint")
+        )  # live asks for every new commit: refused at once
 
     fresh = job(tmp_path, "fresh", database.url, "left")  # no run of it processed these commits
     metrics = replay(spark, fresh, at(0), at(3600), mode="exact")
@@ -127,6 +137,14 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
             f"1. {how.upper()} JOIN customers at jdbc:postgresql://127.0.0.1:{database.port}/postgres AS c("
             in text
         )
+    write(spark, tmp_path, [(106, 2, 60, 60)])  # a commit no run has asked about yet
+    down = job(
+        tmp_path, "fresh", closed, "left"
+    )  # no live run writes it: nothing refuses the replay but the database
+    with pytest.raises(
+        JobError, match=r"1 key\(s\) of commits the journal .*_lookups does not hold yet.*database is up"
+    ):
+        replay(spark, down, at(0), at(3600), mode="exact")
 
 
 def test_a_lookup_job_on_a_forty_day_old_table_before_and_after_its_aging(spark, tmp_path, database):

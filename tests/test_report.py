@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from conftest import at
-from harness import create_tables, job, with_output, write_commit
+from harness import create_tables, job, read_output, with_output, write_commit
 
 from streamjoin import delta_io
 from streamjoin.backfill import run_slice
@@ -347,3 +347,30 @@ def test_a_failed_validation_lists_every_expectation_with_the_failures_marked(tm
     assert f"<td class='wrap' data-field='validation'>{failed}<details class='checks'>" in page
     assert "<summary>1 of 2 expectations passed</summary>" in page
     assert f"<li class='failed'>&#10007; {failed}</li>" in page and "<li class='passed'>&#10003; " in page
+
+
+def test_a_replay_reading_past_the_live_run_is_refused_where_both_would_write(spark, replayed):
+    """Last in this file: it commits a row the module's live run has not read. A replay over it
+    would write rows the live run writes when it reads that commit; the refusal names the live
+    run's versions and how far its output is final (watermark 495 s less the 10 s margin)."""
+
+    def third_slice() -> Counter:  # the rows the module's exact backfill attempt wrote there
+        return Counter(
+            {row: n for row, n in read_output(spark, replayed.output.location).items() if 200 <= row[2] < 300}
+        )
+
+    written = third_slice()
+    write_commit(spark, replayed.source("l").location, [("a14", "k1", 250, 1)])  # late: lands in [200, 300)
+    with pytest.raises(
+        JobError,
+        match=r"a live run writes output .* which had read l=5,r=5\); this replay reads further \(l=6\), and the "
+        r"live run may still write rows into \[2024-01-01T00:03:20\+00:00, 2024-01-01T00:05:00\+00:00\): both "
+        r"would write them\. Its output is final up to event time 2024-01-01T00:08:05\+00:00.* replay with "
+        r"--versions l=5,r=5",
+    ):
+        replay(spark, replayed, *SLICES[2])
+    with pytest.raises(JobError, match=r"may still write rows into \[2024-01-01T00:08:20\+00:00"):
+        replay(spark, replayed, at(500), at(600))  # rows the live run holds (b10, unsettled) lie there
+    replay(spark, replayed, *SLICES[0])  # finished, and no unread commit reaches it
+    replay(spark, replayed, *SLICES[2], versions={"l": 5, "r": 5})  # what the live run had read
+    assert third_slice() == written and written  # the rows live wrote, each once

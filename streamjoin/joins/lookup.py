@@ -115,7 +115,7 @@ class LookupJoin(LateralJoin):
                 missing = wanted.join(known, [V, _KEY], "left_anti").persist()
                 lookups = missing.count()
                 if lookups:
-                    self._record(spark, missing, "live" if inputs.keep_state else "replay")
+                    self._record(spark, missing, "live" if inputs.keep_state else "replay", lookups)
                     answers = self._answers(spark, versions)  # read back what was recorded
                 missing.unpersist()
             else:
@@ -143,10 +143,12 @@ class LookupJoin(LateralJoin):
         first = F.min_by(F.col("rows"), F.struct("looked_up_at", "lookup_id"))
         return recorded.groupBy("version", "key").agg(first.alias("rows"))
 
-    def _record(self, spark: SparkSession, missing: DataFrame, runner: str) -> None:
-        """Ask the database for the keys of `missing` (by name when few, else the whole table),
-        and append one answer per (commit, key) to the journal."""
-        db = database.table(spark, self.lookup, f"lookup join {self.name!r}")
+    def _record(self, spark: SparkSession, missing: DataFrame, runner: str, count: int) -> None:
+        """Ask the database for the keys of `missing` (`count` of them: by name when few, else the
+        whole table), and append one answer per (commit, key) to the journal. The only place a
+        lookup connects: commits whose answers the journal holds need no database."""
+        why = f"lookup join {self.name!r} ({count} key(s) of commits the journal {self.journal} does not hold yet)"
+        db = database.asked(spark, self.lookup, why, self.made)
         columns = [column for _, column in self.keys]
         keys = missing.select(*columns).distinct()
         named = keys.limit(PUSHED_KEYS + 1).collect()
@@ -178,3 +180,13 @@ class LookupJoin(LateralJoin):
 
 
 register("lookup")(LookupJoin.build)
+
+
+def check_databases(spark: SparkSession, plan: Plan) -> None:
+    """Connect to each lookup join's database now: a live run asks it for every new commit, so one
+    that is down (or lost a column the journal recorded) is refused before the first batch, in one line."""
+    for bound in plan.joins:
+        if bound.spec.lookup is not None and bound.made is not None:
+            database.asked(
+                spark, bound.spec.lookup, f"job {plan.spec.name!r}, lookup join {bound.right!r}", bound.made
+            )

@@ -40,7 +40,7 @@ from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import CheckpointError, JobError
 from streamjoin.joins.base import SliceCounts, counted_pass
-from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
+from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, explain_late, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, parse_duration
@@ -128,6 +128,7 @@ class LiveRunner:
         self.spec = spec
         self.plan: Plan = bind(spark, spec)
         self.join = kernel.runnable(spark, self.plan)
+        kernel.reach_external(spark, self.plan)  # what live asks for every new commit must answer now
         self.start_at = start_at
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
@@ -582,6 +583,7 @@ class LiveRunner:
                 lookups=result.lookups or 0,
             )
             if outputs:
+                explain_late(spark, out.side("index"), [metrics], result.late)
                 self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
             self._save_progress(
                 Progress(

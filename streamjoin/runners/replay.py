@@ -24,7 +24,14 @@ from streamjoin import arrival, changelog, delta_io, index, journal, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.base import JoinOperator, SliceCounts, StepResult, counted_pass
-from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, to_frame
+from streamjoin.metrics import (
+    RunMetrics,
+    SourceCounts,
+    Stopwatch,
+    explain_late,
+    record_replays,
+    refuse_over_live,
+)
 from streamjoin.plan import Plan, bind
 from streamjoin.spec import JoinSpec, Output
 from streamjoin.timeutil import EARLIEST, LATEST, Instant, from_micros, parse_instant, to_micros
@@ -58,6 +65,15 @@ def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> N
         if source.spec.kind == "table" and journal.serves(spark, plan, source, versions[source.name]):
             continue  # its own rows or the job's journal serve it (docs/semantics.md)
         delta_io.check_retained(spark, source.spec.location, versions[source.name])
+
+
+def check_live_writer(
+    spark: SparkSession, plan: Plan, windows: list[tuple[datetime, datetime]], pinned: dict[str, int]
+) -> None:
+    """Refuse, before any data moves, to replay slices of the job's output that a live run may still
+    write into over commits it has not read (`metrics.refuse_over_live`, with the join's margins)."""
+    join = kernel.family(plan)
+    refuse_over_live(spark, plan, windows, pinned, {s.name: join.margins(s.name) for s in plan.streams})
 
 
 def replay(
@@ -219,6 +235,8 @@ def _replay(
     if not checked:
         check_inputs(spark, plan, pinned)
     positions = index.update(spark, plan, pinned)
+    if into is None:  # the job's own output, which a live run may write too
+        check_live_writer(spark, plan, windows, pinned)
     newest = positions.newest()
     frontier = arrival.frontier(newest, len(plan.streams), positions.history_end)
     if closed:  # every commit is settled: nothing more will come
@@ -384,7 +402,8 @@ def _account(
                 lookups=(result.lookups or 0) if k == 0 else 0,  # the step's, on its first slice
             )
         )
-    delta_io.append(to_frame(spark, runs), run.out.side("metrics"), merge_schema=True)
+    explain_late(spark, run.plan.spec.output.side("index"), runs, run.out.side("late"))
+    record_replays(spark, runs, run.out.side("metrics"))
     return runs
 
 

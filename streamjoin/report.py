@@ -2,8 +2,9 @@
 
 The page reads `<output>_metrics` (one row per replay slice or live micro-batch) and, when a
 backfill has run, `<output>_backfill` (one row per slice attempt). A slice replayed several times
-counts by its current run per mode, the one no later replay superseded (`metrics.record_replays`). Charts are inline SVG drawn here, so the page needs no script
-and nothing from the network: it opens offline, from a file or a CI artefact (docs/data-quality.md).
+counts by its current run per mode, the one no later replay superseded (`metrics.record_replays`).
+Charts are inline SVG drawn here, so the page needs no script and nothing from the network: it
+opens offline, from a file or a CI artefact (docs/data-quality.md).
 """
 
 from __future__ import annotations

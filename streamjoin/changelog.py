@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from streamjoin import delta_io, journal
+from streamjoin import delta_io, drift, journal
 from streamjoin.arrival import (
     BAD_TIME,
     FUTURE_TIME,
@@ -108,6 +108,7 @@ def read(
     table, from the job's journal (`journal_at`, streamjoin/journal.py) for the versions it holds,
     and from Delta (time travel to S, the change feed) for the rest.
     """
+    drift.check_source(spark, source, start, upto_version)
     if journal.served_by_rows(spark, source, start):
         raw = _from_rows(spark, source, upto_version, start, journal_at)
     else:
@@ -151,7 +152,10 @@ def _from_journal_or_delta(
         )
         after = start
     if upto_version > after:
-        raw = raw.unionByName(delta_io.read_changes(spark, where, upto_version, after + 1))
+        # allowMissingColumns: the table at the start may have had columns that it lost since, or lacked
+        # some added since; `tag` keeps the job's own (a change of one of them is refused: drift.py)
+        changes = delta_io.read_changes(spark, where, upto_version, after + 1)
+        raw = raw.unionByName(changes, allowMissingColumns=True)
     return raw
 
 

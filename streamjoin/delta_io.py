@@ -14,13 +14,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache, reduce
 from urllib.parse import unquote, urlparse
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
-from pyspark.sql.types import StructType, TimestampType
+from pyspark.sql.types import StructField, StructType, TimestampType
 
 from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError, StreamJoinError
 from streamjoin.frames import local_frame
@@ -258,12 +260,7 @@ def oldest_version(spark: SparkSession, location: str) -> int:
 def logged_versions(spark: SparkSession, location: str) -> tuple[int, int]:
     """(oldest, newest) version whose log entry Delta keeps, from a listing of the log folder: no
     log entry is read."""
-    if _is_path(location):
-        root = location
-    else:
-        detail = spark.sql(f"DESCRIBE DETAIL {location}").first()
-        assert detail is not None  # DESCRIBE DETAIL returns exactly one row
-        root = detail.location
+    root = _root(spark, location)
     log = _local_log(root)
     if log is not None:
         versions = _commit_versions(log)
@@ -284,6 +281,15 @@ def logged_versions(spark: SparkSession, location: str) -> tuple[int, int]:
 def oldest_retained(spark: SparkSession, location: str) -> Commit:
     """The oldest commit whose log entry Delta still keeps, with its time and operation."""
     return history(spark, location, since=oldest_version(spark, location))[0]
+
+
+def _root(spark: SparkSession, location: str) -> str:
+    """The folder of a table: the path itself, or where the metastore keeps a named table."""
+    if _is_path(location):
+        return location
+    detail = spark.sql(f"DESCRIBE DETAIL {location}").first()
+    assert detail is not None  # DESCRIBE DETAIL returns exactly one row
+    return detail.location
 
 
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
@@ -411,15 +417,149 @@ def _sql_name(location: str) -> str:
 
 def read_changes(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
     """Row changes of commits [from_version, upto_version] from the change data feed: inserts, update
-    post-images and deletes, with `_change_type`, `_commit_version` and `_commit_timestamp`."""
-    reader = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", from_version)
-        .option("endingVersion", upto_version)
+    post-images and deletes, with `_change_type`, `_commit_version` and `_commit_timestamp`, in the
+    columns of `upto_version`'s schema.
+
+    Delta reads a change feed in one schema and refuses a range over which a column was dropped or
+    renamed. So the range is read in runs of versions of one schema (`schema_spans`), each in its
+    own, and each run's rows are put in the end version's columns (`_conform`): a column is found
+    by its column-mapping id, so a renamed one keeps its values, and one a run lacks is NULL there."""
+    with translated_errors(location, f"the schema of versions {from_version} to {upto_version}"):
+        spans = schema_spans(spark, location, from_version, upto_version)
+    ends = [span.first - 1 for span in spans[1:]] + [upto_version]
+    parts = []
+    for span, end in zip(spans, ends, strict=True):
+        reader = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", span.first)
+            .option("endingVersion", end)
+        )
+        with translated_errors(location, f"the change data feed of versions {span.first} to {end}"):
+            part = _load(reader, location)
+        parts.append(part if len(spans) == 1 else _conform(part, span.schema, spans[-1].schema))
+    return reduce(DataFrame.unionByName, parts).where(F.col(CHANGE_TYPE) != "update_preimage")
+
+
+@dataclass(frozen=True)
+class SchemaSpan:
+    """A table's schema from version `first` on, until the next span's first version. Its fields
+    keep Delta's column-mapping metadata (`delta.columnMapping.id`) where the log holds it."""
+
+    first: int
+    schema: StructType
+
+
+def schema_spans(spark: SparkSession, location: str, since: int, upto: int) -> list[SchemaSpan]:
+    """The table's schemas over versions [since, upto], oldest first: the one in effect at `since`,
+    then one for each later commit that changed it (a `metaData` action with another schema).
+    Read from the log's commit files (`_logged_schema`)."""
+    spans = [SchemaSpan(since, _schema_at(spark, location, since))]
+    for version in range(since + 1, upto + 1):
+        changed = _logged_schema(spark, location, version)
+        if changed is not None and changed != spans[-1].schema:
+            spans.append(SchemaSpan(version, changed))
+    return spans
+
+
+def column_id(field: StructField) -> int | None:
+    """A column's column-mapping id (stable across renames); None without column mapping."""
+    value = field.metadata.get("delta.columnMapping.id")
+    return value if isinstance(value, int) else None
+
+
+def _schema_at(spark: SparkSession, location: str, version: int) -> StructType:
+    """The schema of `version`: from its checksum, else from the newest commit at or before it that
+    set one, else (the log holds it only in a checkpoint) from Delta, without column-mapping ids."""
+    schema_string = ((_checksum(location, version) or {}).get("metadata") or {}).get("schemaString")
+    if isinstance(schema_string, str):
+        return _parsed_schema(schema_string)
+    oldest = logged_versions(spark, location)[0]
+    for earlier in range(version, oldest - 1, -1):
+        logged = _logged_schema(spark, location, earlier)
+        if logged is not None:
+            return logged
+    return read_snapshot(spark, location, version).schema
+
+
+def _logged_schema(spark: SparkSession, location: str, version: int) -> StructType | None:
+    """The schema a commit set (its `metaData` action), or None if it set none or its file cannot
+    be read (Delta's own read of the version then says why)."""
+    log = _local_log(location)
+    try:
+        if log is not None:
+            path = os.path.join(log, f"{version:020d}.json")
+            stat = os.stat(path)
+            text = _local_schema_string(path, stat.st_size, stat.st_mtime_ns)
+        else:
+            text = _schema_string(_remote_commit_lines(spark, location, version))
+    except (OSError, Py4JJavaError):
+        return None
+    return None if text is None else _parsed_schema(text)
+
+
+@lru_cache(maxsize=4096)
+def _local_schema_string(path: str, size: int, modified: int) -> str | None:
+    """`_schema_string` of a local commit file, kept per file (by its size and time: a commit file
+    never changes once written), so that each run's reads do not parse the same log again."""
+    with open(path, encoding="utf-8") as file:
+        return _schema_string(file)
+
+
+def _remote_commit_lines(spark: SparkSession, location: str, version: int) -> list[str]:
+    """The lines of a commit file on another file system, read through Hadoop."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while the SparkContext is running, as it is for a live session
+    path = jvm.org.apache.hadoop.fs.Path(
+        f"{_root(spark, location).rstrip('/')}/_delta_log/{version:020d}.json"
     )
-    with translated_errors(location, f"the change data feed of versions {from_version} to {upto_version}"):
-        return _load(reader, location).where(F.col(CHANGE_TYPE) != "update_preimage")
+    stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8").splitlines()
+    finally:
+        stream.close()
+
+
+def _schema_string(lines: Iterable[str]) -> str | None:
+    """The schema (Delta's JSON) of a commit's `metaData` action, among the commit's lines."""
+    for line in lines:
+        if '"metaData"' in line:
+            value = (json.loads(line).get("metaData") or {}).get("schemaString")
+            if isinstance(value, str):
+                return value
+    return None
+
+
+def _parsed_schema(schema_string: str) -> StructType:
+    return StructType.fromJson(json.loads(schema_string))
+
+
+def in_columns(frame: DataFrame, columns: StructType) -> DataFrame:
+    """A source's rows in `columns` (the job's view of its schema), found by name: a column the rows
+    were read without (one added since) is NULL, one the job does not know (dropped since) is left
+    out; the change feed's own columns kept. Rows read over versions of different schemas so
+    become one frame."""
+    return _conform(frame, frame.schema, columns)
+
+
+def _conform(frame: DataFrame, have: StructType, want: StructType) -> DataFrame:
+    """Rows read in schema `have` put in the columns of `want`: each column found by its
+    column-mapping id (by name without one), cast where its type was widened, NULL where `have`
+    has no such column; the change feed's own columns kept."""
+    by_id = {column_id(f): f for f in have.fields if column_id(f) is not None}
+    by_name = {f.name.lower(): f for f in have.fields}
+    columns = []
+    for field in want.fields:
+        key = column_id(field)
+        found = by_id.get(key) if key is not None and by_id else by_name.get(field.name.lower())
+        if found is None:
+            columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+        elif found.dataType != field.dataType:
+            columns.append(F.col(f"`{found.name}`").cast(field.dataType).alias(field.name))
+        else:
+            columns.append(F.col(f"`{found.name}`").alias(field.name))
+    feed = [c for c in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP) if c in frame.columns]
+    return frame.select(*columns, *feed)
 
 
 def read_inserts(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
@@ -429,11 +569,24 @@ def read_inserts(spark: SparkSession, location: str, upto_version: int, from_ver
 
 
 def stream_changes(
-    spark: SparkSession, location: str, max_files_per_trigger: int | None = None, starting_version: int = 0
+    spark: SparkSession,
+    location: str,
+    max_files_per_trigger: int | None = None,
+    starting_version: int = 0,
+    schema_log: str | None = None,
+    columns: StructType | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of the change data feed (every change type, with `_change_type`,
     commit version and time), from `starting_version` on, which need not exist yet (Delta itself
-    refuses a starting version newer than the table: the stream starts one earlier and filters)."""
+    refuses a starting version newer than the table: the stream starts one earlier and filters).
+
+    `schema_log`: a folder under the query's checkpoint where Delta tracks the schema it reads
+    (`schemaTrackingLocation`). A stream then follows columns dropped or renamed in the table,
+    where without it Delta refuses to read past the change: at each change the query stops
+    (DELTA_STREAMING_METADATA_EVOLUTION, `schema_evolved`) and, started again, goes on in the new
+    schema. Drops and renames are let through (the caller has checked, before each start, that
+    the job uses no column they touch). `columns`: the columns to give, by name, NULL where the
+    schema read at the time lacks one (a column added later)."""
     reader = (
         spark.readStream.format("delta")
         .option("readChangeFeed", "true")
@@ -441,16 +594,35 @@ def stream_changes(
     )
     if max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
+    if schema_log:
+        reader = reader.options(
+            schemaTrackingLocation=schema_log,
+            allowSourceColumnDrop="always",
+            allowSourceColumnRename="always",
+        )
     changes = _load(reader, location)
+    if columns is not None:
+        changes = in_columns(changes, columns)
     return changes.where(F.col(COMMIT_VERSION) >= starting_version) if starting_version else changes
 
 
 def stream_inserts(
-    spark: SparkSession, location: str, max_files_per_trigger: int | None = None, starting_version: int = 0
+    spark: SparkSession,
+    location: str,
+    max_files_per_trigger: int | None = None,
+    starting_version: int = 0,
+    schema_log: str | None = None,
+    columns: StructType | None = None,
 ) -> DataFrame:
-    """A streaming DataFrame of inserted rows with their commit version and time, from `starting_version`."""
-    changes = stream_changes(spark, location, max_files_per_trigger, starting_version)
+    """A streaming DataFrame of inserted rows with their commit version and time, from
+    `starting_version`; `schema_log` and `columns` as for `stream_changes`."""
+    changes = stream_changes(spark, location, max_files_per_trigger, starting_version, schema_log, columns)
     return changes.where(F.col(CHANGE_TYPE) == "insert").drop(CHANGE_TYPE)
+
+
+def schema_evolved(error: BaseException) -> bool:
+    """The error a stream with a schema log stops with at a schema change, to be started again."""
+    return "DELTA_STREAMING_METADATA_EVOLUTION" in str(error)
 
 
 def check_retained(spark: SparkSession, location: str, version: int) -> None:

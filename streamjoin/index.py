@@ -731,9 +731,11 @@ def _refuse_rewrites(source: BoundSource, what: str) -> None:
 
 def _tagged(raw: DataFrame, source: BoundSource) -> DataFrame:
     """Rows of a source with event time, version and rejection reason; their commit time comes from
-    the index (`Index._with_commit_times`). A `_change_type` column, if any, is kept."""
+    the index (`Index._with_commit_times`). A `_change_type` column, if any, is kept. The rows are
+    put in the job's columns of the source (`delta_io.in_columns`), so that reads of versions of
+    different schemas unite."""
     return arrival.prepare(
-        raw.withColumn(COMMIT_TIMESTAMP, F.lit(None).cast("timestamp")),
+        delta_io.in_columns(raw, source.schema).withColumn(COMMIT_TIMESTAMP, F.lit(None).cast("timestamp")),
         source.index,
         source.raw_time(),
         source.event_time(),

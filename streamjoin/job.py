@@ -163,10 +163,11 @@ class Job:
 
     def validate(self, structure_only: bool = False) -> Validation:
         """Check the job against its tables: columns, types, expressions, change data feeds, that
-        a runner takes it, what each source can serve; warnings on grace and time formats (which
+        a runner takes it, no change to a column it uses over the versions a run would read
+        (drift.py), what each source can serve; warnings on grace and time formats (which
         read a sample of rows, skipped with `structure_only`). With `structure_only`, missing
         tables are allowed and only the structure is checked."""
-        from streamjoin import kernel, reach
+        from streamjoin import delta_io, drift, index, kernel, reach
         from streamjoin.plan import grace_warnings, time_format_warnings
 
         missing = self.missing_sources()
@@ -179,6 +180,9 @@ class Job:
             )
         plan = self.plan()
         kernel.runnable(self.spark, plan)
+        # the versions a run would read: from the job's start (its index's, or the one it would take) to the newest
+        newest = {s.name: delta_io.latest_version(self.spark, s.location) for s in self.spec.sources}
+        drift.check(self.spark, plan, index.start_of(self.spark, plan)[1], newest)
         warnings = grace_warnings(self.spark, plan)
         if not structure_only:
             warnings += time_format_warnings(self.spark, plan)

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from streamjoin import database, delta_io, functions
+from streamjoin import database, delta_io, drift, functions
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
@@ -48,6 +48,9 @@ class BoundSource:
     index: int
     schema: StructType
     keys: tuple[str, ...]
+    # The columns the job depends on (selected, a key, in a condition or filter, its time), as the
+    # schema spells them: a change to one of them over the versions a run reads is refused (drift.py).
+    used: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -176,6 +179,37 @@ def _expand_star(expression: str, schemas: dict[str, StructType]) -> list[str]:
 
 def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     """Check the job against its sources' schemas; raise JobError naming what to change."""
+    stored = _source_schemas(spark, spec)
+    schemas = _with_window_columns(spec, dict(stored))
+    joins = _bind_joins(spark, spec, schemas)
+    select = _bind_select(spec, schemas)
+    where = spec.where and _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
+    named = [("the select list", e) for e in select] + ([("where", where)] if where else [])
+    named += [(f"the condition of the join with {j.right!r}", j.condition) for j in joins if j.condition]
+    _check_named_columns(spark, spec, named, schemas)
+    used = _used_columns(spec, joins, tuple(e for _, e in named), stored)
+    keys = _join_keys(spec, joins)
+    sources = []
+    for index, name in enumerate(n for n in spec.names if n in stored):
+        source = spec.source(name)
+        _check_columns(spec, source, stored[name])
+        sources.append(
+            BoundSource(source, index, stored[name], tuple(dict.fromkeys(keys[name])), used.get(name, ()))
+        )
+    output_columns = _check_expressions(
+        spark, spec, schemas, tuple(j.condition for j in joins), where, select
+    )
+    reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
+    if reserved and any(j.family == "table-table" for j in joins):
+        raise JobError(
+            f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
+            "result and changes; give those select items other aliases"
+        )
+    return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
+
+
+def _source_schemas(spark: SparkSession, spec: JoinSpec) -> dict[str, StructType]:
+    """Each source's schema as its Delta table stores it; a missing table refused."""
     schemas = {}
     for source in spec.sources:
         if not delta_io.exists(spark, source.location):
@@ -183,8 +217,11 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
                 f"job {spec.name!r}: source {source.name!r} at {source.location!r} is not a Delta table; create it or fix the path"
             )
         schemas[source.name] = delta_io.schema(spark, source.location)
-    stored = dict(schemas)
-    schemas = _with_window_columns(spec, schemas)
+    return schemas
+
+
+def _bind_joins(spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructType]) -> list[BoundJoin]:
+    """Each link bound in turn; a lateral link's made rows join `schemas` under its name."""
     joins = []
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
@@ -197,41 +234,33 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             continue
         on = join.on and _as_spelled(_qualify(join.on, (*left_names, join.source), schemas, link), schemas)
         joins.append(_bind_join(spec, join, on, left_names, schemas))
+    return joins
+
+
+def _bind_select(spec: JoinSpec, schemas: dict[str, StructType]) -> tuple[str, ...]:
+    """The select list qualified, stars expanded; without one, every column as `<source>_<column>`."""
+    if not spec.select:
+        return tuple(
+            f"{name}.`{field.name}` AS `{name}_{field.name}`"
+            for name in spec.names
+            for field in schemas[name].fields
+        )
+    return tuple(
+        _qualify(item, spec.names, schemas, f"job {spec.name!r}, select item {item!r}")
+        for expression in spec.select
+        for item in _expand_star(expression, schemas)
+    )
+
+
+def _join_keys(spec: JoinSpec, joins: list[BoundJoin]) -> dict[str, list[str]]:
+    """Per source, the columns its equi joins key on."""
     keys: dict[str, list[str]] = {name: [] for name in spec.names}
     for bound in joins:
         for left_col, right_col in bound.equi:
             owner, column = left_col.split(".", 1)
             keys[owner].append(column)
             keys[bound.right].append(right_col.split(".", 1)[1])
-    sources = []
-    for index, name in enumerate(n for n in spec.names if n in stored):
-        source = spec.source(name)
-        _check_columns(spec, source, stored[name])
-        sources.append(BoundSource(source, index, stored[name], tuple(dict.fromkeys(keys[name]))))
-    select = (
-        tuple(
-            _qualify(item, spec.names, schemas, f"job {spec.name!r}, select item {item!r}")
-            for expression in spec.select
-            for item in _expand_star(expression, schemas)
-        )
-        if spec.select
-        else tuple(
-            f"{name}.`{field.name}` AS `{name}_{field.name}`"
-            for name in spec.names
-            for field in schemas[name].fields
-        )
-    )
-    where = spec.where and _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
-    output_columns = _check_expressions(
-        spark, spec, schemas, tuple(j.condition for j in joins), where, select
-    )
-    reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
-    if reserved and any(j.family == "table-table" for j in joins):
-        raise JobError(
-            f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
-            "result and changes; give those select items other aliases"
-        )
-    return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
+    return keys
 
 
 WINDOW_COLUMNS = ("window_start", "window_end")
@@ -349,6 +378,78 @@ def _qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructT
 
     qualified = tree.transform(name_owner)
     return qualified.sql(dialect="spark") if changed else expression
+
+
+def _source_columns(expression: str, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The (source, column) pairs `expression` names as `<source>.<column>` (or a field of one,
+    `<source>.<column>.<field>`); none when it does not parse (Spark's analysis then says why)."""
+    try:
+        tree = sqlglot.parse_one(expression, read="spark")
+    except sqlglot.errors.ParseError:
+        return []
+    pairs = []
+    for column in tree.find_all(exp.Column):
+        if isinstance(column.this, exp.Star):
+            continue
+        db, table = column.args.get("db"), column.table
+        if db is not None and db.name in names:
+            pairs.append((db.name, table))
+        elif db is None and table in names:
+            pairs.append((table, column.name))
+    return pairs
+
+
+def _check_named_columns(
+    spark: SparkSession, spec: JoinSpec, named: list[tuple[str, str]], schemas: dict[str, StructType]
+) -> None:
+    """Refuse `<source>.<column>` where the source has no such column (`named`: what names it, and
+    the expression), before Spark's analysis could read it as a field of a column named like the
+    source (`t.name` as field `name` of a stream's column `t`). A column the source's log shows
+    was dropped is said so, with the version that dropped it."""
+    for what, expression in named:
+        for name, column in _source_columns(expression, spec.names):
+            if name not in schemas or _spelt_as(schemas[name], column) is not None:
+                continue
+            location = spec.source(name).location if name in {s.name for s in spec.sources} else None
+            dropped = None if location is None else drift.dropped_column_version(spark, location, column)
+            detail = (
+                f"column {column!r} was dropped from it at version {dropped}. Remove {name}.{column} from the job"
+                if dropped is not None
+                else f"its columns are {', '.join(schemas[name].fieldNames())}"
+            )
+            raise JobError(
+                f"job {spec.name!r}: {what} does not resolve against the sources' columns: {name}.{column} names "
+                f"no column of source {name!r}{f' ({location})' if location else ''}; {detail}"
+            )
+
+
+def _used_columns(
+    spec: JoinSpec, joins: list[BoundJoin], expressions: tuple[str, ...], stored: dict[str, StructType]
+) -> dict[str, tuple[str, ...]]:
+    """Per source, the columns the job depends on, as its schema spells them: those its select,
+    filter and conditions name (USING and NATURAL keys too), its primary key, time and tombstone
+    columns, and a column an `as_of` names."""
+    named = [pair for e in expressions for pair in _source_columns(e, tuple(stored))]
+    for bound in joins:
+        named += [_split_column(side) for pair in bound.equi for side in pair]
+        named += [pair for e in bound.lateral for pair in _source_columns(e, tuple(stored))]
+        if bound.as_of is not None:
+            named.append((bound.as_of.source, bound.as_of.column))
+    for source in spec.sources:
+        own = (*source.key, source.deleted, None if source.time == COMMIT_TIME else source.time)
+        named += [(source.name, column) for column in own if column]
+    used: dict[str, list[str]] = {name: [] for name in stored}
+    for name, column in named:
+        spelt = _spelt_as(stored[name], column) if name in stored else None
+        if spelt is not None:
+            used[name].append(spelt)
+    return {name: tuple(dict.fromkeys(columns)) for name, columns in used.items()}
+
+
+def _split_column(qualified: str) -> tuple[str, str]:
+    """`source.column` (a key of `BoundJoin.equi`) as (source, column)."""
+    source, column = qualified.split(".", 1)
+    return source, column
 
 
 def _spelt_as(schema: StructType, column: str) -> str | None:

@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, atomic, changelog, delta_io, errors, index, journal, kernel, lease
+from streamjoin import arrival, atomic, changelog, delta_io, drift, errors, index, journal, kernel, lease
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
@@ -209,13 +209,19 @@ class LiveRunner:
         self._opened = True
 
     def _start(self) -> StreamingQuery:
+        self._check_schemas()
         if not self.started():
             self._claim_output()
             self._catch_up()
         streams = []
         for source in self.plan.streams:
             stream = delta_io.stream_inserts(
-                self.spark, source.spec.location, self.max_files, self.starting_versions.get(source.name, 0)
+                self.spark,
+                source.spec.location,
+                self.max_files,
+                self.starting_versions.get(source.name, 0),
+                self._schema_log(source.name),
+                source.schema,
             )
             streams.append(
                 stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
@@ -224,7 +230,11 @@ class LiveRunner:
             # A table's commits start micro-batches too (rows may be waiting for them); the batch
             # reads the table itself, so these rows carry no payload.
             stream = delta_io.stream_changes(
-                self.spark, source.spec.location, self.max_files, self.starting_versions.get(source.name, 0)
+                self.spark,
+                source.spec.location,
+                self.max_files,
+                self.starting_versions.get(source.name, 0),
+                self._schema_log(source.name),
             )
             streams.append(
                 stream.select(*self._payloads(source.index), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
@@ -236,6 +246,17 @@ class LiveRunner:
             .queryName(f"streamjoin_{self.spec.name}_{self.app_id[-8:]}")
         )
         return writer.trigger(**self.trigger).start()
+
+    def _schema_log(self, source: str) -> str:
+        """Where the streaming query tracks the schema it reads of `source` (delta_io.stream_changes)."""
+        return f"{self.checkpoint}/spark/schema_log_{source}"
+
+    def _check_schemas(self) -> None:
+        """Before the query starts (again): refuse it if a source changed a column the job uses
+        over the versions it reads, from the job's start to the newest (drift.py)."""
+        starts = {name: entry.version for name, entry in self.positions.starts.items()}
+        newest = {s.name: delta_io.latest_version(self.spark, s.spec.location) for s in self.plan.sources}
+        drift.check(self.spark, self.plan, starts, newest)
 
     def run(
         self, timeout: float | None = None, stop_requested: Callable[[], bool] | None = None
@@ -252,21 +273,34 @@ class LiveRunner:
         else:
             what, advice = "the commits since the job's start", self._later_start_advice()
         locations = ", ".join(s.location for s in self.spec.sources)
+        deadline = None if timeout is None else time.monotonic() + timeout
         with delta_io.translated_errors(locations, what, advice):
-            query = self.start()
-            try:
-                self._wait(query, timeout, stop_requested or (lambda: False))
-            except Exception:
-                if self._failure is None:  # else raised below, as it is
-                    raise
-            finally:
-                if query.isActive:
-                    query.stop()
-                self._release_lease()
-            error = query.exception()
-            if error is not None:
-                raise self._failure or error
+            while self._run_once(deadline, stop_requested or (lambda: False)):
+                pass  # a source's schema changed: its schema log holds the new one; start again in it
         return self.runs[already:]
+
+    def _run_once(self, deadline: float | None, stop_requested: Callable[[], bool]) -> bool:
+        """Start the query and wait for it (`run`). True when it stopped at a schema change of a
+        source (delta_io.schema_evolved), to be started again; any other failure is raised."""
+        query = self.start()
+        try:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            self._wait(query, left, stop_requested)
+        except Exception as failure:  # awaitTermination raises the query's failure
+            if self._failure is None and not delta_io.schema_evolved(failure):
+                raise  # else raised below: streamjoin's own error as it is, or a restart
+        finally:
+            if query.isActive:
+                query.stop()
+            self._release_lease()
+        error = query.exception()
+        if error is None:
+            return False
+        if self._failure is not None:  # a batch's own error, not Spark's wrapper of it
+            raise self._failure
+        if delta_io.schema_evolved(error):
+            return True
+        raise error
 
     def progress(self) -> list[dict]:
         """Spark's progress reports of the last run's micro-batches (`StreamingQuery.recentProgress`):

@@ -20,7 +20,7 @@ import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival, changelog, delta_io, index, journal, kernel
+from streamjoin import arrival, changelog, delta_io, drift, index, journal, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.base import JoinOperator, SliceCounts, StepResult, counted_pass
@@ -56,11 +56,13 @@ def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | Non
 
 
 def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> None:
-    """Before any data moves: every source records its change feed and still holds the pinned
+    """Before any data moves: no source changed a column the job uses over the versions the run
+    reads (drift.py), and every source records its change feed and still holds the pinned
     snapshot (its log entry and files), unless it is a table the job's journal or its own rows
     serve. Nothing older is checked here: the index step refuses a table start that neither Delta
     nor the journal serves (journal.update)."""
     kernel.runnable(spark, plan)
+    drift.check(spark, plan, index.start_of(spark, plan)[1], versions)
     for source in plan.sources:
         if source.spec.kind == "table" and journal.serves(spark, plan, source, versions[source.name]):
             continue  # its own rows or the job's journal serve it (docs/semantics.md)

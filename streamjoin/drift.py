@@ -84,11 +84,27 @@ def dropped_at(spans: list[SchemaSpan], column: str) -> int | None:
     return spans[having[-1] + 1].first
 
 
-def dropped_column_version(spark: SparkSession, location: str, column: str) -> int | None:
-    """The version that dropped `column` from a table, among the versions its log keeps; None if
-    none of them had it."""
+def missing_column(spark: SparkSession, location: str, column: str, source: str) -> str | None:
+    """Why a table has no `column` although its log shows it had one, and what a job naming it as
+    `<source>.<column>` can do: renamed (its column-mapping id lives on under another name) or
+    dropped, at which version; None if no version the log keeps had it."""
     oldest, newest = delta_io.logged_versions(spark, location)
-    return dropped_at(delta_io.schema_spans(spark, location, oldest, newest), column)
+    spans = delta_io.schema_spans(spark, location, oldest, newest)
+    version = dropped_at(spans, column)
+    if version is None:
+        return None
+    before = next(s for s in reversed(spans) if s.first < version)
+    had = _named(before.schema, column)
+    key = None if had is None else column_id(had)
+    now = next((f for f in spans[-1].schema.fields if key is not None and column_id(f) == key), None)
+    if now is not None:
+        return (
+            f"column {column!r} was renamed to {now.name!r} at version {version}. Name it {source}.{now.name} "
+            f"and start the job at version {version} or later, or remove it from the job"
+        )
+    return (
+        f"column {column!r} was dropped from it at version {version}. Remove {source}.{column} from the job"
+    )
 
 
 def _named(schema: StructType, column: str) -> StructField | None:

@@ -405,18 +405,14 @@ def _check_named_columns(
     """Refuse `<source>.<column>` where the source has no such column (`named`: what names it, and
     the expression), before Spark's analysis could read it as a field of a column named like the
     source (`t.name` as field `name` of a stream's column `t`). A column the source's log shows
-    was dropped is said so, with the version that dropped it."""
+    was dropped or renamed is said so, with the version (drift.missing_column)."""
     for what, expression in named:
         for name, column in _source_columns(expression, spec.names):
             if name not in schemas or _spelt_as(schemas[name], column) is not None:
                 continue
             location = spec.source(name).location if name in {s.name for s in spec.sources} else None
-            dropped = None if location is None else drift.dropped_column_version(spark, location, column)
-            detail = (
-                f"column {column!r} was dropped from it at version {dropped}. Remove {name}.{column} from the job"
-                if dropped is not None
-                else f"its columns are {', '.join(schemas[name].fieldNames())}"
-            )
+            missing = None if location is None else drift.missing_column(spark, location, column, name)
+            detail = missing or f"its columns are {', '.join(schemas[name].fieldNames())}"
             raise JobError(
                 f"job {spec.name!r}: {what} does not resolve against the sources' columns: {name}.{column} names "
                 f"no column of source {name!r}{f' ({location})' if location else ''}; {detail}"

@@ -94,8 +94,8 @@ def test_unused_columns_dropped_and_renamed_keep_both_runners_going(spark, tmp_p
 def test_a_change_to_a_column_the_job_uses_is_refused_before_data_moves(spark, tmp_path, capsys):
     """A column the job selects renamed inside the versions a run reads: validate-job and the replay
     refuse in one line naming the source, the column, the version and what to do, and nothing is
-    written. A selected column dropped is named with the version that dropped it, and `t.name` is
-    not read as a field of the stream's own column `t`."""
+    written. A job naming a column by its old name, or a dropped one, is told the version that
+    renamed or dropped it, and `t.extra` is not read as a field of the stream's own column `t`."""
     s, t = str(tmp_path / "s"), str(tmp_path / "t")
     _create(spark, s, EVENTS)
     _create(spark, t, PEOPLE)
@@ -115,6 +115,11 @@ def test_a_change_to_a_column_the_job_uses_is_refused_before_data_moves(spark, t
     ):
         replay(spark, load_job(renamed), *EVERYTHING)
     assert not delta_io.exists(spark, str(tmp_path / "out"))
+
+    old_name = _job(tmp_path, "t.name", output="old")
+    assert main(["validate-job", old_name]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "column 'name' was renamed to 'label' at version 2. Name it t.label" in message, message
 
     dropped = _job(tmp_path, "t.extra", output="other")
     assert main(["validate-job", dropped]) == 2

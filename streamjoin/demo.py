@@ -182,7 +182,15 @@ def write_tables(
 ) -> None:
     """Write the demo tables (and the chosen range of stream commits) under `root`; `only`: just
     the tables named (a job that reads two of them needs no commit of the others). Each table is
-    created as a source should be (`SOURCE_TABLE`), whatever the session's defaults."""
+    created as a source should be (`SOURCE_TABLE`), whatever the session's defaults. A name in
+    `only` that is no demo table is refused before anything is written (else it writes nothing)."""
+    known = list(dict.fromkeys([*data.tables, *(commit.table for commit in data.commits)]))
+    unknown = [name for name in only if name not in known]
+    if unknown:
+        raise JobError(
+            f"no demo table named {', '.join(map(repr, unknown))}; the demo's tables: {', '.join(known)} "
+            "(give their names, not paths)"
+        )
     for name, (schema, rows) in data.tables.items():
         path = f"{root}/{name}"
         if (not only or name in only) and not delta_io.exists(spark, path):

@@ -28,8 +28,8 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     data = generate()
     half = len(data.commits) // 2
     spec = demo_job(name, str(root / "demo"))
-    tables = tuple(Path(source.location).name for source in spec.sources)  # the job's, only
-    write_tables(spark, str(root / "demo"), data, slice(0, half), only=tables)
+    job_tables = tuple(Path(source.location).name for source in spec.sources)  # the job's, only
+    write_tables(spark, str(root / "demo"), data, slice(0, half), only=job_tables)
     start, at, end = DAY - timedelta(days=1), DAY + timedelta(hours=10), DAY + timedelta(days=2)
 
     with pytest.raises(JobError, match="no exact backfill .* ending at"):
@@ -77,7 +77,7 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     with pytest.raises(JobError, match="has already run"):
         hand_off(spark, spec, at, checkpoint)
 
-    write_tables(spark, str(root / "demo"), data, slice(half, None), only=tables)
+    write_tables(spark, str(root / "demo"), data, slice(half, None), only=job_tables)
     runs = LiveRunner(spark, spec, checkpoint).run()
     assert runs and all(r.balanced() for r in runs)
 
@@ -89,3 +89,12 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     # Rows before T that only the later commits decided came from live, after the backfill.
     live_written = sum(r.rows_out for r in runs)
     assert live_written > 0
+
+
+def test_writing_demo_tables_that_do_not_exist_is_refused_before_anything_is_written(spark, tmp_path):
+    # A table path given where a demo table's name belongs once made write_tables write nothing,
+    # and a live run over the sources found nothing new, as if the stream had lost the commits.
+    data, root = generate(), tmp_path / "demo"
+    with pytest.raises(JobError, match=r"no demo table named .*out/orders_payments.*; the demo's tables: "):
+        write_tables(spark, str(root), data, only=("orders", str(root / "out" / "orders_payments")))
+    assert not root.exists()

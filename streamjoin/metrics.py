@@ -372,12 +372,13 @@ def _late_cause(spark: SparkSession, index: str, late: DataFrame) -> str | None:
         return None
     event, committed = from_micros(lifter["max_event"]), from_micros(lifter["commit_ts"])
     lead = event - committed
+    if lead <= timedelta(0):  # the clock followed the commits: a grace shorter than their spacing
+        return None
     return (
         f"{missed['rows']} of them missed the watermark {from_spark(missed['watermark']).isoformat()}, grace "
         f"behind the row of source {lifter['source']!r} at event time {event.isoformat()} (its commit version "
-        f"{lifter['version']}, committed at {committed.isoformat()}"
-        + (f", {format_duration(lead)} ahead of its commit" if lead > timedelta(0) else "")
-        + "), which lifted the watermark: every later row behind it is late until the sources catch up with "
+        f"{lifter['version']}, committed at {committed.isoformat()}, {format_duration(lead)} ahead of its "
+        "commit), which lifted the watermark: every later row behind it is late until the sources catch up with "
         "it. If that event time is wrong, correct the row or lower the source's max_future (rows further "
         'ahead of their commit are rejected); if it is right, the rows behind it are really late (docs/semantics.md, "Time")'
     )

@@ -13,10 +13,11 @@ from streamjoin.frames import local_frame
 
 # A pytest-xdist worker runs with a __main__ that has neither a spec nor a file, which
 # pyspark.sql.connect (imported by Great Expectations) takes for its own doctest run and answers
-# with sys.exit(0). Give the worker's __main__ a file name.
+# with sys.exit(0). Give the worker's __main__ a file: one that exists and does nothing, since a
+# process started with multiprocessing's spawn runs its parent's main file first.
 _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
-    _main.__file__ = "pytest-xdist-worker"
+    _main.__file__ = os.path.join(os.path.dirname(__file__), "xdist_worker_main.py")
 
 os.environ.setdefault("STREAMJOIN_SHUFFLE_PARTITIONS", "2")
 # Each test worker (make test runs two) has one driver for the files it is dealt, which touch
@@ -104,12 +105,13 @@ if TESTS_SET_JAVA_OPTIONS:
 # (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
 # alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
 SLOWEST_FIRST = (
-    "test_real_history",  # 260 in a loaded run: 40 days of production-shaped history, then two backfills
+    "test_real_history",  # about 400 in a loaded run: 33 days of production-shaped history, then two backfills
     "test_cli",  # 215: the demo
     "test_aged_tables",  # 195
     "test_restart",  # 170: ten SIGKILLs, each a new JVM
     "test_chains",  # 152
     "test_bench",  # 129
+    "test_faults",  # about 110: a live run, commits that left the log, full and read-only disks
     "test_enrichment_seeds",  # 113
     "test_enrichment_equivalence",  # 97
     "test_kernel_interval_chain",  # 70
@@ -121,6 +123,8 @@ SLOWEST_FIRST = (
     "test_journal",  # about 60 in a loaded run
     "test_time_formats",  # about 60 in a loaded run
     "test_handoff",  # 57
+    "test_live_checkpoint",  # about 50: a checkpoint over OPTIMIZEd and VACUUMed sources
+    "test_schema_drift",  # about 40: a live run through dropped and renamed columns
     "test_cluster",  # 57
     "test_interval_seeds",  # 56
     "test_delta_io",  # 53

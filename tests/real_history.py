@@ -37,7 +37,7 @@ from aging import (
 )
 from pyspark.sql import SparkSession
 
-DAYS = 40
+DAYS = 33
 STREAM_DDL = {
     "impressions": "imp_id string, campaign string, currency string, ts timestamp",
     "clicks": "click_id string, imp_id string, ts timestamp",

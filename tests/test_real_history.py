@@ -25,7 +25,7 @@ from streamjoin.cli import main
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
-START_DAY, FIRST_DAY, END_DAY = 10, 10, 38  # the index starts on day 10; the backfill covers [10, 38)
+START_DAY, FIRST_DAY, END_DAY = 3, 3, 31  # the index starts on day 3; the backfill covers [3, 31)
 INDEX_DAYS = (2, 6)  # the index step's days of the week (day % 7); day 6 is the weekly VACUUM's
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -37,7 +38,15 @@ WM = "_sj_wm"  # the watermark at the row's arrival (NULL before any event time 
 EMIT = "_sj_emit"  # a derived row's emission position (a `position_struct`)
 META = (T, TS, SRC, V, REJECT)
 
-Position = tuple[int, int, int]  # (commit timestamp micros, source index, commit version)
+
+class Position(NamedTuple):
+    """A row's arrival position: the Delta commit that added it. Positions order as tuples do
+    (commit time, then source index, then version), which is the arrival order (docs/semantics.md)."""
+
+    time: int  # the commit's timestamp, UTC microseconds
+    source: int  # the source's index in the job
+    version: int  # the commit's version
+
 
 NULL_KEY = "null_key"
 NULL_TIME = "null_event_time"
@@ -78,6 +87,9 @@ class CommitStats:
     min_time: int | None = None
     max_time: int | None = None
     untimed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "position", Position(*self.position))  # a plain tuple read by name too
 
     def owned_rows(self, slice_number: int = 0) -> int:
         return self.owned.get(slice_number, (0, 0))[0]
@@ -211,7 +223,7 @@ def commit_stats(
     )
     parts: dict[Position, list] = {}
     for r in grouped.collect():
-        parts.setdefault((r[TS], r[SRC], r[V]), []).append(r)
+        parts.setdefault(Position(r[TS], r[SRC], r[V]), []).append(r)
     stats = []
     for position, groups in sorted(parts.items()):
         stats.append(
@@ -264,7 +276,7 @@ def newest_positions(
     """Each source's newest position among `commits`, merged into `into`."""
     newest = dict(into or {})
     for commit in commits:
-        src = commit.position[1]
+        src = commit.position.source
         if src not in newest or commit.position > newest[src]:
             newest[src] = commit.position
     return newest
@@ -325,13 +337,13 @@ def timeline(
     if history:
         after = max_present([running, *(c.max_event for c in history)])
         for commit in history:
-            before[(commit.position[1], commit.position[2])] = running
-            through[(commit.position[1], commit.position[2])] = after
+            before[(commit.position.source, commit.position.version)] = running
+            through[(commit.position.source, commit.position.version)] = after
         if after is not None and after != running:
             rises.append((after, history[-1].position))
         running = after
     for commit in commits[len(history) :]:
-        key = (commit.position[1], commit.position[2])
+        key = (commit.position.source, commit.position.version)
         before[key] = running
         if commit.max_event is not None and (running is None or commit.max_event > running):
             running = commit.max_event
@@ -431,8 +443,8 @@ def is_late() -> Column:
 
 def at_or_before(position: Position) -> Column:
     """Rows whose position is at or before `position`."""
-    ts, src, version = position
-    return position_le((F.col(TS), F.col(SRC), F.col(V)), (F.lit(ts), F.lit(src), F.lit(version)))
+    at = (F.lit(position.time), F.lit(position.source), F.lit(position.version))
+    return position_le((F.col(TS), F.col(SRC), F.col(V)), at)
 
 
 def position_le(a: tuple[Column, Column, Column], b: tuple[Column, Column, Column]) -> Column:

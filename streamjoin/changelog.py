@@ -76,7 +76,7 @@ class TableInput:
 
     @property
     def newest_ts(self) -> int | None:
-        return max((c.position[0] for c in self.commits), default=None)
+        return max((c.position.time for c in self.commits), default=None)
 
 
 @overload

@@ -100,7 +100,7 @@ class Entry:
     declared: str | None = None  # on a start entry: the start the job declared (`start_at`, --from)
 
     def position(self, src: int) -> Position:
-        return (self.commit_ts, src, self.version)
+        return Position(self.commit_ts, src, self.version)
 
 
 def location(plan: Plan) -> str:
@@ -597,7 +597,7 @@ def _complete(
         appended, mine = commits[version].appended_rows, held.get(version)
         if appended is None or (mine.rows if mine else 0) != appended:
             continue  # cut by maxFilesPerTrigger, or a commit only its change feed can tell
-        if mine is not None and mine.position[0] != _commit_ts(start, commits, version):
+        if mine is not None and mine.position.time != _commit_ts(start, commits, version):
             continue
         complete[version] = mine
     return complete
@@ -655,7 +655,7 @@ def _read_stats(pending: list[_Pending]) -> None:
                 p.source, f"its change feed after version {p.unknown[0] - 1} holds updated or deleted rows"
             )
         p.stats[r[V]] = arrival.CommitStats(
-            (_commit_ts(p.start, p.commits, r[V]), p.source.index, r[V]),
+            Position(_commit_ts(p.start, p.commits, r[V]), p.source.index, r[V]),
             r["max_event"],
             r["rows"],
             r["rejected"],
@@ -847,7 +847,7 @@ class Index:
         )
         for r in rows:
             src = self.plan.source(r["source"]).index
-            newest[src] = (r["p"]["commit_ts"], src, r["p"]["version"])
+            newest[src] = Position(r["p"]["commit_ts"], src, r["p"]["version"])
         return newest
 
     def settled_commits(self, ranges: dict[str, tuple[int, int]], frontier: Position | None) -> set[Position]:
@@ -868,11 +868,13 @@ class Index:
         )
         found = (
             self._frame()
-            .where(F.col("max_event").isNotNull() & (F.col("commit_ts") <= F.lit(frontier[0])) & meets)
+            .where(F.col("max_event").isNotNull() & (F.col("commit_ts") <= F.lit(frontier.time)) & meets)
             .select("source", "version", "commit_ts")
             .collect()
         )
-        positions = {(r["commit_ts"], self.plan.source(r["source"]).index, r["version"]) for r in found}
+        positions = {
+            Position(r["commit_ts"], self.plan.source(r["source"]).index, r["version"]) for r in found
+        }
         return {p for p in positions if p <= frontier}
 
     def timeline(self, commits: set[Position], frontier: Position | None) -> Timeline:
@@ -882,9 +884,9 @@ class Index:
         if frontier is None:
             return Timeline({}, None)
         frame = self._frame().where(F.col("rows") > 0)
-        earliest = min((p[0] for p in commits), default=frontier[0])
+        earliest = min((p.time for p in commits), default=frontier.time)
         span = frame.where(
-            (F.col("commit_ts") >= F.lit(earliest)) & (F.col("commit_ts") <= F.lit(frontier[0]))
+            (F.col("commit_ts") >= F.lit(earliest)) & (F.col("commit_ts") <= F.lit(frontier.time))
         )
         before = (
             frame.where(F.col("commit_ts") < F.lit(earliest))
@@ -1054,7 +1056,7 @@ def _rises(
     for k, (position, value) in enumerate(entries):
         if position > frontier:
             break
-        latest[position[1]] = value
+        latest[position.source] = value
         if k + 1 < len(entries) and arrival.in_history(entries[k + 1][0], history_end):
             continue  # the history arrives as one: its clock counts after its last entry
         now = arrival.max_present(latest.values())

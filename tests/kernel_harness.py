@@ -381,7 +381,7 @@ def _arrival(e: Event, shift: int = 0) -> tuple:
 def _by_example(commits: list[arrival.CommitStats]) -> list[list[arrival.CommitStats]]:
     groups: dict[int, list[arrival.CommitStats]] = {}
     for c in commits:
-        groups.setdefault(c.position[2] // STRIDE, []).append(c)
+        groups.setdefault(c.position.version // STRIDE, []).append(c)
     return list(groups.values())
 
 
@@ -559,7 +559,7 @@ def enrichment_replay(
         )
     timed = sorted((c for c in all_commits if frontier and c.position <= frontier), key=lambda c: c.position)
     timeline = replace(arrival.timeline(timed, None), end=frontier)
-    clock = max((p[0] for p in newest.values()), default=None)
+    clock = max((p.time for p in newest.values()), default=None)
     tables, table_commits = {}, {}
     for table in plan.tables:
         changes = changelog.tag(local_frame(spark, laid.table_rows[table.index], _CHANGES), table)
@@ -627,7 +627,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
             new[stream.name] = _stream_frame(spark, plan, rows, stream.index)
 
         def tables_for(newest, counts, rejected, cached, read=read, previous=previous):
-            clock = max((p[0] for p in newest.values()), default=None)
+            clock = max((p.time for p in newest.values()), default=None)
             return {
                 table.name: table_input(
                     table.name,

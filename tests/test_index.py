@@ -40,7 +40,7 @@ def _entries(commits):
     """Index entries of `commits`: each position with its source's largest event time so far."""
     entries, so_far = [], {}
     for c in sorted(commits, key=lambda c: c.position):  # what the index stores per source
-        src = c.position[1]
+        src = c.position.source
         if c.max_event is not None:
             so_far[src] = max(so_far.get(src, c.max_event), c.max_event)
         entries.append((c.position, so_far.get(src)))
@@ -93,7 +93,7 @@ def started_histories(draw):
             commits.append(
                 arrival.CommitStats((ts, src, version), draw(st.one_of(st.none(), st.integers(-20, 40))), 1)
             )
-    history_end = max(c.position for c in commits if c.position[0] == start)
+    history_end = max(c.position for c in commits if c.position.time == start)
     return sources, commits, history_end
 
 
@@ -109,11 +109,11 @@ def test_the_history_of_every_source_arrives_at_once_and_is_never_late(history, 
     in_history = [c for c in settled if c.position <= history_end]
     all_history = arrival.max_present(c.max_event for c in in_history)
     for c in in_history:  # no history row is late: nothing came before the start
-        assert live.before[(c.position[1], c.position[2])] is None
-        assert live.through[(c.position[1], c.position[2])] == all_history
+        assert live.before[(c.position.source, c.position.version)] is None
+        assert live.through[(c.position.source, c.position.version)] == all_history
     first_after = next((c for c in settled if c.position > history_end), None)
     if first_after is not None:  # after it, every source's history is behind every commit
-        assert live.before[(first_after.position[1], first_after.position[2])] == all_history
+        assert live.before[(first_after.position.source, first_after.position.version)] == all_history
     assert [p for _, p in live.rises if p <= history_end] in ([], [history_end])
 
     # The replay's sweep of the index agrees, for any commits of a slice.

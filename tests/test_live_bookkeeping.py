@@ -9,6 +9,7 @@ output equal the replay's (docs/architecture.md, Equivalence).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from hypothesis import given, settings
@@ -140,3 +141,15 @@ def test_a_cut_commit_waits_for_its_last_file(history):
             cut = [p for p in delivered if p[1] == source and delivered[p] < total_rows[p]]
             assert settling.partial.get(source) == ((cut[0], delivered[cut[0]]) if cut else None)
         previous = Progress(batch_id, None, settling.newest, {}, settling.partial)
+
+
+def test_a_position_is_read_by_name_and_stored_as_before():
+    """A position names its parts (commit time, source index, commit version), orders as the
+    plain tuple did, and a progress record stores it as a list, as 0.1.0 did."""
+    commit = arrival.CommitStats((5, 1, 7), None, 1)  # a plain tuple is taken as a position
+    assert (commit.position.time, commit.position.source, commit.position.version) == (5, 1, 7)
+    assert arrival.Position(5, 1, 7) < arrival.Position(5, 2, 0) < arrival.Position(6, 0, 0)
+    progress = Progress(3, None, {1: commit.position}, {}, {1: (commit.position, 2)})
+    assert json.loads(progress.to_json())["newest"] == {"1": [5, 1, 7]}
+    back = Progress.from_json(progress.to_json())
+    assert back.newest[1].version == 7 and back.partial[1][0].time == 5

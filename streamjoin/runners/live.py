@@ -102,7 +102,7 @@ class Progress:
 
 def _position(value: list[int]) -> arrival.Position:
     ts, src, version = value
-    return ts, src, version
+    return arrival.Position(ts, src, version)
 
 
 class LiveRunner:
@@ -525,7 +525,9 @@ class LiveRunner:
             commits = batch_commits(new, state)
             self._index_upto(
                 {
-                    s.name: {c.position[2]: c for c in commits if c.position[1] == s.index and c.rows}
+                    s.name: {
+                        c.position.version: c for c in commits if c.position.source == s.index and c.rows
+                    }
                     for s in plan.streams
                 }
             )
@@ -607,7 +609,7 @@ class LiveRunner:
                     **{s.name: _newest_version(newest, s.index) for s in plan.streams},
                     **{name: t.version for name, t in tables.items()},
                 },
-                frontier=None if frontier is None else str(frontier),
+                frontier=None if frontier is None else str(tuple(frontier)),  # as 0.1.0 wrote it
                 watermark=None if result.watermark is None else from_micros(result.watermark),
                 sources=counts,
                 rows_out=rows_out,
@@ -732,7 +734,7 @@ class LiveRunner:
         """Each table source as of its newest version now (or the version given); this batch counts the
         changes committed since the version the previous batch read (their rejected rows go to the side table)."""
         tables = {}
-        stream_clock = max((p[0] for p in newest.values()), default=None)
+        stream_clock = max((p.time for p in newest.values()), default=None)
         for source in self.plan.tables:
             version = (versions or {}).get(source.name)
             if version is None:
@@ -968,7 +970,7 @@ def table_input(
     changes committed after version `seen`, the one the previous batch read: their rows go to
     `counts`, their rejected rows to `rejected_parts`."""
     commits = arrival.commit_stats(changes)
-    fresh = [c for c in commits if c.position[2] > seen]
+    fresh = [c for c in commits if c.position.version > seen]
     counts[name] = SourceCounts(rows_in=sum(c.rows for c in fresh), rejected=sum(c.rejected for c in fresh))
     counted = F.col(V) > F.lit(seen)
     rejected_parts.append(
@@ -1039,7 +1041,7 @@ def decide(
         cached.append(pending)
         settled[name] = pending.where(settled_test)
         waiting[name] = pending.where(~settled_test)
-        own_commits = [c for c in commits if c.position[1] == source.index]
+        own_commits = [c for c in commits if c.position.source == source.index]
         counts[name] = SourceCounts(
             rows_in=sum(c.rows for c in own_commits),
             rejected=sum(c.rejected for c in own_commits),
@@ -1102,12 +1104,12 @@ def settle(
     """
     partial = dict(previous.partial) if previous else {}
     complete: list[arrival.CommitStats] = []
-    for source in sorted({c.position[1] for c in commits}):
-        mine = [c for c in commits if c.position[1] == source]
+    for source in sorted({c.position.source for c in commits}):
+        mine = [c for c in commits if c.position.source == source]
         last = mine[-1]
         seen, so_far = partial.pop(source, (None, 0))
         got = last.rows + (so_far if seen == last.position else 0)
-        if got < rows_of(source, last.position[2]):
+        if got < rows_of(source, last.position.version):
             partial[source] = (last.position, got)
             mine = mine[:-1]
         complete += mine
@@ -1116,7 +1118,7 @@ def settle(
 
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:
-    return newest[index][2] if index in newest else -1
+    return newest[index].version if index in newest else -1
 
 
 def _trigger(text: str) -> dict:

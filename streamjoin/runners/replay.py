@@ -260,7 +260,7 @@ def _replay(
     )
     run.watch.lap("prepare")
     read = _read_streams(run)
-    stream_clock = max((p[0] for p in newest.values()), default=None)
+    stream_clock = max((p.time for p in newest.values()), default=None)
     _read_tables(spark, run, read, stream_clock)
     run.watch.lap("read")
     timeline = positions.timeline(positions.settled_commits(read.ranges, frontier), frontier)
@@ -456,5 +456,4 @@ def _stream_counts(rows: DataFrame, slices: arrival.Slices, settled: Column, obs
 def _describe_position(position: arrival.Position | None) -> str | None:
     if position is None:
         return None
-    ts, src, version = position
-    return f"{from_micros(ts).isoformat()} source {src} version {version}"
+    return f"{from_micros(position.time).isoformat()} source {position.source} version {position.version}"

@@ -30,6 +30,7 @@ from airflow.sdk import (
 )
 from airflow.sdk.exceptions import AirflowFailException
 
+from streamjoin.enums import Mode
 from streamjoin.errors import JobError
 from streamjoin.job import Job
 from streamjoin.spec import JoinSpec, job_files
@@ -38,7 +39,6 @@ from streamjoin.timeutil import parse_duration
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_START = "2024-01-01"  # first data interval when a job's schedule has no start (local midnight)
 MASTER_VARIABLE = "streamjoin_master"  # Airflow Variable naming the Spark master; beats $STREAMJOIN_MASTER
-MODES = ("exact", "complete")
 log = logging.getLogger(__name__)
 
 
@@ -96,7 +96,7 @@ def output_asset(spec: JoinSpec) -> Asset:
 def slice_options(params: dict[str, Any]) -> tuple[str, dict[str, int] | None]:
     """The run's replay mode and pinned versions (dag_run.conf overrides the DAG's params)."""
     mode, versions = params.get("mode") or "exact", params.get("versions")
-    if mode not in MODES:
+    if mode not in list(Mode):
         raise AirflowFailException(
             f"conf mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
         )
@@ -166,7 +166,7 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
             "mode": Param(
                 "exact",
                 type="string",
-                enum=list(MODES),
+                enum=list(Mode),
                 description="exact: as live ran; complete: every row on time",
             ),
             "versions": Param(

@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io, index, kernel
+from streamjoin.enums import Mode
 from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError
 from streamjoin.frames import local_frame
 from streamjoin.metrics import RunMetrics
@@ -174,10 +175,7 @@ def plan_backfill(
     once. A range that starts before what every source can serve is refused (`reach`), unless
     `assume_earliest_known` and only tables fall short: their rows are then looked up in the
     tables' earliest known state and counted as assumed."""
-    if mode not in kernel.MODES:
-        raise JobError(
-            f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
-        )
+    mode = Mode.parse(mode)
     every = every or spec.schedule.every
     timezone = timezone or spec.schedule.timezone
     slices = cut(start, end, every, timezone)

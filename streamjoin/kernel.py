@@ -21,7 +21,6 @@ from streamjoin.plan import Plan
 
 __all__ = [
     "END_OF_INPUT",
-    "MODES",
     "StepInput",
     "StepResult",
     "family",
@@ -30,8 +29,6 @@ __all__ = [
     "split_rejected",
     "step",
 ]
-
-MODES = ("exact", "complete")
 
 
 def family(plan: Plan) -> JoinOperator:

@@ -13,17 +13,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pendulum
 
+from streamjoin.enums import Emit, JoinType, SourceKind
 from streamjoin.errors import JobError
 from streamjoin.limits import check_nesting, load_yaml
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
-SourceKind = Literal["stream", "table"]
-JoinType = Literal["inner", "left", "right", "full", "cross"]
-Emit = Literal["final", "eager"]
 # A stream-table join's point in time: `arrival` (the row's commit), `event_time` (the row's event
 # time) or a named time column of a stream before the join, `source.column` (Flink's `FOR
 # SYSTEM_TIME AS OF o.order_time`; docs/job-spec.md, "Event-time temporal").
@@ -37,20 +35,20 @@ DEFAULT_CLOCK_SKEW = timedelta(seconds=2)  # how late a table commit may become 
 # How far an event time may lead its commit time before the row is rejected (docs/semantics.md)
 DEFAULT_MAX_FUTURE = timedelta(days=1)
 _JOIN_TYPES = {
-    "inner": "inner",
-    "join": "inner",
-    "left": "left",
-    "left outer": "left",
-    "left_outer": "left",
-    "right": "right",
-    "right outer": "right",
-    "right_outer": "right",
-    "full": "full",
-    "full outer": "full",
-    "full_outer": "full",
-    "outer": "full",
-    "cross": "cross",
-    "cross join": "cross",
+    "inner": JoinType.INNER,
+    "join": JoinType.INNER,
+    "left": JoinType.LEFT,
+    "left outer": JoinType.LEFT,
+    "left_outer": JoinType.LEFT,
+    "right": JoinType.RIGHT,
+    "right outer": JoinType.RIGHT,
+    "right_outer": JoinType.RIGHT,
+    "full": JoinType.FULL,
+    "full outer": JoinType.FULL,
+    "full_outer": JoinType.FULL,
+    "outer": JoinType.FULL,
+    "cross": JoinType.CROSS,
+    "cross join": JoinType.CROSS,
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -101,8 +99,9 @@ class Source:
             raise JobError(
                 f"{where}: a source name must be an identifier (letters, digits, _), e.g. 'orders'"
             )
-        if self.kind not in ("stream", "table"):
+        if self.kind not in list(SourceKind):
             raise JobError(f"{where}: kind is {self.kind!r}; write 'stream' (append-only events) or 'table'")
+        object.__setattr__(self, "kind", SourceKind(self.kind))
         if bool(self.path) == bool(self.table):
             raise JobError(f"{where}: give exactly one of 'path' (a Delta folder) or 'table' (a table name)")
         if self.kind == "stream" and not self.time:
@@ -226,13 +225,13 @@ class Join:
     """One link of the join chain: everything joined so far, joined with `source`."""
 
     source: str
-    type: JoinType = "inner"
+    type: JoinType = JoinType.INNER
     on: str | None = None
     using: tuple[str, ...] = ()
     natural: bool = False
     bounds: TimeBounds | None = None
     grace: timedelta = DEFAULT_GRACE
-    emit: Emit = "final"
+    emit: Emit = Emit.FINAL
     as_of: AsOf | None = None
     asof: bool = False
     window: Windows | None = None
@@ -293,8 +292,9 @@ class Join:
                 f"{where}: 'between' lower bound {format_duration(self.bounds.lower)} is above its upper bound "
                 f"{format_duration(self.bounds.upper)}; write [lower, upper] with lower <= upper"
             )
-        if self.emit not in ("final", "eager"):
+        if self.emit not in list(Emit):
             raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
+        object.__setattr__(self, "emit", Emit(self.emit))
         if self.window is not None:
             self._check_window(where)
         object.__setattr__(self, "rows", tuple(self.rows))
@@ -346,7 +346,7 @@ class Join:
                 f"(the row kept, padded); type {self.type} has no meaning for rows made from the row itself"
             )
         if self.type == "cross":
-            object.__setattr__(self, "type", "inner")  # CROSS JOIN UNNEST(...) is Flink's inner form
+            object.__setattr__(self, "type", JoinType.INNER)  # CROSS JOIN UNNEST(...) is Flink's inner form
         if self.using or self.natural or (self.on is not None and str(self.on).strip().lower() != "true"):
             raise JobError(
                 f"{where}: {what} join pairs each row with the rows made from it and takes no condition "
@@ -718,7 +718,7 @@ def _validate(spec: JoinSpec) -> None:
                 f"the versions of a row: add key: [<column>, ...] to source {table.name!r}"
             )
         # The result of joining a stream with anything is a stream; table-table stays a table.
-        left_kind = "stream" if "stream" in pair else "table"
+        left_kind = SourceKind.STREAM if "stream" in pair else SourceKind.TABLE
 
 
 def _expressions(spec: JoinSpec) -> list[tuple[str, Any]]:

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 
 from streamjoin import arrival, changelog, delta_io, drift, index, journal, kernel
 from streamjoin.changelog import TableInput
+from streamjoin.enums import Mode
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.base import JoinOperator, SliceCounts, StepResult, counted_pass
 from streamjoin.metrics import (
@@ -227,10 +228,7 @@ def _replay(
     known_from: dict[str, int],
 ) -> list[RunMetrics]:
     """Prepare, read, step, write, account: one replay of consecutive slices."""
-    if mode not in kernel.MODES:
-        raise JobError(
-            f"mode {mode!r} is unknown; use 'exact' (as live ran) or 'complete' (every row on time)"
-        )
+    mode = Mode.parse(mode)
     plan = bind(spark, spec)
     operator = kernel.family(plan)
     pinned = pin_versions(spark, plan, versions)

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache, reduce
-from urllib.parse import unquote, urlparse
+from functools import reduce
+from urllib.parse import urlparse
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JJavaError
@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructField, StructType, TimestampType
 
+from streamjoin.delta_log import COMMIT_FILE, LocalLog, is_path, schema_string
 from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError, StreamJoinError
 from streamjoin.frames import local_frame
 from streamjoin.timeutil import from_spark
@@ -34,24 +35,20 @@ CHANGE_TYPE = "_change_type"
 _TIMESTAMP = TimestampType()
 
 
-def _is_path(location: str) -> bool:
-    return "/" in location or "\\" in location or "://" in location
-
-
 def _load(reader: DataFrameReader | DataStreamReader, location: str):
-    return reader.load(location) if _is_path(location) else reader.table(location)
+    return reader.load(location) if is_path(location) else reader.table(location)
 
 
 def exists(spark: SparkSession, location: str) -> bool:
     """True when `location` holds a Delta table. A local folder does when its log holds a commit,
     and does not without a log (a listing, where asking Delta costs Py4J calls and a look at its
     cached log; every run asks of each table it touches); Delta answers for the rest."""
-    log = _local_log(location)
-    if log is not None and _commit_versions(log):
+    log = LocalLog.of(location)
+    if log is not None and log.versions():
         return True
-    if log is not None and not os.path.isdir(log):
+    if log is not None and not log.exists():
         return False
-    if _is_path(location):
+    if is_path(location):
         return DeltaTable.isDeltaTable(spark, location)
     return spark.catalog.tableExists(location)
 
@@ -59,7 +56,7 @@ def exists(spark: SparkSession, location: str) -> bool:
 def _table(spark: SparkSession, location: str) -> DeltaTable:
     if not exists(spark, location):
         raise JobError(f"{location!r} is not a Delta table (no _delta_log there); create it or fix the path")
-    return DeltaTable.forPath(spark, location) if _is_path(location) else DeltaTable.forName(spark, location)
+    return DeltaTable.forPath(spark, location) if is_path(location) else DeltaTable.forName(spark, location)
 
 
 def delete_table(spark: SparkSession, location: str) -> bool:
@@ -67,7 +64,7 @@ def delete_table(spark: SparkSession, location: str) -> bool:
     table); False when there was none."""
     if not exists(spark, location):
         return False
-    if not _is_path(location):
+    if not is_path(location):
         spark.sql(f"DROP TABLE {location}")
         return True
     jvm = spark.sparkContext._jvm
@@ -155,19 +152,14 @@ def _history_in_log(location: str, since: int | None) -> list[Commit] | None:
     """The commits from `since` on, read from a local table's log; None where Delta must answer: a
     table that is not a local folder, or a commit without an in-commit timestamp (Delta then takes
     its time from the file, adjusted to keep times increasing)."""
-    log = _local_log(location)
-    versions = [] if log is None else _commit_versions(log)
+    log = LocalLog.of(location)
+    versions = [] if log is None else log.versions()
     if log is None or not versions:
         return None  # not local, or not a Delta table: Delta's answer says so
     commits = []
     for version in versions if since is None else [v for v in versions if v >= since]:
-        try:
-            with open(os.path.join(log, f"{version:020d}.json"), encoding="utf-8") as file:
-                first = json.loads(file.readline() or "{}")
-        except (OSError, ValueError):
-            return None  # cleaned up since the listing, or being written: Delta decides
-        info = first.get("commitInfo") if isinstance(first, dict) else None
-        if not isinstance(info, dict) or info.get("inCommitTimestamp") is None:
+        info = log.commit_info(version)  # None: cleaned up since the listing, or being written
+        if info is None or info.get("inCommitTimestamp") is None:
             return None
         parameters, metrics = info.get("operationParameters") or {}, info.get("operationMetrics") or {}
         operation = info.get("operation") or ""
@@ -261,16 +253,16 @@ def logged_versions(spark: SparkSession, location: str) -> tuple[int, int]:
     """(oldest, newest) version whose log entry Delta keeps, from a listing of the log folder: no
     log entry is read."""
     root = _root(spark, location)
-    log = _local_log(root)
+    log = LocalLog.of(root)
     if log is not None:
-        versions = _commit_versions(log)
+        versions = log.versions()
     else:
         jvm = spark.sparkContext._jvm
         assert jvm is not None  # set while the SparkContext is running, as it is for a live session
         path = jvm.org.apache.hadoop.fs.Path(f"{root.rstrip('/')}/_delta_log")
         fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
         names = [status.getPath().getName() for status in fs.listStatus(path)] if fs.exists(path) else []
-        versions = [int(m.group(1)) for m in map(_COMMIT_FILE.match, names) if m]
+        versions = [int(m.group(1)) for m in map(COMMIT_FILE.match, names) if m]
     if not versions:
         raise JobError(
             f"{location!r} is not a Delta table (no commits in its _delta_log); create it or fix the path"
@@ -285,36 +277,11 @@ def oldest_retained(spark: SparkSession, location: str) -> Commit:
 
 def _root(spark: SparkSession, location: str) -> str:
     """The folder of a table: the path itself, or where the metastore keeps a named table."""
-    if _is_path(location):
+    if is_path(location):
         return location
     detail = spark.sql(f"DESCRIBE DETAIL {location}").first()
     assert detail is not None  # DESCRIBE DETAIL returns exactly one row
     return detail.location
-
-
-_COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
-
-
-def _local_log(location: str) -> str | None:
-    """The `_delta_log` folder of a table in a local folder (a path or a file: URI); None for a
-    metastore name or another file system, which only Delta (or Hadoop) can read."""
-    parsed = urlparse(location)
-    if not _is_path(location) or parsed.scheme not in ("", "file"):
-        return None
-    return os.path.join(parsed.path, "_delta_log")
-
-
-def _commit_versions(log: str) -> list[int]:
-    """The versions of the commit files in a local `_delta_log` folder, oldest first (none if the
-    folder does not exist)."""
-    try:
-        names = os.listdir(log)
-    except OSError:
-        return []
-    return sorted(int(m.group(1)) for m in map(_COMMIT_FILE.match, names) if m)
-
-
-_CHECKPOINT_FILE = re.compile(r"^(\d{20})\.checkpoint(\.[^/]*)?\.(parquet|json)$")
 
 
 def damaged_commit(location: str, upto: int | None = None) -> tuple[int, str] | None:
@@ -322,34 +289,8 @@ def damaged_commit(location: str, upto: int | None = None) -> tuple[int, str] | 
     after its newest checkpoint) and that does not parse, with what is wrong with it; None when
     they all parse, or the table is not in a local folder. A commit file is written whole (Delta
     renames it into place), so one that does not parse is damaged, not being written."""
-    log = _local_log(location)
-    versions = [] if log is None else _commit_versions(log)
-    if log is None or not versions:
-        return None
-    upto = versions[-1] if upto is None else upto
-    checkpoints = [int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, os.listdir(log)) if m]
-    since = max((v for v in checkpoints if v <= upto), default=-1)
-    for version in (v for v in versions if since < v <= upto):
-        problem = _unparsable_line(os.path.join(log, f"{version:020d}.json"))
-        if problem is not None:
-            return version, problem
-    return None
-
-
-def _unparsable_line(path: str) -> str | None:
-    """The first line of a JSON-lines file that does not parse, and why; None when all do (or the
-    file has gone since it was listed: cleaned up, not damaged)."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            for number, line in enumerate(file, 1):
-                try:
-                    if line.strip():
-                        json.loads(line)
-                except ValueError as exc:
-                    return f"line {number}: {exc}"
-    except OSError:
-        return None
-    return None
+    log = LocalLog.of(location)
+    return None if log is None else log.damaged(upto)
 
 
 def check_log(location: str, upto: int) -> None:
@@ -373,7 +314,7 @@ def read_own(spark: SparkSession, location: str, schema: StructType) -> DataFram
     """A table streamjoin keeps for itself (the arrival index: appended to, never partitioned, no
     row tracking) as it is now, in `schema` (columns it lacks read as NULL); None if there is none.
 
-    A local table whose newest checksum lists its files (`_checksum_files`) is read as those
+    A local table whose newest checksum lists its files (`LocalLog.files`) is read as those
     Parquet files: they are the table's current version, and Delta would first rebuild that
     version's state with a Spark job (after every append: the index is appended to by every run)
     and list its files with another. Any other table is read through Delta."""
@@ -382,12 +323,14 @@ def read_own(spark: SparkSession, location: str, schema: StructType) -> DataFram
         if newest is not None or not exists(spark, location):
             return None
         return read_snapshot(spark, location)
-    files = _checksum_files(location, newest)
+    log = LocalLog.of(location)
+    assert log is not None  # a table whose newest version was logged is a local one
+    files = log.files(newest)
     if files is None or any(f.get("partitionValues") for f in files):
         return read_snapshot(spark, location)
     if not files:
         return local_frame(spark, [], schema)
-    return spark.read.schema(schema).parquet(*_file_paths(location, files))
+    return spark.read.schema(schema).parquet(*log.paths(files))
 
 
 def require_change_feed(spark: SparkSession, location: str) -> None:
@@ -405,14 +348,15 @@ def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
     the checksum of its newest version, which holds its metadata (a file read, where `SHOW
     TBLPROPERTIES` is parsed, planned and run as a Spark job); without that checksum, from the
     statement."""
-    configuration = _configuration(_checksum(location))
+    log = LocalLog.of(location)
+    configuration = None if log is None else log.properties()
     if configuration is not None:
         return configuration
     return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
 
 
 def _sql_name(location: str) -> str:
-    return f"delta.`{location}`" if _is_path(location) else location
+    return f"delta.`{location}`" if is_path(location) else location
 
 
 def read_changes(spark: SparkSession, location: str, upto_version: int, from_version: int = 0) -> DataFrame:
@@ -471,9 +415,10 @@ def column_id(field: StructField) -> int | None:
 def _schema_at(spark: SparkSession, location: str, version: int) -> StructType:
     """The schema of `version`: from its checksum, else from the newest commit at or before it that
     set one, else (the log holds it only in a checkpoint) from Delta, without column-mapping ids."""
-    schema_string = ((_checksum(location, version) or {}).get("metadata") or {}).get("schemaString")
-    if isinstance(schema_string, str):
-        return _parsed_schema(schema_string)
+    log = LocalLog.of(location)
+    logged = ((None if log is None else log.checksum(version)) or {}).get("metadata") or {}
+    if isinstance(logged.get("schemaString"), str):
+        return _parsed_schema(logged["schemaString"])
     oldest = logged_versions(spark, location)[0]
     for earlier in range(version, oldest - 1, -1):
         logged = _logged_schema(spark, location, earlier)
@@ -485,25 +430,15 @@ def _schema_at(spark: SparkSession, location: str, version: int) -> StructType:
 def _logged_schema(spark: SparkSession, location: str, version: int) -> StructType | None:
     """The schema a commit set (its `metaData` action), or None if it set none or its file cannot
     be read (Delta's own read of the version then says why)."""
-    log = _local_log(location)
+    log = LocalLog.of(location)
     try:
         if log is not None:
-            path = os.path.join(log, f"{version:020d}.json")
-            stat = os.stat(path)
-            text = _local_schema_string(path, stat.st_size, stat.st_mtime_ns)
+            text = log.schema_string(version)
         else:
-            text = _schema_string(_remote_commit_lines(spark, location, version))
+            text = schema_string(_remote_commit_lines(spark, location, version))
     except (OSError, Py4JJavaError):
         return None
     return None if text is None else _parsed_schema(text)
-
-
-@lru_cache(maxsize=4096)
-def _local_schema_string(path: str, size: int, modified: int) -> str | None:
-    """`_schema_string` of a local commit file, kept per file (by its size and time: a commit file
-    never changes once written), so that each run's reads do not parse the same log again."""
-    with open(path, encoding="utf-8") as file:
-        return _schema_string(file)
 
 
 def _remote_commit_lines(spark: SparkSession, location: str, version: int) -> list[str]:
@@ -518,16 +453,6 @@ def _remote_commit_lines(spark: SparkSession, location: str, version: int) -> li
         return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8").splitlines()
     finally:
         stream.close()
-
-
-def _schema_string(lines: Iterable[str]) -> str | None:
-    """The schema (Delta's JSON) of a commit's `metaData` action, among the commit's lines."""
-    for line in lines:
-        if '"metaData"' in line:
-            value = (json.loads(line).get("metaData") or {}).get("schemaString")
-            if isinstance(value, str):
-                return value
-    return None
 
 
 def _parsed_schema(schema_string: str) -> StructType:
@@ -643,9 +568,10 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
             f"committed {first.timestamp}); pin version {first.version} or newer, or keep the log longer "
             "with delta.logRetentionDuration"
         )
-    logged = _checksum_files(location, version)
-    if logged is not None:  # the files as the version's checksum lists them: no Spark job
-        missing = [path for path in _file_paths(location, logged) if not os.path.exists(path)]
+    log = LocalLog.of(location)
+    logged = None if log is None else log.files(version)
+    if log is not None and logged is not None:  # the files as the version's checksum lists them: no Spark job
+        missing = [path for path in log.paths(logged) if not os.path.exists(path)]
     else:
         with translated_errors(location, f"version {version}"):
             files = read_snapshot(spark, location, version).inputFiles()
@@ -1007,7 +933,7 @@ def _inside_by_checksum(location: str, column: str, start: datetime, end: dateti
     """`_inside` told from the table's checksum (`_checksum_ranges`), or None when it cannot tell.
     Rows within 1 ms of either bound may count as not inside, which costs the slower replaceWhere,
     never a wrong answer."""
-    ranges = _checksum_ranges(location, column)
+    ranges = _time_ranges(location, column)
     if ranges is None:
         return None
     return all(start <= low and high <= end for low, high in ranges)
@@ -1015,12 +941,12 @@ def _inside_by_checksum(location: str, column: str, start: datetime, end: dateti
 
 def holds_rows(spark: SparkSession, location: str, column: str, start: datetime, end: datetime) -> bool:
     """Whether the table may hold rows whose `column` lies in [start, end): False when there is no
-    table, or when the statistics in its checksum (`_checksum_ranges`) put every file's rows outside
+    table, or when the statistics in its checksum (`LocalLog.time_ranges`) put every file's rows outside
     the range; True otherwise, also when they cannot tell. A read of the log, no Spark job: the
     replay skips rewriting a side table's slice that was and stays empty."""
     if not exists(spark, location):
         return False
-    ranges = _checksum_ranges(location, column)
+    ranges = _time_ranges(location, column)
     if ranges is None:
         return True
     start, end = from_spark(start), from_spark(end)
@@ -1029,112 +955,22 @@ def holds_rows(spark: SparkSession, location: str, column: str, start: datetime,
 
 def only_nulls(location: str, column: str) -> bool:
     """Whether every row of a local table holds NULL in `column`, told from the null counts of its
-    newest checksum's files (`_checksum_files`, a file read); False when it cannot tell."""
-    files = _checksum_files(location)
-    if files is None:
-        return False
-    for file in files:
-        try:
-            stats = json.loads(file.get("stats") or "")
-        except ValueError:
-            return False
-        if not isinstance(stats, dict) or (stats.get("nullCount") or {}).get(column) != stats.get(
-            "numRecords"
-        ):
-            return False
-    return True
+    newest checksum's files (a file read); False when it cannot tell."""
+    log = LocalLog.of(location)
+    return log is not None and log.only_nulls(column)
 
 
-def _checksum_ranges(location: str, column: str) -> list[tuple[datetime, datetime]] | None:
-    """Per file of the table's newest checksum (`_checksum_files`) that holds rows, the range
-    [min, max + 1 ms) its rows' `column` lies in, from the file's MIN and MAX statistics: Delta cuts
-    the timestamps it keeps there to the millisecond. None when they cannot tell: no such list, a
-    file without statistics for `column` or with only NULLs there, a time without its zone."""
-    files = _checksum_files(location)
-    if files is None:
-        return None
-    ranges = []
-    for file in files:
-        try:
-            stats = json.loads(file.get("stats") or "")
-        except ValueError:
-            return None
-        if not isinstance(stats, dict):
-            return None
-        if stats.get("numRecords") == 0:
-            continue
-        low, high = (_stats_time((stats.get(side) or {}).get(column)) for side in ("minValues", "maxValues"))
-        if low is None or high is None:
-            return None
-        ranges.append((low, high + timedelta(milliseconds=1)))
-    return ranges
-
-
-def _stats_time(text: object) -> datetime | None:
-    """A timestamp as Delta writes it in file statistics (ISO 8601 with its zone), aware; None if absent,
-    not a time or without a zone."""
-    if not isinstance(text, str):
-        return None
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return value if value.tzinfo is not None else None
+def _time_ranges(location: str, column: str) -> list[tuple[datetime, datetime]] | None:
+    """`LocalLog.time_ranges` of a local table; None for any other."""
+    log = LocalLog.of(location)
+    return None if log is None else log.time_ranges(column)
 
 
 def size_at(location: str, version: int) -> int | None:
     """The bytes of a local table's files at `version`, from Delta's checksum of that version (a
     file read, no Spark job); None when there is no such checksum."""
-    size = (_checksum(location, version) or {}).get("tableSizeBytes")
-    return size if isinstance(size, int) else None
-
-
-def _checksum(location: str, version: int | None = None) -> dict | None:
-    """Delta's checksum of a local table's `version` (default: its newest), `<version>.crc` in its
-    log, or None: not a local table, or no readable checksum for the version."""
-    log = _local_log(location)
-    if log is None:
-        return None
-    if version is None:
-        version = newest_logged(location)
-    try:
-        with open(os.path.join(log, f"{version:020d}.crc"), encoding="utf-8") as file:
-            checksum = json.load(file)
-    except (OSError, ValueError):
-        return None
-    return checksum if isinstance(checksum, dict) else None
-
-
-def _configuration(checksum: dict | None) -> dict[str, str] | None:
-    """The table properties in a checksum's metadata; None without a checksum or metadata."""
-    configuration = ((checksum or {}).get("metadata") or {}).get("configuration")
-    return configuration if isinstance(configuration, dict) else None
-
-
-def _checksum_files(location: str, version: int | None = None) -> list[dict] | None:
-    """The files of a local table at `version` (default: its newest) as Delta's checksum of that
-    version lists them (`allFiles` in `<version>.crc`, which Delta writes for tables of few files),
-    or None: not a local table, no checksum for the version, no list in it, or files this reading
-    does not cover (deletion vectors, column mapping, paths outside the table). Reading the list is
-    a file read; asking Delta rebuilds the version's state, a Spark job, and queries it."""
-    checksum = _checksum(location, version)
-    if checksum is None:
-        return None
-    files = checksum.get("allFiles")
-    configuration = _configuration(checksum) or {}
-    if not isinstance(files, list) or len(files) != checksum.get("numFiles"):
-        return None  # no list, or not the whole one
-    if configuration.get("delta.columnMapping.mode", "none") != "none":
-        return None  # statistics under the columns' physical names
-    if any(f.get("deletionVector") or ":" in f.get("path", ":") for f in files):
-        return None
-    return files
-
-
-def _file_paths(location: str, files: list[dict]) -> list[str]:
-    """The local paths of files as `_checksum_files` gives them (relative to the table, URL-encoded)."""
-    table = os.path.dirname(str(_local_log(location)))
-    return [os.path.join(table, unquote(f["path"])) for f in files]
+    log = LocalLog.of(location)
+    return None if log is None else log.size(version)
 
 
 def write_once(
@@ -1156,7 +992,7 @@ def write_once(
     rebuilds the table's whole state to look the transaction up, three Spark jobs per write (0.6 s
     of CPU in a warm driver, where the append itself costs 0.35 s)."""
     writer = df.write.format("delta").mode("append").option("mergeSchema", str(merge_schema).lower())
-    log = None if after is None else _local_log(location)
+    log = None if after is None else LocalLog.of(location)
     if log is None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", batch)
     else:
@@ -1175,35 +1011,24 @@ _WRITE_TAG = "streamjoin_write"
 def newest_logged(location: str) -> int | None:
     """A local table's newest version, from a listing of its log (-1 before the table exists), for
     `write_once`; None for a table that is not in a local folder (Delta's transactions keep it)."""
-    log = _local_log(location)
-    if log is None:
-        return None
-    return max(_commit_versions(log), default=-1)
+    log = LocalLog.of(location)
+    return None if log is None else log.newest()
 
 
-def _tags_after(log: str, after: int, location: str) -> set[tuple[str, int]]:
+def _tags_after(log: LocalLog, after: int, location: str) -> set[tuple[str, int]]:
     """The (app, batch) tags of the commits after version `after` in a local log. Fails when some of
     those commits have left the log (cleaned up after the log's retention, 30 days by default):
     whether one of them was the write cannot be told."""
-    versions = [v for v in _commit_versions(log) if v > after]
-    if versions and versions[0] != after + 1:
+    infos = log.commits_after(after)
+    if infos is None:
         raise JobError(
             f"the log entries of {location!r} after version {after} were cleaned up before a micro-batch that "
             "began writing then was run again, so whether its write committed cannot be told. Backfill the job "
             "up to a recent time T (`streamjoin backfill JOB --start ... --end T`), then continue live on a new "
             "checkpoint with `streamjoin handoff JOB --at T --checkpoint NEW`"
         )
-    tags = set()
-    for version in versions:
-        with open(os.path.join(log, f"{version:020d}.json"), encoding="utf-8") as file:
-            for line in filter(str.strip, file):
-                info = json.loads(line).get("commitInfo")
-                if info is not None:
-                    tag = _write_tag(info.get("userMetadata"))
-                    if tag is not None:
-                        tags.add(tag)
-                    break
-    return tags
+    tags = (_write_tag(info.get("userMetadata")) for info in infos if info is not None)
+    return {tag for tag in tags if tag is not None}
 
 
 def _write_tag(metadata: str | None) -> tuple[str, int] | None:
@@ -1284,7 +1109,7 @@ OWN_TABLE = {"delta.enableRowTracking": "false"}
 def _save(writer, location: str, own: bool = True) -> None:
     if own:
         writer = writer.options(**OWN_TABLE)
-    if _is_path(location):
+    if is_path(location):
         writer.save(location)
     else:
         writer.saveAsTable(location)

@@ -15,6 +15,7 @@ from delta.tables import DeltaTable
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
+from streamjoin.delta_log import LocalLog
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.jars import ARCHIVE, archive_current, folder
 from streamjoin.timeutil import from_spark
@@ -167,7 +168,7 @@ def test_a_table_of_its_own_is_read_from_the_files_its_checksum_lists(spark, tmp
         delta_io.append(frame, path, merge_schema=True)
         # An append lists the table's files in its checksum as it commits; the one that changes the
         # schema lists none, and the checksum after it comes when Delta has rebuilt the state.
-        listed = delta_io._checksum_files(path) is not None
+        listed = LocalLog.of(path).files() is not None
         assert listed or commit >= 4, commit
         # The size a replay decides by (`replay.SMALL_SOURCE_BYTES`) is the one Delta reports.
         newest = delta_io.newest_logged(path)
@@ -326,7 +327,7 @@ def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
     vacuum(spark, path)
     # The files of version 1 as its checksum lists them, then (that checksum gone) as Delta does.
     for files_from in ("the checksum", "Delta"):
-        assert (delta_io._checksum_files(path, 1) is None) == (files_from == "Delta")
+        assert (LocalLog.of(path).files(1) is None) == (files_from == "Delta")
         with pytest.raises(HistoryNotRetainedError) as error:
             delta_io.check_retained(spark, path, 1)
         assert "no longer retains 2 data file(s) of version 1" in str(error.value), files_from
@@ -340,7 +341,7 @@ def test_vacuumed_history_is_reported_before_reading(spark, tmp_path):
     spark.createDataFrame([("a b:c", 1, at(1))], EVENTS).write.format("delta").partitionBy("id").save(
         partitioned
     )
-    assert any("%" in f["path"] for f in delta_io._checksum_files(partitioned, 0) or [])
+    assert any("%" in f["path"] for f in LocalLog.of(partitioned).files(0) or [])
     delta_io.check_retained(spark, partitioned, 0)
 
 

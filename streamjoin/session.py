@@ -10,7 +10,6 @@ import os
 import socket
 import sys
 
-from py4j.java_gateway import JavaClass, JavaMember, JavaPackage, JVMView
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
@@ -135,60 +134,11 @@ def get_spark(
     for key, value in {**conf_from_env(), **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    remember_jvm_lookups(spark)
     if not master.startswith("yarn"):
         drop_yarn_defaults(spark)
     spark.sparkContext.setLogLevel(os.environ.get("STREAMJOIN_LOG_LEVEL", "ERROR"))
     silence_query_context_loggers()
     return spark
-
-
-class _Remembering:
-    """Mixed into Py4J's view, package and class: what `__getattr__` finds is asked of the JVM
-    once (`_remember` decides what is kept; see `remember_jvm_lookups`)."""
-
-    def __getattr__(self, name: str):
-        return _remember(self, name, super().__getattr__(name))  # type: ignore[misc]  # Py4J's own
-
-
-class _RememberingView(_Remembering, JVMView):
-    """The driver's JVM view, remembering the classes and packages it found by name."""
-
-
-class _RememberingPackage(_Remembering, JavaPackage):
-    """A Java package that remembers the classes and packages found in it."""
-
-
-class _RememberingClass(_Remembering, JavaClass):
-    """A Java class that remembers its static methods and nested classes (never a field's value)."""
-
-
-def _remember(owner: object, name: str, found: object) -> object:
-    """Keep `found` as `owner`'s attribute `name`, so that Python finds it without asking the JVM,
-    if it is a class, a package or a method (a field's value, a Java object or a number, is not)."""
-    for kind, remembering in ((JavaClass, _RememberingClass), (JavaPackage, _RememberingPackage)):
-        if type(found) is kind:
-            found.__class__ = remembering
-    if isinstance(found, JavaMember | JavaClass | JavaPackage):
-        owner.__dict__[name] = found
-    return found
-
-
-def remember_jvm_lookups(spark: SparkSession) -> None:
-    """Let the driver's JVM view remember the classes, packages and static methods it found.
-
-    pyspark looks up a JVM class by name at almost every step of building a plan
-    (`_jvm.PythonUtils.toSeq`, `_jvm.functions.col`, `org.apache.spark.sql.functions` for every
-    function call): a Py4J round trip for the class and one for the method, every time. And Py4J
-    resolves a name without a package by asking the class loader for it bare, then under each
-    package pyspark imported: each miss searches the nearly 300 jars of the class path. In a warm
-    replay of a small slice those misses were 4% of the driver JVM's samples (bench/results/suite-history.md).
-    A class found stays that class for the life of the JVM, so it is remembered; a field's value
-    is asked for every time.
-    """
-    view = spark.sparkContext._jvm
-    if view is not None and type(view) is JVMView:
-        view.__class__ = _RememberingView
 
 
 def drop_yarn_defaults(spark: SparkSession) -> None:

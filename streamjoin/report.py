@@ -316,109 +316,152 @@ def _ticks(low: float, high: float, integer: bool) -> list[float]:
     return ticks
 
 
-def chart(
-    chart_id: str,
-    title: str,
-    y_label: str,
-    x_label: str,
-    labels: list[str],
-    slice_ids: list[str],
-    series: list[Series],
-    kind: str,
-    percent: bool = False,
-) -> str:
+@dataclass(frozen=True)
+class Chart:
     """One chart, x = slice: grouped bars (`kind='bars'`) or lines with a point per slice (`'lines'`).
+    `labels` name the slices under the axis, `slice_ids` tag their marks."""
 
-    Every plotted mark carries class `mark`, its series, slice and value (data attributes) and a
-    tooltip, so a reader (or a test) can check each number.
-    """
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    values = [v for s in series for v in s.values if v is not None]
-    if percent:
-        ticks = [0, 0.25, 0.5, 0.75, 1.0]
+    chart_id: str
+    title: str
+    y_label: str
+    x_label: str
+    labels: list[str]
+    slice_ids: list[str]
+    series: list[Series]
+    kind: str = "bars"
+    percent: bool = False
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """Where a chart's values and slices land in its plot area."""
+
+    ticks: list[float]
+    slices: int
+
+    @property
+    def plot_w(self) -> float:
+        return WIDTH - LEFT - RIGHT
+
+    @property
+    def plot_h(self) -> float:
+        return HEIGHT - TOP - BOTTOM
+
+    @property
+    def band(self) -> float:
+        return self.plot_w / self.slices
+
+    @property
+    def zero(self) -> float:
+        """The y of the baseline: 0, or the lowest tick when every value is above 0."""
+        return self.y(max(self.ticks[0], 0))
+
+    def y(self, value: float) -> float:
+        low, high = self.ticks[0], self.ticks[-1]
+        return TOP + self.plot_h - (value - low) / (high - low) * self.plot_h
+
+
+def chart(spec: Chart) -> str:
+    """The chart as inline SVG. Every plotted mark carries class `mark`, its series, slice and
+    value (data attributes) and a tooltip, so a reader (or a test) can check each number."""
+    values = [v for s in spec.series for v in s.values if v is not None]
+    if spec.percent:
+        ticks: list[float] = [0, 0.25, 0.5, 0.75, 1.0]
     else:
         ticks = _ticks(min([0, *values]), max([0, *values]), integer=True)
-    low, high = ticks[0], ticks[-1]
+    scale = _Scale(ticks, len(spec.labels))
+    parts = _frame(spec, scale)
+    for k, series in enumerate(spec.series):
+        parts.extend(_marks(spec, scale, k, series))
+    parts.append("</svg>")
+    return "".join(parts)
 
-    def y(value: float) -> float:
-        return TOP + plot_h - (value - low) / (high - low) * plot_h
 
-    band = plot_w / len(labels)
+def _frame(spec: Chart, scale: _Scale) -> list[str]:
+    """The chart's title, legend, grid, axes and their labels."""
     parts = [
         (
-            f'<svg class="chart" id="{chart_id}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'role="img" aria-label="{_e(title)}">'
+            f'<svg class="chart" id="{spec.chart_id}" xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{_e(spec.title)}">'
         ),
-        f'<text class="title" x="{LEFT}" y="22">{_e(title)}</text>',
+        f'<text class="title" x="{LEFT}" y="22">{_e(spec.title)}</text>',
     ]
     legend_x = LEFT
-    for s in series:
+    for s in spec.series:
         parts.append(
             f'<rect x="{legend_x}" y="34" width="12" height="12" fill="{COLORS[s.name]}"/>'
             f'<text class="legend" x="{legend_x + 17}" y="44">{_e(LABELS[s.name])}</text>'
         )
         legend_x += 30 + 8 * len(LABELS[s.name])
-    for tick in ticks:
-        text = _percent(tick).replace(".0%", "%") if percent else _number(int(tick))
+    for tick in scale.ticks:
+        text = _percent(tick).replace(".0%", "%") if spec.percent else _number(int(tick))
+        y = scale.y(tick)
         parts.append(
-            f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
-            f'<text class="tick" x="{LEFT - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{text}</text>'
+            f'<line class="grid" x1="{LEFT}" x2="{LEFT + scale.plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{text}</text>'
         )
     parts.append(
-        f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}"/>'
-        f'<line class="axis" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(max(low, 0)):.1f}" y2="{y(max(low, 0)):.1f}"/>'
+        f'<line class="axis" x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + scale.plot_h}"/>'
+        f'<line class="axis" x1="{LEFT}" x2="{LEFT + scale.plot_w}" y1="{scale.zero:.1f}" y2="{scale.zero:.1f}"/>'
     )
-    every = math.ceil(len(labels) / 10)  # at most about ten labels under the axis
-    for i, label in enumerate(labels):
+    every = math.ceil(len(spec.labels) / 10)  # at most about ten labels under the axis
+    for i, label in enumerate(spec.labels):
         if i % every == 0:
             parts.append(
-                f'<text class="tick" x="{LEFT + band * (i + 0.5):.1f}" y="{TOP + plot_h + 18}" '
+                f'<text class="tick" x="{LEFT + scale.band * (i + 0.5):.1f}" y="{TOP + scale.plot_h + 18}" '
                 f'text-anchor="middle">{_e(label)}</text>'
             )
     parts.append(
-        f'<text class="axis-label" x="{LEFT + plot_w / 2}" y="{HEIGHT - 12}" text-anchor="middle">{_e(x_label)}</text>'
-        f'<text class="axis-label" transform="translate(18 {TOP + plot_h / 2}) rotate(-90)" '
-        f'text-anchor="middle">{_e(y_label)}</text>'
+        f'<text class="axis-label" x="{LEFT + scale.plot_w / 2}" y="{HEIGHT - 12}" text-anchor="middle">'
+        f"{_e(spec.x_label)}</text>"
+        f'<text class="axis-label" transform="translate(18 {TOP + scale.plot_h / 2}) rotate(-90)" '
+        f'text-anchor="middle">{_e(spec.y_label)}</text>'
     )
-    group = min(band * 0.7, 56.0 * len(series))
-    labelled = len(labels) <= 24  # values written on the marks while they fit
-    for k, s in enumerate(series):
-        shown = _percent if percent else _number
-        points = []
-        for i, value in enumerate(s.values):
-            if value is None:
-                continue
-            tip = f"<title>{_e(labels[i])}: {_e(LABELS[s.name])} {shown(value)}</title>"
-            data = f'class="mark" data-series="{s.name}" data-slice="{slice_ids[i]}" data-value="{value}"'
-            if kind == "bars":
-                width = group / len(series)
-                x = LEFT + band * (i + 0.5) - group / 2 + k * width
-                top, bottom = sorted((y(value), y(max(low, 0))))
-                parts.append(
-                    f'<rect {data} x="{x:.1f}" y="{top:.1f}" width="{max(width - 2, 1):.1f}" '
-                    f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[s.name]}">{tip}</rect>'
-                )
-                x, label_y = x + width / 2 - 1, (top - 5 if value >= 0 else bottom + 14)
-            else:
-                x, label_y = LEFT + band * (i + 0.5), y(value) - 10
-                points.append(
-                    (
-                        f"{x:.1f},{y(value):.1f}",
-                        f'<circle {data} cx="{x:.1f}" cy="{y(value):.1f}" r="4.5" fill="{COLORS[s.name]}">{tip}</circle>',
-                    )
-                )
-            if labelled:
-                parts.append(
-                    f'<text class="value" x="{x:.1f}" y="{label_y:.1f}" text-anchor="middle">{shown(value)}</text>'
-                )
-        if points:  # the line first, so the points sit on top of it
-            line = " ".join(xy for xy, _ in points)
+    return parts
+
+
+def _marks(spec: Chart, scale: _Scale, k: int, series: Series) -> list[str]:
+    """The `k`th series' marks: a bar per slice, or a line through a point per slice; with their
+    values written on them while the slices are few enough for the text to fit."""
+    shown = _percent if spec.percent else _number
+    group = min(scale.band * 0.7, 56.0 * len(spec.series))
+    parts, points = [], []
+    for i, value in enumerate(series.values):
+        if value is None:
+            continue
+        tip = f"<title>{_e(spec.labels[i])}: {_e(LABELS[series.name])} {shown(value)}</title>"
+        data = (
+            f'class="mark" data-series="{series.name}" data-slice="{spec.slice_ids[i]}" data-value="{value}"'
+        )
+        if spec.kind == "bars":
+            width = group / len(spec.series)
+            x = LEFT + scale.band * (i + 0.5) - group / 2 + k * width
+            top, bottom = sorted((scale.y(value), scale.zero))
             parts.append(
-                f'<polyline points="{line}" fill="none" stroke="{COLORS[s.name]}" stroke-width="2"/>'
+                f'<rect {data} x="{x:.1f}" y="{top:.1f}" width="{max(width - 2, 1):.1f}" '
+                f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[series.name]}">{tip}</rect>'
             )
-            parts.extend(circle for _, circle in points)
-    parts.append("</svg>")
-    return "".join(parts)
+            x, label_y = x + width / 2 - 1, (top - 5 if value >= 0 else bottom + 14)
+        else:
+            x, y = LEFT + scale.band * (i + 0.5), scale.y(value)
+            label_y = y - 10
+            points.append(
+                (
+                    f"{x:.1f},{y:.1f}",
+                    f'<circle {data} cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{COLORS[series.name]}">{tip}</circle>',
+                )
+            )
+        if len(spec.labels) <= 24:
+            parts.append(
+                f'<text class="value" x="{x:.1f}" y="{label_y:.1f}" text-anchor="middle">{shown(value)}</text>'
+            )
+    if points:  # the line first, so the points sit on top of it
+        line = " ".join(xy for xy, _ in points)
+        parts.append(
+            f'<polyline points="{line}" fill="none" stroke="{COLORS[series.name]}" stroke-width="2"/>'
+        )
+        parts.extend(circle for _, circle in points)
+    return parts
 
 
 # ---------------------------------------------------------------- the page
@@ -544,85 +587,70 @@ def _tiles(plotted: list[Slice]) -> str:
     return f"<h2>Summary of {len(plotted)} slice(s)</h2><div class='tiles'>{cells}</div>"
 
 
+_NO_COST = (
+    "No slice has both an exact and a complete run, so there is no lateness cost to show: "
+    "replay a slice with --mode complete as well."
+)
+
+
 def _charts(plotted: list[Slice], timezone: str) -> str:
+    """The per-slice charts, each with its caption; the lateness cost's only where slices have one."""
     pattern = _axis_pattern([s.start for s in plotted], timezone)
-    labels = [_time(s.start, timezone, pattern) for s in plotted]
-    ids = [s.start.isoformat() for s in plotted]
-    x_label = f"slice start ({timezone})"
+
+    def chart_of(slices: list[Slice], head: tuple[str, str, str], series: list[Series], **how) -> Chart:
+        labels = [_time(s.start, timezone, pattern) for s in slices]
+        x_label, ids = f"slice start ({timezone})", [s.start.isoformat() for s in slices]
+        return Chart(*head, x_label, labels, ids, series, **how)
+
     counts = [_plotted_run(s).counts for s in plotted]
+
+    def per_slice(*names: str) -> list[Series]:
+        return [Series(name, [c[name] for c in counts]) for name in names]
+
+    rates = [Series("match_rate", [_plotted_run(s).match_rate for s in plotted])]
     costed = [s for s in plotted if s.lateness_cost is not None]
+    cost = [Series("lateness_cost", [s.lateness_cost for s in costed])]
     figures = [
         (
-            chart(
-                "chart-rows",
-                "Rows in and rows out per slice",
-                "rows",
-                x_label,
-                labels,
-                ids,
-                [
-                    Series("rows_in", [c["rows_in"] for c in counts]),
-                    Series("rows_out", [c["rows_out"] for c in counts]),
-                ],
-                "bars",
+            chart_of(
+                plotted,
+                ("chart-rows", "Rows in and rows out per slice", "rows"),
+                per_slice("rows_in", "rows_out"),
             ),
             "Input rows read by the slice and output rows it wrote.",
         ),
         (
-            chart(
-                "chart-match-rate",
-                "Match rate per slice",
-                "match rate",
-                x_label,
-                labels,
-                ids,
-                [Series("match_rate", [_plotted_run(s).match_rate for s in plotted])],
-                "lines",
+            chart_of(
+                plotted,
+                ("chart-match-rate", "Match rate per slice", "match rate"),
+                rates,
+                kind="lines",
                 percent=True,
             ),
             MATCH_RATE,
         ),
         (
-            chart(
-                "chart-late-rejected",
-                "Late and rejected rows per slice",
-                "rows",
-                x_label,
-                labels,
-                ids,
-                [
-                    Series("late", [c["late"] for c in counts]),
-                    Series("rejected", [c["rejected"] for c in counts]),
-                ],
-                "bars",
+            chart_of(
+                plotted,
+                ("chart-late-rejected", "Late and rejected rows per slice", "rows"),
+                per_slice("late", "rejected"),
             ),
             "Late rows are in <output>_late, rejected rows (NULL key or time) in <output>_rejected.",
         ),
-    ]
-    if costed:
-        figures.append(
-            (
-                chart(
-                    "chart-lateness-cost",
-                    "Lateness cost per slice (complete minus exact rows out)",
-                    "rows",
-                    x_label,
-                    [_time(s.start, timezone, pattern) for s in costed],
-                    [s.start.isoformat() for s in costed],
-                    [Series("lateness_cost", [s.lateness_cost for s in costed])],
-                    "bars",
-                ),
-                LATENESS_COST,
+        (
+            chart_of(
+                costed,
+                ("chart-lateness-cost", "Lateness cost per slice (complete minus exact rows out)", "rows"),
+                cost,
             )
-        )
-    else:
-        missing = (
-            "No slice has both an exact and a complete run, so there is no lateness cost to show: "
-            "replay a slice with --mode complete as well."
-        )
-        figures.append(("", missing))
+            if costed
+            else None,
+            LATENESS_COST if costed else _NO_COST,
+        ),
+    ]
     cells = "".join(
-        f"<figure>{svg}<figcaption>{_e(caption)}</figcaption></figure>" for svg, caption in figures
+        f"<figure>{chart(spec) if spec else ''}<figcaption>{_e(caption)}</figcaption></figure>"
+        for spec, caption in figures
     )
     return f"<h2>Per slice</h2><div class='charts'>{cells}</div>"
 
@@ -759,14 +787,15 @@ def _consistency(checks: list[dict], timezone: str) -> str:
     starts = [from_spark(c["slice_start"]) for c in checks]
     pattern = _axis_pattern(starts, timezone)
     figure = chart(
-        "chart-consistency",
-        "Live output against the exact replay, per slice",
-        "rows",
-        f"slice start ({timezone})",
-        [_time(t, timezone, pattern) for t in starts],
-        [t.isoformat() for t in starts],
-        [Series(name, [c[name] for c in checks]) for name in ("missing", "extra", "differing")],
-        "bars",
+        Chart(
+            "chart-consistency",
+            "Live output against the exact replay, per slice",
+            "rows",
+            f"slice start ({timezone})",
+            [_time(t, timezone, pattern) for t in starts],
+            [t.isoformat() for t in starts],
+            [Series(name, [c[name] for c in checks]) for name in ("missing", "extra", "differing")],
+        )
     )
     rows = []
     for c, start in zip(checks, starts, strict=True):

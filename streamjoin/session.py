@@ -60,6 +60,57 @@ def check_master_answers(master: str, timeout: float = 5.0) -> None:
     )
 
 
+def _defaults(master: str, shuffle_partitions: int | None) -> dict[str, str]:
+    """The session's settings before the user's own: Delta, UTC, quiet, and small local defaults."""
+    local = master.startswith("local")
+    if shuffle_partitions is None:
+        shuffle_partitions = int(os.environ.get("STREAMJOIN_SHUFFLE_PARTITIONS", 4 if local else 64))
+    settings = {
+        "spark.jars": ",".join(jars.delta_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": driver_java_options(),
+        "spark.executor.extraJavaOptions": _JAVA_OPTIONS,
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.default.parallelism": str(shuffle_partitions),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.adaptive.enabled": "true",
+        # With DataFrame debugging on, pyspark wraps every `functions` call and Column operator
+        # in four or five extra Py4J round trips (to record the Python call site for error
+        # messages): a fifth of the time a join takes to build its plan, at every step and
+        # micro-batch. streamjoin builds its plans itself, so those call sites would name its own
+        # code; a query error still says what failed.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+        # A long-lived driver (a live runner, a test run, an Airflow worker) keeps the history of
+        # every query it ran unless told otherwise; with the UI off nobody reads it.
+        "spark.sql.ui.retainedExecutions": "20",
+        "spark.ui.retainedJobs": "50",
+        "spark.ui.retainedStages": "50",
+        "spark.ui.retainedTasks": "2000",
+        "spark.sql.streaming.ui.retainedQueries": "10",
+        "spark.sql.streaming.numRecentProgressUpdates": "20",
+        # Tables created with this session (sources of the demo, the tests and the benchmark)
+        # carry their change data feed, monotonic commit times, and each row's commit version
+        # (row tracking: what lets a replay read a slice from a snapshot). streamjoin's own
+        # outputs and side tables turn row tracking off when they are created (delta_io.OWN_TABLE).
+        "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+        "spark.databricks.delta.properties.defaults.enableInCommitTimestamps": "true",
+        "spark.databricks.delta.properties.defaults.enableRowTracking": "true",
+    }
+    if local:
+        settings["spark.driver.memory"] = os.environ.get("STREAMJOIN_DRIVER_MEMORY", "4g")
+        # Delta rebuilds a table's state (its file list, before every write and after every
+        # commit) with this many tasks. Its default of 50 is meant for clusters; on one machine
+        # each task is pure latency, and one task reads the log of a table of tens of thousands
+        # of files in well under a second.
+        settings["spark.databricks.delta.snapshotPartitions"] = os.environ.get(
+            "STREAMJOIN_SNAPSHOT_PARTITIONS", "1"
+        )
+    return settings
+
+
 def get_spark(
     master: str | None = None,
     app_name: str = "streamjoin",
@@ -80,58 +131,9 @@ def get_spark(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = master or os.environ.get("STREAMJOIN_MASTER", DEFAULT_MASTER)
     check_master_answers(master)
-    local = master.startswith("local")
-    if shuffle_partitions is None:
-        shuffle_partitions = int(os.environ.get("STREAMJOIN_SHUFFLE_PARTITIONS", 4 if local else 64))
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.jars", ",".join(jars.delta_jars()))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", driver_java_options())
-        .config("spark.executor.extraJavaOptions", _JAVA_OPTIONS)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.default.parallelism", str(shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.adaptive.enabled", "true")
-        # With DataFrame debugging on, pyspark wraps every `functions` call and Column operator
-        # in four or five extra Py4J round trips (to record the Python call site for error
-        # messages): a fifth of the time a join takes to build its plan, at every step and
-        # micro-batch. streamjoin builds its plans itself, so those call sites would name its own
-        # code; a query error still says what failed.
-        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        # A long-lived driver (a live runner, a test run, an Airflow worker) keeps the history of
-        # every query it ran unless told otherwise; with the UI off nobody reads it.
-        .config("spark.sql.ui.retainedExecutions", "20")
-        .config("spark.ui.retainedJobs", "50")
-        .config("spark.ui.retainedStages", "50")
-        .config("spark.ui.retainedTasks", "2000")
-        .config("spark.sql.streaming.ui.retainedQueries", "10")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "20")
-        # Tables created with this session (sources of the demo, the tests and the benchmark)
-        # carry their change data feed, monotonic commit times, and each row's commit version
-        # (row tracking: what lets a replay read a slice from a snapshot). streamjoin's own
-        # outputs and side tables turn row tracking off when they are created (delta_io.OWN_TABLE).
-        .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "true")
-        .config("spark.databricks.delta.properties.defaults.enableInCommitTimestamps", "true")
-        .config("spark.databricks.delta.properties.defaults.enableRowTracking", "true")
-    )
-    if local:
-        builder = (
-            builder.config("spark.driver.memory", os.environ.get("STREAMJOIN_DRIVER_MEMORY", "4g"))
-            # Delta rebuilds a table's state (its file list, before every write and after
-            # every commit) with this many tasks. Its default of 50 is meant for clusters; on
-            # one machine each task is pure latency, and one task reads the log of a table of
-            # tens of thousands of files in well under a second.
-            .config(
-                "spark.databricks.delta.snapshotPartitions",
-                os.environ.get("STREAMJOIN_SNAPSHOT_PARTITIONS", "1"),
-            )
-        )
-    for key, value in {**conf_from_env(), **(extra_conf or {})}.items():
+    settings = {**_defaults(master, shuffle_partitions), **conf_from_env(), **(extra_conf or {})}
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not master.startswith("yarn"):

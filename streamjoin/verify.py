@@ -321,13 +321,32 @@ def compare(
     """Each slice's rows on both sides as multisets: a row the replay has more often is missing,
     one the live output has more often is extra; with an output `key`, a missing and an extra row
     of one key pair up as one differing row. Both sides are compared on the replay's columns."""
-    columns = replayed.columns
-    absent = [c for c in columns if c not in live.columns]
+    absent = [c for c in replayed.columns if c not in live.columns]
     if absent:
         raise JobError(
             f"the live output lacks column(s) {', '.join(absent)} that the replay writes; was the job's "
             "select changed after the live run started? Re-run the live job from a new checkpoint"
         )
+    per_row = _copies(live, replayed, time_column, key, pieces).persist()
+    try:
+        checks = [SliceCheck(s.start, s.end) for s in pieces]
+        for r in (
+            per_row.groupBy("slice")
+            .agg(F.sum("live").alias("live"), F.sum("replayed").alias("replayed"))
+            .collect()
+        ):
+            checks[r["slice"]].rows_live, checks[r["slice"]].rows_replayed = r["live"], r["replayed"]
+        _differences(per_row, checks)
+    finally:
+        per_row.unpersist()
+    return checks
+
+
+def _copies(
+    live: DataFrame, replayed: DataFrame, time_column: str, key: tuple[str, ...], pieces: list[Slice]
+) -> DataFrame:
+    """Per slice, key and row (as JSON, in the replay's columns): how many copies each side holds."""
+    columns = replayed.columns
     slices = arrival.Slices.of((to_micros(s.start), to_micros(s.end)) for s in pieces)
     number = slices.number(F.unix_micros(F.col(f"`{time_column}`")))
     row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]), {"ignoreNullFields": "false"})
@@ -344,32 +363,28 @@ def compare(
             F.lit(1 - is_live).alias("replayed"),
         ).where(F.col("slice").isNotNull())
 
-    per_row = (
+    return (
         side(live, 1)
         .unionByName(side(replayed, 0))
         .groupBy("slice", "key", "row")
         .agg(F.sum("live").alias("live"), F.sum("replayed").alias("replayed"))
+    )
+
+
+def _differences(per_row: DataFrame, checks: list[SliceCheck]) -> None:
+    """Count each slice's missing, extra and differing rows into `checks`, with a few examples."""
+    per_key = (
+        per_row.where(F.col("live") != F.col("replayed"))
+        .groupBy("slice", "key")
+        .agg(
+            F.sum(F.greatest(F.col("live") - F.col("replayed"), F.lit(0))).alias("extra"),
+            F.sum(F.greatest(F.col("replayed") - F.col("live"), F.lit(0))).alias("missing"),
+            F.collect_list(F.struct("row", "live", "replayed")).alias("rows"),
+        )
+        .withColumn("differing", F.least("extra", "missing"))
         .persist()
     )
     try:
-        checks = [SliceCheck(s.start, s.end) for s in pieces]
-        for r in (
-            per_row.groupBy("slice")
-            .agg(F.sum("live").alias("live"), F.sum("replayed").alias("replayed"))
-            .collect()
-        ):
-            checks[r["slice"]].rows_live, checks[r["slice"]].rows_replayed = r["live"], r["replayed"]
-        per_key = (
-            per_row.where(F.col("live") != F.col("replayed"))
-            .groupBy("slice", "key")
-            .agg(
-                F.sum(F.greatest(F.col("live") - F.col("replayed"), F.lit(0))).alias("extra"),
-                F.sum(F.greatest(F.col("replayed") - F.col("live"), F.lit(0))).alias("missing"),
-                F.collect_list(F.struct("row", "live", "replayed")).alias("rows"),
-            )
-            .withColumn("differing", F.least("extra", "missing"))
-            .persist()
-        )
         for r in (
             per_key.groupBy("slice")
             .agg(
@@ -385,10 +400,8 @@ def compare(
         examples = per_key.withColumn("n", F.row_number().over(first)).where(F.col("n") <= EXAMPLES)
         for r in examples.orderBy("slice", "key").collect():
             checks[r["slice"]].examples.append(_example(r))
-        per_key.unpersist()
     finally:
-        per_row.unpersist()
-    return checks
+        per_key.unpersist()
 
 
 def _example(difference) -> dict[str, Any]:

@@ -229,6 +229,19 @@ def commit_times(
 # ---------------------------------------------------------------------------- keeping it up to date
 
 
+@dataclass(frozen=True)
+class _Extension:
+    """What one table source's journal is extended by: its commits [since, target], from a journal
+    that starts at `start`; `by_rows`: the table serves its own rows (row-tracked changelog), so
+    only the commits' times are copied."""
+
+    source: BoundSource
+    start: StartEntry
+    since: int
+    target: int
+    by_rows: bool
+
+
 def update(
     spark: SparkSession, plan: Plan, starts: Mapping[str, StartEntry], targets: Mapping[str, int]
 ) -> None:
@@ -240,47 +253,21 @@ def update(
         return
     where = location(plan)
     held, repeated = _state(spark, where)
-    wanted = []
-    for source in plan.tables:
-        start, target = starts.get(source.name), targets.get(source.name)
-        if start is None or target is None:
-            continue
-        have = held.get(source.name)
-        if have is not None and have.first != start.version:
-            raise JobError(
-                f"job {plan.spec.name!r}: the journal {where} holds table source {source.name!r} from version "
-                f"{have.first}, but the job starts it at version {start.version}. Start the job afresh: "
-                "`streamjoin reset <job file> --yes`"
-            )
-        since = start.version if have is None else have.last + 1
-        if since > target:
-            continue
-        by_rows = served_by_rows(spark, source, start.version)
-        if have is not None and not have.copied and not by_rows:
-            raise JobError(
-                f"job {plan.spec.name!r}: table source {source.name!r} is no longer an append-only changelog with row "
-                "tracking (its log shows a commit that updates or deletes rows, or row tracking turned on after the "
-                f"job's start), and the journal {where} holds only its commit times, not its rows. Declare it "
-                "without changelog: true and start the job afresh: `streamjoin reset <job file> --yes`"
-            )
-        wanted.append((source, start, since, target, by_rows))
+    wanted = [
+        extension
+        for source in plan.tables
+        if (extension := _extension(spark, plan, source, held, starts, targets)) is not None
+    ]
     lost = [
-        (source, since)
-        for source, _, since, _, by_rows in wanted
-        if not by_rows and not retained_since(spark, source.spec.location, since)
+        (e.source, e.since)
+        for e in wanted
+        if not e.by_rows and not retained_since(spark, e.source.spec.location, e.since)
     ]
     if lost:
         raise HistoryNotRetainedError(_lost_message(plan, where, lost))
     write = uuid.uuid4().hex
-    parts = [
-        _commits(spark, source, since, target, write, copied=not by_rows)
-        for source, _, since, target, by_rows in wanted
-    ]
-    parts += [
-        _changes(spark, source, start, since, target, write)
-        for source, start, since, target, by_rows in wanted
-        if not by_rows
-    ]
+    parts = [_commits(spark, e.source, e.since, e.target, write, copied=not e.by_rows) for e in wanted]
+    parts += [_changes(spark, e.source, e.start, e.since, e.target, write) for e in wanted if not e.by_rows]
     if not parts:
         return
     before = delta_io.newest_logged(where)
@@ -289,11 +276,46 @@ def update(
     after = delta_io.newest_logged(where)
     if before is not None and after == before + 1:  # no other writer meanwhile: known without a read
         extended = {
-            source.name: Coverage(since if have is None else have.first, target, not by_rows)
-            for source, _, since, target, by_rows in wanted
-            for have in [held.get(source.name)]
+            e.source.name: Coverage(e.since if have is None else have.first, e.target, not e.by_rows)
+            for e in wanted
+            for have in [held.get(e.source.name)]
         }
         _coverage_cache[where] = (after, held | extended, repeated)
+
+
+def _extension(
+    spark: SparkSession,
+    plan: Plan,
+    source: BoundSource,
+    held: Mapping[str, Coverage],
+    starts: Mapping[str, StartEntry],
+    targets: Mapping[str, int],
+) -> _Extension | None:
+    """What `source`'s journal must be extended by to reach its target; None when nothing (no
+    start or target, or the journal holds it already). Refuses a journal begun at another start,
+    and a changelog whose rows the journal never copied once it no longer serves them itself."""
+    start, target = starts.get(source.name), targets.get(source.name)
+    if start is None or target is None:
+        return None
+    where, have = location(plan), held.get(source.name)
+    if have is not None and have.first != start.version:
+        raise JobError(
+            f"job {plan.spec.name!r}: the journal {where} holds table source {source.name!r} from version "
+            f"{have.first}, but the job starts it at version {start.version}. Start the job afresh: "
+            "`streamjoin reset <job file> --yes`"
+        )
+    since = start.version if have is None else have.last + 1
+    if since > target:
+        return None
+    by_rows = served_by_rows(spark, source, start.version)
+    if have is not None and not have.copied and not by_rows:
+        raise JobError(
+            f"job {plan.spec.name!r}: table source {source.name!r} is no longer an append-only changelog with row "
+            "tracking (its log shows a commit that updates or deletes rows, or row tracking turned on after the "
+            f"job's start), and the journal {where} holds only its commit times, not its rows. Declare it "
+            "without changelog: true and start the job afresh: `streamjoin reset <job file> --yes`"
+        )
+    return _Extension(source, start, since, target, by_rows)
 
 
 def _lost_message(plan: Plan, where: str, lost: list[tuple[BoundSource, int]]) -> str:

@@ -98,13 +98,39 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     Currency rates change once per round (merged in place, valid from a few minutes into it), and
     one round's rates arrive a round late."""
     rng = random.Random(seed)
+    customers = [f"c{i:03d}" for i in range(20)]
+    streams = _events(rng, orders, blocks, customers)
+    rate_rounds = _rate_rounds(rng, blocks)
+    schemas = {"orders": ORDERS, "payments": PAYMENTS, "shipments": SHIPMENTS}
+    commits = []
+    for block in range(blocks):
+        for rows in rate_rounds.get(block, []):
+            commits.append(Commit("currency_rates", RATES, rows, key=("currency",)))
+        for table in ("orders", "payments", "shipments"):
+            delivered = streams[table].get(block)
+            if delivered:
+                commits.append(Commit(table, schemas[table], delivered))
+    tables: dict[str, tuple[StructType, list[tuple]]] = {
+        "customers": (
+            CUSTOMERS,
+            [(c, f"Customer {c}", rng.choice(["NL", "DE", "FR"]), DAY) for c in customers],
+        ),
+        "currency_rates": (RATES, [("EUR", 1.0, DAY), ("USD", 0.92, DAY), ("GBP", 1.17, DAY)]),
+    }
+    return DemoData(commits, tables)
+
+
+def _events(
+    rng: random.Random, orders: int, blocks: int, customers: list[str]
+) -> dict[str, dict[int, list[tuple]]]:
+    """The streams' rows by the round they arrive in: orders, their payments (a few hours late,
+    a few without an order id) and shipments."""
     block_of = lambda t: min(int((t - DAY).total_seconds() // (86_400 / blocks)), blocks - 1)  # noqa: E731
     streams: dict[str, dict[int, list[tuple]]] = {"orders": {}, "payments": {}, "shipments": {}}
 
     def deliver(table: str, block: int, row: tuple) -> None:
         streams[table].setdefault(block, []).append(row)
 
-    customers = [f"c{i:03d}" for i in range(20)]
     for n in range(orders):
         order_time = DAY + timedelta(seconds=rng.randrange(0, 86_400 - 4 * 3600))
         order_id = f"o{n:04d}"
@@ -129,12 +155,15 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
     for n in range(4):  # bad input: payments without an order id
         paid_at = DAY + timedelta(hours=3 + 5 * n)
         deliver("payments", block_of(paid_at), (f"px{n}", None, 10.0, paid_at))
+    return streams
 
+
+def _rate_rounds(rng: random.Random, blocks: int) -> dict[int, list[list[tuple]]]:
+    """The currency rates' commits by round: new rates each round, valid from a few minutes into
+    it; one round's are committed after the next round's (late, by more than the grace)."""
     rates = {"EUR": 1.0, "USD": 0.92, "GBP": 1.17}
     rate_rounds: dict[int, list[list[tuple]]] = {}
-    delayed = (
-        blocks // 3
-    )  # this round's rates are committed after the next round's: late, by more than the grace
+    delayed = blocks // 3
     for block in range(blocks):
         valid_from = DAY + timedelta(seconds=block * 86_400 // blocks + 300)
         rates = {c: (r if c == "EUR" else round(r * rng.uniform(0.98, 1.02), 4)) for c, r in rates.items()}
@@ -142,24 +171,7 @@ def generate(seed: int = 7, orders: int = 120, blocks: int = 12) -> DemoData:
             [(c, r, valid_from) for c, r in rates.items()]
         )
     rate_rounds[delayed + 1].reverse()
-
-    schemas = {"orders": ORDERS, "payments": PAYMENTS, "shipments": SHIPMENTS}
-    commits = []
-    for block in range(blocks):
-        for rows in rate_rounds.get(block, []):
-            commits.append(Commit("currency_rates", RATES, rows, key=("currency",)))
-        for table in ("orders", "payments", "shipments"):
-            delivered = streams[table].get(block)
-            if delivered:
-                commits.append(Commit(table, schemas[table], delivered))
-    tables: dict[str, tuple[StructType, list[tuple]]] = {
-        "customers": (
-            CUSTOMERS,
-            [(c, f"Customer {c}", rng.choice(["NL", "DE", "FR"]), DAY) for c in customers],
-        ),
-        "currency_rates": (RATES, [("EUR", 1.0, DAY), ("USD", 0.92, DAY), ("GBP", 1.17, DAY)]),
-    }
-    return DemoData(commits, tables)
+    return rate_rounds
 
 
 # The table properties the demo's sources are created with (ignored by Delta on a table that
@@ -228,15 +240,30 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
     spark = get_spark(master=master, app_name="streamjoin-demo")
     shutil.rmtree(root, ignore_errors=True)
     data = generate(seed)
-    half = len(data.commits) // 2
     print(
         f"demo data: {sum(len(c.rows) for c in data.commits)} rows in {len(data.commits)} commits under {root}",
         flush=True,
     )
+    jobs = {name: demo_job(name, root) for name in RUNNABLE}
+    runs = _run_jobs(spark, root, data, jobs)
+    for name, job in jobs.items():
+        _summarize(spark, name, job, runs[name])
+    print(
+        "\nunsettled rows arrived after the slower source's newest commit; open rows wait for their window to close"
+        " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md)."
+    )
+    return runs
+
+
+def _run_jobs(
+    spark: SparkSession, root: str, data: DemoData, jobs: dict[str, JoinSpec]
+) -> dict[str, dict[str, RunMetrics]]:
+    """Each job live over the first half of the commits, live again over the rest, then replayed
+    in both modes; the metrics by job and run (`live`, `exact`, `complete`)."""
     say = functools.partial(print, flush=True)  # a line per step: the demo takes minutes
+    half = len(data.commits) // 2
     say(f"writing the first {half} commits")
     write_tables(spark, root, data, slice(0, half))
-    jobs = {name: demo_job(name, root) for name in RUNNABLE}
     for job in jobs.values():
         bind(spark, job)  # fail before any data moves if a job does not fit its sources
     runners = {
@@ -265,39 +292,37 @@ def run_demo(root: str, master: str | None = None, seed: int = 7) -> dict[str, d
             for mode in ("exact", "complete")
         }
     )
+    return {
+        name: {"live": combine(first[name] + again[name])}
+        | {mode: replays[(name, mode)] for mode in ("exact", "complete")}
+        for name in jobs
+    }
 
-    results: dict[str, dict[str, RunMetrics]] = {}
-    for name, job in jobs.items():
-        runs = {"live": combine(first[name] + again[name])}
-        runs |= {mode: replays[(name, mode)] for mode in ("exact", "complete")}
-        results[name] = runs
-        same, gained, lost = _differences(
-            *(
-                delta_io.read_snapshot(spark, location)
-                for location in (
-                    job.output.location,
-                    f"{job.output.location}_replay_exact",
-                    f"{job.output.location}_replay_complete",
-                )
+
+def _summarize(spark: SparkSession, name: str, job: JoinSpec, runs: dict[str, RunMetrics]) -> None:
+    """Print a job's runs, whether live equals the exact replay, and what lateness cost."""
+    same, gained, lost = _differences(
+        *(
+            delta_io.read_snapshot(spark, location)
+            for location in (
+                job.output.location,
+                f"{job.output.location}_replay_exact",
+                f"{job.output.location}_replay_complete",
             )
         )
-        print(f"\n== {name}: {job.description}")
-        for run in runs.values():
-            print("  " + run.summary())
-        print(f"  live output equals the exact replay: {'yes' if same else 'NO'}")
-        print(
-            f"  what lateness cost ({runs['exact'].total('late')} late input rows): {gained} output rows appear only when "
-            f"every row counts as on time, {lost} appear only in the exact output (e.g. padded where the late partner was cut)"
-        )
-        print(
-            f"  outputs: {job.output.location} (live), {job.output.location}_replay_exact, _replay_complete; "
-            f"side tables {job.output.side('late')}, {job.output.side('rejected')}; metrics {job.output.side('metrics')}"
-        )
-    print(
-        "\nunsettled rows arrived after the slower source's newest commit; open rows wait for their window to close"
-        " (enrichment: for the table to be known past them). Both are settled by the next commits (docs/semantics.md)."
     )
-    return results
+    print(f"\n== {name}: {job.description}")
+    for run in runs.values():
+        print("  " + run.summary())
+    print(f"  live output equals the exact replay: {'yes' if same else 'NO'}")
+    print(
+        f"  what lateness cost ({runs['exact'].total('late')} late input rows): {gained} output rows appear only when "
+        f"every row counts as on time, {lost} appear only in the exact output (e.g. padded where the late partner was cut)"
+    )
+    print(
+        f"  outputs: {job.output.location} (live), {job.output.location}_replay_exact, _replay_complete; "
+        f"side tables {job.output.side('late')}, {job.output.side('rejected')}; metrics {job.output.side('metrics')}"
+    )
 
 
 def _differences(live: DataFrame, exact: DataFrame, complete: DataFrame) -> tuple[bool, int, int]:

@@ -586,7 +586,7 @@ def enrichment_replay(
         for side, commits in {**owned_commits, **table_commits}.items():
             decided.sources[side]["rows_in"] += sum(c.owned_rows(k) for c in commits)
             decided.sources[side]["rejected"] += sum(c.owned_rejected(k) for c in commits)
-        _add(decided, plan, result.by_slice[k], result.links[k] if result.links else [])
+        _add(decided, plan, result.by_slice[k], list(result.counted(k).links))
         per_slice.append(decided)
     assert sum(output.values()) == sum(sum(d.output.values()) for d in per_slice)  # no row outside them
     for frame in result.cached:
@@ -646,7 +646,7 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
         for source in plan.sources:
             decided.sources[source.index]["rows_in"] += decision.counts[source.name].rows_in
             decided.sources[source.index]["rejected"] += decision.counts[source.name].rejected
-        last_links = decision.result.links[0] if decision.result.links else []
+        last_links = list(decision.result.counted(0).links)
         _add(decided, plan, decision.result.counts, last_links, with_open=False)
         decided.output.update(output_rows(decision.result.output, base))
         kept = {name: frame.collect() for name, frame in decision.next_state.items()}
@@ -912,7 +912,7 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
             {"rows_in": decision.counts[name].rows_in, "rejected": decision.counts[name].rejected}
         )
         run.counts.update({b: getattr(decision.result.counts[name], b) for b in DECIDED})
-        run.lookups += decision.result.lookups or 0
+        run.lookups += decision.result.total("lookups")
         kept = decision.next_state[name].collect()
         state = {name: local_frame(spark, kept, decision.next_state[name].schema)}
         run.waiting = sum(1 for r in kept if r[PENDING])

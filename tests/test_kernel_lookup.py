@@ -125,7 +125,7 @@ def test_replays_ask_once_and_live_batches_read_the_journal(
         spark, plan, frame, cuts, lambda a, b: expected(commits, before, how, residual, lambda t: a <= t < b)
     )
     asked = {(v, r[1]) for v, part in commits for r in part if r[1] is not None and r[2] is not None}
-    assert result.lookups == len(asked)
+    assert result.total("lookups") == len(asked)
 
     fill(server, after)  # the database moves on; the journal holds what it said
     total = sum(len(part) for _, part in commits)

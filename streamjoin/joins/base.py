@@ -60,6 +60,17 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
+class Counters:
+    """What an operator counts in one slice beyond its sources' buckets, stored with that slice's
+    (or micro-batch's) metrics row by `streamjoin.accounting.account`: per link of a chain, and
+    named totals, each stored in the `RunMetrics` field of its name (`lookups`: answers fetched
+    from a database rather than a journal)."""
+
+    links: tuple[LinkCounts, ...] = ()
+    totals: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class StepInput:
     """What a runner hands an operator for one step.
 
@@ -96,14 +107,21 @@ class StepResult:
     watermark: int | None = None
     result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
     cached: list[DataFrame] = field(default_factory=list)  # persisted by the step; unpersist after writing
-    links: list[list[LinkCounts]] = field(default_factory=list)  # chains: per slice, per link
-    lookups: int | None = None  # lookup joins: answers fetched from the database, not the journal
+    counters: Sequence[Counters] = ()  # per slice of the step, when the operator counts more than sources
 
     @property
     def counts(self) -> dict[str, SourceCounts]:
         """The counts of a step over one slice (a live micro-batch, or a one-slice replay)."""
         (only,) = self.by_slice
         return only
+
+    def counted(self, k: int) -> Counters:
+        """Slice `k`'s counters (none counted: empty)."""
+        return self.counters[k] if self.counters else Counters()
+
+    def total(self, name: str) -> int:
+        """The named counter summed over the step's slices."""
+        return sum(c.totals.get(name, 0) for c in self.counters)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,15 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from streamjoin import arrival
 from streamjoin.arrival import T
-from streamjoin.joins.base import CLOCK, MATCHED, JoinOperator, StepInput, StepResult, tally_by_slice
+from streamjoin.joins.base import (
+    CLOCK,
+    MATCHED,
+    Counters,
+    JoinOperator,
+    StepInput,
+    StepResult,
+    tally_by_slice,
+)
 from streamjoin.joins.temporal import ENRICHMENTS, Enrichment
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
@@ -216,7 +224,7 @@ class Chain(JoinOperator):
             max_event=inputs.timeline.max_event,
             watermark=None if inputs.timeline.max_event is None else inputs.timeline.max_event - first.grace,
             cached=cached,
-            links=links,
+            counters=[Counters(links=tuple(own)) for own in links],
         )
 
     def _number(self, k: int) -> int:
@@ -289,7 +297,7 @@ class Chain(JoinOperator):
         looked_up = tail.step(spark, plan, replace(inputs, settled={tail.stream: rows}, state=waiting))
         for s, tables in enumerate(looked_up.by_slice):
             by_slice[s].update({name: c for name, c in tables.items() if name != tail.stream})
-            first, *rest = looked_up.links[s]
+            first, *rest = looked_up.counted(s).links
             first = replace(first, carried_in=carried.get(s, {"n": 0})["n"], open=tables[tail.stream].open)
             links[s] += [first, *rest]
         late.append(looked_up.late)

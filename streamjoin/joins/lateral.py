@@ -28,7 +28,15 @@ from pyspark.sql.types import ArrayType, StructType
 
 from streamjoin import arrival, functions
 from streamjoin.arrival import REJECT, T, user_columns
-from streamjoin.joins.base import Deferred, JoinOperator, SliceCounts, StepInput, StepResult, register
+from streamjoin.joins.base import (
+    Counters,
+    Deferred,
+    JoinOperator,
+    SliceCounts,
+    StepInput,
+    StepResult,
+    register,
+)
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -86,7 +94,9 @@ class LateralJoin(JoinOperator):
             by_slice=Deferred(counts),
             state={self.source: nothing} if inputs.keep_state else None,
             max_event=inputs.timeline.max_event,
-            lookups=lookups,
+            counters=[Counters(totals={"lookups": lookups}), *[Counters()] * (len(slices) - 1)]
+            if lookups is not None
+            else (),
         )
 
     def _made(

@@ -63,6 +63,7 @@ from streamjoin.joins.base import (
     CLOCK,
     MATCHED,
     OUT_T,
+    Counters,
     Evaluation,
     JoinOperator,
     SideCounts,
@@ -394,7 +395,7 @@ class Enrichment(JoinOperator):
             max_event=None,
             watermark=ran.watermark,
             cached=ran.cached,
-            links=ran.links,
+            counters=[Counters(links=tuple(own)) for own in ran.links],
         )
 
     def run(self, spark: SparkSession, inputs: StepInput) -> EnrichmentStep:

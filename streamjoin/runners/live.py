@@ -23,7 +23,8 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import reduce
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BooleanType, IntegerType, LongType, StructField, StructType
 
-from streamjoin import arrival, atomic, changelog, delta_io, drift, errors, index, journal, kernel, lease
+from streamjoin import (
+    accounting,
+    arrival,
+    atomic,
+    changelog,
+    delta_io,
+    drift,
+    errors,
+    index,
+    journal,
+    kernel,
+    lease,
+)
 from streamjoin.arrival import SRC, TS, V
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
@@ -584,40 +597,26 @@ class LiveRunner:
             self.after_write("state", batch_id)
             counted = left.get()[0]
             left_over = {
-                s.index: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in plan.streams
+                s.name: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in plan.streams
             }
             watch.lap("write")
-            carried = {}
-            for source in plan.sources:
-                c, decided = counts[source.name], result.counts[source.name]
-                c.late, c.joined, c.applied = decided.late, decided.joined, decided.applied
-                c.unmatched_emitted, c.unmatched_dropped = (
-                    decided.unmatched_emitted,
-                    decided.unmatched_dropped,
-                )
-                if source.spec.kind == "stream":
-                    c.open, c.unsettled = left_over.get(source.index, (0, 0))
-                    carried[source.name] = c.open + c.unsettled
-            metrics = RunMetrics(
-                job=self.spec.name,
-                runner="live",
-                mode="exact",
-                run_id=self.app_id,
-                started_at=started_at,
-                batch=batch_id,
-                versions={
-                    **{s.name: _newest_version(newest, s.index) for s in plan.streams},
-                    **{name: t.version for name, t in tables.items()},
-                },
-                frontier=None if frontier is None else str(tuple(frontier)),  # as 0.1.0 wrote it
-                watermark=None if result.watermark is None else from_micros(result.watermark),
-                sources=counts,
-                rows_out=rows_out,
-                duration_s=round(time.monotonic() - began, 3),
-                links=result.links[0] if result.links else [],
-                phases=watch.shares(),
-                lookups=result.lookups or 0,
+            versions = {s.name: _newest_version(newest, s.index) for s in plan.streams}
+            versions |= {name: t.version for name, t in tables.items()}
+            (metrics,) = accounting.account(
+                self._ran(
+                    batch_id,
+                    started_at,
+                    began,
+                    versions,
+                    None if frontier is None else str(tuple(frontier)),  # as 0.1.0 wrote it
+                    watch,
+                ),
+                result,
+                [accounting.Part(read=counts, written={"rows": rows_out}, left=left_over)],
             )
+            carried = {
+                name: metrics.sources[name].open + metrics.sources[name].unsettled for name in left_over
+            }
             if outputs:
                 explain_late(spark, out.side("index"), [metrics], result.late)
                 self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
@@ -697,23 +696,21 @@ class LiveRunner:
                 delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
                 self.after_write("output", batch_id)
             watch.lap("write")
-            for name, decided in result.counts.items():
-                counts[name].applied = decided.applied
-            metrics = RunMetrics(
-                job=self.spec.name,
-                runner="live",
-                mode="exact",
-                run_id=self.app_id,
-                started_at=started_at,
-                batch=batch_id,
-                versions={name: t.version for name, t in tables.items()},
-                watermark=None if bound is None else from_micros(bound),
-                sources=counts,
-                rows_out=sum(ops.values()),
-                upserts=ops["upsert"],
-                deletes=ops["delete"],
-                duration_s=round(time.monotonic() - began, 3),
-                phases=watch.shares(),
+            (metrics,) = accounting.account(
+                self._ran(
+                    batch_id, started_at, began, {name: t.version for name, t in tables.items()}, None, watch
+                ),
+                replace(result, watermark=bound),
+                [
+                    accounting.Part(
+                        read=counts,
+                        written={
+                            "rows": sum(ops.values()),
+                            "upserts": ops["upsert"],
+                            "deletes": ops["delete"],
+                        },
+                    )
+                ],
             )
             self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
             self._save_progress(progress)
@@ -721,6 +718,29 @@ class LiveRunner:
         finally:
             for frame in cached:
                 frame.unpersist()
+
+    def _ran(
+        self,
+        batch_id: int,
+        started_at: datetime,
+        began: float,
+        versions: dict[str, int],
+        frontier: str | None,
+        watch: Stopwatch,
+    ) -> accounting.Run:
+        """What this runner knows of one micro-batch beside its step's result (`accounting.account`)."""
+        return accounting.Run(
+            job=self.spec.name,
+            runner="live",
+            mode="exact",
+            run_id=self.app_id,
+            started_at=started_at,
+            versions=versions,
+            frontier=frontier,
+            duration_s=round(time.monotonic() - began, 3),
+            phases=watch.shares(),
+            batch=batch_id,
+        )
 
     def _tables(
         self,

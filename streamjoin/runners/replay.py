@@ -10,7 +10,6 @@ equal [a, c); the cost of a slice follows what it holds, not the length of the h
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,7 +19,7 @@ import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import arrival, changelog, delta_io, drift, index, journal, kernel
+from streamjoin import accounting, arrival, changelog, delta_io, drift, index, journal, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.enums import Mode
 from streamjoin.errors import HistoryNotRetainedError, JobError
@@ -365,43 +364,28 @@ def _account(
 ) -> list[RunMetrics]:
     """A metrics row per slice (what was read, decided and written there), appended to the
     metrics table."""
-    duration = round(
-        (time.monotonic() - run.began) / len(run.windows), 3
-    )  # slices run together share the time
     frontier = _describe_position(run.frontier)
-    frontier_text = f"input closed at {frontier}" if run.closed else frontier
-    runs = []
-    for k, (a, b) in enumerate(run.windows):
-        counts = {name: SourceCounts(**counted.get()[k]) for name, counted in read.streams.items()}
-        counts |= read.table_counts[k]
-        for name, decided in result.by_slice[k].items():
-            c = counts[name]
-            c.late, c.joined, c.open = decided.late, decided.joined, decided.open
-            c.unmatched_emitted, c.unmatched_dropped = decided.unmatched_emitted, decided.unmatched_dropped
-            c.applied = decided.applied
-        rows_out, upserts, deletes = (written.get()[k][c] for c in ("rows", "upserts", "deletes"))
-        runs.append(
-            RunMetrics(
-                job=run.plan.spec.name,
-                runner="replay",
-                mode=run.mode,
-                run_id=str(uuid.uuid4()),
-                started_at=run.started_at,
-                slice_start=a,
-                slice_end=b,
-                versions=run.pinned,
-                frontier=frontier_text,
-                watermark=None if result.watermark is None else from_micros(result.watermark),
-                sources=counts,
-                rows_out=rows_out,
-                duration_s=duration,
-                upserts=upserts,
-                deletes=deletes,
-                links=result.links[k] if result.links else [],
-                phases=run.watch.shares(len(run.windows)),
-                lookups=(result.lookups or 0) if k == 0 else 0,  # the step's, on its first slice
-            )
+    ran = accounting.Run(
+        job=run.plan.spec.name,
+        runner="replay",
+        mode=run.mode,
+        run_id=None,  # one per slice
+        started_at=run.started_at,
+        versions=run.pinned,
+        frontier=f"input closed at {frontier}" if run.closed else frontier,
+        duration_s=round((time.monotonic() - run.began) / len(run.windows), 3),  # slices share the time
+        phases=run.watch.shares(len(run.windows)),
+    )
+    parts = [
+        accounting.Part(
+            read={name: SourceCounts(**counted.get()[k]) for name, counted in read.streams.items()}
+            | read.table_counts[k],
+            written=written.get()[k],
+            window=window,
         )
+        for k, window in enumerate(run.windows)
+    ]
+    runs = accounting.account(ran, result, parts)
     explain_late(spark, run.plan.spec.output.side("index"), runs, run.out.side("late"))
     record_replays(spark, runs, run.out.side("metrics"))
     return runs

@@ -48,11 +48,12 @@ from bench.run import machine
 from streamjoin import backfill as backfill_mod
 from streamjoin import delta_io, index, kernel
 from streamjoin.backfill import plan_backfill
+from streamjoin.links import IntervalLink, TimeBounds
 from streamjoin.plan import bind
 from streamjoin.runners import replay as replay_mod
 from streamjoin.runners.replay import replay
 from streamjoin.session import get_spark
-from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
+from streamjoin.spec import JoinSpec, Output, Source
 
 BENCH = Path(__file__).resolve().parent
 BASE = datetime(2024, 3, 1, tzinfo=UTC)  # the first event time of every history
@@ -216,7 +217,7 @@ def job(tables: Path, output: Path, name: str = "history") -> JoinSpec:
         ),
         start="l",
         joins=(
-            Join(
+            IntervalLink(
                 "r",
                 type="left",
                 on="l.k = r.k",

@@ -31,10 +31,10 @@ from bench import handwritten, nexmark
 from bench.chart import scaling_svg
 from bench.report import write_report
 from streamjoin import delta_io
+from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.session import get_spark
-from streamjoin.spec import load_job
 
 BENCH = Path(__file__).resolve().parent
 JOBS = {name: BENCH / "jobs" / f"{name}.yaml" for name in handwritten.QUERIES}

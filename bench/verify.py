@@ -27,10 +27,10 @@ from bench import nexmark
 from bench.run import BENCH, JOBS, _timed, machine
 from streamjoin import delta_io
 from streamjoin.backfill import cut
+from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay_slices
 from streamjoin.session import get_spark
-from streamjoin.spec import load_job
 from streamjoin.verify import verify
 
 

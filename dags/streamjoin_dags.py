@@ -33,7 +33,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from streamjoin.enums import Mode
 from streamjoin.errors import JobError
 from streamjoin.job import Job
-from streamjoin.spec import JoinSpec, job_files
+from streamjoin.jobfile import job_files
+from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import parse_duration
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -79,9 +80,9 @@ def cron_for(every: str) -> str:
 
 def start_date(spec: JoinSpec) -> datetime:
     """schedule.start (an ISO date or datetime, local to schedule.timezone), else DEFAULT_START."""
-    text = spec.schedule.start or DEFAULT_START
+    text = spec.meta.schedule.start or DEFAULT_START
     try:
-        return pendulum.parse(text, tz=pendulum.timezone(spec.schedule.timezone))
+        return pendulum.parse(text, tz=pendulum.timezone(spec.meta.schedule.timezone))
     except Exception:
         raise JobError(f"schedule: start {text!r} is not an ISO date or datetime, e.g. 2024-05-01") from None
 
@@ -150,13 +151,13 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
     up from schedule.start only when the job declares one (a job without a start would otherwise
     run every interval since DEFAULT_START on unpausing)."""
     asset = output_asset(spec)
-    schedule = spec.schedule
+    schedule = spec.meta.schedule
     with DAG(
         dag_id=f"streamjoin_{spec.name}",
-        description=spec.description or f"streamjoin job {spec.name}: backfill slices",
+        description=spec.meta.description or f"streamjoin job {spec.name}: backfill slices",
         schedule=CronDataIntervalTimetable(cron_for(schedule.every), timezone=schedule.timezone),
         start_date=start_date(spec),
-        catchup=spec.schedule.start is not None,
+        catchup=spec.meta.schedule.start is not None,
         max_active_runs=1,  # each run starts a Spark driver; `backfill create --max-active-runs` raises it
         tags=["streamjoin", "backfill"],
         doc_md=f"Replays job file `{job_file}` one data interval (every {schedule.every}, "
@@ -239,12 +240,12 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
     with DAG(
         dag_id=f"streamjoin_{spec.name}_live",
         description=f"streamjoin job {spec.name}: live runner, available-now",
-        schedule=DeltaTriggerTimetable(parse_duration(spec.schedule.live_every, "schedule: live_every")),
+        schedule=DeltaTriggerTimetable(parse_duration(spec.meta.schedule.live_every, "schedule: live_every")),
         start_date=start_date(spec),
         catchup=False,
         max_active_runs=1,
         tags=["streamjoin", "live"],
-        doc_md=f"Runs job file `{job_file}` live (available-now) every {spec.schedule.live_every}; "
+        doc_md=f"Runs job file `{job_file}` live (available-now) every {spec.meta.schedule.live_every}; "
         f"checkpoint `{checkpoint}`, output `{spec.output.location}`.",
         default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
     ) as made:
@@ -256,7 +257,7 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
             from streamjoin.metrics import combine
 
             job = job_of(spec)
-            before = job.written_version() if spec.schedule.verify else None  # only verify reads it
+            before = job.written_version() if spec.meta.schedule.verify else None  # only verify reads it
             runs = job.live(checkpoint).run()
             summary = combine(runs).summary() if runs else "nothing new to process"
             log.info("job %s live: %d micro-batch(es): %s", spec.name, len(runs), summary)
@@ -268,7 +269,7 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
             }
 
         ran = run_live()
-        if spec.schedule.verify:
+        if spec.meta.schedule.verify:
 
             @task
             def verify(ran: dict) -> dict:
@@ -277,7 +278,7 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
                 if outcome is None:
                     log.info("job %s: the live run wrote no rows, nothing to verify", spec.name)
                     return {"slices": 0, "equal": True}
-                text = outcome.describe(spec.schedule.timezone)
+                text = outcome.describe(spec.meta.schedule.timezone)
                 log.info("%s", text)
                 if not outcome.equal:
                     raise AirflowFailException(
@@ -295,10 +296,11 @@ def build_dags(folder: Path) -> dict[str, DAG]:
     for job_file in job_files(folder):
         try:
             spec = Job.load(job_file, root=data_root()).spec
-            cron_for(spec.schedule.every)  # refuse a bad schedule before any DAG of the job is registered
+            # refuse a bad schedule before any DAG of the job is registered
+            cron_for(spec.meta.schedule.every)
             start_date(spec)
             ids = [f"streamjoin_{spec.name}"] + (
-                [f"streamjoin_{spec.name}_live"] if spec.schedule.live_every else []
+                [f"streamjoin_{spec.name}_live"] if spec.meta.schedule.live_every else []
             )
             taken = [i for i in ids if i in dags]
             if taken:
@@ -311,7 +313,7 @@ def build_dags(folder: Path) -> dict[str, DAG]:
             warnings.warn(message, stacklevel=1)
             continue
         dags[ids[0]] = backfill_dag(spec, job_file)
-        if spec.schedule.live_every:
+        if spec.meta.schedule.live_every:
             dags[ids[1]] = live_dag(spec, job_file)
     return dags
 

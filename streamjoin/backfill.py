@@ -176,8 +176,8 @@ def plan_backfill(
     `assume_earliest_known` and only tables fall short: their rows are then looked up in the
     tables' earliest known state and counted as assumed."""
     mode = Mode.parse(mode)
-    every = every or spec.schedule.every
-    timezone = timezone or spec.schedule.timezone
+    every = every or spec.meta.schedule.every
+    timezone = timezone or spec.meta.schedule.timezone
     slices = cut(start, end, every, timezone)
     plan = bind(spark, spec)
     join = kernel.family(plan)

@@ -320,7 +320,7 @@ def cmd_verify(args) -> int:
     if args.json:
         _print_json(outcome.as_json())
     else:
-        print(outcome.describe(job.spec.schedule.timezone))
+        print(outcome.describe(job.spec.meta.schedule.timezone))
         print(f"recorded in {job.spec.output.side('consistency')}")
     return 0 if outcome.equal else 1
 
@@ -400,7 +400,7 @@ def _interruptible():
 def cmd_list(args) -> int:
     """The job files of a folder, each with its output and its last recorded run."""
     from streamjoin.job import Job
-    from streamjoin.spec import job_files
+    from streamjoin.jobfile import job_files
 
     folder = Path(args.jobs)
     files = job_files(folder)
@@ -742,7 +742,7 @@ def _refused(error: StreamJoinError) -> int:
 def _job_tables(args) -> list[str]:
     """The tables the command's job reads and writes (sources, output), to name the one a storage
     fault hit; none when the command has no job, or its file cannot be read."""
-    from streamjoin.spec import load_job
+    from streamjoin.jobfile import load_job
 
     try:
         spec = load_job(args.job, root=_root(args)) if getattr(args, "job", None) else None

@@ -21,12 +21,13 @@ from pyspark.sql.types import DoubleType, StringType, StructField, StructType, T
 from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
+from streamjoin.jobfile import job_files, load_job
 from streamjoin.metrics import RunMetrics, combine
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay_slices
 from streamjoin.session import PROJECT_ROOT, get_spark
-from streamjoin.spec import JoinSpec, job_files, load_job
+from streamjoin.spec import JoinSpec
 
 DAY = datetime(2024, 5, 1)
 JOBS_DIR = PROJECT_ROOT / "jobs"  # the demo's job files: the demo runs from a source checkout
@@ -311,7 +312,7 @@ def _summarize(spark: SparkSession, name: str, job: JoinSpec, runs: dict[str, Ru
             )
         )
     )
-    print(f"\n== {name}: {job.description}")
+    print(f"\n== {name}: {job.meta.description}")
     for run in runs.values():
         print("  " + run.summary())
     print(f"  live output equals the exact replay: {'yes' if same else 'NO'}")

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamjoin.errors import JobError
-from streamjoin.spec import JoinSpec, load_job
+from streamjoin.jobfile import load_job
+from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import Instant, parse_instant
 
 if TYPE_CHECKING:

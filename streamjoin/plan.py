@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 import sqlglot
 from pyspark.errors import AnalysisException
@@ -32,7 +33,22 @@ from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
 from streamjoin.limits import calls_java, check_output_names
-from streamjoin.spec import COMMIT_TIME, Join, JoinSpec, Source
+from streamjoin.links import (
+    AsofLink,
+    Conditioned,
+    Enriching,
+    FunctionLink,
+    Graced,
+    IntervalLink,
+    Link,
+    LooksUp,
+    LookupLink,
+    Made,
+    RowsLink,
+    UnnestLink,
+    WindowLink,
+)
+from streamjoin.spec import COMMIT_TIME, JoinSpec, Source
 from streamjoin.sql import and_terms
 from streamjoin.timeutil import END_OF_INPUT, format_duration, to_micros
 
@@ -116,14 +132,17 @@ class NamedTime:
         return as_micros(column, self.kind, self.time_format)
 
 
+L = TypeVar("L", bound=Link)
+
+
 @dataclass(frozen=True)
 class BoundJoin:
     """One join of the chain with its condition split into key equalities and a residual."""
 
-    spec: Join
+    spec: Link
     left: tuple[str, ...]
     right: str
-    family: str
+    family: str  # the link's kind (a LinkKind)
     equi: tuple[tuple[str, str], ...]
     residual: str | None
     inequality: tuple[str, str, str] | None = None  # ASOF: (left column, operator, right column)
@@ -134,6 +153,12 @@ class BoundJoin:
     made: StructType | None = None
     # `as_of: <source>.<column>`: the time its table is looked up at; None: the row's own event time
     as_of: NamedTime | None = None
+
+    def link(self, kind: type[L]) -> L:
+        """The link as the class of its kind, for the family that reads that kind's settings."""
+        if not isinstance(self.spec, kind):
+            raise TypeError(f"the {self.family} join with {self.right!r} is no {kind.__name__}")
+        return self.spec
 
 
 @dataclass(frozen=True)
@@ -226,7 +251,7 @@ def _bind_joins(spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructTy
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
         link = f"job {spec.name!r}, join with {join.source!r}"
-        if join.lateral:
+        if not isinstance(join, Conditioned):  # rows made for each row: UNNEST, a function, a lookup
             bound = _bind_lateral(spark, spec, join, left_names, schemas, link)
             assert bound.made is not None  # a lateral join's made rows have a schema
             schemas[join.source] = bound.made
@@ -272,7 +297,7 @@ def _with_window_columns(spec: JoinSpec, schemas: dict[str, StructType]) -> dict
     windowed = {
         name
         for index, join in enumerate(spec.joins)
-        if join.window
+        if isinstance(join, WindowLink)
         for name in (spec.names[index], join.source)
     }
     seen = dict(schemas)
@@ -499,14 +524,15 @@ def _check_qualifiers(on: str, names: tuple[str, ...], schemas: dict[str, Struct
 
 def _bind_join(
     spec: JoinSpec,
-    join: Join,
+    join: Conditioned,
     on: str | None,
     left_names: tuple[str, ...],
     schemas: dict[str, StructType],
 ) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
-    family = _family(spec, join, left_names)
-    strangers = [name for name, _ in join.rows if name not in (left_names[-1], join.source)]
+    family = join.kind  # the spec checked that the kind fits the sources it joins
+    rows = join.rows if isinstance(join, RowsLink) else ()
+    strangers = [name for name, _ in rows if name not in (left_names[-1], join.source)]
     if strangers:
         raise JobError(
             f"{where}: rows names {strangers[0]!r}, which is not a side of this join ({left_names[-1]}, {join.source})"
@@ -520,7 +546,7 @@ def _bind_join(
         for term in conjuncts(on, f"{where}: the condition"):
             pair = _equality(term, left_names, right)
             inequality = _inequality(term, left_names, right) if join.asof else None
-            if pair and join.window and _window_equality(pair, where):
+            if pair and isinstance(join, WindowLink) and _window_equality(pair, where):
                 continue  # the window join pairs rows of one window anyway (RisingWave's required equality)
             if pair:
                 equi.append(pair)
@@ -570,7 +596,7 @@ def _bind_join(
             f"{' / '.join(left_names)} and a column of {right}, which says which rows are candidates and which is "
             f"nearest; found {found}. Example: on: {left_names[0]}.sym = {right}.sym AND {right}.ts <= {left_names[0]}.ts"
         )
-    if join.asof and join.as_of == "event_time":
+    if isinstance(join, AsofLink) and join.as_of == "event_time":
         _check_asof_over_history(spec, join, inequalities[0], where)
     return BoundJoin(
         join,
@@ -586,12 +612,12 @@ def _bind_join(
 
 
 def _bind_as_of(
-    spec: JoinSpec, join: Join, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
+    spec: JoinSpec, join: Link, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
 ) -> NamedTime | None:
     """The column `as_of` names, checked against its stream's schema: a timestamp (or
     timestamp_ntz) column, or the stream's declared time column. None when it is the time the row
     carries anyway: the declared time of the one stream before the link."""
-    if join.as_of_column is None:
+    if not isinstance(join, LooksUp) or join.as_of_column is None:
         return None
     source, named = join.as_of_column  # the spec checked it names a stream before the link
     stream = spec.source(source)
@@ -623,7 +649,7 @@ def _bind_as_of(
 def _bind_lateral(
     spark: SparkSession,
     spec: JoinSpec,
-    join: Join,
+    join: Link,
     left_names: tuple[str, ...],
     schemas: dict[str, StructType],
     where: str,
@@ -632,8 +658,9 @@ def _bind_lateral(
     the columns of the rows it makes (an array's elements, or a struct element's fields; a map's
     key and value; the function's return type), renamed by `columns`. A lookup: `_bind_lookup`."""
     (name,) = left_names  # the job's only join (spec)
-    if join.lookup is not None:
+    if isinstance(join, LookupLink):
         return _bind_lookup(spark, join, left_names, schemas, where, spec.output.side("lookups"))
+    assert isinstance(join, Made)  # a lateral link unnests, calls a function or looks up (spec)
     row = spark.createDataFrame([], schemas[name]).alias(name)
 
     def resolved(what: str, expressions: list[str]) -> StructType:
@@ -647,7 +674,7 @@ def _bind_lateral(
         _refuse_java(frame, where, tuple(expressions))
         return frame.schema
 
-    if join.unnest is not None:
+    if isinstance(join, UnnestLink):
         expression = _qualify(join.unnest, left_names, schemas, where)
         kind = resolved(f"unnest {join.unnest!r}", [expression])[0].dataType
         if isinstance(kind, ArrayType) and isinstance(kind.elementType, StructType):
@@ -661,14 +688,13 @@ def _bind_lateral(
                 f"{where}: unnest {join.unnest!r} is a {kind.simpleString()}; UNNEST expands an array or a map"
             )
         lateral: tuple[str, ...] = (expression,)
-        family = "unnest"
     else:
-        assert join.function is not None  # a lateral join unnests or calls a function (spec)
+        assert isinstance(join, FunctionLink)  # a lateral link unnests or calls a function (spec)
         function = functions.load(join.function, where)
         lateral = tuple(_qualify(a, left_names, schemas, where) for a in join.args)
         resolved(f"the arguments of {join.function}", list(lateral))
         assert isinstance(function.returnType, StructType)  # `load` refuses any other
-        fields, family = list(function.returnType.fields), "function"
+        fields = list(function.returnType.fields)
     names = join.columns or tuple(f.name for f in fields)
     if len(names) != len(fields):
         raise JobError(
@@ -676,12 +702,12 @@ def _bind_lateral(
             f"({', '.join(f'{f.name} {f.dataType.simpleString()}' for f in fields)}); name each once"
         )
     made = StructType([StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)])
-    return BoundJoin(join, left_names, join.source, family, (), None, lateral=lateral, made=made)
+    return BoundJoin(join, left_names, join.source, join.kind, (), None, lateral=lateral, made=made)
 
 
 def _bind_lookup(
     spark: SparkSession,
-    join: Join,
+    join: LookupLink,
     left_names: tuple[str, ...],
     schemas: dict[str, StructType],
     where: str,
@@ -690,7 +716,7 @@ def _bind_lookup(
     """A lookup join: the database table's columns (as the job's `journal` recorded them, else read
     through JDBC now, so an unreachable database is refused before data moves: `database.columns`),
     its condition split into the key equalities (at least one, Flink's rule) and the other terms."""
-    assert join.lookup is not None and join.on  # the spec requires both
+    assert join.on  # the spec requires it
     columns = database.columns(spark, join.lookup, where, journal)
     made = StructType([StructField(f.name, f.dataType, True) for f in columns.fields])
     seen = {**schemas, join.source: made}
@@ -712,7 +738,7 @@ def _bind_lookup(
         join,
         left_names,
         join.source,
-        "lookup",
+        join.kind,
         tuple(equi),
         " AND ".join(residual) or None,
         None,
@@ -722,7 +748,7 @@ def _bind_lookup(
 
 
 def _check_asof_over_history(
-    spec: JoinSpec, join: Join, inequality: tuple[str, str, str], where: str
+    spec: JoinSpec, join: AsofLink, inequality: tuple[str, str, str], where: str
 ) -> None:
     """An ASOF join over the table's whole history orders by the table's version time: only its
     watermark says that no nearer row can still come."""
@@ -740,22 +766,6 @@ def _check_asof_over_history(
             f"the inequality compares {compared}. {fix}, or drop as_of to pick the nearest row that "
             "had arrived before the stream row"
         )
-
-
-def _family(spec: JoinSpec, join: Join, left_names: tuple[str, ...]) -> str:
-    """interval | window | rows | stream-table | temporal | asof | table-table (docs/job-spec.md)."""
-    # What is joined so far is a stream once any of it is one (spec._validate, ksqlDB).
-    left_kind = "stream" if any(spec.source(n).kind == "stream" for n in left_names) else "table"
-    right_kind = spec.source(join.source).kind
-    if left_kind == "stream" and right_kind == "stream":
-        if join.rows:
-            return "rows"
-        return "window" if join.window else "interval"
-    if left_kind == "stream" and right_kind == "table":
-        if join.asof:
-            return "asof"
-        return "temporal" if join.at_event_time else "stream-table"
-    return "table-table"
 
 
 def _inequality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str, str] | None:
@@ -926,7 +936,7 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
             judged = [join.right]  # its versions can be late; the stream's rows cannot
         else:
             continue
-        grace = join.spec.grace
+        grace = join.link(Graced).grace
         for name in judged:
             source = plan.source(name)
             if source.spec.kind == "table" and not source.spec.time:
@@ -1046,22 +1056,23 @@ def chain_grace_warnings(plan: Plan) -> list[str]:
     row arrives, on time by the grace before; a padded row when the clock passes its window's end
     plus that grace, up to `upper` (left rows) or `-lower` (right rows) after its own time."""
     warnings = []
-    for step, (before, join) in enumerate(zip(plan.joins, plan.joins[1:], strict=False), 2):
-        if before.family != "interval" or join.family != "interval":
+    for step, (first, then) in enumerate(zip(plan.joins, plan.joins[1:], strict=False), 2):
+        if first.family != "interval" or then.family != "interval":
             continue
-        bounds = before.spec.bounds
+        before, join = first.link(IntervalLink), then.link(IntervalLink)
+        bounds = before.bounds
         assert bounds is not None  # every interval join has its bounds (spec validation)
         widest = timedelta(0)
-        if before.spec.type in ("left", "full"):
+        if before.type in ("left", "full"):
             widest = max(widest, bounds.upper)
-        if before.spec.type in ("right", "full"):
+        if before.type in ("right", "full"):
             widest = max(widest, -bounds.lower)
-        needed = before.spec.grace + widest
-        if join.spec.grace < needed:
+        needed = before.grace + widest
+        if join.grace < needed:
             warnings.append(
-                f"join {step} ({join.spec.type.upper()} JOIN {join.right}): grace is {format_duration(join.spec.grace)}, "
+                f"join {step} ({join.type.upper()} JOIN {then.right}): grace is {format_duration(join.grace)}, "
                 f"but the rows join {step - 1} emits can come out up to {format_duration(needed)} behind the newest "
-                f"event time (its grace {format_duration(before.spec.grace)}"
+                f"event time (its grace {format_duration(before.grace)}"
                 + (f" plus {format_duration(widest)} for its padded rows" if widest else "")
                 + f"): those would be late here. Set join {step}'s grace to at least {format_duration(needed)}"
             )
@@ -1074,7 +1085,7 @@ def describe(
     """The resolved plan as `streamjoin explain` prints it; `margins`: the join operator's, per
     stream (microseconds before a replay slice's start and after its end)."""
     spec = plan.spec
-    lines = [f"job {spec.name}" + (f": {spec.description}" if spec.description else ""), "sources:"]
+    lines = [f"job {spec.name}" + (f": {spec.meta.description}" if spec.meta.description else ""), "sources:"]
     for source in plan.sources:
         s = source.spec
         version = f", pinned version {versions[s.name]}" if versions and s.name in versions else ""
@@ -1096,60 +1107,10 @@ def describe(
         lines.append(f"  [{source.index}] {s.name}: {s.kind} at {s.location}{time}{keys}{version}{future}")
     lines.append("join chain (applied in the order written):")
     for step, join in enumerate(plan.joins, 1):
-        j = join.spec
-        equalities = " AND ".join(f"{a} = {b}" for a, b in join.equi)
-        condition = (
-            " (every pair in the time bounds)"
-            if j.type == "cross"
-            else f" ON {equalities}" + (f" AND {join.residual}" if join.residual else "")
+        lines += (
+            _describe_lateral(plan, join, step) if join.made is not None else _describe_link(plan, join, step)
         )
-        if join.made is not None:
-            lines += _describe_lateral(plan, join, step)
-            continue
-        lines.append(f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}")
-        if j.bounds is not None:
-            span = j.bounds.upper - j.bounds.lower
-            lines.append(
-                f"     time bounds: {j.bounds.describe()} (right.time - left.time in "
-                f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}"
-            )
-            lines.append(
-                f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
-                f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side"
-            )
-            if step > 1:
-                lines.append(
-                    f"     left side: the rows join {step - 1} emits ({' + '.join(join.left)}), each at the commit "
-                    "where it became known; lateness and closing by the whole job's clock"
-                )
-        if j.rows:
-            kept = ", ".join(f"the {count} latest {name} rows" for name, count in j.rows)
-            lines.append(
-                f"     ROWS windows: per key, {kept} (a stream not named is seen as its rows arrive); rows "
-                "ordered by arrival, nothing late; live state keeps them for every key ever seen"
-            )
-        if j.window is not None:
-            lines.append(
-                f"     time windows: {j.window.describe()} (each row in {j.window.per_row} window(s) [start, start + "
-                f"{format_duration(j.window.size)}), aligned to the epoch in UTC), grace {format_duration(j.grace)}; "
-                "rows join within a window they share, one output row per pair and window; a row without a "
-                "partner in a window is padded once the watermark passes that window's end"
-            )
-        if join.family in ("stream-table", "temporal", "asof"):
-            lines += [f"     {line}" for line in _describe_lookup(plan, join)]
-        if join.family == "table-table":
-            first = plan.source(join.left[0]).spec
-            parent = plan.source(join.equi[0][0].split(".", 1)[0]).spec if join.equi else first
-            kind = (
-                "primary-key (1:1)"
-                if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(parent.key)
-                else "foreign-key (1:N)"
-            )
-            of = "" if parent.name == first.name else f" of {parent.name}"
-            lines.append(
-                f"     {kind}{of}: result keyed by {first.name}'s key ({', '.join(first.key)}); every input commit "
-                f"updates the rows it touches; changes (upsert/delete) in {spec.output.side('changes')}"
-            )
+        lines.append(f"     link: {_link_words(join.spec)}")
     if margins:
         reads = ", ".join(
             f"{name} whole (ROWS windows)"
@@ -1170,6 +1131,80 @@ def describe(
         f"side tables: {out.side('late')}, {out.side('rejected')}; run metrics: {out.side('metrics')}"
     )
     return "\n".join(lines)
+
+
+def _link_words(link: Link) -> str:
+    """The typed link as `explain` prints it: its class and the settings it holds."""
+    settings = {
+        k: v for k, v in link.settings().items() if k not in ("kind", "source") and v not in (None, [], False)
+    }
+    return f"{type(link).__name__}(" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")"
+
+
+def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
+    """A link with a source as `explain` prints it: its condition, then what its kind decides."""
+    j = join.spec
+    equalities = " AND ".join(f"{a} = {b}" for a, b in join.equi)
+    condition = (
+        " (every pair in the time bounds)"
+        if j.type == "cross"
+        else f" ON {equalities}" + (f" AND {join.residual}" if join.residual else "")
+    )
+    lines = [f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}"]
+    if isinstance(j, IntervalLink) and j.bounds is not None:
+        lines += _describe_bounds(j, join, step)
+    if isinstance(j, RowsLink):
+        kept = ", ".join(f"the {count} latest {name} rows" for name, count in j.rows)
+        lines.append(
+            f"     ROWS windows: per key, {kept} (a stream not named is seen as its rows arrive); rows "
+            "ordered by arrival, nothing late; live state keeps them for every key ever seen"
+        )
+    if isinstance(j, WindowLink):
+        lines.append(
+            f"     time windows: {j.window.describe()} (each row in {j.window.per_row} window(s) [start, start + "
+            f"{format_duration(j.window.size)}), aligned to the epoch in UTC), grace {format_duration(j.grace)}; "
+            "rows join within a window they share, one output row per pair and window; a row without a "
+            "partner in a window is padded once the watermark passes that window's end"
+        )
+    if isinstance(j, Enriching):
+        lines += [f"     {line}" for line in _describe_lookup(plan, join)]
+    if join.family == "table-table":
+        lines.append(_describe_table_table(plan, join))
+    return lines
+
+
+def _describe_bounds(j: IntervalLink, join: BoundJoin, step: int) -> list[str]:
+    """An interval link's bounds, grace and state, and (after a first link) its left side."""
+    assert j.bounds is not None  # the spec refuses an interval link without bounds
+    span = j.bounds.upper - j.bounds.lower
+    lines = [
+        f"     time bounds: {j.bounds.describe()} (right.time - left.time in "
+        f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}",
+        f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
+        f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side",
+    ]
+    if step > 1:
+        lines.append(
+            f"     left side: the rows join {step - 1} emits ({' + '.join(join.left)}), each at the commit "
+            "where it became known; lateness and closing by the whole job's clock"
+        )
+    return lines
+
+
+def _describe_table_table(plan: Plan, join: BoundJoin) -> str:
+    """A table-table link's kind (primary- or foreign-key) and the key its result is kept by."""
+    first = plan.source(join.left[0]).spec
+    parent = plan.source(join.equi[0][0].split(".", 1)[0]).spec if join.equi else first
+    kind = (
+        "primary-key (1:1)"
+        if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(parent.key)
+        else "foreign-key (1:N)"
+    )
+    of = "" if parent.name == first.name else f" of {parent.name}"
+    return (
+        f"     {kind}{of}: result keyed by {first.name}'s key ({', '.join(first.key)}); every input commit "
+        f"updates the rows it touches; changes (upsert/delete) in {plan.spec.output.side('changes')}"
+    )
 
 
 def as_json(
@@ -1211,13 +1246,14 @@ def as_json(
                 "equalities": [list(pair) for pair in j.equi],
                 "residual": j.residual,
                 "bounds_s": None
-                if j.spec.bounds is None
+                if not isinstance(j.spec, IntervalLink) or j.spec.bounds is None
                 else [seconds(j.spec.bounds.lower), seconds(j.spec.bounds.upper)],
                 "window_s": None
-                if j.spec.window is None
+                if not isinstance(j.spec, WindowLink)
                 else {"hop": seconds(j.spec.window.hop), "size": seconds(j.spec.window.size)},
-                "grace_s": seconds(j.spec.grace),
-                "emit": j.spec.emit,
+                "grace_s": seconds(j.spec.grace) if isinstance(j.spec, Graced) else None,
+                "emit": j.spec.emit if isinstance(j.spec, IntervalLink) else None,
+                "link": j.spec.settings(),
                 "lateral": None
                 if j.made is None
                 else {"expressions": list(j.lateral), "columns": j.made.fieldNames()},
@@ -1241,7 +1277,7 @@ def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     """An UNNEST, table-function or lookup join as `explain` prints it (Flink's forms)."""
     assert join.made is not None  # only lateral joins make rows
     columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in join.made.fields)
-    if join.spec.lookup is not None:
+    if isinstance(join.spec, LookupLink):
         condition = " AND ".join(
             [*(f"{a} = {b}" for a, b in join.equi), *([join.residual] if join.residual else [])]
         )
@@ -1255,7 +1291,7 @@ def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     call = (
         f"UNNEST({join.lateral[0]})"
         if join.family == "unnest"
-        else f"LATERAL TABLE({join.spec.function}({', '.join(join.lateral)}))"
+        else f"LATERAL TABLE({join.link(FunctionLink).function}({', '.join(join.lateral)}))"
     )
     kind = "CROSS JOIN" if join.spec.type == "inner" else "LEFT JOIN"
     kept = (
@@ -1271,7 +1307,7 @@ def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:
 
 def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
     """How an enrichment join resolves the table's versions (docs/semantics.md)."""
-    table = plan.source(join.right).spec
+    table, link = plan.source(join.right).spec, join.link(Enriching)
     stream = join.left[0]
     if plan.joins[0].family == "interval":  # after stream-stream links: their rows, each at its emission
         stream = f"joined ({' + '.join(join.left)})"
@@ -1293,12 +1329,12 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
         )
         if table.time:
             lines.append(
-                f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
+                f"decided once the table's watermark (largest version time - grace {format_duration(link.grace)}) "
                 f"is above {point}; changes below the watermark at their arrival are late"
             )
         else:
             lines.append(f"decided once {wait}")
-    elif join.family == "asof" and join.spec.as_of == "event_time":
+    elif join.family == "asof" and link.as_of == "event_time":
         assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
         left_col, op, right_col = join.inequality
         preceding = looks_back(op)
@@ -1308,7 +1344,7 @@ def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
             f"{'largest' if preceding else 'smallest'} {right_col}, whenever it arrived"
         )
         lines.append(
-            f"decided once the table's watermark (largest version time - grace {format_duration(join.spec.grace)}) "
+            f"decided once the table's watermark (largest version time - grace {format_duration(link.grace)}) "
             + (
                 f"is above {left_col}"
                 if preceding

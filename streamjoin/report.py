@@ -518,11 +518,11 @@ def render_page(
     checks: list[dict] | None = None,
 ) -> str:
     """The whole HTML page; `checks`: each slice's latest `verify` (verify.consistency)."""
-    timezone = spec.schedule.timezone
+    timezone = spec.meta.schedule.timezone
     generated = pendulum.now(timezone).strftime("%Y-%m-%d %H:%M:%S %Z")
     body = [
         f"<header><h1>Data quality: {_e(spec.name)}</h1>",
-        f"<p>{_e(spec.description)}</p>" if spec.description else "",
+        f"<p>{_e(spec.meta.description)}</p>" if spec.meta.description else "",
         f"<p>output {_e(spec.output.location)} &middot; times in {_e(timezone)} &middot; generated {_e(generated)}</p></header><main>",
     ]
     plotted = [s for s in slices if s.shown]

@@ -8,49 +8,35 @@ it and decide which data and when. Build one in Python or load a YAML job file (
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pendulum
 
-from streamjoin.enums import Emit, JoinType, SourceKind
+from streamjoin.enums import SourceKind
 from streamjoin.errors import JobError
-from streamjoin.limits import check_nesting, load_yaml
+from streamjoin.limits import check_nesting
+from streamjoin.links import (
+    NAME,
+    FunctionLink,
+    Link,
+    LooksUp,
+    Lookup,
+    LookupLink,
+    TimeBounds,
+    UnnestLink,
+    Windows,
+    build_link,
+)
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
-# A stream-table join's point in time: `arrival` (the row's commit), `event_time` (the row's event
-# time) or a named time column of a stream before the join, `source.column` (Flink's `FOR
-# SYSTEM_TIME AS OF o.order_time`; docs/job-spec.md, "Event-time temporal").
-AsOf = str
-AS_OF_WORDS = ("arrival", "event_time")
-_AS_OF_COLUMN = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?\.`?([A-Za-z_][A-Za-z0-9_]*)`?$")
-
 COMMIT_TIME = "commit"  # `time: commit`: a source's event time is its commit timestamp (docs/semantics.md)
-DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
 DEFAULT_CLOCK_SKEW = timedelta(seconds=2)  # how late a table commit may become visible (docs/semantics.md)
 # How far an event time may lead its commit time before the row is rejected (docs/semantics.md)
 DEFAULT_MAX_FUTURE = timedelta(days=1)
-_JOIN_TYPES = {
-    "inner": JoinType.INNER,
-    "join": JoinType.INNER,
-    "left": JoinType.LEFT,
-    "left outer": JoinType.LEFT,
-    "left_outer": JoinType.LEFT,
-    "right": JoinType.RIGHT,
-    "right outer": JoinType.RIGHT,
-    "right_outer": JoinType.RIGHT,
-    "full": JoinType.FULL,
-    "full outer": JoinType.FULL,
-    "full_outer": JoinType.FULL,
-    "outer": JoinType.FULL,
-    "cross": JoinType.CROSS,
-    "cross join": JoinType.CROSS,
-}
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # Which join types each pair of source kinds supports (ksqlDB's and Lenses' compatibility tables),
 # and why the others are refused.
@@ -95,7 +81,7 @@ class Source:
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
         _check_start_at(self.start_at, f"{where}: start_at")
-        if not _NAME.match(self.name or ""):
+        if not NAME.match(self.name or ""):
             raise JobError(
                 f"{where}: a source name must be an identifier (letters, digits, _), e.g. 'orders'"
             )
@@ -138,305 +124,6 @@ class Source:
 
 
 @dataclass(frozen=True)
-class TimeBounds:
-    """right.time - left.time must lie in [lower, upper], both ends included."""
-
-    lower: timedelta
-    upper: timedelta
-
-    def describe(self) -> str:
-        if self.lower == -self.upper:
-            return f"WITHIN {format_duration(self.upper)}"
-        return f"BETWEEN {format_duration(self.lower)} AND {format_duration(self.upper)}"
-
-
-@dataclass(frozen=True)
-class Windows:
-    """Time windows of a window join (RisingWave's and Flink's TUMBLE and HOP): windows of `size`
-    starting every `hop`, aligned to the Unix epoch in UTC, each [start, start + size)."""
-
-    hop: timedelta
-    size: timedelta
-
-    @property
-    def per_row(self) -> int:
-        """How many windows hold each row."""
-        return self.size // self.hop
-
-    def describe(self) -> str:
-        if self.hop == self.size:
-            return f"TUMBLE {format_duration(self.size)}"
-        return f"HOP {format_duration(self.hop)} SIZE {format_duration(self.size)}"
-
-
-# The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
-JDBC_DRIVERS = {
-    "postgresql": "org.postgresql.Driver",
-    "mysql": "com.mysql.cj.jdbc.Driver",
-    "mariadb": "org.mariadb.jdbc.Driver",
-    "sqlite": "org.sqlite.JDBC",
-    "sqlserver": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
-    "oracle": "oracle.jdbc.OracleDriver",
-}
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """An external database table a lookup join reads through JDBC (Flink's JDBC lookup source):
-    `url` (jdbc:postgresql://host:port/db), the `table` in it, and credentials: `user`, and the
-    name of an environment variable holding the password (never the password itself)."""
-
-    url: str
-    table: str
-    user: str | None = None
-    password_env: str | None = None
-    driver: str | None = None  # the JDBC driver class; default: the one the URL's database ships
-
-    def __post_init__(self) -> None:
-        if not str(self.url).startswith("jdbc:"):
-            raise JobError(
-                f"lookup url {self.url!r} is not a JDBC URL; write e.g. url: jdbc:postgresql://127.0.0.1:5432/shop"
-            )
-        if not self.table:
-            raise JobError("lookup: give the database table to look rows up in, e.g. table: customers")
-        if self.password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", self.password_env):
-            raise JobError(
-                f"lookup password_env {self.password_env!r} must name an environment variable (e.g. SHOP_PASSWORD), "
-                "not hold the password"
-            )
-
-    @property
-    def driver_class(self) -> str | None:
-        """`driver`, else the usual driver of the URL's database (Spark finds no driver loaded from
-        spark.jars by URL alone)."""
-        if self.driver:
-            return self.driver
-        kind = self.url.split(":", 2)[1] if self.url.count(":") >= 2 else ""
-        return JDBC_DRIVERS.get(kind)
-
-    @property
-    def where(self) -> str:
-        """The table and database, for messages (without the URL's parameters, which may hold secrets)."""
-        return f"{self.table} at {self.url.split('?', 1)[0]}"
-
-
-@dataclass(frozen=True)
-class Join:
-    """One link of the join chain: everything joined so far, joined with `source`."""
-
-    source: str
-    type: JoinType = JoinType.INNER
-    on: str | None = None
-    using: tuple[str, ...] = ()
-    natural: bool = False
-    bounds: TimeBounds | None = None
-    grace: timedelta = DEFAULT_GRACE
-    emit: Emit = Emit.FINAL
-    as_of: AsOf | None = None
-    asof: bool = False
-    window: Windows | None = None
-    # ROWS windows (SQLstream): per source of the join, how many of its latest rows per key the
-    # other stream sees; a stream not named is seen only as its rows arrive.
-    rows: tuple[tuple[str, int], ...] = ()
-    # Lateral joins (Flink): each row joined with rows made from it, not with a source; `source`
-    # is then the name those rows go by. `unnest`: an array or map expression over the row;
-    # `function`: a Python table function (`module:attribute`, a Spark UDTF) called with `args`;
-    # `columns`: names for the made rows' columns (default: the element's, or the function's).
-    # `lookup`: the rows of an external database table with equal keys, looked up as the row is
-    # processed and recorded in a journal beside the output (streamjoin/joins/lookup.py).
-    unnest: str | None = None
-    function: str | None = None
-    args: tuple[str, ...] = ()
-    columns: tuple[str, ...] = ()
-    lookup: Lookup | None = None
-
-    @property
-    def lateral(self) -> bool:
-        """Joined with rows made for each row (UNNEST, a table function, a database lookup) rather
-        than with a source."""
-        return self.unnest is not None or self.function is not None or self.lookup is not None
-
-    def __post_init__(self) -> None:
-        where = f"join with {self.source!r}"
-        kind = _JOIN_TYPES.get(str(self.type).lower().strip())
-        if kind is None:
-            raise JobError(f"{where}: type {self.type!r} is unknown; write inner, left, right, full or cross")
-        object.__setattr__(self, "type", kind)
-        object.__setattr__(self, "using", tuple(self.using))
-        object.__setattr__(self, "args", tuple(self.args))
-        object.__setattr__(self, "columns", tuple(self.columns))
-        if self.lateral:
-            self._check_lateral(where)
-            return
-        if self.args or self.columns:
-            raise JobError(
-                f"{where}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
-            )
-        conditions = sum([bool(self.on), bool(self.using), bool(self.natural)])
-        if kind == "cross" and conditions:
-            raise JobError(
-                f"{where}: a CROSS join pairs every row with every row of the other side within its time "
-                "bounds and takes no condition; remove 'on'/'using'/'natural' (filters go in 'where'), or "
-                "use type inner with the condition"
-            )
-        if kind != "cross" and conditions != 1:
-            raise JobError(
-                f"{where}: give exactly one condition: 'on' (an expression), 'using' (columns) or 'natural: true'"
-            )
-        if self.grace < timedelta(0):
-            raise JobError(
-                f"{where}: grace {format_duration(self.grace)} is negative; write a grace of 0s or more"
-            )
-        if self.bounds is not None and self.bounds.lower > self.bounds.upper:
-            raise JobError(
-                f"{where}: 'between' lower bound {format_duration(self.bounds.lower)} is above its upper bound "
-                f"{format_duration(self.bounds.upper)}; write [lower, upper] with lower <= upper"
-            )
-        if self.emit not in list(Emit):
-            raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
-        object.__setattr__(self, "emit", Emit(self.emit))
-        if self.window is not None:
-            self._check_window(where)
-        object.__setattr__(self, "rows", tuple(self.rows))
-        if self.rows:
-            self._check_rows(where)
-        if self.as_of is not None and self.as_of not in AS_OF_WORDS and self.as_of_column is None:
-            raise JobError(
-                f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived), "
-                "'event_time' (the version valid at the row's event time) or a time column of a stream before "
-                "the join, <source>.<column> (the version valid at that time)"
-            )
-        if self.asof and self.as_of_column is not None:
-            raise JobError(
-                f"{where}: an ASOF join picks its row by its inequality; as_of takes 'event_time' (the nearest "
-                f"row over the table's whole history) or 'arrival', not a column ({self.as_of}): compare that "
-                "column in the inequality instead"
-            )
-
-    @property
-    def as_of_column(self) -> tuple[str, str] | None:
-        """The (source, column) `as_of` names, e.g. `impressions.ts`; None for arrival/event_time."""
-        named = _AS_OF_COLUMN.match(str(self.as_of)) if self.as_of is not None else None
-        return (named.group(1), named.group(2)) if named else None
-
-    @property
-    def at_event_time(self) -> bool:
-        """Looks its table up at an event time: the row's (`event_time`) or a named column's."""
-        return self.as_of == "event_time" or self.as_of_column is not None
-
-    def _check_lateral(self, where: str) -> None:
-        """An UNNEST, table-function or lookup join's settings (Flink's array expansion, LATERAL
-        TABLE and JDBC lookup)."""
-        what = "an UNNEST" if self.unnest is not None else "a table-function" if self.function else "a lookup"
-        if sum(x is not None for x in (self.unnest, self.function, self.lookup)) > 1:
-            raise JobError(f"{where}: give one of 'unnest' (an array column), 'function' or 'lookup'")
-        if self.bounds or self.window or self.rows or self.as_of or self.asof or self.emit != "final":
-            raise JobError(
-                f"{where}: {what} join is decided as each row is processed; remove within/between/window/rows/"
-                "as_of/asof/emit"
-            )
-        if self.grace != DEFAULT_GRACE:
-            raise JobError(f"{where}: {what} join judges no row late; remove 'grace'")
-        if self.lookup is not None:
-            self._check_lookup(where)
-            return
-        if self.type not in ("inner", "left", "cross"):
-            raise JobError(
-                f"{where}: {what} join is INNER (CROSS JOIN UNNEST, a row with no element is dropped) or LEFT "
-                f"(the row kept, padded); type {self.type} has no meaning for rows made from the row itself"
-            )
-        if self.type == "cross":
-            object.__setattr__(self, "type", JoinType.INNER)  # CROSS JOIN UNNEST(...) is Flink's inner form
-        if self.using or self.natural or (self.on is not None and str(self.on).strip().lower() != "true"):
-            raise JobError(
-                f"{where}: {what} join pairs each row with the rows made from it and takes no condition "
-                "(Flink: ON TRUE); remove 'on'/'using'/'natural' and filter in 'where'"
-            )
-        object.__setattr__(self, "on", None)
-        if self.unnest is not None and self.args:
-            raise JobError(f"{where}: 'args' are a table function's; UNNEST takes its array in 'unnest'")
-        if self.function is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", self.function):
-            raise JobError(
-                f"{where}: function {self.function!r} should name a Spark Python UDTF as module:attribute, e.g. "
-                "function: mypackage.functions:split_words"
-            )
-        for name in self.columns:
-            if not _NAME.match(name):
-                raise JobError(f"{where}: column name {name!r} must be an identifier (letters, digits, _)")
-        if len(set(self.columns)) != len(self.columns):
-            raise JobError(f"{where}: columns {list(self.columns)} name a column twice")
-
-    def _check_lookup(self, where: str) -> None:
-        """A lookup join: INNER or LEFT, on a condition with an equality (Flink's mandatory one);
-        the settings it shares with UNNEST are checked by `_check_lateral`."""
-        if self.type not in ("inner", "left"):
-            raise JobError(
-                f"{where}: a lookup join is INNER (a row without a database row is dropped) or LEFT (kept, "
-                f"padded); type {self.type} has no meaning for rows looked up for the row"
-            )
-        if not self.on or self.using or self.natural:
-            raise JobError(
-                f"{where}: a lookup join needs 'on' with an equality of a stream column and a column of the "
-                "database table (Flink's mandatory equality), e.g. on: orders.customer_id = c.id"
-            )
-        if self.args or self.columns:
-            raise JobError(
-                f"{where}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
-            )
-
-    def _check_rows(self, where: str) -> None:
-        """A ROWS-window join's settings that no source is needed to refuse."""
-        if self.bounds is not None or self.window is not None:
-            raise JobError(
-                f"{where}: give either 'rows' (the latest rows per key) or 'window'/'within'/'between' (time), not both"
-            )
-        if self.type == "cross":
-            raise JobError(
-                f"{where}: ROWS windows count rows per key; a CROSS join has no key. Use type inner with "
-                "on: a.id = b.id"
-            )
-        if self.emit == "eager":
-            raise JobError(f"{where}: a ROWS-window join decides each row as rows arrive; remove 'emit'")
-        for name, count in self.rows:
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise JobError(
-                    f"{where}: rows {{{name}: {count!r}}} must be a whole number of rows, 1 or more "
-                    "(SQLstream's ROWS 5 PRECEDING is 6: the five before and the current one)"
-                )
-
-    def _check_window(self, where: str) -> None:
-        """A window join's settings that no source is needed to refuse (docs/job-spec.md)."""
-        window = self.window
-        assert window is not None
-        if self.bounds is not None:
-            raise JobError(
-                f"{where}: give either 'window' (rows in the same time window) or 'within'/'between' (rows "
-                "close in time), not both"
-            )
-        if self.type == "cross":
-            raise JobError(
-                f"{where}: a window join needs an equality between a left and a right column (RisingWave, "
-                "Flink); use type inner with e.g. on: a.id = b.id"
-            )
-        if self.emit == "eager":
-            raise JobError(
-                f"{where}: a window join writes its padded rows when their window closes, never earlier; "
-                "remove 'emit: eager'"
-            )
-        if window.hop <= timedelta(0) or window.size <= timedelta(0):
-            raise JobError(
-                f"{where}: window durations must be positive; write e.g. window: {{tumble: 10m}} or "
-                "window: {hop: 10m, size: 1h}"
-            )
-        if window.size % window.hop:
-            raise JobError(
-                f"{where}: window size {format_duration(window.size)} is not a multiple of hop "
-                f"{format_duration(window.hop)}; every row must lie in the same number of windows "
-                f"(e.g. size {format_duration(window.hop * max(window.per_row, 1))})"
-            )
-
-
-@dataclass(frozen=True)
 class Output:
     """Where the result goes. Side tables sit beside it: <output>_late, _rejected, _metrics."""
 
@@ -449,7 +136,7 @@ class Output:
     def __post_init__(self) -> None:
         if bool(self.path) == bool(self.table):
             raise JobError("output: give exactly one of 'path' (a Delta folder) or 'table' (a table name)")
-        if not _NAME.match(self.time or ""):
+        if not NAME.match(self.time or ""):
             raise JobError(f"output: time column name {self.time!r} must be an identifier, e.g. event_time")
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         object.__setattr__(self, "key", tuple(self.key))
@@ -525,22 +212,32 @@ class Quality:
 
 
 @dataclass(frozen=True)
+class JobMeta:
+    """What a job file says beside the rows it decides: a description, when its slices are cut
+    (`schedule`) and what each slice's output must satisfy (`quality`). Changing it changes no
+    row, so it is no part of the definition (`JoinSpec` equality, `definition_hash`)."""
+
+    description: str = ""
+    schedule: Schedule = Schedule()
+    quality: Quality = Quality()
+
+
+@dataclass(frozen=True)
 class JoinSpec:
-    """One join job: sources, the chain of joins in the order written, projection and output."""
+    """One join job's definition, what decides its rows: sources, the chain of joins in the order
+    written, projection and output; `meta` carries the rest of its file (`JobMeta`)."""
 
     name: str
     sources: tuple[Source, ...]
     start: str
-    joins: tuple[Join, ...]
+    joins: tuple[Link, ...]
     output: Output
     select: tuple[str, ...] = ()
     where: str | None = None
-    description: str = ""
-    schedule: Schedule = Schedule()
-    quality: Quality = Quality()
     # the time every source begins at, unless the source says otherwise; a version (an int, as YAML
     # reads `start_at: 12`) is accepted here only for __post_init__ to refuse it with the job's message
     start_at: int | str | None = None
+    meta: JobMeta = field(default=JobMeta(), compare=False)
 
     def __post_init__(self) -> None:
         _check_start_at(self.start_at, f"job {self.name!r}: start_at", versions=False)
@@ -608,7 +305,7 @@ def _check_start_at(value: Any, where: str, versions: bool = True) -> None:
 def _validate(spec: JoinSpec) -> None:
     """Structural checks that need no data and no schema."""
     where = f"job {spec.name!r}"
-    if not _NAME.match(spec.name or ""):
+    if not NAME.match(spec.name or ""):
         raise JobError(f"job name {spec.name!r} must be an identifier (letters, digits, _)")
     for what, expression in _expressions(spec):
         check_nesting(str(expression), f"{where}, {what}")
@@ -645,11 +342,17 @@ def _validate(spec: JoinSpec) -> None:
         raise JobError(
             f"{where}: source(s) {', '.join(unused)} are declared but never joined; remove them or add a join"
         )
+    _check_links(spec)
+
+
+def _check_links(spec: JoinSpec) -> None:
+    """Each link against the kinds it joins: its join type supported for that pair (ksqlDB's and
+    Lenses' tables), its kind possible there (`Link.check_pair`), a table looked up by its key."""
     left_kind = spec.source(spec.start).kind
     for join in spec.joins:
-        link = f"{where}, join with {join.source!r}"
+        link = f"job {spec.name!r}, join with {join.source!r}"
         if join.lateral:
-            if left_kind != "stream":
+            if left_kind != SourceKind.STREAM:
                 raise JobError(
                     f"{link}: UNNEST, table functions and lookups take the rows of a stream; {spec.start!r} is a table, "
                     "whose rows change. Declare it kind: stream if its rows are events"
@@ -664,76 +367,31 @@ def _validate(spec: JoinSpec) -> None:
             raise JobError(
                 f"{link}: {article} {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
             )
-        if pair == ("stream", "stream") and join.asof:
-            raise JobError(
-                f"{link}: ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two "
-                f"append-only relations); declare {join.source!r} as a table (kind: table, key: [...], time: "
-                "<column>) and add as_of: event_time for RisingWave's result, the nearest row over its whole "
-                "history, final once its watermark has passed; without as_of each stream row gets the "
-                "nearest row that had arrived before it"
-            )
-        if join.window is not None and pair != ("stream", "stream"):
-            raise JobError(
-                f"{link}: window joins pair rows of two streams in the same time window (RisingWave, Flink); "
-                f"{join.source!r} is a {right_kind}. Use as_of/asof to look rows up in a table"
-            )
-        if join.rows and pair != ("stream", "stream"):
-            raise JobError(
-                f"{link}: ROWS windows keep the latest rows of streams (SQLstream: a table takes no OVER); "
-                f"{join.source!r} is a {right_kind}"
-            )
-        unbounded = (
-            pair == ("stream", "stream") and join.bounds is None and join.window is None and not join.rows
-        )
-        if unbounded and join.type == "cross":
-            raise JobError(
-                f"{link}: a CROSS join of two streams needs time bounds, or every row would pair with every "
-                "row of the other stream forever; add 'within: 1m' (SQLstream's RANGE INTERVAL '1' MINUTE on "
-                "both sides) or 'between: [-1m, 0s]'"
-            )
-        if unbounded:
-            raise JobError(
-                f"{link}: a stream-stream join needs time bounds, or its state would grow with all history; "
-                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time), or time windows: 'window: {tumble: 10m}'"
-            )
-        if pair != ("stream", "stream") and join.bounds is not None:
-            raise JobError(
-                f"{link}: 'within'/'between' apply to stream-stream joins only; remove them from this {left_kind}-{right_kind} join"
-            )
-        if pair != ("stream", "stream") and join.emit == "eager":
-            raise JobError(
-                f"{link}: 'emit: eager' applies to stream-stream joins only; remove it from this {left_kind}-{right_kind} join"
-            )
-        if pair != ("stream", "table") and (join.as_of or join.asof):
-            raise JobError(
-                f"{link}: 'as_of' and 'asof' apply to stream-table joins only; remove them from this {left_kind}-{right_kind} join"
-            )
-        if join.as_of_column is not None:
+        join.check_pair(left_kind, right_kind, link)
+        if isinstance(join, LooksUp) and join.as_of_column is not None:
             _check_as_of_source(spec, join, link)
         table = spec.source(join.source)
-        if right_kind == "table" and not table.key:
+        if right_kind == SourceKind.TABLE and not table.key:
             what = "an ASOF" if join.asof else ("an event-time temporal" if join.at_event_time else "a")
             raise JobError(
                 f"{link}: {what} join against table {table.name!r} needs the table's primary key, which identifies "
                 f"the versions of a row: add key: [<column>, ...] to source {table.name!r}"
             )
         # The result of joining a stream with anything is a stream; table-table stays a table.
-        left_kind = SourceKind.STREAM if "stream" in pair else SourceKind.TABLE
+        left_kind = SourceKind.STREAM if SourceKind.STREAM in pair else SourceKind.TABLE
 
 
 def _expressions(spec: JoinSpec) -> list[tuple[str, Any]]:
     """Every SQL expression of the job, with where it stands: what a parser will read."""
     found: list[tuple[str, Any]] = []
     for join in spec.joins:
-        link = f"join with {join.source!r}"
-        found += [(f"{link}: on", join.on), (f"{link}: unnest", join.unnest)]
-        found += [(f"{link}: argument {n + 1}", arg) for n, arg in enumerate(join.args)]
+        found += [(f"join with {join.source!r}: {what}", text) for what, text in join.expressions()]
     found += [(f"select item {n + 1}", item) for n, item in enumerate(spec.select)]
     found.append(("where", spec.where))
     return [(what, expression) for what, expression in found if expression is not None]
 
 
-def _check_as_of_source(spec: JoinSpec, join: Join, link: str) -> None:
+def _check_as_of_source(spec: JoinSpec, join: LooksUp, link: str) -> None:
     """`as_of: <source>.<column>` names a stream joined before this link: the table is looked up
     at a time its rows carry (the plan checks the column against the schema)."""
     assert join.as_of_column is not None  # called for a named column only
@@ -763,7 +421,6 @@ def _check_as_of_source(spec: JoinSpec, join: Join, link: str) -> None:
 # ---------------------------------------------------------------------------- job files
 
 
-JOB_SUFFIXES = (".yaml", ".yml", ".sql")
 # The settings of a job file's sections, as YAML names them (SQL jobs name them alike: sql.py).
 SOURCE_KEYS = (
     "path",
@@ -790,44 +447,6 @@ QUALITY_KEYS = (
     "link_min_rows",
     "allow_assumed",
 )
-
-
-def job_files(folder: str | os.PathLike) -> list[Path]:
-    """The job files of a folder, YAML or SQL, in name order."""
-    found = Path(folder)
-    return sorted(p for p in found.iterdir() if p.suffix.lower() in JOB_SUFFIXES) if found.is_dir() else []
-
-
-def load_job(path: str | os.PathLike, root: str | os.PathLike | None = None) -> JoinSpec:
-    """Load a job file, YAML or SQL (`.sql`, streamjoin/sql.py); relative Delta paths resolve
-    against `root` ($STREAMJOIN_ROOT, else ./data)."""
-    file = Path(path)
-    if not file.exists():
-        raise JobError(f"job file {str(file)!r} does not exist")
-    if file.suffix.lower() == ".sql":
-        spec = spec_from_sql(file.read_text(), origin=str(file))
-        return spec.with_root(root or os.environ.get("STREAMJOIN_ROOT", "data"))
-    document = load_yaml(file.read_text(), str(file))
-    if not isinstance(document, dict):
-        raise JobError(f"job file {str(file)!r} must hold a mapping with name, sources, from, joins, output")
-    document.setdefault("name", file.stem)
-    spec = spec_from_dict(document, origin=str(file))
-    return spec.with_root(root or os.environ.get("STREAMJOIN_ROOT", "data"))
-
-
-def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
-    """Build a JoinSpec from a SQL job: source declarations and one CREATE STREAM ... AS SELECT
-    (streamjoin/sql.py, docs/job-spec.md "Jobs in SQL")."""
-    from streamjoin import sql  # sql.py builds on this module's vocabulary
-
-    document, places = sql.compile_sql(text, origin)
-    try:
-        return spec_from_dict(document, origin=origin)
-    except JobError as exc:  # a check of the mapping: point at the join's place in the statement
-        message = sql.in_statement_words(str(exc))
-        named = re.search(r"join with '([^']+)'", message)
-        place = places.get(named.group(1), "") if named else ""
-        raise type(exc)(f"{place}{message}") from None
 
 
 def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
@@ -884,7 +503,9 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     joins_doc = document["joins"]
     if not isinstance(joins_doc, list):
         raise JobError(f"{origin}: 'joins' must be a list of joins, in the order they apply")
-    joins = [_join_from_dict(item, origin) for item in joins_doc]
+    joins, refusals = _joins_from_dict(
+        joins_doc, str(document["from"]), {s.name: s.kind for s in sources}, origin
+    )
     select = document.get("select") or ()
     if isinstance(select, str):
         select = [select]
@@ -897,6 +518,24 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         partition_by=_names(output_doc.get("partition_by")),
         key=_names(output_doc.get("key")),
     )
+    spec = JoinSpec(
+        name=str(document.get("name")),
+        sources=tuple(sources),
+        start=str(document["from"]),
+        joins=tuple(joins),
+        select=tuple(str(s) for s in select),
+        where=document.get("where"),
+        output=output,
+        meta=_meta_from_dict(document, origin),
+        start_at=_start_value(document.get("start_at")),
+    )
+    if refusals:  # after the links were checked against the kinds they join
+        raise JobError(refusals[0])
+    return spec
+
+
+def _meta_from_dict(document: dict[str, Any], origin: str) -> JobMeta:
+    """The job file's description, schedule and quality sections."""
     schedule_doc = document.get("schedule") or {}
     _only(schedule_doc, SCHEDULE_KEYS, f"{origin}: schedule")
     verify = schedule_doc.get("verify", False)
@@ -921,19 +560,27 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         link_min_rows=int(quality_doc.get("link_min_rows", Quality.link_min_rows)),
         allow_assumed=bool(quality_doc.get("allow_assumed", False)),
     )
-    return JoinSpec(
-        name=str(document.get("name")),
-        description=str(document.get("description") or ""),
-        sources=tuple(sources),
-        start=str(document["from"]),
-        joins=tuple(joins),
-        select=tuple(str(s) for s in select),
-        where=document.get("where"),
-        output=output,
-        schedule=schedule,
-        quality=quality,
-        start_at=_start_value(document.get("start_at")),
-    )
+    return JobMeta(str(document.get("description") or ""), schedule, quality)
+
+
+def _joins_from_dict(
+    items: list[Any], start: str, kinds: dict[str, SourceKind], origin: str
+) -> tuple[list[Link], list[str]]:
+    """The links in the order written, each knowing what is joined before it: a stream once any
+    of it is one (ksqlDB), a table when all of it is, unknown when it names an undeclared source
+    (which the job refuses); and why the links refuse settings they do not take."""
+    links: list[Link] = []
+    refusals: list[str] = []
+    for item in items:
+        before = [start, *(link.source for link in links)]
+        known = [kinds.get(name) for name in before]
+        left = (
+            SourceKind.STREAM if SourceKind.STREAM in known else None if None in known else SourceKind.TABLE
+        )
+        link, refusal = _join_from_dict(item, origin, left, kinds)
+        links.append(link)
+        refusals += [refusal] if refusal else []
+    return links, refusals
 
 
 def _start_value(value: Any) -> int | str | None:
@@ -944,45 +591,65 @@ def _start_value(value: Any) -> int | str | None:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def _join_from_dict(item: Any, origin: str) -> Join:
+def _join_from_dict(
+    item: Any, origin: str, left: SourceKind | None, kinds: dict[str, SourceKind]
+) -> tuple[Link, str | None]:
+    """A link as a job file writes it; its kind follows from its settings and the kinds of what
+    it joins (`links.link_class`): `left`, what is joined so far, and its source's in `kinds`.
+    With it, why it refuses a setting it does not take (`links.build_link`)."""
     if isinstance(item, dict) and True in item:
         item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
     if isinstance(item, dict) and "join" not in item and ({"unnest", "function", "lookup"} & set(item)):
-        return _lateral_from_dict(item, origin)
+        return _lateral_from_dict(item, origin), None
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(
             f"{origin}: each entry of 'joins' needs 'join: <source name>' (or 'unnest: <array column>' or "
             "'function: module:udtf' with 'as: <name>')"
         )
     where = f"{origin}: join with {item['join']!r}"
-    _only(
-        item,
-        {
-            "join",
-            "type",
-            "on",
-            "using",
-            "natural",
-            "within",
-            "between",
-            "grace",
-            "emit",
-            "as_of",
-            "asof",
-            "window",
-            "rows",
-        },
-        where,
-    )
-    if "rows" in item and "grace" in item:
-        raise JobError(
-            f"{where}: a ROWS window judges no row late (it reads only the order rows arrive in); remove 'grace'"
-        )
-    if "rows" in item and (not isinstance(item["rows"], dict) or not item["rows"]):
-        raise JobError(
-            f"{where}: rows {item['rows']!r} should map a source of the join to a number of rows, e.g. rows: {{prices: 6}}"
-        )
-    bounds = None
+    _only(item, _JOIN_KEYS, where)
+    given: dict[str, Any] = {
+        key: item[key] for key in ("type", "on", "emit", "as_of") if item.get(key) is not None
+    }
+    if "using" in item:
+        given["using"] = _names(item["using"])
+    given |= {key: True for key in ("natural", "asof") if item.get(key)}
+    bounds = _bounds_from_dict(item, where)
+    if bounds is not None:
+        given["bounds"] = bounds
+    if "grace" in item:
+        given["grace"] = parse_duration(item["grace"], f"{where}: grace")
+    if "window" in item:
+        given["window"] = _windows_from_dict(item["window"], where)
+    if "rows" in item:
+        if not isinstance(item["rows"], dict) or not item["rows"]:
+            raise JobError(
+                f"{where}: rows {item['rows']!r} should map a source of the join to a number of rows, e.g. rows: {{prices: 6}}"
+            )
+        given["rows"] = tuple((str(name), count) for name, count in item["rows"].items())
+    source = str(item["join"])
+    return build_link(source, given, left, kinds.get(source))
+
+
+_JOIN_KEYS = (
+    "join",
+    "type",
+    "on",
+    "using",
+    "natural",
+    "within",
+    "between",
+    "grace",
+    "emit",
+    "as_of",
+    "asof",
+    "window",
+    "rows",
+)
+
+
+def _bounds_from_dict(item: dict[str, Any], where: str) -> TimeBounds | None:
+    """`within: 1h` (|right.time - left.time| <= 1h) or `between: [-4h, 0s]`; None without either."""
     if "within" in item and "between" in item:
         raise JobError(f"{where}: give either 'within' or 'between', not both")
     if "within" in item:
@@ -991,68 +658,71 @@ def _join_from_dict(item: Any, origin: str) -> Join:
             raise JobError(
                 f"{where}: within {item['within']!r} is negative; write a positive width such as 1h"
             )
-        bounds = TimeBounds(-width, width)
-    elif "between" in item:
-        pair = item["between"]
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-            raise JobError(
-                f"{where}: 'between' takes two durations [lower, upper] of right.time - left.time, e.g. [-4h, 0s]"
-            )
-        bounds = TimeBounds(
-            parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between")
+        return TimeBounds(-width, width)
+    if "between" not in item:
+        return None
+    pair = item["between"]
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        raise JobError(
+            f"{where}: 'between' takes two durations [lower, upper] of right.time - left.time, e.g. [-4h, 0s]"
         )
-    grace = parse_duration(item["grace"], f"{where}: grace") if "grace" in item else DEFAULT_GRACE
-    window = _windows_from_dict(item["window"], where) if "window" in item else None
-    return Join(
-        source=str(item["join"]),
-        type=item.get("type", "inner"),
-        on=item.get("on"),
-        using=_names(item.get("using")),
-        natural=bool(item.get("natural", False)),
-        bounds=bounds,
-        grace=grace,
-        emit=item.get("emit", "final"),
-        as_of=item.get("as_of"),
-        asof=bool(item.get("asof", False)),
-        window=window,
-        rows=tuple((str(name), count) for name, count in (item.get("rows") or {}).items()),
+    return TimeBounds(
+        parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between")
     )
 
 
-def _lateral_from_dict(item: dict, origin: str) -> Join:
+def _lateral_from_dict(item: dict, origin: str) -> Link:
     """`unnest: orders.tags`, `function: pkg.mod:udtf` with `args`, or `lookup: {url, table}` with
     `on`, named by `as`."""
     kind = next(k for k in ("unnest", "function", "lookup") if k in item)
     where = f"{origin}: join {kind} {item[kind]!r}"
     _only(item, {"unnest", "function", "lookup", "args", "as", "columns", "type", "on"}, where)
     alias = item.get("as")
-    if not isinstance(alias, str) or not _NAME.match(alias):
+    if not isinstance(alias, str) or not NAME.match(alias):
         raise JobError(
             f"{where}: give the rows it makes a name with 'as' (an identifier), e.g. as: t; select them as t.<column>"
         )
+    link = f"join with {alias!r}"
+    if sum(k in item for k in ("unnest", "function", "lookup")) > 1:
+        raise JobError(f"{link}: give one of 'unnest' (an array column), 'function' or 'lookup'")
     args = item.get("args", [])
     if not isinstance(args, list):
         raise JobError(f"{where}: 'args' is a list of expressions, e.g. args: [orders.comment]")
-    lookup = None
-    if "lookup" in item:
-        settings = item["lookup"]
-        _only(settings, {"url", "table", "user", "password_env", "driver"}, f"{where}: lookup")
-        lookup = Lookup(
-            url=str(settings.get("url", "")),
-            table=str(settings.get("table", "")),
-            user=None if settings.get("user") is None else str(settings["user"]),
-            password_env=None if settings.get("password_env") is None else str(settings["password_env"]),
-            driver=None if settings.get("driver") is None else str(settings["driver"]),
+    kind_type = item.get("type", "inner")
+    if kind == "lookup":
+        if args or "columns" in item:
+            raise JobError(
+                f"{link}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
+            )
+        return LookupLink(
+            alias, kind_type, lookup=_lookup_from_dict(item["lookup"], where), on=item.get("on")
         )
-    return Join(
-        source=alias,
-        type=item.get("type", "inner"),
-        on=item.get("on"),
-        lookup=lookup,
-        unnest=None if "unnest" not in item else str(item["unnest"]),
-        function=None if "function" not in item else str(item["function"]),
-        args=tuple(str(a) for a in args),
-        columns=_names(item.get("columns")),
+    what = "an UNNEST" if kind == "unnest" else "a table-function"
+    on = item.get("on")
+    if on is not None and str(on).strip().lower() != "true":
+        raise JobError(
+            f"{link}: {what} join pairs each row with the rows made from it and takes no condition "
+            "(Flink: ON TRUE); remove 'on'/'using'/'natural' and filter in 'where'"
+        )
+    columns = _names(item.get("columns"))
+    if kind == "unnest":
+        if args:
+            raise JobError(f"{link}: 'args' are a table function's; UNNEST takes its array in 'unnest'")
+        return UnnestLink(alias, kind_type, columns, unnest=str(item["unnest"]))
+    return FunctionLink(
+        alias, kind_type, columns, function=str(item["function"]), args=tuple(str(a) for a in args)
+    )
+
+
+def _lookup_from_dict(settings: Any, where: str) -> Lookup:
+    """A lookup's database table: `url`, `table`, and optional `user`, `password_env`, `driver`."""
+    _only(settings, {"url", "table", "user", "password_env", "driver"}, f"{where}: lookup")
+    return Lookup(
+        url=str(settings.get("url", "")),
+        table=str(settings.get("table", "")),
+        user=None if settings.get("user") is None else str(settings["user"]),
+        password_env=None if settings.get("password_env") is None else str(settings["password_env"]),
+        driver=None if settings.get("driver") is None else str(settings["driver"]),
     )
 
 

@@ -36,7 +36,7 @@ from sqlglot.tokens import TokenType
 
 from streamjoin.errors import JobError
 from streamjoin.limits import check_nesting
-from streamjoin.spec import OUTPUT_KEYS, QUALITY_KEYS, SCHEDULE_KEYS, SOURCE_KEYS
+from streamjoin.spec import OUTPUT_KEYS, QUALITY_KEYS, SCHEDULE_KEYS, SOURCE_KEYS, JoinSpec, spec_from_dict
 from streamjoin.timeutil import format_duration, parse_duration, to_micros
 
 # The WITH (...) settings of a source declaration (its kind is the statement's: CREATE STREAM or
@@ -221,6 +221,19 @@ _STATEMENT_WORDS = {
         "FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only; remove them"
     ),
 }
+
+
+def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
+    """Build a JoinSpec from a SQL job: source declarations and one CREATE STREAM ... AS SELECT
+    (docs/job-spec.md "Jobs in SQL"), checked as a YAML job is."""
+    document, places = compile_sql(text, origin)
+    try:
+        return spec_from_dict(document, origin=origin)
+    except JobError as exc:  # a check of the mapping: point at the join's place in the statement
+        message = in_statement_words(str(exc))
+        named = re.search(r"join with '([^']+)'", message)
+        place = places.get(named.group(1), "") if named else ""
+        raise type(exc)(f"{place}{message}") from None
 
 
 def in_statement_words(message: str) -> str:

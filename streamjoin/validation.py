@@ -63,7 +63,7 @@ class ValidationResult:
 
 def suite_for(spec: JoinSpec) -> dict:
     """The default suite derived from the job, in Great Expectations' suite JSON (name, expectations)."""
-    time, key, quality = spec.output.time, spec.output.key, spec.quality
+    time, key, quality = spec.output.time, spec.output.key, spec.meta.quality
     expectations = [
         _expectation(
             "expect_column_values_to_not_be_null", {"column": time}, "every output row has an event time"
@@ -216,7 +216,7 @@ def validate_slice(
     evaluated = int(validation.statistics["evaluated_expectations"])
     found = _slice_runs(spark, spec, start, end)  # read once: the assumed rows and the link rates
     checks += _assumed_checks(spec, json.loads(found[1]["by_link"])) if found else []
-    rates = _rates(spark, spec, found[0], found[1], start) if found and spec.quality.link_history else []
+    rates = _rates(spark, spec, found[0], found[1], start) if found and spec.meta.quality.link_history else []
     if any(rate.floor is not None for rate in rates):
         judged = _validate_links(spark, context, spec, rates, run)
         checks += [(ok, rate.line()) for ok, rate in zip(judged, rates, strict=True)]
@@ -237,7 +237,7 @@ def _assumed_checks(spec: JoinSpec, links: list[dict]) -> list[tuple[bool, str]]
     """Per link of the slice (`links`, its metrics' `by_link`) with rows looked up in its table's
     earliest known state (a backfill run with --assume-earliest-known), a check that fails unless
     `quality.allow_assumed`."""
-    allowed = spec.quality.allow_assumed
+    allowed = spec.meta.quality.allow_assumed
     return [
         (
             allowed,
@@ -289,7 +289,7 @@ def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: dateti
     less `max(link_tolerance, three standard errors of a slice of this size at that rate)`. Judged
     once `link_min_history` such slices exist and the link reached `link_min_rows` rows here.
     Empty when the job has no metrics of the slice or `link_history` is 0."""
-    if not spec.quality.link_history:
+    if not spec.meta.quality.link_history:
         return []
     found = _slice_runs(spark, spec, start, end)
     if found is None:
@@ -329,7 +329,7 @@ def _rates(
     spark: SparkSession, spec: JoinSpec, runs: DataFrame, this: Row, start: datetime
 ) -> list[LinkRate]:
     """`link_rates` from the job's replays (`_slice_runs`) and this slice's row."""
-    quality = spec.quality
+    quality = spec.meta.quality
     before = runs.where(
         (F.col("slice_end") <= F.lit(spark_value(start)))
         & (F.col("mode") == this["mode"])

@@ -176,8 +176,8 @@ def verify(
     pieces = cut(
         parse_instant(start, "start"),
         parse_instant(end, "end"),
-        every or spec.schedule.every,
-        spec.schedule.timezone,
+        every or spec.meta.schedule.every,
+        spec.meta.schedule.timezone,
     )
     return _verify(spark, spec, written_table(bind(spark, spec)), pieces, checkpoint, began)
 
@@ -205,10 +205,10 @@ def verify_written(
     if span is None or span["low"] is None:
         return None
     low, high = from_spark(span["low"]), from_spark(span["high"])
-    zone = pendulum.timezone(spec.schedule.timezone)
+    zone = pendulum.timezone(spec.meta.schedule.timezone)
     midnight = pendulum.instance(low).in_timezone(zone).start_of("day")
     after = pendulum.instance(high).in_timezone(zone).start_of("day").add(days=1)
-    every = cut(midnight, after, spec.schedule.every, spec.schedule.timezone)
+    every = cut(midnight, after, spec.meta.schedule.every, spec.meta.schedule.timezone)
     pieces = [s for s in every if s.start <= high and s.end > low]  # the slices [low, high] meets
     return _verify(spark, spec, table, pieces, checkpoint, time.monotonic())
 

@@ -21,8 +21,9 @@ from reference import Event
 
 from streamjoin import delta_io
 from streamjoin.frames import local_frame
+from streamjoin.links import IntervalLink, Link, RowsLink, TimeBounds, WindowLink, Windows
 from streamjoin.metrics import BUCKETS
-from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds, Windows, spec_from_dict
+from streamjoin.spec import JoinSpec, Output, Source, spec_from_dict
 
 SCHEMA = StructType(
     [
@@ -106,21 +107,21 @@ def job(
             Source("r", "stream", path=paths[1], time="t"),
         ),
         start="l",
-        joins=(
-            Join(
-                "r",
-                type=how,
-                on=on,
-                bounds=None if window or rows else TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi)),
-                window=window and Windows(timedelta(seconds=window[0]), timedelta(seconds=window[1])),
-                rows=tuple((rows or {}).items()),
-                grace=timedelta(seconds=grace),
-                emit=emit,
-            ),
-        ),
+        joins=(_link(how, on, lo, hi, grace, emit, window, rows),),
         output=Output(path=f"{root}/{output}"),
         select=("l.id AS lid", "r.id AS rid"),
     )
+
+
+def _link(how, on, lo, hi, grace, emit, window, rows) -> Link:
+    """The link `job` describes: in ROWS windows, in time windows, else within bounds."""
+    if rows:
+        return RowsLink("r", type=how, on=on, rows=tuple(rows.items()))
+    if window:
+        windows = Windows(timedelta(seconds=window[0]), timedelta(seconds=window[1]))
+        return WindowLink("r", type=how, on=on, window=windows, grace=timedelta(seconds=grace))
+    bounds = TimeBounds(timedelta(seconds=lo), timedelta(seconds=hi))
+    return IntervalLink("r", type=how, on=on, bounds=bounds, grace=timedelta(seconds=grace), emit=emit)
 
 
 def with_output(spec: JoinSpec, path: str) -> JoinSpec:

@@ -19,9 +19,9 @@ import signal
 import sys
 import time
 
+from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
 from streamjoin.session import get_spark
-from streamjoin.spec import load_job
 
 
 def main(arguments: dict) -> None:

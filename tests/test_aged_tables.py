@@ -42,10 +42,11 @@ from streamjoin.backfill import attempts, run_slice
 from streamjoin.cli import main
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.index import update
+from streamjoin.jobfile import load_job
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job, spec_from_dict
+from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import from_spark, to_micros
 
 SCHEMA = "id string, k string, t timestamp, v int"

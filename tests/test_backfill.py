@@ -17,10 +17,10 @@ from streamjoin.backfill import FAILED, SUCCEEDED, attempts, cut, plan_backfill,
 from streamjoin.cli import main
 from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
 from streamjoin.metrics import BUCKETS
 from streamjoin.runners.replay import replay
 from streamjoin.session import PROJECT_ROOT
-from streamjoin.spec import load_job
 
 UTC = UTC
 
@@ -288,7 +288,7 @@ def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     )
     Path(file).write_text(text)
     spec = load_job(file, root=root)
-    assert spec.name == "strict_orders" and spec.quality.min_match_rate == 0.99
+    assert spec.name == "strict_orders" and spec.meta.quality.min_match_rate == 0.99
     args = [
         "--root",
         str(root),

@@ -31,7 +31,8 @@ from streamjoin.plan import bind, describe
 from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict, spec_from_sql
+from streamjoin.spec import spec_from_dict
+from streamjoin.sql import spec_from_sql
 
 PURCHASES = StructType(
     [StructField("id", IntegerType()), StructField("name", StringType()), StructField("t", TimestampType())]

@@ -19,7 +19,7 @@ from harness import create_tables, write_commit
 from streamjoin import delta_io
 from streamjoin.cli import build_parser, main
 from streamjoin.demo import run_demo
-from streamjoin.spec import job_files
+from streamjoin.jobfile import job_files
 
 JOBS = job_files(Path(__file__).resolve().parent.parent / "jobs")
 

@@ -19,8 +19,8 @@ import pytest
 from conftest import SHORT_LIVED_JVM
 from harness import create_tables, read_output, read_side, with_output, write_commit
 
+from streamjoin.jobfile import load_job
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job
 from streamjoin.timeutil import parse_instant
 
 pytestmark = pytest.mark.slow  # a standalone master and worker of their own

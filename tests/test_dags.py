@@ -22,7 +22,7 @@ import pendulum
 import pytest
 from harness import create_tables, write_commit
 
-from streamjoin.spec import job_files, load_job
+from streamjoin.jobfile import job_files, load_job
 
 REPO = Path(__file__).resolve().parent.parent
 DAG_FILE = REPO / "dags" / "streamjoin_dags.py"
@@ -103,14 +103,16 @@ def test_dag_file_imports_fast_without_spark_and_makes_every_jobs_dag(airflow_ho
 
     jobs = [load_job(f, root=REPO / "data") for f in job_files(REPO / "jobs")]
     expected = {f"streamjoin_{j.name}" for j in jobs} | {
-        f"streamjoin_{j.name}_live" for j in jobs if j.schedule.live_every
+        f"streamjoin_{j.name}_live" for j in jobs if j.meta.schedule.live_every
     }
     assert set(parsed["dags"]) == expected
     for job in jobs:
         dag = parsed["dags"][f"streamjoin_{job.name}"]
-        assert dag["timetable"] == "CronDataIntervalTimetable" and dag["timezone"] == job.schedule.timezone
-        assert dag["cron"] == CRON[job.schedule.every]
-        assert dag["catchup"] is (job.schedule.start is not None) and dag["tags"] == [
+        assert (
+            dag["timetable"] == "CronDataIntervalTimetable" and dag["timezone"] == job.meta.schedule.timezone
+        )
+        assert dag["cron"] == CRON[job.meta.schedule.every]
+        assert dag["catchup"] is (job.meta.schedule.start is not None) and dag["tags"] == [
             "backfill",
             "streamjoin",
         ]

@@ -62,7 +62,8 @@ from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict, spec_from_sql
+from streamjoin.spec import spec_from_dict
+from streamjoin.sql import spec_from_sql
 
 DATA = Path(__file__).parent / "data"
 KSQL = json.loads((DATA / "ksqldb_stream_table.json").read_text())

@@ -9,9 +9,11 @@ import time
 import pytest
 
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
 from streamjoin.limits import MAX_NESTING
 from streamjoin.plan import split_conjuncts
-from streamjoin.spec import load_job, spec_from_dict, spec_from_sql
+from streamjoin.spec import spec_from_dict
+from streamjoin.sql import spec_from_sql
 
 JOB = """\
 name: j

@@ -12,8 +12,9 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
 from streamjoin.lease import CheckpointInUseError
+from streamjoin.links import IntervalLink, TimeBounds
 from streamjoin.runners.live import LiveRunner
-from streamjoin.spec import Join, JoinSpec, Output, Source, TimeBounds
+from streamjoin.spec import JoinSpec, Output, Source
 
 EVENTS = StructType(
     [StructField("k", StringType()), StructField("v", StringType()), StructField("t", TimestampType())]
@@ -29,7 +30,7 @@ def spec(root) -> JoinSpec:
         ),
         start="l",
         joins=(
-            Join(
+            IntervalLink(
                 "r",
                 type="left",
                 on="l.k = r.k",

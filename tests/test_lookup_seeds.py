@@ -22,11 +22,12 @@ from pyspark.sql.types import IntegerType, StructField, StructType, TimestampTyp
 from seed_sql import FLINK_LOOKUP, FLINK_LOOKUP_SOURCES
 
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
 from streamjoin.plan import bind, describe
 from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job, spec_from_dict
+from streamjoin.spec import spec_from_dict
 from streamjoin.verify import verify
 
 ORDERS = StructType(

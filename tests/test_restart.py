@@ -41,9 +41,9 @@ from harness import (
 from reference import reference
 from test_equivalence import check_live_metrics
 
+from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job
 
 HOW, LO, HI, GRACE = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE
 

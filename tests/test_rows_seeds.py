@@ -23,7 +23,8 @@ from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import spec_from_dict, spec_from_sql
+from streamjoin.spec import spec_from_dict
+from streamjoin.sql import spec_from_sql
 
 FIVE = 5 * 3600  # 05:00:00 on the test clock
 PRICES = StructType(

@@ -12,9 +12,9 @@ from streamjoin import delta_io
 from streamjoin.cli import main
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
+from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job
 
 # The stream's time column is named `t`, like the table source: `t.name` must never be read as a
 # field of the stream's column `t`.

@@ -10,8 +10,18 @@ from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
+from streamjoin.links import (
+    AsofLink,
+    IntervalLink,
+    RowsLink,
+    StreamTableLink,
+    TableTableLink,
+    TemporalLink,
+    WindowLink,
+)
 from streamjoin.plan import bind, describe, split_conjuncts
-from streamjoin.spec import load_job, spec_from_dict
+from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import parse_duration, parse_instant
 
 EVENTS = StructType(
@@ -133,6 +143,68 @@ def test_table_first_and_bounds_on_non_stream_joins_are_refused():
         job(sources__a={"path": "a", "kind": "table", "key": ["id"]}, joins__0__within=None)
     with pytest.raises(JobError, match="apply to stream-stream joins only"):
         job(sources__b={"path": "b", "kind": "table", "key": ["id"]})
+
+
+TABLE_B = {"path": "b", "kind": "table", "key": ["id"], "time": "ts"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "kind", "family"),
+    [
+        ({}, IntervalLink, "interval"),
+        ({"joins__0__type": "cross", "joins__0__on": None}, IntervalLink, "interval"),
+        ({"joins__0__within": None, "joins__0__window": {"tumble": "1h"}}, WindowLink, "window"),
+        ({"joins__0__within": None, "joins__0__rows": {"b": 3}}, RowsLink, "rows"),
+        ({"sources__b": TABLE_B, "joins__0__within": None}, StreamTableLink, "stream-table"),
+        (
+            {"sources__b": TABLE_B, "joins__0__within": None, "joins__0__as_of": "arrival"},
+            StreamTableLink,
+            "stream-table",
+        ),
+        (
+            {"sources__b": TABLE_B, "joins__0__within": None, "joins__0__as_of": "event_time"},
+            TemporalLink,
+            "temporal",
+        ),
+        (
+            {
+                "sources__b": TABLE_B,
+                "joins__0__within": None,
+                "joins__0__asof": True,
+                "joins__0__on": "a.id = b.id AND b.ts <= a.ts",
+            },
+            AsofLink,
+            "asof",
+        ),
+        (
+            {"sources__a": {**TABLE_B, "path": "a"}, "sources__b": TABLE_B, "joins__0__within": None},
+            TableTableLink,
+            "table-table",
+        ),
+    ],
+)
+def test_each_link_is_typed_by_its_settings_and_the_kinds_it_joins(changes, kind, family):
+    """The job's sources declare stream or table, so the kind of each link follows from the job;
+    the link holds its kind's settings only, and its kind is the plan's family."""
+    (link,) = job(**changes).joins
+    assert type(link) is kind and link.kind == family
+    held = {"bounds", "window", "rows", "as_of", "emit"} & set(link.settings())
+    assert held <= {
+        IntervalLink: {"bounds", "emit"},
+        WindowLink: {"window"},
+        RowsLink: {"rows"},
+    }.get(kind, {"as_of"})
+
+
+def test_a_setting_another_kind_of_link_takes_is_refused_in_the_words_written():
+    """A window with within, rows with a grace, eager emission of a window: each is refused naming
+    the setting; a link a job builds in Python cannot hold them at all."""
+    with pytest.raises(JobError, match="give either 'window' .* not both"):
+        job(joins__0__window={"tumble": "1h"})
+    with pytest.raises(JobError, match="a ROWS window judges no row late"):
+        job(joins__0__within=None, joins__0__rows={"b": 3}, joins__0__grace="5s")
+    with pytest.raises(TypeError):
+        StreamTableLink("b", on="a.id = b.id", bounds=None)
 
 
 def test_yaml_job_file_with_on_key_and_relative_paths(tmp_path):

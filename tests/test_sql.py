@@ -37,9 +37,12 @@ from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK
 
 from streamjoin.cli import main
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
+from streamjoin.links import RowsLink
 from streamjoin.plan import split_conjuncts
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job, spec_from_dict, spec_from_sql
+from streamjoin.spec import spec_from_dict
+from streamjoin.sql import spec_from_sql
 
 
 def compiled(declarations: str, query: str, output: str = "joined") -> object:
@@ -238,9 +241,9 @@ def test_sqlstreams_rows_windows_count_the_latest_rows():
   JOIN stock_price OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) AS sp
   ON (oq.ticker = sp.ticker);"""
     (join,) = compiled(SQLSTREAM_SOURCES, query).joins
-    assert (join.rows, join.bounds, join.on) == (
+    assert (join.rows, type(join), join.on) == (  # a ROWS link, with no time bounds
         (("order_quantity", 6), ("stock_price", 6)),
-        None,
+        RowsLink,
         "order_quantity.ticker = stock_price.ticker",
     )
     one_side = query.replace(
@@ -629,7 +632,7 @@ def test_every_sql_example_of_the_job_spec_compiles():
                 families.add(("lateral", join.type))
                 continue
             kinds = (spec.source(spec.start).kind, spec.source(join.source).kind)
-            families.add((*kinds, join.type == "cross", join.as_of, join.asof))
+            families.add((*kinds, join.type == "cross", getattr(join, "as_of", None), join.asof))
     assert families >= {
         ("stream", "stream", False, None, False),
         ("stream", "stream", True, None, False),
@@ -973,9 +976,9 @@ def shape(spec) -> list[tuple]:
         (
             j.source,
             j.type,
-            j.bounds and (j.bounds.lower.total_seconds(), j.bounds.upper.total_seconds()),
+            getattr(j, "bounds", None) and (j.bounds.lower.total_seconds(), j.bounds.upper.total_seconds()),
             j.grace.total_seconds(),
-            j.as_of,
+            getattr(j, "as_of", None),  # None also for the kinds that have no as_of
         )
         for j in spec.joins
     ]

@@ -13,9 +13,9 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from streamjoin import delta_io
 from streamjoin.cli import main
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
 from streamjoin.plan import bind, iso_8601_format, time_format_warnings
 from streamjoin.runners.replay import replay
-from streamjoin.spec import load_job
 
 IMPRESSIONS = StructType([StructField("id", StringType()), StructField("ts", TimestampType())])
 CLICKS = StructType([StructField("id", StringType()), StructField("ts", StringType())])

@@ -22,8 +22,9 @@ from pyspark.sql.types import (
 
 from streamjoin.demo import JOBS_DIR, demo_job
 from streamjoin.errors import JobError
+from streamjoin.jobfile import job_files
 from streamjoin.session import PROJECT_ROOT
-from streamjoin.spec import Output, Quality, job_files, spec_from_dict
+from streamjoin.spec import Output, Quality, spec_from_dict
 from streamjoin.validation import load_suite, suite_for, suites_folder, validate_slice
 
 START, END = datetime(2024, 5, 1), datetime(2024, 5, 2)
@@ -70,7 +71,8 @@ def shop_job(tmp_path, **output_and_quality):
             },
         }
     )
-    return replace(spec, **output_and_quality)
+    quality = output_and_quality.pop("quality", spec.meta.quality)
+    return replace(spec, **output_and_quality, meta=replace(spec.meta, quality=quality))
 
 
 def good_rows() -> list[tuple]:

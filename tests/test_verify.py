@@ -19,9 +19,9 @@ from streamjoin import delta_io, lease
 from streamjoin.backfill import Slice
 from streamjoin.cli import main
 from streamjoin.errors import JobError
+from streamjoin.jobfile import load_job
 from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
-from streamjoin.spec import load_job
 from streamjoin.timeutil import parse_instant
 from streamjoin.verify import compare, verify
 

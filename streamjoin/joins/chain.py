@@ -40,6 +40,7 @@ from streamjoin.joins.base import (
     tally_by_slice,
 )
 from streamjoin.joins.temporal import ENRICHMENTS, Enrichment
+from streamjoin.links import IntervalLink
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -72,7 +73,7 @@ class Chain(JoinOperator):
         would depend on when a table let a row through); None for any other (the job is refused)."""
         from streamjoin.joins.interval import IntervalJoin  # the interval module builds on this one
 
-        if join.spec.type == "cross" or join.spec.emit == "eager":
+        if join.spec.type == "cross" or join.link(IntervalLink).emit == "eager":
             return None
         number = head.first + len(head.links)
         link = replace(IntervalJoin.from_plan(join), left=derived(number), left_sources=head.sources())

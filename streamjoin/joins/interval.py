@@ -56,6 +56,7 @@ from streamjoin.joins.base import (
     tally_by_slice,
 )
 from streamjoin.joins.chain import Chain
+from streamjoin.links import IntervalLink
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -85,7 +86,7 @@ class IntervalJoin(JoinOperator):
 
     @classmethod
     def from_plan(cls, join: BoundJoin) -> IntervalJoin:
-        spec = join.spec
+        spec = join.link(IntervalLink)
         assert spec.bounds is not None  # the job is refused when a stream-stream join has no bounds
         return cls(
             left=join.left[0],

@@ -37,6 +37,7 @@ from streamjoin.joins.base import (
     StepResult,
     register,
 )
+from streamjoin.links import FunctionLink
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -56,9 +57,8 @@ class LateralJoin(JoinOperator):
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> LateralJoin:
         assert join.made is not None  # the plan gives a lateral join the schema of its made rows
-        return cls(
-            join.left[0], join.right, join.spec.type, join.family, join.lateral, join.made, join.spec.function
-        )
+        function = join.spec.function if isinstance(join.spec, FunctionLink) else None
+        return cls(join.left[0], join.right, join.spec.type, join.family, join.lateral, join.made, function)
 
     def reads_rows_once(self) -> bool:
         return True

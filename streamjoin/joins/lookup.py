@@ -46,6 +46,7 @@ from streamjoin import database, delta_io
 from streamjoin.arrival import V
 from streamjoin.joins.base import StepInput, register
 from streamjoin.joins.lateral import LateralJoin
+from streamjoin.links import LookupLink
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.spec import Lookup
 
@@ -77,7 +78,7 @@ class LookupJoin(LateralJoin):
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> LookupJoin:
-        assert join.made is not None and join.spec.lookup is not None  # the plan binds lookup joins so
+        assert join.made is not None  # the plan binds lookup joins so
         keys = tuple((a.split(".", 1)[1].strip("`"), b.split(".", 1)[1].strip("`")) for a, b in join.equi)
         return cls(
             source=join.left[0],
@@ -87,7 +88,7 @@ class LookupJoin(LateralJoin):
             lateral=(_FOUND,),
             made=join.made,
             function=None,
-            lookup=join.spec.lookup,
+            lookup=join.link(LookupLink).lookup,
             keys=keys,
             residual=join.residual,
             journal=plan.spec.output.side("lookups"),
@@ -186,7 +187,7 @@ def check_databases(spark: SparkSession, plan: Plan) -> None:
     """Connect to each lookup join's database now: a live run asks it for every new commit, so one
     that is down (or lost a column the journal recorded) is refused before the first batch, in one line."""
     for bound in plan.joins:
-        if bound.spec.lookup is not None and bound.made is not None:
+        if isinstance(bound.spec, LookupLink) and bound.made is not None:
             database.asked(
                 spark, bound.spec.lookup, f"job {plan.spec.name!r}, lookup join {bound.right!r}", bound.made
             )

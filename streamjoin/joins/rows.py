@@ -43,6 +43,7 @@ from streamjoin.joins.base import (
     register,
     tally_parts,
 )
+from streamjoin.links import RowsLink
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -64,8 +65,8 @@ class RowsJoin(JoinOperator):
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> RowsJoin:
-        assert join.spec.rows  # the plan's family is "rows" only with rows windows
-        return cls(join.left[0], join.right, join.spec.type, join.spec.rows, join.equi, join.residual)
+        spec = join.link(RowsLink)
+        return cls(join.left[0], join.right, spec.type, spec.rows, join.equi, join.residual)
 
     def width(self, side: str) -> int:
         """How many of `side`'s latest rows per key the other stream sees (0: only as they arrive)."""

@@ -72,6 +72,7 @@ from streamjoin.joins.base import (
     register,
     tally_by_slice,
 )
+from streamjoin.links import Enriching
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, looks_back
 from streamjoin.timeutil import to_micros
@@ -126,7 +127,7 @@ class TemporalJoin:
 
     @classmethod
     def from_plan(cls, join: BoundJoin, table: BoundSource, stream: str) -> TemporalJoin:
-        spec = join.spec
+        spec = join.link(Enriching)
         return cls(
             stream=stream,
             table=join.right,

@@ -31,6 +31,7 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField
 from streamjoin.arrival import ALL_TIME, TS, Slices, T
 from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, kept_row, register
 from streamjoin.joins.interval import DUE, NEW, ROW, IntervalJoin
+from streamjoin.links import WindowLink
 from streamjoin.plan import WINDOW_COLUMNS, BoundJoin, Plan
 from streamjoin.timeutil import to_micros
 
@@ -47,8 +48,7 @@ class WindowJoin(IntervalJoin):
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> WindowJoin:
-        spec = join.spec
-        assert spec.window is not None  # the plan's family is "window" only with windows
+        spec = join.link(WindowLink)
         size = to_micros(spec.window.size)
         return cls(
             left=join.left[0],

@@ -1,0 +1,640 @@
+"""The links of a join chain, one frozen class per kind, each holding and checking its own settings.
+
+A job joins its first source with each link in turn. What a link means depends on its kind: two
+streams within time bounds (`IntervalLink`), in time windows (`WindowLink`) or ROWS windows
+(`RowsLink`); a stream looking a table up as each row arrived (`StreamTableLink`), at an event
+time (`TemporalLink`) or by an inequality (`AsofLink`); two tables (`TableTableLink`); rows made
+from each row (`UnnestLink`, `FunctionLink`) or looked up in a database (`LookupLink`). The kind
+is decided by the job, since its sources declare stream or table (`link_class`); the plan's
+family of a link is its kind (streamjoin/plan.py). Settings shared by several kinds live in small
+bases (`Conditioned`: on/using/natural; `Graced`: grace; `LooksUp`: as_of).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from streamjoin.enums import Emit, JoinType, LinkKind, SourceKind
+from streamjoin.errors import JobError
+from streamjoin.timeutil import format_duration
+
+DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
+# A stream-table join's point in time: `arrival` (the row's commit), `event_time` (the row's event
+# time) or a named time column of a stream before the join, `source.column` (Flink's `FOR
+# SYSTEM_TIME AS OF o.order_time`; docs/job-spec.md, "Event-time temporal").
+AS_OF_WORDS = ("arrival", "event_time")
+_AS_OF_COLUMN = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?\.`?([A-Za-z_][A-Za-z0-9_]*)`?$")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOIN_TYPES = {
+    "inner": JoinType.INNER,
+    "join": JoinType.INNER,
+    "left": JoinType.LEFT,
+    "left outer": JoinType.LEFT,
+    "left_outer": JoinType.LEFT,
+    "right": JoinType.RIGHT,
+    "right outer": JoinType.RIGHT,
+    "right_outer": JoinType.RIGHT,
+    "full": JoinType.FULL,
+    "full outer": JoinType.FULL,
+    "full_outer": JoinType.FULL,
+    "outer": JoinType.FULL,
+    "cross": JoinType.CROSS,
+    "cross join": JoinType.CROSS,
+}
+STREAMS = (SourceKind.STREAM, SourceKind.STREAM)
+STREAM_TABLE = (SourceKind.STREAM, SourceKind.TABLE)
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """right.time - left.time must lie in [lower, upper], both ends included."""
+
+    lower: timedelta
+    upper: timedelta
+
+    def describe(self) -> str:
+        if self.lower == -self.upper:
+            return f"WITHIN {format_duration(self.upper)}"
+        return f"BETWEEN {format_duration(self.lower)} AND {format_duration(self.upper)}"
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Time windows of a window join (RisingWave's and Flink's TUMBLE and HOP): windows of `size`
+    starting every `hop`, aligned to the Unix epoch in UTC, each [start, start + size)."""
+
+    hop: timedelta
+    size: timedelta
+
+    @property
+    def per_row(self) -> int:
+        """How many windows hold each row."""
+        return self.size // self.hop
+
+    def describe(self) -> str:
+        if self.hop == self.size:
+            return f"TUMBLE {format_duration(self.size)}"
+        return f"HOP {format_duration(self.hop)} SIZE {format_duration(self.size)}"
+
+
+# The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
+JDBC_DRIVERS = {
+    "postgresql": "org.postgresql.Driver",
+    "mysql": "com.mysql.cj.jdbc.Driver",
+    "mariadb": "org.mariadb.jdbc.Driver",
+    "sqlite": "org.sqlite.JDBC",
+    "sqlserver": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
+    "oracle": "oracle.jdbc.OracleDriver",
+}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """An external database table a lookup join reads through JDBC (Flink's JDBC lookup source):
+    `url` (jdbc:postgresql://host:port/db), the `table` in it, and credentials: `user`, and the
+    name of an environment variable holding the password (never the password itself)."""
+
+    url: str
+    table: str
+    user: str | None = None
+    password_env: str | None = None
+    driver: str | None = None  # the JDBC driver class; default: the one the URL's database ships
+
+    def __post_init__(self) -> None:
+        if not str(self.url).startswith("jdbc:"):
+            raise JobError(
+                f"lookup url {self.url!r} is not a JDBC URL; write e.g. url: jdbc:postgresql://127.0.0.1:5432/shop"
+            )
+        if not self.table:
+            raise JobError("lookup: give the database table to look rows up in, e.g. table: customers")
+        if self.password_env is not None and not NAME.match(self.password_env):
+            raise JobError(
+                f"lookup password_env {self.password_env!r} must name an environment variable (e.g. SHOP_PASSWORD), "
+                "not hold the password"
+            )
+
+    @property
+    def driver_class(self) -> str | None:
+        """`driver`, else the usual driver of the URL's database (Spark finds no driver loaded from
+        spark.jars by URL alone)."""
+        if self.driver:
+            return self.driver
+        kind = self.url.split(":", 2)[1] if self.url.count(":") >= 2 else ""
+        return JDBC_DRIVERS.get(kind)
+
+    @property
+    def where(self) -> str:
+        """The table and database, for messages (without the URL's parameters, which may hold secrets)."""
+        return f"{self.table} at {self.url.split('?', 1)[0]}"
+
+
+# ---------------------------------------------------------------------------- the base and shared parts
+
+
+def _pair_words(left: SourceKind, right: SourceKind) -> str:
+    return f"{left}-{right}"
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link of the join chain: everything joined so far, joined with `source` (for a lateral
+    link: the name the rows it makes go by)."""
+
+    source: str
+    type: JoinType = JoinType.INNER
+
+    kind: ClassVar[LinkKind]
+    lateral: ClassVar[bool] = False  # joined with rows made for each row, not with a source
+    asof: ClassVar[bool] = False  # picks the nearest row by an inequality
+    # Settings a job file may give that this kind refuses, with why (after "join with 'x': ").
+    refused: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        where = f"join with {self.source!r}"
+        kind = _JOIN_TYPES.get(str(self.type).lower().strip())
+        if kind is None:
+            raise JobError(f"{where}: type {self.type!r} is unknown; write inner, left, right, full or cross")
+        object.__setattr__(self, "type", kind)
+        self._check(where)
+
+    def _check(self, where: str) -> None:
+        """This kind's own settings; each base and kind adds its checks after its parents'."""
+
+    @property
+    def at_event_time(self) -> bool:
+        """Looks its table up at an event time: the row's (`event_time`) or a named column's."""
+        return False
+
+    def expressions(self) -> list[tuple[str, str]]:
+        """The SQL expressions this link holds, with what each is (what a parser will read)."""
+        return []
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        """Refuse this kind of link between what is joined so far (`left`) and its source (`right`);
+        `where` names the job and the link."""
+
+    def settings(self) -> dict[str, Any]:
+        """The link as plain data: its kind and every setting (what `explain --json` prints and the
+        definition's hash covers)."""
+        return {"kind": str(self.kind), **{f.name: plain(getattr(self, f.name)) for f in fields(self)}}
+
+
+def plain(value: Any) -> Any:
+    """A setting as JSON data: durations as text (1h30m), bounds and windows as mappings, a
+    database by its table and URL without parameters (which may hold secrets)."""
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, TimeBounds):
+        return {"lower": format_duration(value.lower), "upper": format_duration(value.upper)}
+    if isinstance(value, Windows):
+        return {"hop": format_duration(value.hop), "size": format_duration(value.size)}
+    if isinstance(value, Lookup):
+        return {"table": value.table, "url": value.url.split("?", 1)[0]}
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return str(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class Conditioned(Link):
+    """A link with a source, joined on exactly one condition: `on` (an expression), `using`
+    (columns both sides have) or `natural` (every column both sides have); a CROSS link on none."""
+
+    on: str | None = None
+    using: tuple[str, ...] = ()
+    natural: bool = False
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        object.__setattr__(self, "using", tuple(self.using))
+        conditions = sum([bool(self.on), bool(self.using), bool(self.natural)])
+        if self.type == JoinType.CROSS and conditions:
+            raise JobError(
+                f"{where}: a CROSS join pairs every row with every row of the other side within its time "
+                "bounds and takes no condition; remove 'on'/'using'/'natural' (filters go in 'where'), or "
+                "use type inner with the condition"
+            )
+        if self.type != JoinType.CROSS and conditions != 1:
+            raise JobError(
+                f"{where}: give exactly one condition: 'on' (an expression), 'using' (columns) or 'natural: true'"
+            )
+
+    def expressions(self) -> list[tuple[str, str]]:
+        return [("on", self.on)] if self.on is not None else []
+
+
+@dataclass(frozen=True)
+class Graced(Link):
+    """A link that judges rows late: `grace` behind the newest event time (docs/semantics.md)."""
+
+    grace: timedelta = DEFAULT_GRACE
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.grace < timedelta(0):
+            raise JobError(
+                f"{where}: grace {format_duration(self.grace)} is negative; write a grace of 0s or more"
+            )
+
+
+_AS_OF_STREAM_TABLE_ONLY = "'as_of' and 'asof' apply to stream-table joins only; remove them"
+
+
+@dataclass(frozen=True)
+class LooksUp(Link):
+    """A stream row looking its table up, at `as_of`: `arrival` (the table as it was when the row
+    arrived; the default), `event_time` or a named time column `<source>.<column>`."""
+
+    as_of: str | None = None
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.as_of is not None and self.as_of not in AS_OF_WORDS and self.as_of_column is None:
+            raise JobError(
+                f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived), "
+                "'event_time' (the version valid at the row's event time) or a time column of a stream before "
+                "the join, <source>.<column> (the version valid at that time)"
+            )
+
+    @property
+    def as_of_column(self) -> tuple[str, str] | None:
+        """The (source, column) `as_of` names, e.g. `impressions.ts`; None for arrival/event_time."""
+        named = _AS_OF_COLUMN.match(str(self.as_of)) if self.as_of is not None else None
+        return (named.group(1), named.group(2)) if named else None
+
+    @property
+    def at_event_time(self) -> bool:
+        return self.as_of == "event_time" or self.as_of_column is not None
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        if (left, right) != STREAM_TABLE:
+            raise JobError(f"{where}: {_AS_OF_STREAM_TABLE_ONLY} from this {_pair_words(left, right)} join")
+
+
+_AS_OF_REFUSED = {"as_of": _AS_OF_STREAM_TABLE_ONLY, "asof": _AS_OF_STREAM_TABLE_ONLY}
+
+
+# ---------------------------------------------------------------------------- two streams
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntervalLink(Graced, Conditioned):
+    """Two streams whose rows pair when right.time - left.time lies in `bounds` (ksqlDB's WITHIN),
+    a CROSS link pairing every two rows so; padded rows written once their window closes (`emit:
+    final`) or at once (`eager`). Without bounds it is refused by the job (`check_pair`)."""
+
+    bounds: TimeBounds | None = None
+    emit: Emit = Emit.FINAL
+
+    kind = LinkKind.INTERVAL
+    refused = _AS_OF_REFUSED
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.bounds is not None and self.bounds.lower > self.bounds.upper:
+            raise JobError(
+                f"{where}: 'between' lower bound {format_duration(self.bounds.lower)} is above its upper bound "
+                f"{format_duration(self.bounds.upper)}; write [lower, upper] with lower <= upper"
+            )
+        if self.emit not in list(Emit):
+            raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
+        object.__setattr__(self, "emit", Emit(self.emit))
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        words = _pair_words(left, right)
+        if (left, right) != STREAMS and self.bounds is None and self.emit == Emit.EAGER:
+            raise JobError(
+                f"{where}: 'emit: eager' applies to stream-stream joins only; remove it from this {words} join"
+            )
+        if (left, right) != STREAMS:
+            raise JobError(
+                f"{where}: 'within'/'between' apply to stream-stream joins only; remove them from this {words} join"
+            )
+        if self.bounds is None and self.type == JoinType.CROSS:
+            raise JobError(
+                f"{where}: a CROSS join of two streams needs time bounds, or every row would pair with every "
+                "row of the other stream forever; add 'within: 1m' (SQLstream's RANGE INTERVAL '1' MINUTE on "
+                "both sides) or 'between: [-1m, 0s]'"
+            )
+        if self.bounds is None:
+            raise JobError(
+                f"{where}: a stream-stream join needs time bounds, or its state would grow with all history; "
+                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time), or time windows: 'window: {tumble: 10m}'"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowLink(Graced, Conditioned):
+    """Two streams whose rows pair within a time window they share (RisingWave's and Flink's
+    TUMBLE and HOP window joins), on an equality of keys."""
+
+    window: Windows
+
+    kind = LinkKind.WINDOW
+    refused = {
+        "bounds": "give either 'window' (rows in the same time window) or 'within'/'between' (rows close in "
+        "time), not both",
+        "emit": "a window join writes its padded rows when their window closes, never earlier; remove 'emit: eager'",
+        **_AS_OF_REFUSED,
+    }
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        window = self.window
+        if self.type == JoinType.CROSS:
+            raise JobError(
+                f"{where}: a window join needs an equality between a left and a right column (RisingWave, "
+                "Flink); use type inner with e.g. on: a.id = b.id"
+            )
+        if window.hop <= timedelta(0) or window.size <= timedelta(0):
+            raise JobError(
+                f"{where}: window durations must be positive; write e.g. window: {{tumble: 10m}} or "
+                "window: {hop: 10m, size: 1h}"
+            )
+        if window.size % window.hop:
+            raise JobError(
+                f"{where}: window size {format_duration(window.size)} is not a multiple of hop "
+                f"{format_duration(window.hop)}; every row must lie in the same number of windows "
+                f"(e.g. size {format_duration(window.hop * max(window.per_row, 1))})"
+            )
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        if (left, right) != STREAMS:
+            raise JobError(
+                f"{where}: window joins pair rows of two streams in the same time window (RisingWave, Flink); "
+                f"{self.source!r} is a {right}. Use as_of/asof to look rows up in a table"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowsLink(Conditioned):
+    """Two streams in ROWS windows (SQLstream): per source of the link, how many of its latest rows
+    per key the other stream sees; a stream not named is seen only as its rows arrive."""
+
+    rows: tuple[tuple[str, int], ...]
+
+    kind = LinkKind.ROWS
+    refused = {
+        "bounds": "give either 'rows' (the latest rows per key) or 'window'/'within'/'between' (time), not both",
+        "window": "give either 'rows' (the latest rows per key) or 'window'/'within'/'between' (time), not both",
+        "emit": "a ROWS-window join decides each row as rows arrive; remove 'emit'",
+        "grace": "a ROWS window judges no row late (it reads only the order rows arrive in); remove 'grace'",
+        **_AS_OF_REFUSED,
+    }
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        object.__setattr__(self, "rows", tuple(self.rows))
+        if self.type == JoinType.CROSS:
+            raise JobError(
+                f"{where}: ROWS windows count rows per key; a CROSS join has no key. Use type inner with "
+                "on: a.id = b.id"
+            )
+        for name, count in self.rows:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise JobError(
+                    f"{where}: rows {{{name}: {count!r}}} must be a whole number of rows, 1 or more "
+                    "(SQLstream's ROWS 5 PRECEDING is 6: the five before and the current one)"
+                )
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        if (left, right) != STREAMS:
+            raise JobError(
+                f"{where}: ROWS windows keep the latest rows of streams (SQLstream: a table takes no OVER); "
+                f"{self.source!r} is a {right}"
+            )
+
+
+# ---------------------------------------------------------------------------- a stream and a table
+
+
+@dataclass(frozen=True)
+class Enriching(LooksUp, Graced, Conditioned):
+    """A stream row enriched from a table (the three kinds below, one join operator: temporal.py)."""
+
+
+@dataclass(frozen=True)
+class StreamTableLink(Enriching):
+    """Each stream row joined with the table as committed when the row arrived (ksqlDB's
+    stream-table join; as_of: arrival, Flink's FOR SYSTEM_TIME AS OF PROCTIME())."""
+
+    kind = LinkKind.STREAM_TABLE
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.as_of not in (None, "arrival"):
+            raise JobError(
+                f"{where}: a stream-table link looks its table up at arrival; for {self.as_of} "
+                "use a temporal link"
+            )
+
+
+@dataclass(frozen=True)
+class TemporalLink(Enriching):
+    """Each stream row joined with the table's version valid at its event time or at a named time
+    column (Flink's event-time temporal join), decided once the table's watermark passed."""
+
+    as_of: str | None = "event_time"
+
+    kind = LinkKind.TEMPORAL
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if not self.at_event_time:
+            raise JobError(
+                f"{where}: a temporal link looks its table up at an event time: as_of: event_time or "
+                "<source>.<column>; for arrival use a stream-table link"
+            )
+
+
+@dataclass(frozen=True)
+class AsofLink(Enriching):
+    """Each stream row joined with the nearest table row by one inequality (RisingWave's ASOF
+    JOIN): among the rows that had arrived before it, or (as_of: event_time) over the table's whole
+    history."""
+
+    kind = LinkKind.ASOF
+    asof = True
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.as_of_column is not None:
+            raise JobError(
+                f"{where}: an ASOF join picks its row by its inequality; as_of takes 'event_time' (the nearest "
+                f"row over the table's whole history) or 'arrival', not a column ({self.as_of}): compare that "
+                "column in the inequality instead"
+            )
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        if (left, right) == STREAMS:
+            raise JobError(
+                f"{where}: ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two "
+                f"append-only relations); declare {self.source!r} as a table (kind: table, key: [...], time: "
+                "<column>) and add as_of: event_time for RisingWave's result, the nearest row over its whole "
+                "history, final once its watermark has passed; without as_of each stream row gets the "
+                "nearest row that had arrived before it"
+            )
+        super().check_pair(left, right, where)
+
+
+# ---------------------------------------------------------------------------- two tables
+
+
+@dataclass(frozen=True)
+class TableTableLink(Graced, Conditioned):
+    """Two tables joined by key: the result a table too, updated by every commit of either
+    (ksqlDB's table-table join). It judges nothing late: its grace (given, or derived from a SQL
+    job's watermarks) has no effect."""
+
+    kind = LinkKind.TABLE_TABLE
+
+
+# ---------------------------------------------------------------------------- rows made for each row
+
+
+@dataclass(frozen=True)
+class Made(Link):
+    """A lateral link: each row joined with rows made from it (Flink's UNNEST and LATERAL TABLE),
+    INNER (a row that makes none is dropped) or LEFT (kept, padded); `columns` names the made rows'
+    columns (default: the element's, or the function's)."""
+
+    columns: tuple[str, ...] = ()
+
+    lateral = True
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        object.__setattr__(self, "columns", tuple(self.columns))
+        if self.type not in (JoinType.INNER, JoinType.LEFT, JoinType.CROSS):
+            raise JobError(
+                f"{where}: {self.what} join is INNER (CROSS JOIN UNNEST, a row with no element is dropped) or LEFT "
+                f"(the row kept, padded); type {self.type} has no meaning for rows made from the row itself"
+            )
+        if self.type == JoinType.CROSS:
+            object.__setattr__(self, "type", JoinType.INNER)  # CROSS JOIN UNNEST(...) is Flink's inner form
+        for name in self.columns:
+            if not NAME.match(name):
+                raise JobError(f"{where}: column name {name!r} must be an identifier (letters, digits, _)")
+        if len(set(self.columns)) != len(self.columns):
+            raise JobError(f"{where}: columns {list(self.columns)} name a column twice")
+
+    @property
+    def what(self) -> str:
+        """The kind of join in messages: "an UNNEST", "a table-function"."""
+        return "an UNNEST" if self.kind == LinkKind.UNNEST else "a table-function"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnnestLink(Made):
+    """Each row joined with the elements of an array (or the entries of a map) it holds."""
+
+    unnest: str
+
+    kind = LinkKind.UNNEST
+
+    def expressions(self) -> list[tuple[str, str]]:
+        return [("unnest", self.unnest)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunctionLink(Made):
+    """Each row joined with the rows a Python table function (a Spark UDTF, `module:attribute`)
+    returns for `args`, expressions over the row."""
+
+    function: str
+    args: tuple[str, ...] = ()
+
+    kind = LinkKind.FUNCTION
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        object.__setattr__(self, "args", tuple(self.args))
+        if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", self.function):
+            raise JobError(
+                f"{where}: function {self.function!r} should name a Spark Python UDTF as module:attribute, e.g. "
+                "function: mypackage.functions:split_words"
+            )
+
+    def expressions(self) -> list[tuple[str, str]]:
+        return [(f"argument {n + 1}", arg) for n, arg in enumerate(self.args)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookupLink(Link):
+    """Each row enriched with the rows of an external database table with equal keys, looked up
+    as the row is processed and recorded in a journal beside the output (streamjoin/joins/lookup.py)."""
+
+    lookup: Lookup
+    on: str | None = None
+
+    kind = LinkKind.LOOKUP
+    lateral = True
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.type not in (JoinType.INNER, JoinType.LEFT):
+            raise JobError(
+                f"{where}: a lookup join is INNER (a row without a database row is dropped) or LEFT (kept, "
+                f"padded); type {self.type} has no meaning for rows looked up for the row"
+            )
+        if not self.on:
+            raise JobError(
+                f"{where}: a lookup join needs 'on' with an equality of a stream column and a column of the "
+                "database table (Flink's mandatory equality), e.g. on: orders.customer_id = c.id"
+            )
+
+    def expressions(self) -> list[tuple[str, str]]:
+        return [("on", str(self.on))]
+
+
+# ---------------------------------------------------------------------------- which kind a job's link is
+
+
+def link_class(given: dict[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link]:
+    """The kind of a link with these settings (`given`, as a job file writes them) between what is
+    joined so far (`left`) and its source (`right`; None when the job names no such source, which
+    the job refuses). Settings the kind cannot honour are refused by it (`check_pair`, `refused`),
+    in the words a user wrote them."""
+    if "rows" in given:
+        return RowsLink
+    if "window" in given:
+        return WindowLink
+    streams = (left, right) == STREAMS
+    if not streams and ("bounds" in given or given.get("emit") == Emit.EAGER):
+        return IntervalLink  # refused by its pair, for the setting the user gave
+    if given.get("asof"):
+        return AsofLink
+    as_of = given.get("as_of")
+    if as_of is not None:
+        return StreamTableLink if as_of == "arrival" else TemporalLink
+    if streams or "bounds" in given or given.get("emit") == Emit.EAGER:
+        return IntervalLink
+    return TableTableLink if (left, right) == (SourceKind.TABLE, SourceKind.TABLE) else StreamTableLink
+
+
+def build_link(
+    source: str, given: dict[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> tuple[Link, str | None]:
+    """The link of this kind (`link_class`) with the settings given it takes, and why it refuses
+    the first one it does not take (None: it takes them all; `emit: final`, every kind's
+    behaviour, is taken by all). The job raises that refusal after checking the link against
+    the kinds it joins, which says more when both fail."""
+    kind = link_class(given, left, right)
+    own = {f.name for f in fields(kind)} | ({"asof"} if kind.asof else set())
+    refusal = next(
+        (
+            f"join with {source!r}: {kind.refused.get(name) or _does_not_apply(name, kind.kind)}"
+            for name, value in given.items()
+            if name not in own and not (name == "emit" and value == Emit.FINAL)
+        ),
+        None,
+    )
+    return kind(source, **{k: v for k, v in given.items() if k in own and k != "asof"}), refusal
+
+
+def _does_not_apply(setting: str, kind: LinkKind) -> str:
+    words = "'within'/'between'" if setting == "bounds" else f"'{setting}'"
+    return f"{words} does not apply to this {kind} join; remove it"

@@ -13,6 +13,7 @@ import html
 import json
 import math
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -267,6 +268,13 @@ def _interval(start: datetime, end: datetime, timezone: str) -> str:
     )
 
 
+def _stacked(text: str) -> str:
+    """`text` as two lines (a slice's start, then its end; a date, then its time): narrow columns."""
+    first, _, rest = text.partition(" → " if " → " in text else " ")
+    second = f"→ {rest}" if " → " in text else rest
+    return f"<span>{_e(first)}</span><span>{_e(second)}</span>" if rest else _e(text)
+
+
 def _axis_pattern(starts: list[datetime], timezone: str) -> str:
     """The shortest time format that still tells the slice starts apart."""
     local = [pendulum.instance(s).in_timezone(timezone) for s in starts]
@@ -489,10 +497,16 @@ svg .grid { stroke: #e6e9ef; }
 svg .axis { stroke: #6b7385; }
 .table-wrap { overflow-x: auto; background: #fff; border: 1px solid #dde1e8; border-radius: 6px; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { padding: 5px 8px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
+th, td { padding: 5px 6px; border-bottom: 1px solid #e6e9ef; text-align: right; white-space: nowrap; }
 th { background: #eef0f4; position: sticky; top: 0; font-weight: 600; white-space: normal; vertical-align: bottom; }
 td.text, th.text { text-align: left; }
-td.wrap { white-space: normal; min-width: 170px; max-width: 420px; text-align: left; }
+td.wrap { white-space: normal; min-width: 150px; max-width: 320px; text-align: left; }
+#slices { font-size: 12px; }
+#slices td, #slices th { padding: 4px 4px; }
+#slices td.wrap { min-width: 140px; max-width: 200px; }
+td.stacked { line-height: 1.3; }
+td.stacked > span { display: block; }
+div.docs { margin-top: 2px; font-size: 12px; }
 tr.first td { border-top: 2px solid #cfd4dd; }
 .status { padding: 2px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
 .status.succeeded { background: #dff3e4; color: #1e6b34; }
@@ -655,57 +669,85 @@ def _charts(plotted: list[Slice], timezone: str) -> str:
     return f"<h2>Per slice</h2><div class='charts'>{cells}</div>"
 
 
+# The slice table's count columns: one count, or several stacked in one cell (a line each), so that
+# every column of the fullest table fits a 1400 px window. Optional counts show only when not all zero.
+SLICE_COLUMNS = (
+    ("rows_in",),
+    ("rows_out",),
+    ("joined",),
+    ("unmatched_emitted", "unmatched_dropped"),
+    ("late",),
+    ("rejected",),
+    ("open", "unsettled"),
+    ("applied", "upserts", "deletes"),
+    ("lookups",),
+)
+
+
 def _slice_table(slices: list[Slice], timezone: str, folder: Path) -> str:
-    shown_counts = [
+    shown = {
         name
         for name in COUNTS
         if name not in OPTIONAL or any(r.counts[name] for s in slices for r in s.runs.values())
-    ]
+    }
+    columns = [kept for kept in (tuple(n for n in group if n in shown) for group in SLICE_COLUMNS) if kept]
     head = (
-        "<tr><th class='text'>slice [start, end)</th><th>lateness cost</th>"
-        "<th class='text'>mode</th>"
-        "<th class='text'>backfill</th><th class='text'>validation</th><th class='text'>Data Docs</th>"
-        + "".join(f"<th>{_e(LABELS[n])}</th>" for n in shown_counts)
-        + "<th>match rate</th><th>runs</th><th class='text'>last run</th></tr>"
+        "<tr><th class='text'>slice [start, end)</th><th>lateness cost</th><th class='text'>mode</th>"
+        "<th class='text'>backfill</th><th class='text'>validation</th>"
+        + "".join(f"<th>{' / '.join(_e(LABELS[n]) for n in names)}</th>" for names in columns)
+        + "<th>match rate</th><th class='text'>last run (runs)</th></tr>"
     )
     rows = []
     for piece in slices:
         modes = sorted(set(piece.runs) | set(piece.attempts), key=lambda m: (m != "exact", m))
         for i, mode in enumerate(modes):
-            run, attempt = piece.runs.get(mode), piece.attempts.get(mode)
-            cells = []
-            if i == 0:
-                span = f"rowspan='{len(modes)}'"
-                cells.append(
-                    f"<td class='text' {span}>{_e(_interval(piece.start, piece.end, timezone))}</td>"
-                    f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>"
-                )
-            cells.append(f"<td class='text'>{_e(mode)}</td>")
-            cells.append(_attempt_cells(attempt, folder))  # before the counts: seen without scrolling
-            for name in shown_counts:
-                cells.append(f"<td data-field='{name}'>{_number(run.counts[name] if run else None)}</td>")
-            cells.append(
-                f"<td data-field='match_rate'>{_percent(run.match_rate if run else None)}</td>"
-                f"<td data-field='runs'>{_number(run.runs if run else None)}</td>"
-                + (
-                    f"<td class='text' title='took {run.duration_s:.1f} s'>{_e(_time(run.started_at, timezone))}</td>"
-                    if run
-                    else "<td class='text'>–</td>"
-                )
-            )
-            rows.append(
-                f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
-                f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>"
-            )
+            rows.append(_slice_row(piece, mode, (i, len(modes)), columns, (timezone, folder)))
     return (
         f"<h2>Slices</h2><div class='table-wrap'><table id='slices'><thead>{head}</thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
+def _slice_row(
+    piece: Slice, mode: str, place: tuple[int, int], columns: list[tuple[str, ...]], where: tuple[str, Path]
+) -> str:
+    """One slice's row for `mode`; the first of its `place[1]` rows carries the slice and its cost."""
+    (i, count), (timezone, folder) = place, where
+    run, attempt = piece.runs.get(mode), piece.attempts.get(mode)
+    cells = []
+    if i == 0:
+        span = f"rowspan='{count}'"
+        cells.append(
+            f"<td class='text stacked' {span}>{_stacked(_interval(piece.start, piece.end, timezone))}</td>"
+            f"<td {span} data-field='lateness_cost'>{_number(piece.lateness_cost)}</td>"
+        )
+    cells.append(f"<td class='text'>{_e(mode)}</td>")
+    cells.append(_attempt_cells(attempt, folder))  # before the counts: seen without scrolling
+    for names in columns:
+        values = [
+            f"<span title='{_e(LABELS[name])}' data-field='{name}'>{_number(run.counts[name] if run else None)}</span>"
+            for name in names
+        ]
+        cells.append(f"<td class='stacked'>{''.join(values)}</td>")
+    cells.append(f"<td data-field='match_rate'>{_percent(run.match_rate if run else None)}</td>")
+    if run:
+        cells.append(
+            f"<td class='text stacked' title='took {run.duration_s:.1f} s'>{_stacked(_time(run.started_at, timezone))}"
+            f"<span>(<span data-field='runs'>{_number(run.runs)}</span>)</span></td>"
+        )
+    else:
+        cells.append("<td class='text'>–</td>")
+    return (
+        f"<tr class='{'first' if i == 0 else 'more'}' data-slice='{piece.start.isoformat()}' "
+        f"data-mode='{_e(mode)}'>{''.join(cells)}</tr>"
+    )
+
+
 def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
+    """The backfill attempt's status, and its validation: the failures, every expectation, and a
+    link to Great Expectations' Data Docs page (which needs the web for its styles)."""
     if attempt is None:
-        return "<td class='text muted' data-field='status'>no backfill</td><td class='wrap'></td><td class='text'></td>"
+        return "<td class='text muted' data-field='status'>no backfill</td><td class='wrap'></td>"
     problems = attempt.failed + ([attempt.error] if attempt.error else [])
     detail = (
         "<br>".join(_e(p) for p in problems)
@@ -723,14 +765,11 @@ def _attempt_cells(attempt: Attempt | None, folder: Path) -> str:
             f"<details class='checks'><summary>{passed} of {len(attempt.checks)} expectations passed</summary>"
             f"<ul>{items}</ul></details>"
         )
-    link = (
-        f"<a href='{_e(docs_link(attempt.docs, folder))}'>Data Docs</a>"
-        if attempt.docs
-        else "<span class='muted'>none</span>"
-    )
+    if attempt.docs:
+        detail += f"<div class='docs' data-field='docs'><a href='{_e(docs_link(attempt.docs, folder))}'>Data Docs</a></div>"
     return (
         f"<td class='text' data-field='status'><span class='status {_e(attempt.status)}'>{_e(attempt.status)}</span></td>"
-        f"<td class='wrap' data-field='validation'>{detail}</td><td class='text' data-field='docs'>{link}</td>"
+        f"<td class='wrap' data-field='validation'>{detail}</td>"
     )
 
 
@@ -770,8 +809,10 @@ def _jump_table(jumps: list[dict], timezone: str) -> str:
             f"<td class='text'>{_e(j['source'])}</td><td>{j['version']}</td>"
             f"<td class='text'>{_e(_time(from_micros(j['before']), timezone))}</td>"
             f"<td class='text' data-field='after'>{_e(_time(from_micros(j['after']), timezone))}</td>"
-            f"<td class='text' data-field='jump'>{_e(_span(j['after'] - j['before']))}</td>"
-            f"<td class='text' data-field='lead'>{_e(_span(lead) if lead > 0 else '')}</td></tr>"
+            f"<td class='text' data-field='jump' title='{_e(_exact_span(j['after'] - j['before']))}'>"
+            f"{_e(_span(j['after'] - j['before']))}</td>"
+            f"<td class='text' data-field='lead' title='{_e(_exact_span(lead) if lead > 0 else '')}'>"
+            f"{_e(_span(lead) if lead > 0 else '')}</td></tr>"
         )
     return head + (
         "<div class='table-wrap'><table id='jumps'><thead><tr><th class='text'>committed</th>"
@@ -895,6 +936,14 @@ def _link_table(plotted: list[Slice], live: list[dict]) -> str:
 
 
 def _span(micros: int) -> str:
+    """A duration as a reader scans it: its two largest units (`7h15m`, `2m5s`, `350ms`), cut, not
+    rounded, so that it never says more than happened; `_exact_span` gives the rest."""
+    shown = format_duration(timedelta(microseconds=micros))
+    units = re.findall(r"-?\d+[a-z]+", shown)
+    return "".join(units[:2]) if units else shown
+
+
+def _exact_span(micros: int) -> str:
     return format_duration(timedelta(microseconds=micros))
 
 

@@ -190,13 +190,11 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     for (start, mode), row in latest.items():
         for field in FIELDS:
             assert (
-                number(
-                    shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='{field}']")
-                )
+                number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] [data-field='{field}']"))
                 == row[field]
             ), (start, mode, field)
         assert (
-            number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] td[data-field='runs']"))
+            number(shown(browser, f"tr[data-slice='{start}'][data-mode='{mode}'] [data-field='runs']"))
             == runs[(start, mode)]
         )
     assert (
@@ -218,7 +216,7 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     )
     # Its Data Docs link opens the page Great Expectations wrote, relative to the report's folder.
     link = browser.find_element(
-        By.CSS_SELECTOR, f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='docs'] a"
+        By.CSS_SELECTOR, f"tr[data-slice='{starts[2]}'][data-mode='exact'] [data-field='docs'] a"
     )
     assert link.get_attribute("href").startswith("file://")
     assert Path(unquote(urlparse(link.get_attribute("href")).path)).is_file()
@@ -240,7 +238,7 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
     for field in ("status", "validation", "docs"):
         right = browser.execute_script(
             "return document.querySelector(arguments[0]).getBoundingClientRect().right",
-            f"tr[data-slice='{starts[2]}'][data-mode='exact'] td[data-field='{field}']",
+            f"tr[data-slice='{starts[2]}'][data-mode='exact'] [data-field='{field}']",
         )
         assert right <= width, (field, right, width)
     browser.set_window_size(1500, 1000)
@@ -374,3 +372,100 @@ def test_a_replay_reading_past_the_live_run_is_refused_where_both_would_write(sp
     replay(spark, replayed, *SLICES[0])  # finished, and no unread commit reaches it
     replay(spark, replayed, *SLICES[2], versions={"l": 5, "r": 5})  # what the live run had read
     assert third_slice() == written and written  # the rows live wrote, each once
+
+
+def worst_case_page(tmp_path: Path) -> Path:
+    """A page with every column the slice table can have, seven-digit counts, a long validation
+    failure, a chain's links, live runs, verifications and a clock jump of 7h15m25.144930s."""
+    from streamjoin.report import COUNTS, Attempt, Slice, SliceRun, render_page
+
+    spec = job(tmp_path, {0: str(tmp_path / "l"), 1: str(tmp_path / "r")}, "left", 0, 10, 5)
+    counts = {name: 1_234_567 + i for i, name in enumerate(COUNTS)}
+    links = [
+        {"link": f"{n}. JOIN clicks_{n}", "reached": 9_876_543, "matched": 8_765_432, "open": 2_100}
+        for n in (1, 2)
+    ]
+    failure = "expect_column_values_to_not_be_null(campaign_id): 123,456 of 1,234,567 rows NULL (10.0%)"
+    checks = [{"passed": False, "check": failure}]
+    pieces = [
+        Slice(
+            at(3600 * h),
+            at(3600 * (h + 1)),
+            runs={
+                mode: SliceRun(counts, at(3600 * h + 60), 12.5, 3, links) for mode in ("exact", "complete")
+            },
+            attempts={"exact": Attempt("invalid", None, [failure], "docs/v.html", checks)},
+        )
+        for h in range(24)
+    ]
+    live = [
+        {
+            "run_id": "streamjoin-clicks-d71190fb-4dbd-463a-9a29-0533817f3b55",
+            "started_at": at(60 * b),
+            "batch": b,
+            **counts,
+            "by_link": json.dumps(links),
+        }
+        for b in range(3)
+    ]
+    verified = [
+        {
+            "slice_start": at(0),
+            "slice_end": at(3600),
+            "rows_live": 1_234_567,
+            "rows_replayed": 1_234_568,
+            "missing": 1,
+            "extra": 0,
+            "differing": 0,
+            "verified_at": at(7200),
+            "live_batch": 41,
+            "versions": json.dumps({"clicks": 1234, "impressions": 5678, "campaigns": 91}),
+            "equal": False,
+            "examples": json.dumps([{"kind": "missing", "key": {"id": "x" * 40}}]),
+        }
+    ]
+    jump = ((7 * 3600 + 15 * 60 + 25) * 10**6) + 144_930
+    jumps = [{"source": "clicks", "version": 1234, "commit_ts": 0, "before": 0, "after": jump}]
+    stopped = [{"reason": "late", "source": "clicks", "count": 1_234_567}]
+    page = tmp_path / "worst" / "index.html"
+    page.parent.mkdir()
+    page.write_text(render_page(spec, pieces, live, page.parent, stopped, jumps, verified))
+    return page
+
+
+def test_every_table_fits_a_1400_pixel_wide_window(browser, tmp_path):
+    """At 1400 px no table of the fullest page scrolls sideways (every column of the slice table,
+    `open` and `unsettled` included, is in view), durations read as their two largest units with
+    the exact value on hover; the screenshot is kept with the test artifacts."""
+    from selenium.webdriver.common.by import By
+
+    open_page(browser, worst_case_page(tmp_path))
+    try:
+        browser.set_window_size(1400, 1000)
+        overflowing = browser.execute_script(
+            "return [...document.querySelectorAll('.table-wrap')]"
+            ".filter(w => w.scrollWidth > w.clientWidth).map(w => w.querySelector('table').id)"
+        )
+        assert overflowing == [], overflowing
+        headers = [
+            th.text.replace("\n", " ") for th in browser.find_elements(By.CSS_SELECTOR, "#slices thead th")
+        ]
+        assert {"open / unsettled", "last run (runs)"} <= set(headers), headers
+        width = browser.execute_script("return document.documentElement.clientWidth")
+        first = browser.find_elements(By.CSS_SELECTOR, "#slices tbody tr:first-child [data-field]")
+        assert {"open", "unsettled", "lookups", "runs", "docs"} <= {
+            e.get_attribute("data-field") for e in first
+        }
+        assert all(0 < e.rect["x"] + e.rect["width"] <= width for e in first), [
+            (e.get_attribute("data-field"), e.rect) for e in first
+        ]
+        jump = browser.find_element(By.CSS_SELECTOR, "table#jumps td[data-field='jump']")
+        assert jump.text == "7h15m" and jump.get_attribute("title") == "7h15m25s144ms930us"
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1400, height + 40)
+        target = PROJECT_ROOT / "build" / "screenshots" / "fullest_quality_1400.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(target)) and png_size(target)[0] == 1400
+    finally:
+        browser.set_window_size(1500, 1000)
+    assert severe(browser) == []

@@ -13,9 +13,9 @@ from pyspark.sql import functions as F
 
 from streamjoin import arrival, delta_io
 from streamjoin.arrival import REJECT
-from streamjoin.errors import UnsupportedJobError
 from streamjoin.joins import FAMILIES
 from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult
+from streamjoin.joins.chaining import refusal
 from streamjoin.joins.lookup import check_databases
 from streamjoin.plan import Plan
 
@@ -33,23 +33,14 @@ __all__ = [
 
 def family(plan: Plan) -> JoinOperator:
     """The join operator of a plan: the first link's family, extended link by link (a chain is a
-    fold over its links); refuses, before any data moves, a link no operator takes yet."""
+    fold over its links); refuses, before any data moves, a link the one before does not take
+    (what each family declares, `joins.chaining`)."""
     first, *rest = plan.joins
     operator = FAMILIES[first.family](plan, first)
     for step, join in enumerate(rest, 2):
         extended = operator.then(plan, join)
         if extended is None:
-            raise UnsupportedJobError(
-                f"job {plan.spec.name!r}: join {step} ({join.spec.type.upper()} JOIN {join.right}, family "
-                f"{join.family}) cannot follow the {plan.joins[step - 2].family} join before it yet. The runners chain "
-                "stream-stream joins after a stream-stream join (FROM a JOIN b WITHIN ... JOIN c WITHIN ..., "
-                "no CROSS after the first), then enrichment joins (stream-table, event-time temporal or ASOF; "
-                "FROM a JOIN b WITHIN ... JOIN c with c a table); or enrichment joins after a stream (FROM "
-                "a JOIN b JOIN c with b and c tables), then at most one stream-stream join as the last join, "
-                "keyed and with final emission (FROM a JOIN b JOIN c WITHIN ..., b a table); or tables joined to "
-                "tables, INNER or LEFT (FROM t JOIN u ON ... JOIN v ON ...). Split the job: "
-                "write the first joins' output to a table and join it in a second job"
-            )
+            raise refusal(plan, step)
         operator = extended
     return operator
 

@@ -26,7 +26,7 @@ the live runner once per micro-batch over its state plus the newly settled rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 
@@ -37,17 +37,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, StructField
 
 from streamjoin import arrival
-from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, position_le
+from streamjoin.arrival import SRC, TS, Slices, T, V, position_le
 from streamjoin.joins.base import (
     CLOCK,
-    END_OF_INPUT,
     MATCHED,
     OUT_T,
-    Deferred,
     Evaluation,
     JoinOperator,
-    SideCounts,
-    SliceCounts,
     StepInput,
     StepResult,
     kept_row,
@@ -56,13 +52,25 @@ from streamjoin.joins.base import (
     tally_by_slice,
 )
 from streamjoin.joins.chain import Chain
+from streamjoin.joins.chaining import Accepts, LinkInput, LinkRun, Upstream, declare
+from streamjoin.joins.pairs import (
+    NEW,
+    THROUGH,
+    Evaluate,
+    PairStep,
+    col,
+    decide,
+    project,
+    result,
+    side_counts,
+    unmatched_counts,
+)
+from streamjoin.joins.temporal import ENRICHMENTS
 from streamjoin.links import IntervalLink
-from streamjoin.metrics import SourceCounts
+from streamjoin.metrics import LinkCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
 
-NEW = "_sj_new"  # the row settled in this step (every row, in a replay)
-THROUGH = "_sj_through"  # eager emission: the clock after the row's commit (NULL: an earlier step's row)
 DUE = "_sj_due"  # a padded row: the clock it waited for (its emission position is where the clock passed it)
 ROW = "_sj_row"  # an on-time row's number within one live step: its next state is read from the join
 
@@ -83,6 +91,7 @@ class IntervalJoin(JoinOperator):
     # slices its emitted rows must reach, for the links after it (before, after).
     left_sources: tuple[str, ...] = ()
     reach: tuple[int, int] = (0, 0)
+    number: int = 1  # the job's number of this join
 
     @classmethod
     def from_plan(cls, join: BoundJoin) -> IntervalJoin:
@@ -113,39 +122,136 @@ class IntervalJoin(JoinOperator):
     def open_in_state(self) -> Column:
         return ~F.col(MATCHED)
 
-    def then(self, plan: Plan, join: BoundJoin) -> Chain | None:
+    def then(self, plan: Plan, join: BoundJoin) -> JoinOperator | None:
         """Its joined rows joined with another stream, or looked up in a table: a `Chain`."""
         return Chain.of(self).then(plan, join)
 
-    def following(self, join: BoundJoin, left: str, sources: tuple[str, ...]) -> IntervalJoin:
-        """The interval join of `join` whose left input is `left`, the rows an earlier link emitted
-        (holding `sources`' columns): a chain's stream-stream link after this one."""
-        return replace(self.from_plan(join), left=left, left_sources=sources)
+    @classmethod
+    def following(cls, plan: Plan, join: BoundJoin, upstream: Upstream) -> IntervalJoin:
+        """The interval join of `join` whose left input is the rows an earlier link emitted."""
+        return replace(
+            cls.from_plan(join), left=upstream.name, left_sources=upstream.sources, number=upstream.number
+        )
+
+    # ------------------------------------------------------------------ as a link of a chain
+
+    def family(self) -> str:
+        return "interval"
+
+    def joins(self) -> int:
+        return 1
+
+    def input(self) -> str:
+        return self.left
+
+    def reads(self) -> tuple[str, ...]:
+        return (self.right,) if self.left_sources else (self.left, self.right)
 
     def sources(self) -> tuple[str, ...]:
         """The sources whose columns its emitted rows hold, in the order written."""
         return (*(self.left_sources or (self.left,)), self.right)
 
+    def carries(self) -> tuple[StructField, ...]:
+        return ()
+
+    def read_margins(self, side: str) -> tuple[int, int] | None:
+        if side not in self.reads():
+            return None
+        before, after = self.margins(side)
+        return before + self.reach[0], after + self.reach[1]
+
+    def reaching(self, reach: tuple[int, int]) -> IntervalJoin:
+        return replace(self, reach=reach)
+
+    def absorb(self, plan: Plan, join: BoundJoin) -> None:
+        return None
+
+    def label(self) -> str:
+        """How explain and the metrics name it: "2. LEFT JOIN payments"."""
+        return f"{self.number}. {self.type.upper()} JOIN {self.right}"
+
+    def run_link(self, spark: SparkSession, plan: Plan, given: LinkInput) -> LinkRun:
+        """`run` over its left input (a source, or the rows the link before emitted, whose late
+        rows it names after itself), keeping right rows open for the rows the link before still
+        holds (`held`); counts its link: what it emitted, and of rows after a link what became of
+        them."""
+        inputs = given.step
+        after_link = given.rows is not None
+        left = given.rows if given.rows is not None else inputs.settled[self.left]
+        settled = {self.left: left, self.right: inputs.settled[self.right]}
+        state = None if inputs.state is None else {name: inputs.state[name] for name in settled}
+        if state is not None:  # a source's state rows carry no clock (`Link.carries`)
+            state[self.right] = state[self.right].drop(CLOCK)
+        waiting = self._waiting(given)
+        ran = self.run(spark, replace(inputs, settled=settled, state=state), persist=True, waiting=waiting)
+        late = ran.late
+        if after_link:
+            named = F.when(F.col("source") == self.left, f"rows at {self.label()}").otherwise(F.col("source"))
+            late = late.withColumn("source", named)
+        links = self._link_counts(ran, None if not after_link else state, inputs.slices)
+        sources = [
+            {name: c for name, c in counted.items() if not after_link or name != self.left}
+            for counted in ran.by_slice
+        ]
+        return LinkRun(ran.emitted, late, sources, links, ran.state, ran.cached, watermark=ran.watermark)
+
+    def _waiting(self, given: LinkInput) -> list[int]:
+        """The event times of the rows the link before holds (`LinkInput.held`) that will be on
+        time here when they come (exact mode: by their clock, `CLOCK`, and this link's grace)."""
+        if given.held is None or given.step.final:
+            return []
+        held = given.held
+        if given.step.mode == "exact":  # a row late here joins nothing
+            held = held.where(F.col(CLOCK).isNull() | (F.col(T) >= F.col(CLOCK) - F.lit(self.grace)))
+        return sorted(r[0] for r in held.select(T).distinct().collect())
+
+    def _link_counts(
+        self, ran: PairStep, state: dict[str, DataFrame] | None, slices: Slices
+    ) -> list[list[LinkCounts]]:
+        """Per slice, its `LinkCounts`: the pairs and padded rows it emitted; after a link, what
+        became of the rows it took (`state`: those an earlier step left, counted `carried_in`)."""
+        emitted = self.tally(ran.emitted, slices)
+        carried = (
+            {}
+            if state is None
+            else tally_by_slice(
+                state[self.left].where(~F.col(MATCHED)), slices.number(F.col(T)), n=F.count(F.lit(1))
+            )
+        )
+        links = []
+        for s, sources in enumerate(ran.by_slice):
+            pairs, pads = emitted.get(s, (0, 0))
+            if self.left_sources == ():
+                links.append([LinkCounts(self.label(), reached=pairs + pads, matched=pairs, padded=pads)])
+                continue
+            mine = sources[self.left]
+            links.append(
+                [
+                    LinkCounts(
+                        self.label(),
+                        reached=mine.late + mine.joined + mine.unmatched_emitted + mine.unmatched_dropped,
+                        matched=mine.joined,
+                        padded=mine.unmatched_emitted,
+                        dropped=mine.late + mine.unmatched_dropped,
+                        carried_in=carried.get(s, {"n": 0})["n"],
+                        open=mine.open,
+                        emitted=pairs + pads,
+                    )
+                ]
+            )
+        return links
+
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Lateness by the streams' watermark, the join, padding of closed windows, the accounting."""
-        ran = self.run(spark, inputs)
-        return StepResult(
-            output=self.output(plan, ran.emitted),
-            late=ran.late,
-            by_slice=ran.by_slice,
-            state=ran.state,
-            max_event=ran.max_event,
-            watermark=ran.watermark,
-            cached=ran.cached,
-        )
+        return result(plan, self.run(spark, inputs))
 
     def output(self, plan: Plan, emitted: list[DataFrame]) -> DataFrame:
         """Emitted rows (`run`'s joined form) as output rows: `where`, `select`, the output time."""
-        return reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in emitted])
+        return project(plan, emitted)
 
     def tally(self, emitted: list[DataFrame], slices: Slices) -> dict[int, tuple[int, int]]:
         """(pairs, padded rows) among emitted rows (`run`'s joined form), by slice of their time."""
-        both = self._col(self.left, TS).isNotNull() & self._col(self.right, TS).isNotNull()
+        both = col(self.left, TS).isNotNull() & col(self.right, TS).isNotNull()
         rows = reduce(
             DataFrame.unionByName, [part.select(F.col(OUT_T), both.alias("_sj_pair")) for part in emitted]
         )
@@ -159,113 +265,16 @@ class IntervalJoin(JoinOperator):
 
     def run(
         self, spark: SparkSession, inputs: StepInput, persist: bool = False, waiting: Sequence[int] = ()
-    ) -> IntervalStep:
-        """`step` up to the rows it emits, in joined form (`IntervalStep.emitted`), unprojected.
-        `persist`: the emitted rows are read more than once (`evaluate`). `waiting`: event times of
-        left rows an earlier link still holds, on time here when they come (a chain's table links):
-        a right row one of them could join stays open. Left rows that carry their clock (`CLOCK`)
-        are judged late or on time by it."""
-        settled, timeline, mode, state = inputs.settled, inputs.timeline, inputs.mode, inputs.state
-        slices, keep_state, final = inputs.slices, inputs.keep_state, inputs.final
-        marks, max_event = timeline.watermarks(self.grace), timeline.max_event
-        if mode == "complete":
-            marks = {}
-        closing = None if max_event is None else max_event - self.grace
-
-        on_time, late_parts, tallies = {}, [], []
-        per_commit = {arrival.WM: marks}
-        if self.emit == "eager":
-            per_commit[THROUGH] = timeline.through
-        table = arrival.per_commit_table(spark, per_commit)
-        slice_of = slices.number(F.col(T))
-        for name, rows in settled.items():
-            late = arrival.is_late()
-            timed = arrival.with_per_commit(rows, table)
-            if CLOCK in rows.columns:  # held by a table link: judged at its own position, whenever it comes
-                clock_mark = F.lit(None) if mode == "complete" else F.col(CLOCK) - F.lit(self.grace)
-                timed = timed.withColumn(arrival.WM, clock_mark.cast("long"))
-            tally = SliceCounts(
-                timed,
-                len(slices),
-                observed=self.reads_rows_once(),
-                late=(slice_of, late),
-                candidates=(slice_of, ~late),
-            )
-            tallies.append((name, tally))
-            marked = tally.rows
-            late_parts.append(
-                arrival.side_rows(
-                    marked.where(late & slices.inside(F.col(T))), name, F.lit("late"), F.col(arrival.WM)
-                )
-            )
-            fresh = (
-                marked.where(~late)
-                .drop(arrival.WM, REJECT)
-                .withColumns({NEW: F.lit(True), MATCHED: F.lit(False)})
-            )
-            if state is not None:
-                kept = SliceCounts(
-                    state[name],
-                    len(slices),
-                    observed=self.reads_rows_once(),
-                    candidates=(slice_of, self.open_in_state()),
-                )
-                tallies.append((name, kept))
-                earlier = kept.rows.withColumns(
-                    {NEW: F.lit(False)}
-                    | ({THROUGH: F.lit(None).cast("long")} if self.emit == "eager" else {})
-                )
-                fresh = earlier.unionByName(fresh, allowMissingColumns=True)
-            on_time[name] = self.numbered(fresh) if keep_state else fresh
-
-        def tallied(name: str, k: int, field: str) -> int:
-            return sum(t.get()[k].get(field, 0) for n, t in tallies if n == name)
-
-        evaluation = self.evaluate(
-            on_time,
-            END_OF_INPUT if final else closing,
-            lambda name, k: tallied(name, k, "candidates"),
-            slices=slices,
-            keep_state=keep_state,
-            clock=(timeline.start, END_OF_INPUT if final else max_event),
-            persist=persist,
-            waiting=waiting,
-        )
-        by_slice = Deferred(
-            lambda: [
-                {
-                    name: SourceCounts(
-                        late=tallied(name, k, "late"),
-                        joined=side.joined,
-                        unmatched_emitted=side.unmatched_emitted,
-                        unmatched_dropped=side.unmatched_dropped,
-                        open=side.open,
-                    )
-                    for name, side in sides.items()
-                }
-                for k, sides in enumerate(evaluation.counts)
-            ]
-        )
-        next_state = None
-        if evaluation.state is not None:
-            next_state = {name: rows.drop(NEW, THROUGH) for name, rows in evaluation.state.items()}
-        return IntervalStep(
-            emitted=evaluation.emitted,
-            late=reduce(DataFrame.unionByName, late_parts),
-            by_slice=by_slice,
-            state=next_state,
-            max_event=max_event,
-            watermark=closing,
-            cached=evaluation.cached,
-        )
+    ) -> PairStep:
+        """`step` up to the rows it emits, in joined form (`PairStep.emitted`), unprojected.
+        `persist`: the emitted rows are read more than once. `waiting`: event times of left rows an
+        earlier link still holds, on time here when they come (a chain's table links): a right row
+        one of them could join stays open. Left rows that carry their clock (`CLOCK`) are judged
+        late or on time by it (`pairs.decide`)."""
+        return decide(spark, self, inputs, persist, waiting)
 
     def as_rows(
-        self,
-        spark: SparkSession,
-        plan: Plan,
-        emitted: list[DataFrame],
-        timeline: arrival.Timeline,
-        final: bool,
+        self, spark: SparkSession, plan: Plan, emitted: list[DataFrame], inputs: StepInput
     ) -> DataFrame:
         """Emitted rows as the rows of one stream, for the chain's next link: each source's columns
         in a struct named after it (so that `orders.id` still reads orders' id and equal names never
@@ -276,7 +285,7 @@ class IntervalJoin(JoinOperator):
         L, R = self.left, self.right
         parts = []
         for part in emitted:
-            has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
+            has_l, has_r = col(L, TS).isNotNull(), col(R, TS).isNotNull()
             at_l, at_r = (arrival.position_struct(*self._position(side)) for side in (L, R))
             own = F.when(has_l & has_r, F.greatest(at_l, at_r)).when(has_l, at_l).otherwise(at_r)
             parts.append(
@@ -288,7 +297,12 @@ class IntervalJoin(JoinOperator):
                 )
             )
         rows = arrival.when_clock_passes(
-            spark, reduce(DataFrame.unionByName, parts), F.col(DUE), F.col("_sj_own"), timeline, final
+            spark,
+            reduce(DataFrame.unionByName, parts),
+            F.col(DUE),
+            F.col("_sj_own"),
+            inputs.timeline,
+            inputs.final,
         )
         emit = F.col(arrival.EMIT)
         return rows.select(
@@ -302,18 +316,14 @@ class IntervalJoin(JoinOperator):
     def _source_columns(self, plan: Plan) -> list[Column]:
         """A struct per source of the joined form (`emitted`), named after it: the right side's
         columns; the left's, or, when the left holds an earlier link's rows, its structs as they are."""
-        columns = [self._col(self.left, s).alias(s) for s in self.left_sources]
+        columns = [col(self.left, s).alias(s) for s in self.left_sources]
         for side in () if self.left_sources else (self.left,):
             columns.append(
-                F.struct(*[self._col(side, c).alias(c) for c in plan.source(side).schema.fieldNames()]).alias(
-                    side
-                )
+                F.struct(*[col(side, c).alias(c) for c in plan.source(side).schema.fieldNames()]).alias(side)
             )
         source = plan.source(self.right)
         columns.append(
-            F.struct(*[self._col(self.right, c).alias(c) for c in source.schema.fieldNames()]).alias(
-                self.right
-            )
+            F.struct(*[col(self.right, c).alias(c) for c in source.schema.fieldNames()]).alias(self.right)
         )
         return columns
 
@@ -341,9 +351,6 @@ class IntervalJoin(JoinOperator):
 
     # ------------------------------------------------------------------ matching
 
-    def _col(self, side: str, name: str) -> Column:
-        return F.col(f"{side}.`{name}`")
-
     def reads_rows_once(self) -> bool:
         """An equi join (a CROSS join's nested loop reads one side once more for its unmatched
         rows) without eager pads (a second join of the same rows)."""
@@ -353,43 +360,28 @@ class IntervalJoin(JoinOperator):
         cond = F.lit(True)
         for left_col, right_col in self.equi:
             cond = cond & (F.expr(left_col) == F.expr(right_col))
-        lt, rt = self._col(self.left, T), self._col(self.right, T)
+        lt, rt = col(self.left, T), col(self.right, T)
         cond = cond & (rt >= lt + F.lit(self.lower)) & (rt <= lt + F.lit(self.upper))
         if self.residual:
             cond = cond & F.expr(self.residual)
         return cond
 
     def _position(self, side: str) -> tuple[Column, Column, Column]:
-        return self._col(side, TS), self._col(side, SRC), self._col(side, V)
+        return col(side, TS), col(side, SRC), col(side, V)
 
-    def evaluate(
-        self,
-        rows: dict[str, DataFrame],
-        watermark: int | None,
-        candidates: Callable[[str, int], int],
-        slices: Slices = ALL_TIME,
-        keep_state: bool = False,
-        clock: tuple[int | None, int | None] = (None, None),
-        persist: bool = False,
-        waiting: Sequence[int] = (),
-    ) -> Evaluation:
+    def evaluate(self, rows: dict[str, DataFrame], asked: Evaluate) -> Evaluation:
         """Join on-time rows; emit pairs involving a new row and padded rows whose window closed
         (final emission) or whose eager decision falls in this step.
 
         `rows[side]` holds the side's on-time rows with `_sj_new` and `_sj_matched` (and, for eager
-        emission, `_sj_through`); `watermark` is the watermark after every settled row;
-        `candidates(side, k)` counts the side's rows in slice k not matched before this step;
-        `clock` is the streams' clock before and after this step (eager emission). With replay
-        `slices`, only output rows whose event time lies in them are kept, and each row is accounted
-        for in the slice of its event time. The counts are observed in the pass that writes the
-        emitted rows (`SliceCounts`): read them after it. `persist`: more than that pass reads the
-        join (the next state, a chain's next link), so it is kept in memory (`cached`). `waiting`:
-        see `run`.
-        """
+        emission, `_sj_through`); `asked` says the watermark, the slices and the rest (`Evaluate`).
+        The counts are observed in the pass that writes the emitted rows (`SliceCounts`): read them
+        after it."""
+        watermark, slices, waiting = asked.watermark, asked.slices, asked.waiting
         L, R = self.left, self.right
         left, right = rows[L].alias(L), rows[R].alias(R)
-        lt, rt = self._col(L, T), self._col(R, T)
-        has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
+        lt, rt = col(L, T), col(R, T)
+        has_l, has_r = col(L, TS).isNotNull(), col(R, TS).isNotNull()
 
         joined = left.join(right, self.condition(), "full_outer")
         out_t = F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt)
@@ -398,12 +390,12 @@ class IntervalJoin(JoinOperator):
             only_r, rt - F.lit(self.lower - self.grace)
         )
         joined = joined.withColumns({OUT_T: out_t, DUE: due})
-        if persist or keep_state:
+        if asked.persist or asked.keep_state:
             joined = joined.persist()
         closed_l, closed_r = self.closed(L, lt, watermark), self.closed(R, rt, watermark, waiting)
-        fresh_l, fresh_r = ~self._col(L, MATCHED), ~self._col(R, MATCHED)
-        stats = self.unmatched_counts(joined, slices, closed_l, closed_r)
-        pair = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
+        fresh_l, fresh_r = ~col(L, MATCHED), ~col(R, MATCHED)
+        stats = unmatched_counts(self, joined, slices, closed_l, closed_r)
+        pair = has_l & has_r & (col(L, NEW) | col(R, NEW))
         keep = pair
         if self.emit == "final":
             if self.preserves(L):
@@ -412,52 +404,10 @@ class IntervalJoin(JoinOperator):
                 keep = keep | (only_r & closed_r & fresh_r)
         emitted = [stats.rows.where(keep & slices.inside(F.col(OUT_T), self.reach))]
         if self.emit == "eager":
-            emitted += self._eager_pads(left, right, slices, clock)
+            emitted += self._eager_pads(left, right, slices, asked.clock)
 
-        state = self._next_state(rows, joined, watermark, waiting) if keep_state else None
-        return Evaluation(emitted, self.side_counts(stats, candidates), state, cached=[joined])
-
-    def unmatched_counts(
-        self, joined: DataFrame, slices: Slices, closed_l: Column, closed_r: Column
-    ) -> SliceCounts:
-        """Each side's rows in the full outer `joined` still without a partner (none in it, none
-        before), by slice of their time, and how many of them closed (`closed_l`, `closed_r`),
-        counted in the first pass over `joined` (go on with `.rows`; `side_counts` reads them)."""
-        counted = {}
-        for side, other, prefix, closed in (
-            (self.left, self.right, "l", closed_l),
-            (self.right, self.left, "r", closed_r),
-        ):
-            alone = (
-                self._col(side, TS).isNotNull() & self._col(other, TS).isNull() & ~self._col(side, MATCHED)
-            )
-            number = slices.number(self._col(side, T))
-            counted[f"{prefix}_unmatched"] = (number, alone)
-            counted[f"{prefix}_closed"] = (number, alone & closed)
-        return SliceCounts(joined, len(slices), observed=bool(self.equi), **counted)
-
-    def side_counts(
-        self, stats: SliceCounts, candidates: Callable[[str, int], int]
-    ) -> Deferred[dict[str, SideCounts]]:
-        """Each side's `SideCounts` per slice, from `unmatched_counts`; `candidates` as for
-        `evaluate`."""
-
-        def counts() -> list[dict[str, SideCounts]]:
-            tallied = stats.get()
-            return [
-                {
-                    side: SideCounts(
-                        joined=candidates(side, k) - by_side[f"{prefix}_unmatched"],
-                        unmatched_emitted=by_side[f"{prefix}_closed"] if self.preserves(side) else 0,
-                        unmatched_dropped=0 if self.preserves(side) else by_side[f"{prefix}_closed"],
-                        open=by_side[f"{prefix}_unmatched"] - by_side[f"{prefix}_closed"],
-                    )
-                    for side, prefix in ((self.left, "l"), (self.right, "r"))
-                }
-                for k, by_side in sorted(tallied.items())
-            ]
-
-        return Deferred(counts)
+        state = self._next_state(rows, joined, watermark, waiting) if asked.keep_state else None
+        return Evaluation(emitted, side_counts(self, stats, asked.candidates), state, cached=[joined])
 
     def _eager_pads(
         self, left: DataFrame, right: DataFrame, slices: Slices, clock: tuple[int | None, int | None]
@@ -478,15 +428,15 @@ class IntervalJoin(JoinOperator):
         for mine, theirs in ((self.left, self.right), (self.right, self.left)):
             if not self.preserves(mine):
                 continue
-            t = self._col(mine, T)
+            t = col(mine, T)
             if mine == self.left:
                 due = F.least(t, t + F.lit(self.upper + self.grace))
             else:
                 due = F.least(t, t - F.lit(self.lower - self.grace))
             new = F.col(f"{mine}.{NEW}")
             undecided = new if before is None else new | (due >= F.lit(before))
-            decided = (due < F.lit(after)) & undecided & ~self._col(mine, MATCHED)
-            partner_clock = self._col(theirs, THROUGH)
+            decided = (due < F.lit(after)) & undecided & ~col(mine, MATCHED)
+            partner_clock = col(theirs, THROUGH)
             in_time = position_le(self._position(theirs), self._position(mine)) | (
                 partner_clock.isNotNull() & (partner_clock <= due)
             )
@@ -494,7 +444,7 @@ class IntervalJoin(JoinOperator):
                 joined = left.where(decided).join(right, self.condition() & in_time, "left_outer")
             else:
                 joined = left.join(right.where(decided), self.condition() & in_time, "right_outer")
-            padded = joined.where(self._col(theirs, TS).isNull()).withColumns({OUT_T: t, DUE: due})
+            padded = joined.where(col(theirs, TS).isNull()).withColumns({OUT_T: t, DUE: due})
             pads.append(padded.where(slices.inside(F.col(OUT_T), self.reach)))
         return pads
 
@@ -513,13 +463,11 @@ class IntervalJoin(JoinOperator):
         state = {}
         for side, other in ((self.left, self.right), (self.right, self.left)):
             columns = [c for c in rows[side].columns if c != ROW]
-            time = self._col(side, T)
-            open_ = joined.where(
-                self._col(side, TS).isNotNull() & ~self.closed(side, time, watermark, waiting)
-            )
-            kept = open_.groupBy(self._col(side, ROW)).agg(
-                F.any_value(F.struct(*[self._col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
-                F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_paired"),
+            time = col(side, T)
+            open_ = joined.where(col(side, TS).isNotNull() & ~self.closed(side, time, watermark, waiting))
+            kept = open_.groupBy(col(side, ROW)).agg(
+                F.any_value(F.struct(*[col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
+                F.bool_or(col(other, TS).isNotNull()).alias("_sj_paired"),
             )
             state[side] = kept.select(*kept_row("_sj_kept", columns, F.col("_sj_paired")))
         return state
@@ -547,18 +495,12 @@ def _within(times: Sequence[int], lower: int, upper: int):
     return within
 
 
-@dataclass
-class IntervalStep:
-    """What `IntervalJoin.run` decided: `StepResult`'s parts, the rows still in joined form
-    (aliased by source name, with OUT_T and DUE)."""
-
-    emitted: list[DataFrame]
-    late: DataFrame
-    by_slice: Sequence[dict[str, SourceCounts]]
-    state: dict[str, DataFrame] | None
-    max_event: int | None
-    watermark: int | None
-    cached: list[DataFrame]
-
-
 register("interval")(IntervalJoin.build)
+declare(
+    "interval",
+    accepts=(
+        Accepts(("interval",), when="not CROSS", allows=lambda join: join.spec.type != "cross"),
+        Accepts(ENRICHMENTS),
+    ),
+    after=IntervalJoin.following,
+)

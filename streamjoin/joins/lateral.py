@@ -45,66 +45,18 @@ _ORDINAL = functions.ORDINAL  # a made row's number among its row's, from 0; NUL
 
 
 @dataclass(frozen=True)
-class LateralJoin(JoinOperator):
-    source: str  # the stream whose rows are expanded
-    name: str  # what the made rows go by (`as`)
-    type: str  # inner | left
-    family: str  # unnest | function
-    lateral: tuple[str, ...]  # the UNNEST expression, or the function's arguments
-    made: StructType  # the made rows' columns as the job names them
-    function: str | None
+class Expansion:
+    """How rows are made from a stream row: `source` names the stream, `name` the made rows
+    (`as`); `family` says from what (`function`: a table function of `lateral`, its arguments;
+    otherwise the array or map expression `lateral[0]`); `made` is their columns as the job names
+    them. Lateral joins and lookup joins (whose array is the database's answer) each hold one."""
 
-    @classmethod
-    def build(cls, plan: Plan, join: BoundJoin) -> LateralJoin:
-        assert join.made is not None  # the plan gives a lateral join the schema of its made rows
-        function = join.spec.function if isinstance(join.spec, FunctionLink) else None
-        return cls(join.left[0], join.right, join.spec.type, join.family, join.lateral, join.made, function)
-
-    def reads_rows_once(self) -> bool:
-        return True
-
-    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
-        """Expand every settled row, count what each made per slice as the output is written."""
-        rows = inputs.settled[self.source].drop(REJECT)
-        made, lookups = self._made(spark, plan, inputs, rows)
-        slices = inputs.slices
-        owner = slices.number(F.col(T))
-        first, none = F.col(_ORDINAL) == F.lit(0), F.col(_ORDINAL).isNull()
-        tally = SliceCounts(made, len(slices), joined=(owner, first), unmatched=(owner, none))
-        kept = tally.rows if self.type == "left" else tally.rows.where(~none)
-        emitted = kept.where(slices.inside(F.col(T)))
-        padded = self.type == "left"
-
-        def counts() -> list[dict[str, SourceCounts]]:
-            return [
-                {
-                    self.source: SourceCounts(
-                        joined=counted["joined"],
-                        unmatched_emitted=counted["unmatched"] if padded else 0,
-                        unmatched_dropped=0 if padded else counted["unmatched"],
-                    )
-                }
-                for counted in tally.get().values()
-            ]
-
-        nothing = rows.where(F.lit(False))
-        return StepResult(
-            output=plan.project(emitted, F.col(T)),
-            late=arrival.side_rows(nothing, self.source, F.lit("late")),
-            by_slice=Deferred(counts),
-            state={self.source: nothing} if inputs.keep_state else None,
-            max_event=inputs.timeline.max_event,
-            counters=[Counters(totals={"lookups": lookups}), *[Counters()] * (len(slices) - 1)]
-            if lookups is not None
-            else (),
-        )
-
-    def _made(
-        self, spark: SparkSession, plan: Plan, inputs: StepInput, rows: DataFrame
-    ) -> tuple[DataFrame, int | None]:
-        """The step's rows, expanded (`expanded`), and how many answers came from outside (lookup
-        joins; None here)."""
-        return self.expanded(self.as_row(rows)), None
+    source: str
+    name: str
+    family: str  # unnest | function | lookup
+    lateral: tuple[str, ...]
+    made: StructType
+    function: str | None = None
 
     def as_row(self, rows: DataFrame, *keep: str) -> DataFrame:
         """Settled rows as the expansion takes them: the event time, `keep` columns, and the row's
@@ -144,6 +96,72 @@ class LateralJoin(JoinOperator):
             F.col(_ORDINAL).isNotNull(), F.struct(*[p.alias(f) for p, f in zip(parts, fields, strict=True)])
         )
         return made.select(F.col(T), F.col(self.source), item.alias(self.name), F.col(_ORDINAL))
+
+
+def made_rows_step(
+    plan: Plan,
+    inputs: StepInput,
+    expansion: Expansion,
+    join_type: str,
+    made: DataFrame,
+    lookups: int | None = None,
+) -> StepResult:
+    """A lateral step's result from the rows `made` (`Expansion.expanded`): INNER drops a row that
+    made none, LEFT keeps it padded; what each row made is counted per slice as the output is
+    written. Nothing is late, nothing is kept. `lookups`: answers fetched from a database."""
+    source, slices = expansion.source, inputs.slices
+    owner = slices.number(F.col(T))
+    first, none = F.col(_ORDINAL) == F.lit(0), F.col(_ORDINAL).isNull()
+    tally = SliceCounts(made, len(slices), joined=(owner, first), unmatched=(owner, none))
+    padded = join_type == "left"
+    kept = tally.rows if padded else tally.rows.where(~none)
+    emitted = kept.where(slices.inside(F.col(T)))
+
+    def counts() -> list[dict[str, SourceCounts]]:
+        return [
+            {
+                source: SourceCounts(
+                    joined=counted["joined"],
+                    unmatched_emitted=counted["unmatched"] if padded else 0,
+                    unmatched_dropped=0 if padded else counted["unmatched"],
+                )
+            }
+            for counted in tally.get().values()
+        ]
+
+    nothing = inputs.settled[source].drop(REJECT).where(F.lit(False))
+    return StepResult(
+        output=plan.project(emitted, F.col(T)),
+        late=arrival.side_rows(nothing, source, F.lit("late")),
+        by_slice=Deferred(counts),
+        state={source: nothing} if inputs.keep_state else None,
+        max_event=inputs.timeline.max_event,
+        counters=[Counters(totals={"lookups": lookups}), *[Counters()] * (len(slices) - 1)]
+        if lookups is not None
+        else (),
+    )
+
+
+@dataclass(frozen=True)
+class LateralJoin(JoinOperator):
+    expansion: Expansion
+    type: str  # inner | left
+
+    @classmethod
+    def build(cls, plan: Plan, join: BoundJoin) -> LateralJoin:
+        assert join.made is not None  # the plan gives a lateral join the schema of its made rows
+        function = join.spec.function if isinstance(join.spec, FunctionLink) else None
+        expansion = Expansion(join.left[0], join.right, join.family, join.lateral, join.made, function)
+        return cls(expansion, join.spec.type)
+
+    def reads_rows_once(self) -> bool:
+        return True
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Expand every settled row, count what each made per slice as the output is written."""
+        rows = inputs.settled[self.expansion.source].drop(REJECT)
+        made = self.expansion.expanded(self.expansion.as_row(rows))
+        return made_rows_step(plan, inputs, self.expansion, self.type, made)
 
 
 register("unnest", "function")(LateralJoin.build)

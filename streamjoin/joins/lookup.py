@@ -43,9 +43,9 @@ from pyspark.sql.types import (
 )
 
 from streamjoin import database, delta_io
-from streamjoin.arrival import V
-from streamjoin.joins.base import StepInput, register
-from streamjoin.joins.lateral import LateralJoin
+from streamjoin.arrival import REJECT, V
+from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register
+from streamjoin.joins.lateral import Expansion, made_rows_step
 from streamjoin.links import LookupLink
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.spec import Lookup
@@ -70,7 +70,11 @@ def journal_schema(made: StructType) -> StructType:
 
 
 @dataclass(frozen=True)
-class LookupJoin(LateralJoin):
+class LookupJoin(JoinOperator):
+    """A lateral join whose made rows are the database's answer for the row's key, as recorded."""
+
+    expansion: Expansion  # the database rows, an array per row (`_FOUND`), made as UNNEST makes them
+    type: str  # inner | left
     lookup: Lookup
     keys: tuple[tuple[str, str], ...]  # (stream column, database column)
     residual: str | None  # the condition's other terms, over the row and the database row
@@ -81,22 +85,37 @@ class LookupJoin(LateralJoin):
         assert join.made is not None  # the plan binds lookup joins so
         keys = tuple((a.split(".", 1)[1].strip("`"), b.split(".", 1)[1].strip("`")) for a, b in join.equi)
         return cls(
-            source=join.left[0],
-            name=join.right,
+            expansion=Expansion(join.left[0], join.right, "lookup", (_FOUND,), join.made),
             type=join.spec.type,
-            family="lookup",
-            lateral=(_FOUND,),
-            made=join.made,
-            function=None,
             lookup=join.link(LookupLink).lookup,
             keys=keys,
             residual=join.residual,
             journal=plan.spec.output.side("lookups"),
         )
 
-    def _made(
-        self, spark: SparkSession, plan: Plan, inputs: StepInput, rows: DataFrame
-    ) -> tuple[DataFrame, int | None]:
+    @property
+    def source(self) -> str:
+        return self.expansion.source
+
+    @property
+    def name(self) -> str:
+        return self.expansion.name
+
+    @property
+    def made(self) -> StructType:
+        return self.expansion.made
+
+    def reads_rows_once(self) -> bool:
+        return True
+
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Each settled row with the answers recorded for its commit and key, counted as a lateral
+        join counts its made rows."""
+        rows = inputs.settled[self.source].drop(REJECT)
+        made, lookups = self._made(spark, inputs, rows)
+        return made_rows_step(plan, inputs, self.expansion, self.type, made, lookups)
+
+    def _made(self, spark: SparkSession, inputs: StepInput, rows: DataFrame) -> tuple[DataFrame, int]:
         """The rows with the database rows recorded for their commit and key (fetched and recorded
         first where the journal has none), expanded as UNNEST expands an array."""
         types = {f.name: f.dataType for f in self.made.fields}
@@ -126,12 +145,12 @@ class LookupJoin(LateralJoin):
         found = answers.select(
             F.col("version").alias(V), F.col("key").alias(_KEY), F.col("rows").alias(_FOUND)
         )
-        row = self.as_row(keyed, V, _KEY).join(found, [V, _KEY], "left")
+        row = self.expansion.as_row(keyed, V, _KEY).join(found, [V, _KEY], "left")
         everything = F.coalesce(F.col(_FOUND), F.array().cast(ArrayType(self.made)))
         row = row.withColumn(_FOUND, everything)
         if self.residual:  # the other terms, per database row (named by `as` in the condition)
             row = row.withColumn(_FOUND, F.expr(f"filter({_FOUND}, `{self.name}` -> {self.residual})"))
-        return self.expanded(row.drop(V, _KEY)), lookups
+        return self.expansion.expanded(row.drop(V, _KEY)), lookups
 
     def _answers(self, spark: SparkSession, versions: tuple[int, int]) -> DataFrame:
         """The journal's answers for this source's commits in `versions`, the first recorded of

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField
 
 from streamjoin import arrival
-from streamjoin.arrival import SRC, TS, T, V, user_columns
+from streamjoin.arrival import SRC, TS, Slices, T, V, user_columns
 from streamjoin.joins.base import (
     END_OF_INPUT,
     MATCHED,
@@ -43,6 +43,7 @@ from streamjoin.joins.base import (
     register,
     tally_parts,
 )
+from streamjoin.joins.pairs import col
 from streamjoin.links import RowsLink
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
@@ -85,9 +86,6 @@ class RowsJoin(JoinOperator):
     def preserves(self, side: str) -> bool:
         return preserves(self.type, side, self.left, self.right)
 
-    def _col(self, side: str, name: str) -> Column:
-        return F.col(f"{side}.`{name}`")
-
     # ------------------------------------------------------------------ the semantics
 
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
@@ -101,65 +99,96 @@ class RowsJoin(JoinOperator):
             )
             for n, side in enumerate((L, R))
         }
+        pairs = self._pairs(sides)
+        # At least one stream has a window (spec), so there is at least one way to pair.
+        paired = {
+            side: reduce(DataFrame.unionByName, [p.select(col(side, _ROW).alias(_ROW)) for p in pairs])
+            .distinct()
+            .withColumn(_NOW, F.lit(True))
+            for side in (L, R)
+        }
+        decided = {side: self._decided(side, sides[side], paired[side], inputs) for side in (L, R)}
+        emitted = [
+            *pairs,
+            *[self._pads(sides, side, decided[side]) for side in (L, R) if self.preserves(side)],
+        ]
+        state = {}
+        if inputs.keep_state:
+            for side in (L, R):
+                kept = decided[side].where(~F.col("_sj_decided") if self.width(side) else F.lit(False))
+                state[side] = kept.withColumn(MATCHED, F.col("_sj_ever")).select(
+                    *self._settled(inputs, side).columns, MATCHED, SEQ
+                )
+        slices = inputs.slices
+        emitted = [part.where(slices.inside(F.col(OUT_T))) for part in emitted]
+        nothing_late = reduce(
+            DataFrame.unionByName,
+            [
+                arrival.side_rows(self._settled(inputs, side).where(F.lit(False)), side, F.lit("late"))
+                for side in (L, R)
+            ],
+        )
+        return StepResult(
+            output=reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in emitted]),
+            late=nothing_late,
+            by_slice=self._counts(decided, slices),
+            state=state if inputs.keep_state else None,
+            max_event=inputs.timeline.max_event,
+            cached=[numbered],
+        )
+
+    def _pairs(self, sides: dict[str, DataFrame]) -> list[DataFrame]:
+        """Each new row with the rows of the other stream's window (of its key) when it arrived."""
+        L, R = self.left, self.right
         left, right = sides[L].alias(L), sides[R].alias(R)
         pairs = []
         for later, earlier in ((L, R), (R, L)):
             width = self.width(earlier)
             if not width:
                 continue
-            seen, seq = self._col(later, _SEEN), self._col(earlier, SEQ)
+            seen, seq = col(later, _SEEN), col(earlier, SEQ)
             condition = (
-                (self._col(L, _KEY) == self._col(R, _KEY))
-                & self._col(later, _NEW)
+                (col(L, _KEY) == col(R, _KEY))
+                & col(later, _NEW)
                 & (seq > seen - F.lit(width))
                 & (seq <= seen)
             )
             if self.residual:
                 condition = condition & F.expr(self.residual)
-            pairs.append(
-                left.join(right, condition).withColumn(OUT_T, F.greatest(self._col(L, T), self._col(R, T)))
-            )
-        # At least one stream has a window (spec), so there is at least one way to pair.
-        paired = {
-            side: reduce(DataFrame.unionByName, [p.select(self._col(side, _ROW).alias(_ROW)) for p in pairs])
-            .distinct()
-            .withColumn(_NOW, F.lit(True))
-            for side in (L, R)
-        }
-        decided_rows, state, emitted = {}, {}, list(pairs)
-        for side, other in ((L, R), (R, L)):
-            width = self.width(side)
-            now = F.coalesce(F.col(_NOW), F.lit(False))
-            evicted = F.lit(False) if not width else F.col(SEQ) <= F.col(_TOTAL) - F.lit(width)
-            decided = F.lit(True) if not width or inputs.final else evicted
-            rows = (
-                sides[side]
-                .join(paired[side], _ROW, "left")
-                .withColumns({_NOW: now, "_sj_decided": decided, "_sj_ever": F.col(MATCHED) | now})
-            )
-            decided_rows[side] = rows
-            if self.preserves(side):
-                pads = rows.where(F.col("_sj_decided") & ~F.col("_sj_ever")).withColumn(OUT_T, F.col(T))
-                empty = sides[other].where(F.lit(False))
-                mine, theirs = pads.alias(side), empty.alias(other)
-                emitted.append(mine.join(theirs, F.lit(True), "left_outer"))
-            if inputs.keep_state:
-                kept = rows.where(~F.col("_sj_decided")) if width else rows.where(F.lit(False))
-                state[side] = kept.withColumn(MATCHED, F.col("_sj_ever")).select(
-                    *self._settled(inputs, side).columns, MATCHED, SEQ
-                )
-        slices = inputs.slices
-        emitted = [part.where(slices.inside(F.col(OUT_T))) for part in emitted]
-        by_slice = []
+            pairs.append(left.join(right, condition).withColumn(OUT_T, F.greatest(col(L, T), col(R, T))))
+        return pairs
+
+    def _decided(self, side: str, rows: DataFrame, paired: DataFrame, inputs: StepInput) -> DataFrame:
+        """`side`'s rows, each saying whether it pairs now (`_NOW`), ever paired (`_sj_ever`) and
+        is decided (`_sj_decided`: it arrived unwindowed, left its key's window, or the input ended)."""
+        width = self.width(side)
+        now = F.coalesce(F.col(_NOW), F.lit(False))
+        evicted = F.lit(False) if not width else F.col(SEQ) <= F.col(_TOTAL) - F.lit(width)
+        decided = F.lit(True) if not width or inputs.final else evicted
+        return rows.join(paired, _ROW, "left").withColumns(
+            {_NOW: now, "_sj_decided": decided, "_sj_ever": F.col(MATCHED) | now}
+        )
+
+    def _pads(self, sides: dict[str, DataFrame], side: str, decided: DataFrame) -> DataFrame:
+        """`side`'s decided rows that never paired, padded with the other stream's NULLs."""
+        other = self.right if side == self.left else self.left
+        pads = decided.where(F.col("_sj_decided") & ~F.col("_sj_ever")).withColumn(OUT_T, F.col(T))
+        empty = sides[other].where(F.lit(False))
+        return pads.alias(side).join(empty.alias(other), F.lit(True), "left_outer")
+
+    def _counts(self, decided: dict[str, DataFrame], slices: Slices) -> list[dict[str, SourceCounts]]:
+        """Per slice, each stream's rows that paired for the first time, were decided unpaired, or
+        stay open unpaired (by the slice of their event time)."""
         tallied = tally_parts(
-            {side: (rows, slices.number(F.col(T))) for side, rows in decided_rows.items()},
+            {side: (rows, slices.number(F.col(T))) for side, rows in decided.items()},
             joined=F.count_if(~F.col(MATCHED) & F.col(_NOW)),
             unmatched=F.count_if(F.col("_sj_decided") & ~F.col("_sj_ever")),
             open=F.count_if(~F.col("_sj_decided") & ~F.col("_sj_ever")),
         )
+        by_slice = []
         for k in range(len(slices)):
             counts = {}
-            for side in (L, R):
+            for side in (self.left, self.right):
                 c = tallied[side].get(k, {"joined": 0, "unmatched": 0, "open": 0})
                 counts[side] = SourceCounts(
                     joined=c["joined"],
@@ -168,29 +197,18 @@ class RowsJoin(JoinOperator):
                     open=c["open"],
                 )
             by_slice.append(counts)
-        nothing_late = reduce(
-            DataFrame.unionByName,
-            [
-                arrival.side_rows(self._settled(inputs, side).where(F.lit(False)), side, F.lit("late"))
-                for side in (L, R)
-            ],
-        )
-        output = reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in emitted])
-        return StepResult(
-            output=output,
-            late=nothing_late,
-            by_slice=by_slice,
-            state=state if inputs.keep_state else None,
-            max_event=inputs.timeline.max_event,
-            cached=[numbered],
-        )
+        return by_slice
 
     def _numbered(self, plan: Plan, inputs: StepInput) -> DataFrame:
-        """Both streams' rows (a step's new rows and the state's) as one frame: a struct per
-        stream (`_sj_0`, `_sj_1`), the key (as JSON, the right's columns cast to the left's
-        types), a number, and per row SEQ (its place among its stream's rows of the key), _SEEN
-        (rows of the other stream of the key before it) and _TOTAL (rows of its own stream of
-        the key so far)."""
+        """Both streams' rows (a step's new rows and the state's) as one frame (`_together`),
+        numbered, and per row SEQ (its place among its stream's rows of the key), _SEEN (rows of
+        the other stream of the key before it) and _TOTAL (rows of its own stream of the key so
+        far)."""
+        return self._sequenced(self._together(plan, inputs).withColumn(_ROW, F.monotonically_increasing_id()))
+
+    def _together(self, plan: Plan, inputs: StepInput) -> DataFrame:
+        """Both streams' rows as one frame: a struct per stream (`_sj_0`, `_sj_1`), the key (as
+        JSON, the right's columns cast to the left's types), the arrival order's columns."""
         L, R = self.left, self.right
         left_types = {f.name: f.dataType for f in plan.source(L).schema.fields}
         frames = {}
@@ -233,7 +251,11 @@ class RowsJoin(JoinOperator):
                     ],
                 )
             )
-        rows = reduce(DataFrame.unionByName, parts).withColumn(_ROW, F.monotonically_increasing_id())
+        return reduce(DataFrame.unionByName, parts)
+
+    def _sequenced(self, rows: DataFrame) -> DataFrame:
+        """`_numbered`'s counts per key, in arrival order, over `_together`'s numbered rows."""
+        L, R = self.left, self.right
         by_key = Window.partitionBy(_KEY)
         before = by_key.orderBy(TS, SRC, V, T, "_sj_content", _ROW).rowsBetween(Window.unboundedPreceding, -1)
         counted = {}

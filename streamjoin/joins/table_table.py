@@ -44,6 +44,7 @@ from streamjoin.joins.base import (
     register,
     tally_parts,
 )
+from streamjoin.joins.chaining import Accepts, accepted, declare
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -113,8 +114,9 @@ class TableTableJoin(JoinOperator):
 
     def then(self, plan: Plan, join: BoundJoin) -> TableTableJoin | None:
         """One more table: INNER or LEFT, each link keyed by the first table's key (a FULL link is a
-        job's only join: its result key may come from either table); None for a stream."""
-        if join.family != "table-table":
+        job's only join: its result key may come from either table); None for what its declaration
+        does not take (a stream)."""
+        if accepted("table-table", join, at_start=True) is None:
             return None
         if join.spec.type == "full" or any(link.type == "full" for link in self.links):
             raise UnsupportedJobError(
@@ -314,3 +316,4 @@ def _position(alias: str | None = None) -> Column:
 
 
 register("table-table")(TableTableJoin.build)
+declare("table-table", accepts=(Accepts(("table-table",), when="INNER or LEFT, the first join not FULL"),))

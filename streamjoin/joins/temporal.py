@@ -54,7 +54,7 @@ from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, StructField
+from pyspark.sql.types import BooleanType, LongType, StructField
 
 from streamjoin import arrival, changelog
 from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, watermarks
@@ -72,7 +72,9 @@ from streamjoin.joins.base import (
     register,
     tally_by_slice,
 )
-from streamjoin.links import Enriching
+from streamjoin.joins.chain import Chain
+from streamjoin.joins.chaining import Accepts, LinkInput, LinkRun, Upstream, declare
+from streamjoin.links import Enriching, IntervalLink
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, looks_back
 from streamjoin.timeutil import to_micros
@@ -328,38 +330,95 @@ class Enrichment(JoinOperator):
 
     stream: str
     links: tuple[TemporalJoin, ...]
-    first: int = 1  # the job's number of its first link (a chain's links after a stream-stream join)
+    number: int = 1  # the job's number of its first link (a chain's links after a stream-stream join)
     # A replay emits rows this far (before, after) around its slices: a chain's stream-stream
     # link after this one reads them there as partners of the rows it owns.
     reach: tuple[int, int] = (0, 0)
+    upstream: tuple[str, ...] = ()  # after another link: the sources whose columns its rows hold
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> Enrichment:
-        return cls.over(join.left[0], plan, join)
+        stream = join.left[0]
+        return cls(stream, (TemporalJoin.from_plan(join, plan.source(join.right), stream),))
 
     @classmethod
-    def over(cls, stream: str, plan: Plan, join: BoundJoin, first: int = 1) -> Enrichment:
-        """The rows of `stream` (a source, or a chain's joined rows) looked up by `join`."""
-        return cls(stream, (TemporalJoin.from_plan(join, plan.source(join.right), stream),), first)
+    def following(cls, plan: Plan, join: BoundJoin, upstream: Upstream) -> Enrichment:
+        """The rows an earlier link emitted (`upstream`) looked up by `join`."""
+        link = TemporalJoin.from_plan(join, plan.source(join.right), upstream.name)
+        return cls(upstream.name, (link,), upstream.number, upstream=upstream.sources)
 
     def then(self, plan: Plan, join: BoundJoin) -> JoinOperator | None:
-        """The chain extended by one more enrichment link; a stream-stream link after them makes a
-        `Chain` (ksqlDB's `FROM a JOIN b JOIN c WITHIN ...`, b a table); None for any other."""
-        if join.family == "interval":
-            from streamjoin.joins.chain import Chain  # the chain module builds on this one
+        """One more enrichment link, or a `Chain` (ksqlDB's `FROM a JOIN b JOIN c WITHIN ...`, b a
+        table); None for what its declaration does not take."""
+        return Chain.of(self).then(plan, join)
 
-            return Chain.after_enrichment(self, plan, join)
-        if join.family not in ENRICHMENTS:
-            return None
-        return replace(
-            self, links=(*self.links, TemporalJoin.from_plan(join, plan.source(join.right), self.stream))
-        )
+    # ------------------------------------------------------------------ as a link of a chain
+
+    def family(self) -> str:
+        return self.links[-1].variant
+
+    def joins(self) -> int:
+        return len(self.links)
+
+    def input(self) -> str:
+        return self.stream
+
+    def reads(self) -> tuple[str, ...]:
+        return (*(() if self.upstream else (self.stream,)), *(link.table for link in self.links))
 
     def sources(self) -> tuple[str, ...]:
-        """The sources whose columns its emitted rows hold: the stream, then each link's table."""
-        return (self.stream, *(link.table for link in self.links))
+        """The sources whose columns its emitted rows hold: the stream's, then each link's table."""
+        return (*(self.upstream or (self.stream,)), *(link.table for link in self.links))
 
-    def as_rows(self, plan: Plan, emitted: list[DataFrame]) -> DataFrame:
+    def carries(self) -> tuple[StructField, ...]:
+        """Over a source, each row's clock at its position (`CLOCK`), for a stream-stream link after it."""
+        return () if self.upstream else (StructField(CLOCK, LongType()),)
+
+    def read_margins(self, side: str) -> tuple[int, int] | None:
+        """Its stream is read as far as the link after it reads the enriched rows (`reach`)."""
+        return self.reach if side == self.stream and not self.upstream else None
+
+    def reaching(self, reach: tuple[int, int]) -> Enrichment:
+        return replace(self, reach=reach)
+
+    def absorb(self, plan: Plan, join: BoundJoin) -> Enrichment | None:
+        """The chain of tables extended by one more enrichment link."""
+        if join.family not in ENRICHMENTS:
+            return None
+        link = TemporalJoin.from_plan(join, plan.source(join.right), self.stream)
+        return replace(self, links=(*self.links, link))
+
+    def run_link(self, spark: SparkSession, plan: Plan, given: LinkInput) -> LinkRun:
+        """`run` over the rows the link before emitted, or (first) over its stream's rows, each
+        given the clock at its position (`CLOCK`), keeping the rows the tables hold back (`held`)
+        for the link after it; counts its stream (first) and its tables, and each table link."""
+        inputs, S = given.step, self.stream
+        state = None if inputs.state is None else {S: inputs.state[S]}
+        if given.rows is None:
+            clocks = arrival.per_commit_table(spark, {CLOCK: inputs.timeline.before})
+            rows, keep_state = arrival.with_per_commit(inputs.settled[S], clocks), True
+            carried: dict[int, dict[str, int]] = {}
+        else:
+            rows, keep_state = given.rows, inputs.keep_state
+            carried = (
+                {}
+                if state is None
+                else tally_by_slice(state[S], inputs.slices.number(F.col(T)), n=F.count(F.lit(1)))
+            )
+        ran = self.run(spark, replace(inputs, settled={S: rows}, state=state, keep_state=keep_state))
+        sources, links = [], []
+        for s, counted in enumerate(ran.by_slice):
+            sources.append({name: c for name, c in counted.items() if given.rows is None or name != S})
+            first, *rest = ran.links[s]
+            links.append(
+                [replace(first, carried_in=carried.get(s, {"n": 0})["n"], open=counted[S].open), *rest]
+            )
+        held = None if inputs.final or given.rows is not None or ran.state is None else ran.state[S]
+        return LinkRun(ran.emitted, ran.late, sources, links, ran.state, ran.cached, held=held)
+
+    def as_rows(
+        self, spark: SparkSession, plan: Plan, emitted: list[DataFrame], inputs: StepInput
+    ) -> DataFrame:
         """Emitted rows (`run`'s joined form) as the rows of one stream, for a chain's next link:
         each source's columns in a struct named after it, and the stream row's event time,
         position and clock (`CLOCK`): an enriched row is known at its stream row's position."""
@@ -376,6 +435,10 @@ class Enrichment(JoinOperator):
         own = [self._col(S, c).alias(c) for c in (T, TS, SRC, V, CLOCK)]
         return reduce(DataFrame.unionByName, [part.select(*sources, *own) for part in emitted])
 
+    def output(self, plan: Plan, emitted: list[DataFrame]) -> DataFrame:
+        """Emitted rows (`run`'s joined form) as output rows: `where`, `select`, the output time."""
+        return reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in emitted])
+
     def state_fields(self) -> tuple[StructField, ...]:
         """The interval family's shape: undecided stream rows, never matched."""
         return (StructField(MATCHED, BooleanType()),)
@@ -389,7 +452,7 @@ class Enrichment(JoinOperator):
         version time is below the table's watermark at their arrival (exact mode)."""
         ran = self.run(spark, inputs)
         return StepResult(
-            output=reduce(DataFrame.unionByName, [plan.project(part, F.col(OUT_T)) for part in ran.emitted]),
+            output=self.output(plan, ran.emitted),
             late=ran.late,
             by_slice=ran.by_slice,
             state=ran.state,
@@ -487,13 +550,40 @@ class Enrichment(JoinOperator):
         ready = marked.where(F.col(DECIDED) & slices.inside(F.col(T), self.reach)).select(
             *(F.col(f"`{c}`") for c in rows.columns), F.monotonically_increasing_id().alias(_ROW)
         )
+        waits = unsettled or [None] * len(self.links)
+        knowns = known_from or [None] * len(self.links)
+        joined = self._looked_up(ready, versions, waits, knowns)
+        # Persisted: the counts below and the runner's write read the lookups once, not twice.
+        joined = joined.persist()
+        emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE))  # _HELD stays false unless a link waits
+        assuming = any(known is not None for known in knowns)
+        counts, links = self._counted(marked, joined, slices, assuming)
+        state = None
+        if keep_state:
+            undecided = marked.where(~F.col(DECIDED)).drop(DECIDED)
+            if any(w is not None for w in waits):
+                waiting = joined.where(F.col(_HELD)).select(
+                    *[self._col(S, c) for c in rows.columns], F.col(_ROW)
+                )
+                undecided = undecided.unionByName(waiting.dropDuplicates([_ROW]).drop(_ROW))
+            state = {S: undecided}
+        return Evaluation([emitted], counts, state, cached=[joined], links=links)
+
+    def _looked_up(
+        self,
+        ready: DataFrame,
+        versions: list[DataFrame],
+        waits: list[Column | None],
+        knowns: list[int | None],
+    ) -> DataFrame:
+        """The decided rows (`ready`) looked up at each link in turn, with the flags the counts
+        read: reached, matched (and assumed) per link, alive, held (`evaluate`), OUT_T, complete."""
+        S = self.stream
         identity = [self._col(S, _ROW)]
         # Rows an INNER link finds no match for stay, not alive (no later link matches them), so
         # that one pass over the result counts what every link did.
         joined = ready.withColumns({_ALIVE: F.lit(True), _HELD: F.lit(False)}).alias(S)
         complete = F.lit(True)
-        waits = unsettled or [None] * len(self.links)
-        knowns = known_from or [None] * len(self.links)
         # Only a backfill run with --assume-earliest-known counts assumed rows; other runs carry no
         # flag for them, and every such count is 0.
         assuming = any(known is not None for known in knowns)
@@ -516,18 +606,56 @@ class Enrichment(JoinOperator):
             if assuming:
                 joined = joined.withColumn(_assumed_alive(n), F.col(_assumed(n)) & F.col(_ALIVE))
             complete = complete & link.matched()
-        holding = any(w is not None for w in waits)
-        if holding:  # a row held at one of its output rows is held at all
+        if any(w is not None for w in waits):  # a row held at one of its output rows is held at all
             joined = joined.withColumn(
                 _HELD, F.max(F.col(_HELD).cast("int")).over(Window.partitionBy(_ROW)) == 1
             )
-        # Persisted: the counts below and the runner's write read the lookups once, not twice.
-        joined = joined.withColumns({OUT_T: self._col(S, T), _COMPLETE: F.col(_ALIVE) & complete}).persist()
-        emitted = joined.where(~F.col(_HELD) & F.col(_ALIVE))  # _HELD stays false unless a link waits
-        # One Spark job counts, per slice: the stream rows decided and open before the lookups, and
-        # of the decided ones (by their row number) those held back, and what the rest did at each link.
+        return joined.withColumns({OUT_T: self._col(S, T), _COMPLETE: F.col(_ALIVE) & complete})
+
+    def _counted(
+        self, marked: DataFrame, joined: DataFrame, slices: Slices, assuming: bool
+    ) -> tuple[list[dict[str, SideCounts]], list[list[LinkCounts]]]:
+        """Per slice, the stream's `SideCounts` and each link's `LinkCounts`: one Spark job counts
+        the stream rows decided and open before the lookups, and of the decided ones (by their
+        row number) those held back, and what the rest did at each link."""
         per_link = (_reached, _matched, _assumed, _assumed_alive) if assuming else (_reached, _matched)
         flags = [_ALIVE, _COMPLETE] + [f(n) for n in range(len(self.links)) for f in per_link]
+        before, looked_up = self._tallied(marked, joined, slices, flags)
+        counts, links = [], []
+        for k in range(len(slices)):
+            decided_rows, open_rows = (before[k]["decided"], before[k]["open"]) if k in before else (0, 0)
+            summed = looked_up.get(k) or dict.fromkeys(["held", *flags], 0)
+            waiting_rows = summed["held"]  # decided before the lookups, held back by one
+            decided_rows, open_rows = decided_rows - waiting_rows, open_rows + waiting_rows
+            out_rows, complete_rows = summed[_ALIVE], summed[_COMPLETE]
+            counts.append(
+                {
+                    self.stream: SideCounts(
+                        joined=complete_rows,
+                        unmatched_emitted=out_rows - complete_rows,
+                        unmatched_dropped=decided_rows - out_rows,
+                        open=open_rows,
+                    )
+                }
+            )
+            links.append(
+                [
+                    self._link_counts(
+                        n,
+                        summed[_reached(n)],
+                        summed[_matched(n)],
+                        *((summed[_assumed(n)], summed[_assumed_alive(n)]) if assuming else ()),
+                    )
+                    for n in range(len(self.links))
+                ]
+            )
+        return counts, links
+
+    def _tallied(
+        self, marked: DataFrame, joined: DataFrame, slices: Slices, flags: list[str]
+    ) -> tuple[dict[int, Row], dict[int, Row]]:
+        """By slice: the rows decided and open before the lookups; and the rows held back, and the
+        sum of each of `flags` over the rows not held (a row counts once, by its number)."""
         per_row = joined.groupBy(slices.number(F.col(OUT_T)).alias("slice"), F.col(_ROW)).agg(
             *[F.max(F.col(flag).cast("int")).alias(flag) for flag in (_HELD, *flags)]
         )
@@ -548,44 +676,7 @@ class Enrichment(JoinOperator):
             .collect()
         ):
             (by_slice if r["_sj_part"] else stats)[r["slice"]] = r
-        counts, links = [], []
-        for k in range(len(slices)):
-            decided_rows, open_rows = (stats[k]["decided"], stats[k]["open"]) if k in stats else (0, 0)
-            summed = by_slice.get(k) or dict.fromkeys(["held", *flags], 0)
-            waiting_rows = summed["held"]  # decided before the lookups, held back by one
-            decided_rows, open_rows = decided_rows - waiting_rows, open_rows + waiting_rows
-            out_rows, complete_rows = summed[_ALIVE], summed[_COMPLETE]
-            counts.append(
-                {
-                    S: SideCounts(
-                        joined=complete_rows,
-                        unmatched_emitted=out_rows - complete_rows,
-                        unmatched_dropped=decided_rows - out_rows,
-                        open=open_rows,
-                    )
-                }
-            )
-            links.append(
-                [
-                    self._link_counts(
-                        n,
-                        summed[_reached(n)],
-                        summed[_matched(n)],
-                        *((summed[_assumed(n)], summed[_assumed_alive(n)]) if assuming else ()),
-                    )
-                    for n in range(len(self.links))
-                ]
-            )
-        state = None
-        if keep_state:
-            undecided = marked.where(~F.col(DECIDED)).drop(DECIDED)
-            if holding:
-                waiting = joined.where(F.col(_HELD)).select(
-                    *[self._col(S, c) for c in rows.columns], F.col(_ROW)
-                )
-                undecided = undecided.unionByName(waiting.dropDuplicates([_ROW]).drop(_ROW))
-            state = {S: undecided}
-        return Evaluation([emitted], counts, state, cached=[joined], links=links)
+        return stats, by_slice
 
     def _link_counts(
         self, n: int, reached: int, matched: int, assumed: int = 0, assumed_alive: int = 0
@@ -596,7 +687,7 @@ class Enrichment(JoinOperator):
         unmatched = reached - matched - assumed
         padded = unmatched if link.type == "left" else 0
         return LinkCounts(
-            f"{self.first + n}. {link.type.upper()} JOIN {link.table}",
+            f"{self.number + n}. {link.type.upper()} JOIN {link.table}",
             reached=reached,
             matched=matched,
             padded=padded,
@@ -616,3 +707,17 @@ def _user_columns(joined: DataFrame, alias: str) -> list[str]:
 
 ENRICHMENTS = ("stream-table", "temporal", "asof")
 register(*ENRICHMENTS)(Enrichment.build)
+declare(
+    *ENRICHMENTS,
+    accepts=(
+        Accepts(ENRICHMENTS),
+        Accepts(
+            ("interval",),
+            when="keyed, with final emission",
+            allows=lambda join: join.spec.type != "cross" and join.link(IntervalLink).emit != "eager",
+            at_start=True,
+            last=True,
+        ),
+    ),
+    after=Enrichment.following,
+)

@@ -21,16 +21,28 @@ state (a row per (row, window) still open) plus the newly settled rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StringType, StructField
 
-from streamjoin.arrival import ALL_TIME, TS, Slices, T
-from streamjoin.joins.base import MATCHED, OUT_T, Deferred, Evaluation, SideCounts, kept_row, register
-from streamjoin.joins.interval import DUE, NEW, ROW, IntervalJoin
+from streamjoin.arrival import TS, T
+from streamjoin.joins.base import (
+    MATCHED,
+    OUT_T,
+    Deferred,
+    Evaluation,
+    JoinOperator,
+    SideCounts,
+    StepInput,
+    StepResult,
+    kept_row,
+    preserves,
+    register,
+)
+from streamjoin.joins.interval import DUE, ROW
+from streamjoin.joins.pairs import NEW, Evaluate, col, decide, result, side_counts, unmatched_counts
 from streamjoin.links import WindowLink
 from streamjoin.plan import WINDOW_COLUMNS, BoundJoin, Plan
 from streamjoin.timeutil import to_micros
@@ -39,34 +51,46 @@ WIN = "_sj_window"  # the start of the window a (row, window) stands for, UTC mi
 
 
 @dataclass(frozen=True)
-class WindowJoin(IntervalJoin):
-    """The interval join's lateness and bookkeeping, with windows in place of time bounds. Its
-    state rows are (row, window) pairs; `MATCHED` says the row paired in some window."""
+class WindowJoin(JoinOperator):
+    """Windows in place of time bounds, with the interval join's lateness and bookkeeping
+    (`joins/pairs.py`). Its state rows are (row, window) pairs; `MATCHED` says the row paired in
+    some window."""
 
-    hop: int = 0  # microseconds
-    size: int = 0
+    left: str
+    right: str
+    type: str
+    grace: int  # microseconds
+    equi: tuple[tuple[str, str], ...]
+    residual: str | None
+    hop: int  # microseconds
+    size: int
+    emit: str = "final"  # a window's pads are written when it closes
+    reach: tuple[int, int] = (0, 0)
 
     @classmethod
     def build(cls, plan: Plan, join: BoundJoin) -> WindowJoin:
         spec = join.link(WindowLink)
-        size = to_micros(spec.window.size)
         return cls(
             left=join.left[0],
             right=join.right,
             type=spec.type,
-            lower=-(size - 1),  # rows that share a window are less than `size` apart
-            upper=size - 1,
             grace=to_micros(spec.grace),
-            emit="final",
             equi=join.equi,
             residual=join.residual,
             hop=to_micros(spec.window.hop),
-            size=size,
+            size=to_micros(spec.window.size),
         )
 
-    def then(self, plan: Plan, join: BoundJoin) -> None:
-        """Not in chains yet (docs/design-window-joins.md): the job is refused."""
-        return None
+    def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
+        """Lateness by the streams' watermark, the windows' pairs, pads of closed windows, the accounting."""
+        return result(plan, decide(spark, self, inputs))
+
+    def reads_rows_once(self) -> bool:
+        """An equi join: the pass that writes the output reads each settled row once."""
+        return bool(self.equi)
+
+    def preserves(self, side: str) -> bool:
+        return preserves(self.type, side, self.left, self.right)
 
     def margins(self, side: str) -> tuple[int, int]:
         """A row's windows hold rows up to `size` before and after it."""
@@ -91,7 +115,7 @@ class WindowJoin(IntervalJoin):
 
     def condition(self) -> Column:
         """Equal windows, equal keys, and the residual (which may name the window columns)."""
-        cond = self._col(self.left, WIN) == self._col(self.right, WIN)
+        cond = col(self.left, WIN) == col(self.right, WIN)
         for left_col, right_col in self.equi:
             cond = cond & (F.expr(left_col) == F.expr(right_col))
         if self.residual:
@@ -131,58 +155,54 @@ class WindowJoin(IntervalJoin):
 
     # ------------------------------------------------------------------ the semantics
 
-    def evaluate(
-        self,
-        rows: dict[str, DataFrame],
-        watermark: int | None,
-        candidates: Callable[[str, int], int],
-        slices: Slices = ALL_TIME,
-        keep_state: bool = False,
-        clock: tuple[int | None, int | None] = (None, None),
-        persist: bool = False,
-        waiting: Sequence[int] = (),
-    ) -> Evaluation:
+    def evaluate(self, rows: dict[str, DataFrame], asked: Evaluate) -> Evaluation:
         """Join on-time (row, window) pairs; emit pairs involving a new row, and the padded
         (row, window) pairs of a preserved side whose window closed without a partner.
 
-        `rows`, `watermark`, `candidates` and `slices` as for `IntervalJoin.evaluate`. A window's
-        rows all stay in the state until it closes, so a (row, window) without a partner in the
-        join has never had one. Counts are per input row: among the rows not paired before this
-        step, those without a pair in any window now, and of them those whose last window closed."""
+        `rows` and `asked` as for `IntervalJoin.evaluate`. A window's rows all stay in the state
+        until it closes, so a (row, window) without a partner in the join has never had one."""
         L, R = self.left, self.right
+        watermark, slices = asked.watermark, asked.slices
         left, right = self._windowed(rows[L]).alias(L), self._windowed(rows[R]).alias(R)
-        lt, rt = self._col(L, T), self._col(R, T)
-        has_l, has_r = self._col(L, TS).isNotNull(), self._col(R, TS).isNotNull()
+        lt, rt = col(L, T), col(R, T)
+        has_l, has_r = col(L, TS).isNotNull(), col(R, TS).isNotNull()
         only_l, only_r = has_l & ~has_r, has_r & ~has_l
-        window = F.coalesce(self._col(L, WIN), self._col(R, WIN))
+        window = F.coalesce(col(L, WIN), col(R, WIN))
         joined = left.join(right, self.condition(), "full_outer").withColumns(
             {
                 OUT_T: F.when(has_l & has_r, F.greatest(lt, rt)).when(has_l, lt).otherwise(rt),
                 DUE: F.when(only_l | only_r, window + F.lit(self.size - 1 + self.grace)),
             }
         )
-        keep = has_l & has_r & (self._col(L, NEW) | self._col(R, NEW))
+        keep = has_l & has_r & (col(L, NEW) | col(R, NEW))
         for side, only in ((L, only_l), (R, only_r)):
             if self.preserves(side):
-                keep = keep | (only & self._closed(self._col(side, WIN), watermark))
-        if self.hop == self.size and not keep_state and not persist:
-            return self._tumbling(joined, keep, watermark, candidates, slices)
+                keep = keep | (only & self._closed(col(side, WIN), watermark))
+        if self.hop == self.size and not asked.keep_state and not asked.persist:
+            return self._tumbling(joined, keep, asked)
         joined = joined.persist()
         emitted = [joined.where(keep & slices.inside(F.col(OUT_T), self.reach))]
+        state = self._window_state(rows, joined, watermark) if asked.keep_state else None
+        return Evaluation(emitted, self._per_row_counts(joined, asked), state, cached=[joined])
 
+    def _per_row_counts(self, joined: DataFrame, asked: Evaluate) -> Deferred[dict[str, SideCounts]]:
+        """Counts per input row, from the (row, window) pairs of `joined`: among the rows not
+        paired before this step, those without a pair in any window now, and of them those whose
+        last window closed."""
+        L, R, slices = self.left, self.right, asked.slices
         per_row = [
-            joined.where(self._col(side, TS).isNotNull())
-            .groupBy(self._col(side, ROW))
+            joined.where(col(side, TS).isNotNull())
+            .groupBy(col(side, ROW))
             .agg(
-                F.any_value(self._col(side, T)).alias(T),
-                F.bool_or(self._col(side, MATCHED)).alias("_sj_before"),
-                F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_now"),
+                F.any_value(col(side, T)).alias(T),
+                F.bool_or(col(side, MATCHED)).alias("_sj_before"),
+                F.bool_or(col(other, TS).isNotNull()).alias("_sj_now"),
             )
             .select(F.lit(side).alias("_sj_side"), T, "_sj_before", "_sj_now")
             for side, other in ((L, R), (R, L))
         ]
         unmatched = ~F.col("_sj_before") & ~F.col("_sj_now")
-        decided = unmatched & self._closed(self._last_window(F.col(T)), watermark)
+        decided = unmatched & self._closed(self._last_window(F.col(T)), asked.watermark)
         tallied = (
             per_row[0]
             .unionByName(per_row[1])
@@ -201,7 +221,7 @@ class WindowJoin(IntervalJoin):
                     row = found.get((side, k))
                     unmatched_rows, decided_rows = (row["unmatched"], row["decided"]) if row else (0, 0)
                     sides[side] = SideCounts(
-                        joined=candidates(side, k) - unmatched_rows,
+                        joined=asked.candidates(side, k) - unmatched_rows,
                         unmatched_emitted=decided_rows if self.preserves(side) else 0,
                         unmatched_dropped=0 if self.preserves(side) else decided_rows,
                         open=unmatched_rows - decided_rows,
@@ -209,27 +229,19 @@ class WindowJoin(IntervalJoin):
                 result.append(sides)
             return result
 
-        state = self._window_state(rows, joined, watermark) if keep_state else None
-        return Evaluation(emitted, Deferred(counts), state, cached=[joined])
+        return Deferred(counts)
 
-    def _tumbling(
-        self,
-        joined: DataFrame,
-        keep: Column,
-        watermark: int | None,
-        candidates: Callable[[str, int], int],
-        slices: Slices,
-    ) -> Evaluation:
+    def _tumbling(self, joined: DataFrame, keep: Column, asked: Evaluate) -> Evaluation:
         """`evaluate` where each row lies in one window (TUMBLE) and nothing else reads the join (a
         replay): a row's (row, window) is the row, so the rows without a partner are counted as the
         output's pass writes the emitted rows (`SliceCounts`), as the interval family counts them,
         with no cached join and no grouping by row."""
         closed_l, closed_r = (
-            self._closed(self._last_window(self._col(side, T)), watermark) for side in (self.left, self.right)
+            self._closed(self._last_window(col(side, T)), asked.watermark) for side in (self.left, self.right)
         )
-        stats = self.unmatched_counts(joined, slices, closed_l, closed_r)
-        emitted = [stats.rows.where(keep & slices.inside(F.col(OUT_T), self.reach))]
-        return Evaluation(emitted, self.side_counts(stats, candidates), None)
+        stats = unmatched_counts(self, joined, asked.slices, closed_l, closed_r)
+        emitted = [stats.rows.where(keep & asked.slices.inside(F.col(OUT_T), self.reach))]
+        return Evaluation(emitted, side_counts(self, stats, asked.candidates), None)
 
     def _window_state(
         self, rows: dict[str, DataFrame], joined: DataFrame, watermark: int | None
@@ -240,11 +252,11 @@ class WindowJoin(IntervalJoin):
         for side, other in ((self.left, self.right), (self.right, self.left)):
             columns = [c for c in rows[side].columns if c not in (ROW, WIN)] + [ROW, WIN]
             per_window = (
-                joined.where(self._col(side, TS).isNotNull())
-                .groupBy(self._col(side, ROW).alias("_sj_of"), self._col(side, WIN).alias("_sj_in"))
+                joined.where(col(side, TS).isNotNull())
+                .groupBy(col(side, ROW).alias("_sj_of"), col(side, WIN).alias("_sj_in"))
                 .agg(
-                    F.any_value(F.struct(*[self._col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
-                    F.bool_or(self._col(other, TS).isNotNull()).alias("_sj_here"),
+                    F.any_value(F.struct(*[col(side, c).alias(c) for c in columns])).alias("_sj_kept"),
+                    F.bool_or(col(other, TS).isNotNull()).alias("_sj_here"),
                 )
             )
             paired = F.bool_or(F.col("_sj_here")).over(Window.partitionBy("_sj_of"))

@@ -47,10 +47,12 @@ from pyspark.sql import SparkSession
 from bench.run import machine
 from streamjoin import backfill as backfill_mod
 from streamjoin import delta_io, index, kernel
+from streamjoin.arrival import Slice
 from streamjoin.backfill import plan_backfill
 from streamjoin.links import IntervalLink, TimeBounds
 from streamjoin.plan import bind
 from streamjoin.runners import replay as replay_mod
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.session import get_spark
 from streamjoin.spec import JoinSpec, Output, Source
@@ -136,7 +138,7 @@ class Phases:
             (kernel, "step", "kernel step (lateness, join, counts)"),
             (delta_io, "write_slice", "write slice (output, late rows)"),
             (delta_io, "append", "Delta appends (metrics, index, attempts)"),
-            (replay_mod, "_replay", "replay: scan and tally the slice's rows, count output"),
+            (replay_mod.ReplayPlan, "execute", "replay: scan and tally the slice's rows, count output"),
             (backfill_mod, "run_backfill", "backfill: rest (slices' records)"),
         ]
         for owner, name, label in targets:
@@ -339,7 +341,7 @@ def measure_round(
         with phases.recording(phase):
             seconds, metrics = _timed(
                 lambda spec=spec, h=h, pinned=pinned: replay(
-                    spark, spec, _day(h - 1), _day(h), mode="exact", versions=pinned
+                    spark, spec, _day(h - 1), _day(h), RunOptions(mode="exact", versions=pinned)
                 )
             )
         record["day"][str(h)] = {
@@ -368,13 +370,22 @@ def measure_round(
         backfill_s, outcomes = _timed(
             lambda: backfill_mod.run_backfill(
                 spark,
-                plan_backfill(spark, backfill_spec, start, end, every="1d", timezone="UTC", versions=pinned),
-                validate=False,
+                plan_backfill(
+                    spark,
+                    backfill_spec,
+                    Slice(start, end),
+                    every="1d",
+                    timezone="UTC",
+                    options=RunOptions(versions=pinned),
+                ),
+                options=RunOptions(validate=False),
             )
         )
     span_phases: dict = {}
     with phases.recording(span_phases):
-        span_s, span = _timed(lambda: replay(spark, span_spec, start, end, mode="exact", versions=pinned))
+        span_s, span = _timed(
+            lambda: replay(spark, span_spec, start, end, RunOptions(mode="exact", versions=pinned))
+        )
     same = all(o.ok for o in outcomes) and _same_rows(
         spark, backfill_spec.output.location, span_spec.output.location
     )
@@ -659,8 +670,7 @@ def main(argv: list[str] | None = None) -> int:
             job(work / "tables" / f"h{h}", runs / "warmup"),
             _day(h - 1),
             _day(h),
-            mode="exact",
-            versions=written["tables"][str(h)]["versions"],
+            RunOptions(mode="exact", versions=written["tables"][str(h)]["versions"]),
         )
     phases = Phases().install()
     measured = time.perf_counter()

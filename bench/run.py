@@ -32,7 +32,9 @@ from bench.chart import scaling_svg
 from bench.report import write_report
 from streamjoin import delta_io
 from streamjoin.jobfile import load_job
+from streamjoin.runners.hooks import after_write
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.session import get_spark
 
@@ -146,7 +148,7 @@ def bench_scale(
         out = root / "out"
         pinned = {t: versions[t] for t in inputs}
         complete = replace(job, output=replace(job.output, path=str(out / f"{query}_complete")))
-        replay(spark, complete, start, end, mode="complete", versions=pinned)
+        replay(spark, complete, start, end, RunOptions(mode="complete", versions=pinned))
         expected = handwritten.spark_query(
             query, lambda t: delta_io.read_snapshot(spark, str(data / t), versions[t])
         )
@@ -210,8 +212,8 @@ def bench_scale(
             live_job = replace(job, output=replace(job.output, path=str(out / f"{query}_live")))
             shutil.rmtree(out / f"{query}_live", ignore_errors=True)
             probe = BatchProbe(spark, checkpoint)
-            runner = LiveRunner(spark, live_job, str(checkpoint), max_files_per_trigger=1, after_write=probe)
-            with HeapSampler(spark) as heap:
+            runner = LiveRunner(spark, live_job, str(checkpoint), max_files_per_trigger=1)
+            with HeapSampler(spark) as heap, after_write(probe):
                 seconds, batches = _timed(runner.run)
             state = [sum(c.open + c.unsettled for c in b.sources.values()) for b in batches]
             result.live = {

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 
+from streamjoin.arrival import Slice
 from streamjoin.joins.base import StepResult
 from streamjoin.metrics import RunMetrics, SourceCounts
 from streamjoin.timeutil import from_micros
@@ -49,7 +50,7 @@ class Part:
 
     read: dict[str, SourceCounts]
     written: dict[str, int]
-    window: tuple[datetime, datetime] | None = None
+    window: Slice | None = None
     left: dict[str, tuple[int, int]] | None = None
 
 
@@ -67,8 +68,8 @@ def account(run: Run, result: StepResult, parts: Sequence[Part]) -> list[RunMetr
             run_id=run.run_id or str(uuid.uuid4()),
             started_at=run.started_at,
             batch=run.batch,
-            slice_start=None if part.window is None else part.window[0],
-            slice_end=None if part.window is None else part.window[1],
+            slice_start=None if part.window is None else part.window.start,
+            slice_end=None if part.window is None else part.window.end,
             versions=run.versions,
             frontier=run.frontier,
             watermark=watermark,

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.frames import local_frame
+from streamjoin.timeutil import Instant, parse_instant, to_micros
 
 T = "_sj_t"  # event time, UTC microseconds (NULL when missing or unparseable)
 TS = "_sj_ts"  # commit timestamp, UTC microseconds
@@ -99,17 +102,59 @@ class CommitStats:
 
 
 @dataclass(frozen=True)
+class Slice:
+    """One interval [start, end) of UTC time, the unit a replay replaces, a backfill cuts and
+    records, a metrics row counts and verify compares."""
+
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:  # aware, in UTC (a naive datetime is UTC)
+        object.__setattr__(self, "start", parse_instant(self.start, "start"))
+        object.__setattr__(self, "end", parse_instant(self.end, "end"))
+
+    @classmethod
+    def of(cls, start: Instant, end: Instant) -> Slice:
+        """From datetimes (naive: UTC) or ISO strings, as the CLI takes them."""
+        return cls(parse_instant(start, "start"), parse_instant(end, "end"))
+
+    def micros(self) -> tuple[int, int]:
+        """Start and end in UTC microseconds, as the kernel counts time."""
+        return to_micros(self.start), to_micros(self.end)
+
+    def label(self, timezone: str = "UTC") -> str:
+        """The slice as a person reads it: local start and end in `timezone`."""
+        start = pendulum.instance(self.start).in_timezone(timezone)
+        end = pendulum.instance(self.end).in_timezone(timezone)
+        return f"{start.isoformat()} .. {end.isoformat()}"
+
+    def short_label(self, timezone: str = "UTC") -> str:
+        """The slice in a table cell: local times to the minute, the end's date only when it falls
+        on another day than the start's (a slice ending at midnight ends at 24:00)."""
+        start = pendulum.instance(self.start).in_timezone(timezone)
+        end = pendulum.instance(self.end).in_timezone(timezone)
+        if end.date() == start.date():
+            until = f"{end:%H:%M}"
+        elif end == start.add(days=1).start_of("day"):
+            until = "24:00"
+        else:
+            until = f"{end:%m-%d %H:%M}"
+        return f"{start:%Y-%m-%d %H:%M} \u2192 {until}"
+
+
+@dataclass(frozen=True)
 class Slices:
-    """The replay slices one step decides: consecutive intervals [b0, b1), [b1, b2), ... of UTC
-    microseconds, each accounted for on its own (a backfill's group of slices, or one replay's
-    single slice). `bounds` None: one slice holding every time, as a live micro-batch has."""
+    """The slices one step decides, as the kernel reads them: consecutive `Slice`s [b0, b1),
+    [b1, b2), ... as UTC microseconds, each accounted for on its own (a backfill's group of slices,
+    or one replay's single slice). `bounds` None: one slice holding every time, as a live
+    micro-batch has."""
 
     bounds: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, windows: Iterable[tuple[int, int]]) -> Slices:
-        """From consecutive windows [(b0, b1), (b1, b2), ...]."""
-        windows = list(windows)
+    def of(cls, pieces: Iterable[Slice]) -> Slices:
+        """From consecutive slices, each starting where the one before ended."""
+        windows = [piece.micros() for piece in pieces]
         assert windows and all(a[1] == b[0] for a, b in zip(windows, windows[1:], strict=False))
         return cls((windows[0][0], *(w[1] for w in windows)))
 

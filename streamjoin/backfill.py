@@ -14,7 +14,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io, index, kernel
-from streamjoin.enums import Mode
+from streamjoin.arrival import Slice
 from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError
 from streamjoin.frames import local_frame
 from streamjoin.metrics import RunMetrics
@@ -32,6 +32,7 @@ from streamjoin.plan import Plan, bind
 from streamjoin.reach import Reach, reaches, refuse_before
 from streamjoin.reach import describe as describe_reach
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import DEFAULTS, RunOptions
 from streamjoin.runners.replay import check_inputs, check_live_writer, pin_versions, replay, replay_slices
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import END_OF_INPUT, format_duration, from_spark, parse_duration, to_micros
@@ -41,33 +42,6 @@ if TYPE_CHECKING:  # imported where it runs: validation needs Great Expectations
 
 DAY = timedelta(days=1)
 SUCCEEDED, FAILED, INVALID = "succeeded", "failed", "invalid"
-
-
-@dataclass(frozen=True)
-class Slice:
-    """One replay's interval [start, end), in UTC."""
-
-    start: datetime
-    end: datetime
-
-    def label(self, timezone: str = "UTC") -> str:
-        """The slice as a person reads it: local start and end in the backfill's time zone."""
-        start = pendulum.instance(self.start).in_timezone(timezone)
-        end = pendulum.instance(self.end).in_timezone(timezone)
-        return f"{start.isoformat()} .. {end.isoformat()}"
-
-    def short_label(self, timezone: str = "UTC") -> str:
-        """The slice in a table cell: local times to the minute, the end's date only when it falls
-        on another day than the start's (a slice ending at midnight ends at 24:00)."""
-        start = pendulum.instance(self.start).in_timezone(timezone)
-        end = pendulum.instance(self.end).in_timezone(timezone)
-        if end.date() == start.date():
-            until = f"{end:%H:%M}"
-        elif end == start.add(days=1).start_of("day"):
-            until = "24:00"
-        else:
-            until = f"{end:%m-%d %H:%M}"
-        return f"{start:%Y-%m-%d %H:%M} \u2192 {until}"
 
 
 def cut(start: datetime, end: datetime, every: str, timezone: str = "UTC") -> list[Slice]:
@@ -126,6 +100,13 @@ class Backfill:
     reach: tuple[Reach, ...] = ()  # what each source can serve (streamjoin.reach)
     assume_earliest_known: bool = False  # tables are looked up in their earliest known state before it
 
+    def options(self, given: RunOptions = DEFAULTS) -> RunOptions:
+        """How each slice runs: `given`'s validation and Data Docs site, over this backfill's mode,
+        its pinned versions (checked once, by `prepare`) and the tables' earliest known times."""
+        return replace(
+            given, mode=self.mode, versions=self.versions, checked=True, known_from=self.known_from()
+        )
+
     def known_from(self) -> dict[str, int] | None:
         """With --assume-earliest-known, each table source's earliest time it can be told at."""
         if not self.assume_earliest_known:
@@ -163,22 +144,20 @@ class Backfill:
 def plan_backfill(
     spark: SparkSession,
     spec: JoinSpec,
-    start: datetime,
-    end: datetime,
+    span: Slice,
     every: str | None = None,
     timezone: str | None = None,
-    mode: str = "exact",
-    versions: dict[str, int] | None = None,
+    options: RunOptions = DEFAULTS,
     assume_earliest_known: bool = False,
 ) -> Backfill:
-    """Cut [start, end) (by the job's schedule unless `every`/`timezone` are given) and pin versions
-    once. A range that starts before what every source can serve is refused (`reach`), unless
-    `assume_earliest_known` and only tables fall short: their rows are then looked up in the
-    tables' earliest known state and counted as assumed."""
-    mode = Mode.parse(mode)
+    """Cut `span` (by the job's schedule unless `every`/`timezone` are given) and pin versions
+    once (`options.versions`, else the latest), for `options.mode`. A range that starts before
+    what every source can serve is refused (`reach`), unless `assume_earliest_known` and only
+    tables fall short: their rows are then looked up in the tables' earliest known state and
+    counted as assumed."""
     every = every or spec.meta.schedule.every
     timezone = timezone or spec.meta.schedule.timezone
-    slices = cut(start, end, every, timezone)
+    slices = cut(span.start, span.end, every, timezone)
     plan = bind(spark, spec)
     join = kernel.family(plan)
     margins: dict[str, tuple[timedelta, timedelta] | None] = {}
@@ -196,8 +175,8 @@ def plan_backfill(
         end=slices[-1].end,
         every=every,
         timezone=timezone,
-        mode=mode,
-        versions=pin_versions(spark, plan, versions),
+        mode=options.mode,
+        versions=pin_versions(spark, plan, dict(options.versions or {})),
         slices=tuple(slices),
         margins=margins,
         reach=tuple(found),
@@ -212,7 +191,7 @@ def prepare(spark: SparkSession, backfill: Backfill) -> None:
     plan = bind(spark, backfill.job)
     check_inputs(spark, plan, backfill.versions)
     index.update(spark, plan, backfill.versions)
-    check_live_writer(spark, plan, [(s.start, s.end) for s in backfill.slices], backfill.versions)
+    check_live_writer(spark, plan, backfill.slices, backfill.versions)
 
 
 @dataclass(frozen=True)
@@ -236,13 +215,8 @@ def run_slice(
     spec: JoinSpec,
     start: datetime,
     end: datetime,
-    mode: str = "exact",
-    versions: dict[str, int] | None = None,
-    validate: bool = True,
-    site: str | None = None,
+    options: RunOptions = DEFAULTS,
     backfill_id: str | None = None,
-    after_write: Callable[[str], None] | None = None,
-    checked: bool = False,
 ) -> SliceOutcome:
     """Replay one slice, validate its output and record the attempt; never raises for a slice's failure.
 
@@ -250,9 +224,7 @@ def run_slice(
     fail the same way, and the message says what to change.
     """
     piece = Slice(pendulum.instance(start).in_timezone("UTC"), pendulum.instance(end).in_timezone("UTC"))
-    (outcome,) = run_slices(
-        spark, spec, [piece], mode, versions, validate, site, backfill_id, after_write, checked
-    )
+    (outcome,) = run_slices(spark, spec, [piece], options, backfill_id)
     return outcome
 
 
@@ -260,74 +232,75 @@ def run_slices(
     spark: SparkSession,
     spec: JoinSpec,
     pieces: list[Slice],
-    mode: str = "exact",
-    versions: dict[str, int] | None = None,
-    validate: bool = True,
-    site: str | None = None,
+    options: RunOptions = DEFAULTS,
     backfill_id: str | None = None,
-    after_write: Callable[[str], None] | None = None,
-    checked: bool = False,
     on_stage: Callable[[str], None] | None = None,
-    known_from: dict[str, int] | None = None,
 ) -> list[SliceOutcome]:
     """Replay consecutive slices together (`replay_slices`: one read, one write of each table, a
-    metrics row per slice), validate each slice's output, and record every attempt in one append.
+    metrics row per slice), validate each slice's output (`options.validate`), and record every
+    attempt in one append.
 
     Never raises for the slices' failure: if the replay fails, every slice of it failed (none was
     written: the writes are Delta commits of all of them at once, and a re-run replaces them); a
     slice whose validation fails or cannot run is `invalid` or `failed` alone. A JobError (the job
     cannot run at all) or a HistoryNotRetainedError (the pinned versions' log or files are gone,
     so no slice over them can run) still raises, and nothing is recorded. `on_stage` is told what
-    starts: the replay, each slice's validation, the record. `known_from`: as `replay_slices` takes it.
-    """
-    began = time.monotonic()
+    starts: the replay, each slice's validation, the record."""
     stage = on_stage or (lambda text: None)
-    outcomes: list[SliceOutcome] = []
     span = Slice(pieces[0].start, pieces[-1].end).short_label()
     stage(f"replaying {len(pieces)} slice(s) {span} UTC")
+    runs, outcomes = _replayed(spark, spec, pieces, options)
+    for piece, metrics in zip(pieces, runs, strict=False):
+        outcomes.append(_outcome(spark, spec, piece, metrics, options, stage))
+    pinned = runs[0].versions if runs else dict(options.versions or {})
+    stage(f"recording {len(outcomes)} attempt(s)")
+    _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), options.mode, pinned)
+    return outcomes
+
+
+def _replayed(
+    spark: SparkSession, spec: JoinSpec, pieces: list[Slice], options: RunOptions
+) -> tuple[list[RunMetrics], list[SliceOutcome]]:
+    """The slices replayed together: their metrics, or (a Spark or I/O failure) each one failed."""
+    began = time.monotonic()
     try:
-        runs = replay_slices(
-            spark,
-            spec,
-            [(p.start, p.end) for p in pieces],
-            mode=mode,
-            versions=versions,
-            after_write=after_write,
-            checked=checked,
-            known_from=known_from,
-        )
+        return replay_slices(spark, spec, pieces, options), []
     except (JobError, HistoryNotRetainedError, StorageError):  # no slice can run: stop, with the message
         raise
     except Exception as exc:  # a Spark or I/O failure: these slices failed, the backfill goes on
         error = _short_error(exc)
         share = round((time.monotonic() - began) / len(pieces), 3)
-        outcomes = [SliceOutcome(p, FAILED, error=error, duration_s=share) for p in pieces]
-        runs = []
-    for piece, metrics in zip(pieces, runs, strict=False):
-        checking = time.monotonic()
-        result, status, problem = None, SUCCEEDED, None
-        unbalanced = metrics.unbalanced()
-        if unbalanced is not None:  # its rows do not add up: failed, whatever validation would say
-            status, problem = FAILED, str(unbalanced)
-        elif validate:
-            stage(f"validating {piece.short_label()} UTC")
-            try:
-                from streamjoin.validation import validate_slice
+        return [], [SliceOutcome(p, FAILED, error=error, duration_s=share) for p in pieces]
 
-                result = validate_slice(
-                    spark, spec, slice_output(spark, spec, piece), piece.start, piece.end, site
-                )
-                status = SUCCEEDED if result.success else INVALID
-            except JobError:
-                raise
-            except Exception as exc:
-                status, problem = FAILED, _short_error(exc)
-        took = metrics.duration_s + time.monotonic() - checking
-        outcomes.append(SliceOutcome(piece, status, metrics, result, problem, round(took, 3)))
-    pinned = runs[0].versions if runs else versions
-    stage(f"recording {len(outcomes)} attempt(s)")
-    _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), mode, pinned)
-    return outcomes
+
+def _outcome(
+    spark: SparkSession,
+    spec: JoinSpec,
+    piece: Slice,
+    metrics: RunMetrics,
+    options: RunOptions,
+    stage: Callable[[str], None],
+) -> SliceOutcome:
+    """A replayed slice's outcome: failed when its rows do not add up, else as its validation says."""
+    checking = time.monotonic()
+    result, status, problem = None, SUCCEEDED, None
+    unbalanced = metrics.unbalanced()
+    if unbalanced is not None:  # its rows do not add up: failed, whatever validation would say
+        status, problem = FAILED, str(unbalanced)
+    elif options.validate:
+        stage(f"validating {piece.short_label()} UTC")
+        try:
+            from streamjoin.validation import validate_slice
+
+            output = slice_output(spark, spec, piece)
+            result = validate_slice(spark, spec, output, piece.start, piece.end, options.site)
+            status = SUCCEEDED if result.success else INVALID
+        except JobError:
+            raise
+        except Exception as exc:
+            status, problem = FAILED, _short_error(exc)
+    took = metrics.duration_s + time.monotonic() - checking
+    return SliceOutcome(piece, status, metrics, result, problem, round(took, 3))
 
 
 def batches(pieces: list[Slice], size: int) -> list[list[Slice]]:
@@ -355,15 +328,14 @@ def run_backfill(
     spark: SparkSession,
     backfill: Backfill,
     slices: list[Slice] | None = None,
-    validate: bool = True,
-    site: str | None = None,
+    options: RunOptions = DEFAULTS,
     on_slice: Callable[[SliceOutcome], None] | None = None,
-    after_write: Callable[[str], None] | None = None,
     batch: int = BATCH,
     on_stage: Callable[[str], None] | None = None,
 ) -> list[SliceOutcome]:
     """Run the backfill's slices (or the given subset) in order, each over the pinned versions
-    (checked and indexed once, before the first slice), up to `batch` consecutive slices per replay.
+    (checked and indexed once, before the first slice), up to `batch` consecutive slices per replay;
+    validated as `options` says (the backfill's plan gives mode and versions: `Backfill.options`).
     `on_slice` is told of each slice's outcome, `on_stage` of each stage as it starts."""
     groups = batches(list(slices if slices is not None else backfill.slices), batch)
     if on_stage:
@@ -372,18 +344,7 @@ def run_backfill(
     outcomes = []
     for group in groups:
         for outcome in run_slices(
-            spark,
-            backfill.job,
-            group,
-            mode=backfill.mode,
-            versions=backfill.versions,
-            validate=validate,
-            site=site,
-            backfill_id=backfill.id,
-            after_write=after_write,
-            checked=True,
-            on_stage=on_stage,
-            known_from=backfill.known_from(),
+            spark, backfill.job, group, backfill.options(options), backfill.id, on_stage
         ):
             outcomes.append(outcome)
             if on_slice:
@@ -527,7 +488,7 @@ def hand_off(
         stage(
             f"replaying from {at.isoformat()} over the backfill's versions {json.dumps(versions, sort_keys=True)}"
         )
-        metrics = replay(spark, spec, at, FAR_FUTURE, mode="exact", versions=versions)
+        metrics = replay(spark, spec, at, FAR_FUTURE, RunOptions(versions=versions))
         stage(f"seeding the live state of checkpoint {checkpoint} at those versions")
         runner.seed(versions)
     return metrics

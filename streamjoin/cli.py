@@ -118,7 +118,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    explanation = _job(args).explain(_versions(args.versions))
+    explanation = _job(args).explain(_versions(args.versions), args.start, args.end, args.mode)
     if args.json:
         _print_json(explanation.as_json())
     else:
@@ -544,6 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--versions", help="pin source versions, e.g. orders=12,payments=9 (default: latest)"
     )
+    explain.add_argument(
+        "--start", help="with --end: also the plan of a replay of [start, end), moving no data"
+    )
+    explain.add_argument("--end", help="the end of that replay's range (exclusive)")
+    explain.add_argument("--mode", choices=["exact", "complete"], default="exact", help="that replay's mode")
     explain.set_defaults(func=cmd_explain)
 
     replay = commands.add(

@@ -19,12 +19,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
+from streamjoin.arrival import Slice
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
 from streamjoin.jobfile import job_files, load_job
 from streamjoin.metrics import RunMetrics, combine
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay_slices
 from streamjoin.session import PROJECT_ROOT, get_spark
 from streamjoin.spec import JoinSpec
@@ -288,7 +290,7 @@ def _run_jobs(
     start, end = DAY - timedelta(days=1), DAY + timedelta(days=2)
     replays = _side_by_side(
         {
-            (name, mode): functools.partial(_timed_replay, say, name, spark, job, mode, (start, end))
+            (name, mode): functools.partial(_timed_replay, say, name, spark, job, mode, Slice(start, end))
             for name, job in jobs.items()
             for mode in ("exact", "complete")
         }
@@ -369,13 +371,13 @@ def _timed_replay(
     spark: SparkSession,
     job: JoinSpec,
     mode: str,
-    slice_: tuple[datetime, datetime],
+    slice_: Slice,
 ) -> RunMetrics:
     """Replay `job` over `slice_` in `mode` into `<output>_replay_<mode>`, saying how long it took.
     The replay reads lateness from the job's own arrival index, which its live runs have filled."""
     target = replace(job.output, path=f"{job.output.location}_replay_{mode}")
     began = time.monotonic()
-    (metrics,) = replay_slices(spark, job, [slice_], mode=mode, into=target)
+    (metrics,) = replay_slices(spark, job, [slice_], RunOptions(mode=mode, into=target))
     say(f"{name}: replay, {mode} mode: {metrics.rows_out} rows out in {time.monotonic() - began:.0f} s")
     return metrics
 

@@ -35,13 +35,14 @@ if TYPE_CHECKING:
     from streamjoin.plan import Plan
     from streamjoin.reach import Reach
     from streamjoin.runners.live import LiveRunner
+    from streamjoin.runners.replay import ReplayPlan
     from streamjoin.verify import Verification
 
 
 @dataclass(frozen=True)
 class Explanation:
     """What `explain` says of a job: the bound plan over pinned versions, its warnings, what each
-    source can serve, and for a SQL job the YAML it compiles to."""
+    source can serve, for a SQL job the YAML it compiles to, and given a range, the replay's plan."""
 
     plan: Plan
     versions: dict[str, int]
@@ -49,6 +50,7 @@ class Explanation:
     warnings: list[str]
     reach: list[Reach]
     compiled: dict | None = None
+    replay: ReplayPlan | None = None
 
     def text(self) -> str:
         from streamjoin import plan as plans
@@ -61,6 +63,7 @@ class Explanation:
             compiled = yaml.safe_dump(self.compiled, sort_keys=False, allow_unicode=True).rstrip()
             parts += ["the SQL job as YAML (the same job; either file runs):", compiled, ""]
         parts += [plans.describe(self.plan, self.versions, self.margins), reach.describe(self.reach)]
+        parts += [self.replay.describe()] if self.replay else []
         return "\n".join(parts + [f"warning: {warning}" for warning in self.warnings])
 
     def as_json(self) -> dict:
@@ -69,6 +72,7 @@ class Explanation:
 
         described = plans.as_json(self.plan, self.versions, self.margins)
         document = {**described, "warnings": self.warnings, "reach": reach.as_json(self.reach)}
+        document |= {"replay": self.replay.as_json()} if self.replay else {}
         return document | ({"job": self.compiled} if self.compiled else {})
 
 
@@ -190,8 +194,16 @@ class Job:
         served = reach.reaches(self.spark, plan)
         return Validation(self.name, "sources", tuple(plan.output_columns), warnings, served)
 
-    def explain(self, versions: dict[str, int] | None = None) -> Explanation:
-        """The plan over the versions a replay would pin now (or `versions`)."""
+    def explain(
+        self,
+        versions: dict[str, int] | None = None,
+        start: Instant | None = None,
+        end: Instant | None = None,
+        mode: str = "exact",
+    ) -> Explanation:
+        """The plan over the versions a replay would pin now (or `versions`); given `start` and
+        `end`, also the plan of a replay of [start, end) in `mode` (what it reads and writes).
+        Moves no data."""
         from streamjoin import kernel, reach
         from streamjoin.plan import grace_warnings
         from streamjoin.runners.replay import pin_versions
@@ -203,14 +215,31 @@ class Job:
         compiled = None
         if self.origin and Path(self.origin).suffix.lower() == ".sql":
             compiled = spec_document_from_sql(Path(self.origin).read_text(), self.origin)
+        replay = self._replay_plan(start, end, mode, versions)
         return Explanation(
             plan,
-            pin_versions(self.spark, plan, versions),
+            replay.versions if replay else pin_versions(self.spark, plan, versions),
             margins,
             grace_warnings(self.spark, plan),
             reach.reaches(self.spark, plan),
             compiled,
+            replay,
         )
+
+    def _replay_plan(
+        self, start: Instant | None, end: Instant | None, mode: str, versions: dict[str, int] | None
+    ) -> ReplayPlan | None:
+        """The plan of a replay of [start, end) (None without a range; one end alone is refused)."""
+        from streamjoin.arrival import Slice
+        from streamjoin.runners.options import RunOptions
+        from streamjoin.runners.replay import plan_replay
+
+        if start is None and end is None:
+            return None
+        if start is None or end is None:
+            raise JobError("explain takes a replay's range whole: give both --start and --end, or neither")
+        piece = Slice(parse_instant(start, "--start"), parse_instant(end, "--end"))
+        return plan_replay(self.spark, self.spec, [piece], RunOptions(mode=mode, versions=versions))
 
     def index(
         self, start_at: dict[str, StartAt] | None = None, upto: dict[str, int] | None = None
@@ -231,16 +260,12 @@ class Job:
         closed: bool = False,
     ) -> RunMetrics:
         """Replay [start, end) over pinned versions and replace that slice of the outputs."""
+        from streamjoin.runners.options import RunOptions
         from streamjoin.runners.replay import replay
 
+        options = RunOptions(mode=mode, versions=versions, closed=closed)
         return replay(
-            self.spark,
-            self.spec,
-            parse_instant(start, "--start"),
-            parse_instant(end, "--end"),
-            mode,
-            versions,
-            closed=closed,
+            self.spark, self.spec, parse_instant(start, "--start"), parse_instant(end, "--end"), options
         )
 
     def plan_backfill(
@@ -254,17 +279,17 @@ class Job:
         assume_earliest_known: bool = False,
     ) -> Backfill:
         """Cut [start, end) into slices and pin versions once; nothing runs (a dry run's plan)."""
+        from streamjoin.arrival import Slice
         from streamjoin.backfill import plan_backfill
+        from streamjoin.runners.options import RunOptions
 
         return plan_backfill(
             self.spark,
             self.spec,
-            parse_instant(start, "--start"),
-            parse_instant(end, "--end"),
+            Slice(parse_instant(start, "--start"), parse_instant(end, "--end")),
             every=every,
             timezone=timezone,
-            mode=mode,
-            versions=versions,
+            options=RunOptions(mode=mode, versions=versions),
             assume_earliest_known=assume_earliest_known,
         )
 
@@ -287,13 +312,20 @@ class Job:
         slices: list[Slice] | None = None,
         validate: bool = True,
         on_slice: Callable[[SliceOutcome], None] | None = None,
-        **options: Any,
+        site: str | None = None,
+        on_stage: Callable[[str], None] | None = None,
+        batch: int | None = None,
     ) -> list[SliceOutcome]:
-        """Run a planned backfill's slices (or the given subset); `options` as `backfill.run_backfill`
-        takes them (site, on_stage, batch)."""
-        from streamjoin.backfill import run_backfill
+        """Run a planned backfill's slices (or the given subset), each validated (Data Docs in
+        `site`) unless not `validate`, up to `batch` consecutive slices per replay (default
+        `backfill.BATCH`); `on_slice` is told of each slice's outcome, `on_stage` of each stage."""
+        from streamjoin.backfill import BATCH, run_backfill
+        from streamjoin.runners.options import RunOptions
 
-        return run_backfill(self.spark, backfill, slices, validate=validate, on_slice=on_slice, **options)
+        options = RunOptions(validate=validate, site=site)
+        return run_backfill(
+            self.spark, backfill, slices, options, on_slice, BATCH if batch is None else batch, on_stage
+        )
 
     def replay_slice(
         self,
@@ -306,9 +338,11 @@ class Job:
         """Replay, validate and record one slice (a scheduler's task); never raises for the
         slice's own failure, which its outcome's status says."""
         from streamjoin.backfill import run_slice
+        from streamjoin.runners.options import RunOptions
 
         start_at, end_at = parse_instant(start, "--start"), parse_instant(end, "--end")
-        return run_slice(self.spark, self.spec, start_at, end_at, mode, versions, backfill_id=backfill_id)
+        options = RunOptions(mode=mode, versions=versions)
+        return run_slice(self.spark, self.spec, start_at, end_at, options, backfill_id)
 
     def unfinished(self, backfill: Backfill) -> tuple[list[Slice], dict[str, int] | None]:
         """The slices of a backfill not yet succeeded, and the versions its earlier attempt read."""

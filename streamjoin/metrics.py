@@ -41,6 +41,7 @@ from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import END_OF_INPUT, format_duration, from_micros, from_spark, to_micros
 
 if TYPE_CHECKING:
+    from streamjoin.arrival import Slice
     from streamjoin.plan import Plan
 
 BUCKETS = (
@@ -483,8 +484,8 @@ class Stopwatch:
     the previous one to its phase. Spark runs lazily, so a phase holds the Spark jobs its actions
     ran (a join's work shows where its result is first counted or written)."""
 
-    def __init__(self) -> None:
-        self._last = time.monotonic()
+    def __init__(self, since: float | None = None) -> None:
+        self._last = time.monotonic() if since is None else since  # `since`: a time.monotonic() earlier
         self.phases: dict[str, float] = {}
 
     def lap(self, phase: str) -> None:
@@ -585,7 +586,7 @@ def last_live_batch(spark: SparkSession, spec: JoinSpec) -> Row | None:
 def refuse_over_live(
     spark: SparkSession,
     plan: Plan,
-    windows: list[tuple[datetime, datetime]],
+    slices: list[Slice],
     pinned: dict[str, int],
     margins: dict[str, tuple[int, int]],
 ) -> None:
@@ -600,16 +601,16 @@ def refuse_over_live(
     read = json.loads(last["versions"])
     if all(version <= read.get(name, -1) for name, version in pinned.items()):
         return
-    reached = _reached(spark, plan, windows, pinned, read, margins)
+    reached = _reached(spark, plan, slices, pinned, read, margins)
     if reached is None:
         return
     final = _final_until(plan, last, margins)
     holds = bool((last["open"] or 0) + (last["unsettled"] or 0))  # rows later batches decide
-    unfinished = [w for w in windows if w in reached or (holds and (final is None or w[1] > final))]
+    unfinished = [s for s in slices if s in reached or (holds and (final is None or s.end > final))]
     if not unfinished:
         return
     ahead = {name: version for name, version in pinned.items() if version > read.get(name, -1)}
-    listed = ", ".join(f"[{a.isoformat()}, {b.isoformat()})" for a, b in unfinished)
+    listed = ", ".join(f"[{s.start.isoformat()}, {s.end.isoformat()})" for s in unfinished)
     if final is not None:
         position = f" Its output is final up to event time {final.isoformat()}, its watermark less the join's margins."
     elif plan.tables or len(plan.joins) != 1:
@@ -650,11 +651,11 @@ def _final_until(plan: Plan, last: Row, margins: dict[str, tuple[int, int]]) -> 
 def _reached(
     spark: SparkSession,
     plan: Plan,
-    windows: list[tuple[datetime, datetime]],
+    slices: list[Slice],
     pinned: dict[str, int],
     read: dict[str, int],
     margins: dict[str, tuple[int, int]],
-) -> list[tuple[datetime, datetime]] | None:
+) -> list[Slice] | None:
     """The slices a commit the live run has not read reaches: a row of it timed within the slice's
     margins, or timed or committed within the slice (late and rejected rows land there too); all of
     them when a table source has such a version (rows waiting for it may lie anywhere). None when
@@ -663,7 +664,7 @@ def _reached(
     from streamjoin.index import SCHEMA as INDEX
 
     if any(pinned[t.name] > read.get(t.name, -1) for t in plan.tables):
-        return windows
+        return slices
     entries = delta_io.read_own(spark, plan.spec.output.side("index"), INDEX)
     after_live = [
         (F.col("source") == s.name) & F.col("version").between(read.get(s.name, -1) + 1, pinned[s.name])
@@ -689,7 +690,7 @@ def _reached(
         )
         return timed or lo <= entry["commit_ts"] < hi
 
-    return [(a, b) for a, b in windows if any(reaches(e, to_micros(a), to_micros(b)) for e in unread)]
+    return [s for s in slices if any(reaches(e, *s.micros()) for e in unread)]
 
 
 def spark_value(value):

@@ -32,14 +32,16 @@ from pyspark.sql.types import (
 )
 
 from streamjoin import arrival, delta_io, lease
-from streamjoin.backfill import Slice, cut, written_table
+from streamjoin.arrival import Slice
+from streamjoin.backfill import cut, written_table
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.frames import local_frame
 from streamjoin.metrics import last_live_batch
 from streamjoin.plan import bind
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay_slices
 from streamjoin.spec import JoinSpec, Output
-from streamjoin.timeutil import Instant, from_spark, parse_instant, to_micros
+from streamjoin.timeutil import Instant, from_spark, parse_instant
 
 SCRATCH = "verify"  # the replay's rows go to <output>_verify (and its own side tables)
 EXAMPLES = 5  # example differences kept per slice
@@ -289,14 +291,7 @@ def _verify(
     """`table`: the live table compared (`backfill.written_table`), found once by the caller."""
     point = live_point(spark, spec, table, checkpoint)
     scratch = scratch_output(spec)
-    replay_slices(
-        spark,
-        spec,
-        [(s.start, s.end) for s in pieces],
-        mode="exact",
-        versions=point.versions,
-        into=scratch,
-    )
+    replay_slices(spark, spec, pieces, RunOptions(versions=point.versions, into=scratch))
     replayed = delta_io.read_snapshot(spark, _same_side(scratch, spec, table))
     if point.output_version is None:
         live = replayed.limit(0)
@@ -347,7 +342,7 @@ def _copies(
 ) -> DataFrame:
     """Per slice, key and row (as JSON, in the replay's columns): how many copies each side holds."""
     columns = replayed.columns
-    slices = arrival.Slices.of((to_micros(s.start), to_micros(s.end)) for s in pieces)
+    slices = arrival.Slices.of(pieces)
     number = slices.number(F.unix_micros(F.col(f"`{time_column}`")))
     row = F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]), {"ignoreNullFields": "false"})
     row_key = (

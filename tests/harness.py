@@ -212,7 +212,7 @@ ACCOUNTED = FINAL + ("open", "unsettled")
 
 
 class FailOnce:
-    """A live runner's after_write hook that raises once, right after `table` is written by a batch >= 1."""
+    """A live runner's after_write hook (streamjoin.runners.hooks) that raises once, right after `table` is written by a batch >= 1."""
 
     def __init__(self, table: str):
         self.table, self.fired = table, None

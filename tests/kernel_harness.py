@@ -37,6 +37,7 @@ from streamjoin.joins.interval import MATCHED
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Progress, batch_commits, decide, table_input
+from streamjoin.timeutil import from_micros
 
 SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets max_examples)
     "deadline": None,
@@ -48,6 +49,11 @@ SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets ma
     "phases": [Phase.explicit, Phase.reuse, Phase.generate],  # shrinking re-runs Spark jobs
     "print_blob": True,
 }
+
+
+def slices_of(windows: list[tuple[int, int]]) -> arrival.Slices:
+    """Consecutive slices given in UTC microseconds, as the replay hands them to the kernel."""
+    return arrival.Slices.of(arrival.Slice(from_micros(a), from_micros(b)) for a, b in windows)
 
 
 @st.composite
@@ -192,7 +198,7 @@ def replay_step(
         before, BASE_MICROS + _micros(PIVOT) if stacked.any_settled else None, through
     )
     slices = (
-        arrival.Slices.of([(BASE_MICROS + _micros(a), BASE_MICROS + _micros(b)) for a, b in windows])
+        slices_of([(BASE_MICROS + _micros(a), BASE_MICROS + _micros(b)) for a, b in windows])
         if windows
         else arrival.ALL_TIME
     )
@@ -539,7 +545,7 @@ def enrichment_replay(
     read in the operator's margins around the slices, settled by their frontier, and timed by
     their commits (a chain after a stream-stream join)."""
     base = BASE_MICROS
-    slices = arrival.Slices.of([(base + _micros(a), base + _micros(b)) for a, b in windows])
+    slices = slices_of([(base + _micros(a), base + _micros(b)) for a, b in windows])
     operator = kernel.family(plan)
     low, high = base + _micros(windows[0][0]), base + _micros(windows[-1][1])
     frames, owned_commits, all_commits = {}, {}, []
@@ -973,7 +979,7 @@ def assert_one_stream_slices(
     bounds = [span[0], *cuts, span[1]]
     windows = list(zip(bounds, bounds[1:], strict=False))
     base = BASE_MICROS
-    slices = arrival.Slices.of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
+    slices = slices_of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
     step = kernel.StepInput({source.name: accepted}, arrival.Timeline({}, None), "exact", slices=slices)
     result = kernel.step(spark, plan, step)
     output = output_rows(result.output, base)

@@ -20,6 +20,7 @@ import sys
 import time
 
 from streamjoin.jobfile import load_job
+from streamjoin.runners.hooks import after_write
 from streamjoin.runners.live import LiveRunner
 from streamjoin.session import get_spark
 
@@ -29,7 +30,7 @@ def main(arguments: dict) -> None:
     die_after = arguments.get("die_after")
     writes = {"count": 0}
 
-    def after_write(table: str, batch: int) -> None:
+    def killed_after(table: str, batch: int | None) -> None:
         if die_after and table == die_after[0]:
             writes["count"] += 1
             if writes["count"] == die_after[1]:
@@ -40,17 +41,17 @@ def main(arguments: dict) -> None:
         load_job(arguments["job"]),
         arguments["checkpoint"],
         trigger=arguments.get("trigger", "available-now"),
-        after_write=after_write,
     )
-    if arguments.get("trigger", "available-now") == "available-now":
-        runner.run()
-        return
-    query = runner.start()
-    print("running", flush=True)
-    while not query.awaitTermination(0.5):
-        if die_after and caught_up(query):
-            print("caught up", flush=True)
-            os.killpg(os.getpgid(0), signal.SIGKILL)
+    with after_write(killed_after):
+        if arguments.get("trigger", "available-now") == "available-now":
+            runner.run()
+            return
+        query = runner.start()
+        print("running", flush=True)
+        while not query.awaitTermination(0.5):
+            if die_after and caught_up(query):
+                print("caught up", flush=True)
+                os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def caught_up(query) -> bool:

@@ -45,6 +45,7 @@ from streamjoin.index import update
 from streamjoin.jobfile import load_job
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import from_spark, to_micros
@@ -384,11 +385,16 @@ def test_a_vacuumed_source_is_reported_before_reading(spark, tmp_path):
     spark.sql(f"OPTIMIZE delta.`{paths[0]}`")
     vacuum(spark, paths[0])
     with pytest.raises(HistoryNotRetainedError, match="data file"):
-        replay(spark, spec, *EVERYTHING, versions={"l": 2, "r": 1})
+        replay(spark, spec, *EVERYTHING, options=RunOptions(versions={"l": 2, "r": 1}))
     # A backfill slice whose files vanish after the backfill checked them: it stops the backfill
     # with the same message instead of being recorded as one more failed slice.
     with pytest.raises(HistoryNotRetainedError, match="data file"):
-        run_slice(spark, spec, *EVERYTHING, versions={"l": 2, "r": 1}, validate=False, checked=True)
+        run_slice(
+            spark,
+            spec,
+            *EVERYTHING,
+            options=RunOptions(versions={"l": 2, "r": 1}, validate=False, checked=True),
+        )
     assert attempts(spark, spec) is None
     replay(spark, spec, *EVERYTHING)  # the latest versions are whole
     assert read_output(spark, spec.output.path) == Counter({("l1", "r1", 1): 1, ("l2", "r1", 2): 1})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections import Counter
@@ -12,14 +13,28 @@ from pathlib import Path
 import pendulum
 import pytest
 
-from streamjoin import delta_io
-from streamjoin.backfill import FAILED, SUCCEEDED, attempts, cut, plan_backfill, run_backfill
+from streamjoin import arrival, delta_io, verify
+from streamjoin.arrival import Slice
+from streamjoin.backfill import (
+    FAILED,
+    SUCCEEDED,
+    attempts,
+    cut,
+    plan_backfill,
+    run_backfill,
+    run_slice,
+    run_slices,
+)
 from streamjoin.cli import main
 from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
 from streamjoin.errors import JobError
+from streamjoin.job import Job
 from streamjoin.jobfile import load_job
 from streamjoin.metrics import BUCKETS
-from streamjoin.runners.replay import replay
+from streamjoin.runners.hooks import after_write
+from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
+from streamjoin.runners.replay import plan_replay, replay, replay_slices
 from streamjoin.session import PROJECT_ROOT
 
 UTC = UTC
@@ -91,6 +106,28 @@ def test_unknown_time_zone_and_empty_range_are_refused():
         cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 2, tzinfo=UTC), "1d", "Mars/Olympus")
     with pytest.raises(JobError, match="start must be before end"):
         cut(datetime(2024, 5, 2, tzinfo=UTC), datetime(2024, 5, 1, tzinfo=UTC), "1d")
+
+
+def test_a_backfills_slices_are_the_slices_replay_verify_and_the_kernel_take():
+    """One slice type: what `cut` makes is what the replay, verify and the metrics take, and the
+    kernel's view of a group of them (`arrival.Slices`) has their bounds."""
+    pieces = cut(datetime(2024, 5, 1, tzinfo=UTC), datetime(2024, 5, 1, 3, tzinfo=UTC), "1h")
+    assert all(type(p) is Slice for p in pieces) and Slice is verify.Slice
+    assert arrival.Slices.of(pieces).bounds == (*(p.micros()[0] for p in pieces), pieces[-1].micros()[1])
+    assert pieces[1] == Slice.of("2024-05-01T01:00", "2024-05-01T02:00")  # no zone: UTC
+
+
+def test_a_run_takes_its_options_as_one_object_and_no_test_hook():
+    """Mode, versions and the rest travel as one RunOptions from the facade to the replay; an
+    unknown mode is refused where the options are made; no public signature takes a test hook
+    (tests set `streamjoin.runners.hooks.after_write`)."""
+    with pytest.raises(JobError, match="mode 'fast' is unknown; use 'exact'"):
+        RunOptions(mode="fast")
+    loose = {"mode", "versions", "checked", "closed", "after_write"}
+    for function in (replay, replay_slices, plan_replay, run_slice, run_slices, run_backfill, plan_backfill):
+        assert not loose & set(inspect.signature(function).parameters), function.__name__
+    for function in (LiveRunner.__init__, Job.replay, Job.run, Job.live, Job.replay_slice):
+        assert "after_write" not in inspect.signature(function).parameters, function.__qualname__
 
 
 # ---------------------------------------------------------------- backfills over the demo's data
@@ -203,7 +240,8 @@ def test_slices_replayed_together_or_apart_equal_one_replay(spark, demo_data, ca
     for side in ("late", "rejected"):
         assert rows(spark, pairs.output.side(side)) == rows(spark, whole.output.side(side)), side
         assert rows(spark, pairs.output.side(side)) and not by_slice[(last_start, last_end)][side], side
-    replay(spark, pairs, last_start, last_end, after_write=written.append)
+    with after_write(lambda location, batch: written.append(location)):
+        replay(spark, pairs, last_start, last_end)
     assert written == [pairs.output.location], written
     assert rows(spark, pairs.output.location) == expected
     recorded = attempts(spark, spec).collect()
@@ -222,10 +260,10 @@ def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys)
     file = write_job(root, "orders_payments", "faulty")
     spec = load_job(file, root=root)
     start, end = DAY, DAY + timedelta(hours=6)
-    backfill = plan_backfill(spark, spec, start, end, every="2h")
+    backfill = plan_backfill(spark, spec, Slice(start, end), every="2h")
     doomed = backfill.slices[1]
 
-    def crash(location: str) -> None:
+    def crash(location: str, batch: None) -> None:
         if location == spec.output.location and current["slice"] == doomed:
             raise RuntimeError("disk full (injected by the test)")
 
@@ -233,7 +271,8 @@ def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys)
     outcomes = []
     for piece in backfill.slices:
         current["slice"] = piece
-        outcomes += run_backfill(spark, backfill, [piece], validate=False, after_write=crash)
+        with after_write(crash):
+            outcomes += run_backfill(spark, backfill, [piece], RunOptions(validate=False))
     assert [o.status for o in outcomes] == [SUCCEEDED, FAILED, SUCCEEDED]
     assert "disk full (injected by the test)" in outcomes[1].error
 
@@ -265,7 +304,7 @@ def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys)
     assert "nothing to run" in capsys.readouterr().out
 
     whole = job_with_output(root, "orders_payments", "faulty_whole")
-    replay(spark, whole, start, end, versions=backfill.versions)
+    replay(spark, whole, start, end, RunOptions(versions=backfill.versions))
     expected = rows(spark, whole.output.location)
     got = rows(spark, spec.output.location)
     assert got == expected and max(got.values()) == 1

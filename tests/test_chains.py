@@ -29,6 +29,7 @@ from streamjoin.errors import JobError, UnsupportedJobError
 from streamjoin.metrics import RunMetrics, to_frame
 from streamjoin.plan import bind, describe
 from streamjoin.report import build_report
+from streamjoin.runners.hooks import after_write
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
@@ -108,10 +109,11 @@ def chain(spark, tmp_path_factory):
     delete(spark, paths["C"], "purchased_id = 2")
     run_live([runner])
     hook.batch = 1 + max(r.batch for r in read(spark, restarted.output.side("metrics")))
-    for table in CHAIN_WRITES:
-        with pytest.raises(Exception, match=f"injected failure after writing {table}"):
-            live_restarted(after_write=hook).run(900)
-    live_restarted(after_write=hook).run(900)  # the last attempt completes the batch
+    with after_write(hook):
+        for table in CHAIN_WRITES:
+            with pytest.raises(Exception, match=f"injected failure after writing {table}"):
+                live_restarted().run(900)
+        live_restarted().run(900)  # the last attempt completes the batch
     purchase([(2, "a5", 10)])  # desk, no shipping any more
     append(spark, paths["B"], [(2, "chair", at(12))], PRODUCTS)  # after a5: not what a5 sees
     run_live([runner, live_restarted()])
@@ -511,10 +513,11 @@ def three_streams(spark, tmp_path_factory):
     run_live([runner])
     # The twin's batch writes a1 + b1 + c1 and keeps joined rows and open windows of both joins.
     hook.batch = 1 + max(r.batch for r in read(spark, restarted.output.side("metrics")))
-    for table in hook.writes:
-        with pytest.raises(Exception, match=f"injected failure after writing {table}"):
-            live_restarted(after_write=hook).run(900)
-    live_restarted(after_write=hook).run(900)  # the last attempt completes the batch
+    with after_write(hook):
+        for table in hook.writes:
+            with pytest.raises(Exception, match=f"injected failure after writing {table}"):
+                live_restarted().run(900)
+        live_restarted().run(900)  # the last attempt completes the batch
     commit("A", [(4, "a4", 80)])  # closes every window before it; a4's stays open
     commit("B", [(9, "b9", 90)])
     commit("C", [(9, "c9", 95)])

@@ -19,7 +19,7 @@ from harness import create_tables, write_commit
 from streamjoin import delta_io
 from streamjoin.cli import build_parser, main
 from streamjoin.demo import run_demo
-from streamjoin.jobfile import job_files
+from streamjoin.jobfile import job_files, load_job
 
 JOBS = job_files(Path(__file__).resolve().parent.parent / "jobs")
 
@@ -121,6 +121,34 @@ def test_explain_on_every_job(demo, capsys):
     # paid_at - order_time in [0s, 1h]: a slice needs the orders up to 1h before it (their payments
     # fall in it) and the payments up to 1h after it (they decide whether its orders are unpaid)
     assert "orders from start - 1h to end + 0s, payments from start - 0s to end + 1h" in out
+
+
+def test_explain_prints_a_replays_plan_for_a_range_without_moving_data(spark, demo, capsys):
+    """Given --start and --end, explain prints the replay's plan: the range, the version each
+    source is read at, the event times read (the range widened by each source's margins) and the
+    tables written; nothing is written. One end alone is refused."""
+    root, _, _ = demo
+    job = str(JOBS_BY_NAME["orders_payments"])
+    spec = load_job(job, root=root)
+    tables = [spec.output.location, spec.output.side("index"), spec.output.side("metrics")]
+    before = [delta_io.latest_version(spark, t) for t in tables]
+    range_ = ["--start", "2024-05-01T00:00Z", "--end", "2024-05-02T00:00Z"]
+    assert main(["--root", str(root), "explain", job, *range_]) == 0
+    out = capsys.readouterr().out
+    assert "replay of job orders_payments over [2024-05-01T00:00:00+00:00, 2024-05-02T00:00:00+00:00)" in out
+    read = {line.split(":", 1)[0].strip(): line for line in out.split("reads (", 1)[1].splitlines()[1:3]}
+    assert "event time in [2024-04-30T23:00:00+00:00, 2024-05-02T00:00:00+00:00)" in read["orders"]
+    assert "event time in [2024-05-01T00:00:00+00:00, 2024-05-02T01:00:00+00:00)" in read["payments"]
+    assert main(["--root", str(root), "explain", job, *range_, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    versions = {s["name"]: s["version"] for s in plan["sources"]}
+    assert plan["replay"]["versions"] == versions and plan["replay"]["margins_s"]["orders"] == [3600.0, 0.0]
+    assert all(f"at version {versions[name]}" in read[name] for name in versions)
+    written = {w["table"]: w["what"] for w in plan["replay"]["writes"]}
+    assert written[spec.output.location] == "its rows in the slices, replaced"
+    assert [delta_io.latest_version(spark, t) for t in tables] == before  # no data moved
+    assert main(["--root", str(root), "explain", job, "--start", "2024-05-01"]) == 2
+    assert "give both --start and --end" in capsys.readouterr().err
 
 
 JOBS_BY_NAME = {job.stem: job for job in JOBS}

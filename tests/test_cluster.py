@@ -20,6 +20,7 @@ from conftest import SHORT_LIVED_JVM
 from harness import create_tables, read_output, read_side, with_output, write_commit
 
 from streamjoin.jobfile import load_job
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.timeutil import parse_instant
 
@@ -181,7 +182,9 @@ def test_replay_on_the_cluster_equals_the_local_replay(spark, cluster, tmp_path)
 
     spec = load_job(job_file, root=tmp_path)
     local = with_output(spec, str(tmp_path / "out_local"))
-    metrics = replay(spark, local, parse_instant(START), parse_instant(END), mode="exact", versions=PINNED)
+    metrics = replay(
+        spark, local, parse_instant(START), parse_instant(END), RunOptions(mode="exact", versions=PINNED)
+    )
     assert metrics.balanced(), metrics.summary()
 
     remote_out, local_out = str(tmp_path / "out_cluster"), local.output.location

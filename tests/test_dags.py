@@ -23,6 +23,7 @@ import pytest
 from harness import create_tables, write_commit
 
 from streamjoin.jobfile import job_files, load_job
+from streamjoin.runners.options import RunOptions
 
 REPO = Path(__file__).resolve().parent.parent
 DAG_FILE = REPO / "dags" / "streamjoin_dags.py"
@@ -334,7 +335,7 @@ def test_three_daily_runs_equal_one_replay_and_a_rerun_changes_nothing(spark, pr
         assert (run.data_interval_start, run.data_interval_end) == (start, end)
 
     whole = replace(spec, output=replace(spec.output, path=str(root / "data" / "out" / "whole")))
-    replay(spark, whole, DAYS[0], DAYS[-1], mode="exact")
+    replay(spark, whole, DAYS[0], DAYS[-1], RunOptions(mode="exact"))
     expected = output_rows(spark, whole.output.location)
     assert output_rows(spark, spec.output.location) == expected
     assert sum(expected.values()) == 10  # every left row of the three days: 7 matched, 3 padded
@@ -416,7 +417,7 @@ def test_live_dag_processes_what_is_committed_once(spark, project):
     assert first.state == "success"
     assert xcom(first, "run_live", "return_value")["batches"] >= 1
     whole = replace(spec, output=replace(spec.output, path=str(root / "data" / "out" / "live_whole")))
-    replay(spark, whole, *EVERYTHING, mode="exact")
+    replay(spark, whole, *EVERYTHING, options=RunOptions(mode="exact"))
     expected = output_rows(spark, whole.output.location)
     assert (
         output_rows(spark, spec.output.location) == expected and sum(expected.values()) == 10

@@ -37,6 +37,7 @@ from reference import STREAM_BUCKETS, TABLE_BUCKETS, Change, Event, asof_referen
 
 from streamjoin import delta_io
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 
@@ -138,7 +139,7 @@ def test_event_time_temporal_live_replay_reference(spark, tmp_path):
     check_live(spark, spec, s_counts)
 
     complete = with_output(spec, f"{tmp_path}/complete")
-    everything = replay(spark, complete, *EVERYTHING, mode="complete")
+    everything = replay(spark, complete, *EVERYTHING, options=RunOptions(mode="complete"))
     expected_complete, s_complete, t_complete = temporal_reference(stream, table, 2, "left", "complete")
     assert expected_complete != expected  # the late version counts in complete mode
     assert read_output(spark, complete.output.path) == expected_complete

@@ -61,6 +61,7 @@ from streamjoin import delta_io
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.sql import spec_from_sql
@@ -599,12 +600,12 @@ def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_th
         target, metrics = replayed(spark, spec, day("00:00"), day("23:00"))
         assert outputs(spark, target, *columns) == answered[how]
         assert metrics.sources["sp"].open == 3
-        closed = replay(spark, target, day("00:00"), day("23:00"), closed=True)
+        closed = replay(spark, target, day("00:00"), day("23:00"), RunOptions(closed=True))
         assert outputs(spark, target, *columns) == Counter(ASOF_INNER if how == "inner" else ASOF_LEFT), how
         assert closed.balanced() and closed.sources["sp"].open == 0
 
     arrival = asof_job("arrival_inner", "inner", preceding)
-    replay(spark, arrival, day("00:00"), day("23:00"), closed=True)
+    replay(spark, arrival, day("00:00"), day("23:00"), RunOptions(closed=True))
     assert outputs(spark, arrival, *columns) == Counter()  # no market row had arrived before a price
 
     following = asof_job("history_following", "left", "md.market_time >= sp.stock_time", as_of="event_time")
@@ -612,7 +613,7 @@ def test_risingwave_asof_over_the_history_with_the_market_data_arriving_after_th
     decided = Counter(r for r in ASOF_FOLLOWING_LEFT if r[3] is not None and r[1] < day("10:30"))
     assert outputs(spark, following, *columns) == decided  # the 11:00 rows are at the watermark
     assert metrics.sources["sp"].open == 9 - sum(decided.values())
-    replay(spark, following, day("00:00"), day("23:00"), closed=True)
+    replay(spark, following, day("00:00"), day("23:00"), RunOptions(closed=True))
     assert outputs(spark, following, *columns) == Counter(ASOF_FOLLOWING_LEFT)
 
 

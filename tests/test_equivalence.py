@@ -42,6 +42,7 @@ from streamjoin import delta_io, index
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import from_spark
@@ -124,7 +125,11 @@ def test_replay_modes_partitions_and_slices(spark, tmp_path):
             spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
             runs.setdefault(name, []).append(
                 replay(
-                    spark, with_output(spec, f"{root}/{name}"), start, end, mode=mode, closed=name == "closed"
+                    spark,
+                    with_output(spec, f"{root}/{name}"),
+                    start,
+                    end,
+                    RunOptions(mode=mode, closed=name == "closed"),
                 )
             )
     finally:
@@ -304,7 +309,9 @@ def test_a_row_far_ahead_of_its_commit_is_rejected_and_the_rows_after_it_still_j
     # Up to a day from now: every commit, not the rejected rows' event times. A rejected row is owned
     # by its commit time, so the replay of the period it arrived in reports it.
     until = datetime.now(UTC).replace(tzinfo=None) + timedelta(days=1)
-    replayed = replay(spark, with_output(spec, f"{tmp_path}/replayed"), EVERYTHING[0], until, mode="exact")
+    replayed = replay(
+        spark, with_output(spec, f"{tmp_path}/replayed"), EVERYTHING[0], until, RunOptions(mode="exact")
+    )
     expected = Counter({("a1", "b1", 12): 1, ("a2", "b2", 22): 1, ("a3", "b3", 41): 1})
     assert read_output(spark, f"{tmp_path}/out") == expected
     assert read_output(spark, f"{tmp_path}/replayed") == expected
@@ -320,7 +327,7 @@ def test_a_row_far_ahead_of_its_commit_is_rejected_and_the_rows_after_it_still_j
 
     unbounded = replace(spec, sources=tuple(replace(s, max_future=None) for s in spec.sources))
     with pytest.raises(JobError, match=r"max_future none, but .*_index was computed with 1d"):
-        replay(spark, unbounded, EVERYTHING[0], until, mode="exact")
+        replay(spark, unbounded, EVERYTHING[0], until, RunOptions(mode="exact"))
 
 
 def test_streams_without_a_time_column_join_on_their_commit_times(spark, tmp_path):

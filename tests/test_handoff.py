@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from streamjoin import delta_io, lease
+from streamjoin.arrival import Slice
 from streamjoin.backfill import hand_off, plan_backfill, run_backfill
 from streamjoin.cli import main
 from streamjoin.demo import DAY, demo_job, generate, job_file, write_tables
 from streamjoin.errors import JobError
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 
 
@@ -34,8 +36,10 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
 
     with pytest.raises(JobError, match="no exact backfill .* ending at"):
         hand_off(spark, spec, at, str(root / "unused_checkpoint"))
-    backfill = plan_backfill(spark, spec, start, at, every="1d")
-    assert [o.status for o in run_backfill(spark, backfill, validate=False)] == ["succeeded"] * 2
+    backfill = plan_backfill(spark, spec, Slice(start, at), every="1d")
+    assert [o.status for o in run_backfill(spark, backfill, options=RunOptions(validate=False))] == [
+        "succeeded"
+    ] * 2
     # A live runner on a new checkpoint would write the backfilled rows again: refused, output untouched.
     backfilled = rows(spark, spec.output.location)
     with pytest.raises(

@@ -29,6 +29,7 @@ from seed_sql import SQLSTREAM_LEFT, SQLSTREAM_STOCKS_SOURCES
 from streamjoin.errors import JobError
 from streamjoin.plan import bind
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.sql import spec_from_sql
@@ -175,7 +176,10 @@ def ksql_replays(spark, ksql):
     """Exact replays of [0 s, 200 s) of the three join types over the final tables (run at once)."""
     specs = {t: ksql_spec(ksql.root, t, "replay") for t in KSQL_TYPES}
     metrics = concurrently(
-        {t: (lambda s=s: replay(spark, s, at(0), at(200), mode="exact")) for t, s in specs.items()}
+        {
+            t: (lambda s=s: replay(spark, s, at(0), at(200), RunOptions(mode="exact")))
+            for t, s in specs.items()
+        }
     )
     return {t: (specs[t], metrics[t]) for t in KSQL_TYPES}
 
@@ -396,7 +400,10 @@ def stocks_replays(spark, stocks):
         for name, (plan, t, emit) in STOCKS_REPLAYS.items()
     }
     metrics = concurrently(
-        {name: (lambda s=s: replay(spark, s, *WINDOW, mode="exact")) for name, s in specs.items()}
+        {
+            name: (lambda s=s: replay(spark, s, *WINDOW, options=RunOptions(mode="exact")))
+            for name, s in specs.items()
+        }
     )
     return {name: (stocks_out(read(spark, specs[name].output.location)), metrics[name]) for name in specs}
 
@@ -460,7 +467,7 @@ def test_stocks_left_statement_from_sql_emits_eagerly_as_sqlstream(spark, stocks
     assert (
         spec_from_sql(f"{declarations}CREATE STREAM w WITH (path='w') AS\n{within}").joins[0].emit == "final"
     )
-    replay(spark, job, *WINDOW, mode="exact")
+    replay(spark, job, *WINDOW, options=RunOptions(mode="exact"))
     rows = stocks_out(read(spark, job.output.location))
     assert ("05:03:15", None, 1000, None) in rows
     assert rows == seed_rows("left") + after_insert() == stocks_replays["left"][0]
@@ -540,7 +547,7 @@ def test_interval_condition_without_equality_refused_before_data_moves(spark, tm
         bind(spark, spec)
     assert expected in str(error.value) and "e.g. on: l.id = r.id" in str(error.value)
     with pytest.raises(JobError) as error:
-        replay(spark, spec, at(0), at(100), mode="exact")
+        replay(spark, spec, at(0), at(100), RunOptions(mode="exact"))
     assert expected in str(error.value)
     with pytest.raises(JobError) as error:
         LiveRunner(spark, spec, str(tmp_path / "checkpoint"))

@@ -30,6 +30,7 @@ from streamjoin.errors import HistoryNotRetainedError
 from streamjoin.frames import local_frame
 from streamjoin.index import Entry
 from streamjoin.plan import bind
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import to_micros
@@ -313,7 +314,7 @@ def test_a_backfill_today_enriches_from_both_aged_tables_as_of_each_impression(s
     rate valid at its time, from versions Delta no longer serves."""
     truth, paths = aged["truth"], aged["paths"]
     spec = job(aged["root"], paths["campaigns"], paths["rates"], paths["imps"])
-    replay(spark, spec, day(START_DAY + 1), day(0), closed=True)
+    replay(spark, spec, day(START_DAY + 1), day(0), RunOptions(closed=True))
     got = Counter(
         tuple(r)
         for r in spark.read.format("delta").load(spec.output.location).select("iid", "tier", "rate").collect()

@@ -27,6 +27,7 @@ from pyspark.sql.types import (
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 
@@ -90,7 +91,7 @@ def live_then_replay(spark, root, name, join, select, columns):
             written.append(rows_of(spark, live, columns))
     accounting, _ = live_accounting(spark, live.output.location)
     replayed = job(root, f"{name}_replay", join, select)
-    metrics = replay(spark, replayed, at(0), at(3600), mode="exact")
+    metrics = replay(spark, replayed, at(0), at(3600), RunOptions(mode="exact"))
     return written, accounting, rows_of(spark, replayed, columns), source_counts(metrics), replayed
 
 
@@ -126,7 +127,7 @@ def test_unnest_of_structs_and_maps_left(spark, tmp_path):
         {"unnest": "orders.items", "as": "i", "type": "left"},
         ["order_id", "i.sku", "i.qty"],
     )
-    metrics = replay(spark, items, at(0), at(3600), mode="exact")
+    metrics = replay(spark, items, at(0), at(3600), RunOptions(mode="exact"))
     assert rows_of(spark, items, ("order_id", "sku", "qty")) == Counter(
         {(1, "a", 2): 1, (1, "b", 1): 1, (2, None, None): 1, (3, None, None): 1, (4, "c", 5): 1}
     )
@@ -138,7 +139,7 @@ def test_unnest_of_structs_and_maps_left(spark, tmp_path):
         ["order_id", "a.name", "a.n"],
         where="a.n IS NULL OR a.n > 1",
     )
-    replay(spark, attrs, at(0), at(3600), mode="exact")
+    replay(spark, attrs, at(0), at(3600), RunOptions(mode="exact"))
     assert rows_of(spark, attrs, ("order_id", "name", "n")) == Counter(
         {(2, None, None): 1, (3, None, None): 1, (4, "y", 2): 1, (4, "z", 3): 1}
     )
@@ -184,7 +185,7 @@ def test_a_failing_function_names_itself_and_the_arguments(spark, tmp_path):
         Exception,
         match=r"table function table_functions:shout failed on arguments \('boom',\): ValueError: no shouting at boom",
     ):
-        replay(spark, spec, at(0), at(3600), mode="exact")
+        replay(spark, spec, at(0), at(3600), RunOptions(mode="exact"))
 
 
 @pytest.mark.parametrize(

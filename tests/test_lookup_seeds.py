@@ -26,6 +26,7 @@ from streamjoin.jobfile import load_job
 from streamjoin.plan import bind, describe
 from streamjoin.report import build_report
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.verify import verify
@@ -105,13 +106,15 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     database.sql("DELETE FROM customers; INSERT INTO customers VALUES (1, 'Ann', 'SE', '111 20')")
     checked = verify(spark, live, at(0), at(3600), every="1h", checkpoint=str(tmp_path / "checkpoint"))
     assert checked.equal, checked  # `streamjoin verify` replays from the live run's journal too
-    metrics = replay(spark, live, at(0), at(3600), mode="exact")
+    metrics = replay(spark, live, at(0), at(3600), RunOptions(mode="exact"))
     assert rows_of(spark, live) == expected  # the journal's answers, not today's database
     assert source_counts(metrics) == {"orders": balance}
     assert metrics.lookups == 0
     closed = database.url.replace(str(database.port), str(database.port + 1))
     down = job(tmp_path, "live", closed, "left")  # the database down; the same output, so the same journal
-    assert source_counts(replay(spark, down, at(0), at(3600), mode="exact")) == {"orders": balance}
+    assert source_counts(replay(spark, down, at(0), at(3600), RunOptions(mode="exact"))) == {
+        "orders": balance
+    }
     assert rows_of(spark, down) == expected  # from the journal alone: no connection needed
     with pytest.raises(
         JobError, match=r"lookup join 'c'.*cannot read customers .*check that the database is up"
@@ -121,7 +124,7 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
         )  # live asks for every new commit: refused at once
 
     fresh = job(tmp_path, "fresh", database.url, "left")  # no run of it processed these commits
-    metrics = replay(spark, fresh, at(0), at(3600), mode="exact")
+    metrics = replay(spark, fresh, at(0), at(3600), RunOptions(mode="exact"))
     today = Counter(
         {(101, "SE", "111 20"): 1, (102, None, None): 1, (103, "SE", "111 20"): 1, (104, None, None): 1}
     )
@@ -130,7 +133,9 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     assert "looked up in the database (not yet in the journal) 4" in metrics.summary()
     page = build_report(spark, fresh).read_text()  # the slice's accounting, and what it asked
     assert "<th>looked up (not in the journal)</th>" in page and "data-field='lookups'>4<" in page
-    assert replay(spark, fresh, at(0), at(3600), mode="exact").lookups == 0  # now from its journal
+    assert (
+        replay(spark, fresh, at(0), at(3600), RunOptions(mode="exact")).lookups == 0
+    )  # now from its journal
     assert rows_of(spark, fresh) == today
     for how, spec in (("left", live), ("inner", job(tmp_path, "inner", database.url, "inner"))):
         text = describe(bind(spark, spec))
@@ -145,7 +150,7 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     with pytest.raises(
         JobError, match=r"1 key\(s\) of commits the journal .*_lookups does not hold yet.*database is up"
     ):
-        replay(spark, down, at(0), at(3600), mode="exact")
+        replay(spark, down, at(0), at(3600), RunOptions(mode="exact"))
 
 
 def test_a_lookup_job_on_a_forty_day_old_table_before_and_after_its_aging(spark, tmp_path, database):
@@ -177,7 +182,7 @@ def test_a_lookup_job_on_a_forty_day_old_table_before_and_after_its_aging(spark,
     assert live == Counter({(n * 10 + i, *answers[i]): 1 for n in range(len(days)) for i in range(3)})
     database.sql(MOVED)
     age_table(spark, path, log_retention="interval 5 days")
-    metrics = replay(spark, spec, now - timedelta(days=60), now + timedelta(days=1), mode="exact")
+    metrics = replay(spark, spec, now - timedelta(days=60), now + timedelta(days=1), RunOptions(mode="exact"))
     assert rows_of(spark, spec) == live
     assert metrics.lookups == 0
 
@@ -186,7 +191,7 @@ def test_the_other_terms_of_the_condition_filter_the_database_rows(spark, tmp_pa
     database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}{MOVED}")
     write(spark, tmp_path, FIRST + SECOND)
     spec = job(tmp_path, "not_fr", database.url, "left", "orders.customer_id = c.id AND c.country <> 'FR'")
-    metrics = replay(spark, spec, at(0), at(3600), mode="exact")
+    metrics = replay(spark, spec, at(0), at(3600), RunOptions(mode="exact"))
     assert rows_of(spark, spec) == Counter(
         {
             (101, "AT", "1010"): 1,
@@ -209,7 +214,7 @@ def test_flinks_statement_runs_as_printed(spark, tmp_path, database):
     )
     (tmp_path / "enriched.sql").write_text(sources + query)
     spec = load_job(tmp_path / "enriched.sql")
-    metrics = replay(spark, spec, at(0), at(3600), mode="exact")
+    metrics = replay(spark, spec, at(0), at(3600), RunOptions(mode="exact"))
     got = Counter((r.order_id, r.total, r.country, r.zip) for r in read(spark, spec.output.location))
     moved, cem = ("AT", "1010"), ("FR", "69001")
     assert got == Counter(

@@ -20,6 +20,7 @@ import yaml
 from aging import clean_log
 
 from streamjoin import delta_io, index
+from streamjoin.arrival import Slice
 from streamjoin.backfill import plan_backfill, run_backfill
 from streamjoin.cli import main
 from streamjoin.plan import bind
@@ -101,7 +102,7 @@ def history(spark, tmp_path_factory):
 
 def test_a_month_old_backfill_writes_the_truth(spark, history):
     h, job = history
-    backfill = plan_backfill(spark, job, h.day(FIRST_DAY), h.day(END_DAY), every="1d")
+    backfill = plan_backfill(spark, job, Slice(h.day(FIRST_DAY), h.day(END_DAY)), every="1d")
     outcomes = run_backfill(spark, backfill)
     assert [o.status for o in outcomes] == ["succeeded"] * (END_DAY - FIRST_DAY)
     written = spark.read.format("delta").load(job.output.location)

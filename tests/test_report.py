@@ -17,6 +17,7 @@ from streamjoin.backfill import run_slice
 from streamjoin.errors import JobError
 from streamjoin.report import build_report, docs_link
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.session import PROJECT_ROOT
 from streamjoin.timeutil import from_spark
@@ -60,13 +61,13 @@ def replayed(spark, tmp_path_factory):
         write_commit(spark, paths[side], rows)
     spec = job(root, paths, "left", 0, 10, 5)
     LiveRunner(spark, spec, str(root / "checkpoint")).run(900)
-    replay(spark, spec, *SLICES[0], mode="exact", versions={"l": 1, "r": 1})
+    replay(spark, spec, *SLICES[0], options=RunOptions(mode="exact", versions={"l": 1, "r": 1}))
     for mode in ("exact", "complete"):
         for start, end in SLICES[:2]:
-            replay(spark, spec, start, end, mode=mode)
-    replay(spark, spec, *SLICES[2], mode="complete")
+            replay(spark, spec, start, end, RunOptions(mode=mode))
+    replay(spark, spec, *SLICES[2], options=RunOptions(mode="complete"))
     outcome = run_slice(
-        spark, spec, *SLICES[2], mode="exact"
+        spark, spec, *SLICES[2], options=RunOptions(mode="exact")
     )  # a replay, validated and recorded as a backfill attempt
     assert outcome.ok, (outcome.error, outcome.validation)
     return spec
@@ -293,7 +294,7 @@ def test_page_shows_every_slice_as_the_metrics_table_has_it(spark, replayed, bro
 
 def test_one_slice_without_rows_still_draws(spark, replayed, browser, tmp_path):
     spec = with_output(replayed, str(tmp_path / "empty_out"))
-    replay(spark, spec, at(1000), at(1100), mode="exact")  # no event falls in this slice
+    replay(spark, spec, at(1000), at(1100), RunOptions(mode="exact"))  # no event falls in this slice
     page = build_report(spark, spec)
     assert page == Path(f"{spec.output.location}_quality/report/index.html")
     open_page(browser, page)
@@ -370,7 +371,9 @@ def test_a_replay_reading_past_the_live_run_is_refused_where_both_would_write(sp
     with pytest.raises(JobError, match=r"may still write rows into \[2024-01-01T00:08:20\+00:00"):
         replay(spark, replayed, at(500), at(600))  # rows the live run holds (b10, unsettled) lie there
     replay(spark, replayed, *SLICES[0])  # finished, and no unread commit reaches it
-    replay(spark, replayed, *SLICES[2], versions={"l": 5, "r": 5})  # what the live run had read
+    replay(
+        spark, replayed, *SLICES[2], options=RunOptions(versions={"l": 5, "r": 5})
+    )  # what the live run had read
     assert third_slice() == written and written  # the rows live wrote, each once
 
 

@@ -43,6 +43,7 @@ from test_equivalence import check_live_metrics
 
 from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 
 HOW, LO, HI, GRACE = FIXED_HOW, FIXED_LO, FIXED_HI, FIXED_GRACE
@@ -96,7 +97,7 @@ def replayed(tables: Tables) -> Uninterrupted:
     row for row (contract 2), with the reference's view of the same commits."""
     spark, root = tables.spark, tables.root
     target = with_output(tables.spec, f"{root}/replay")
-    replay(spark, target, *EVERYTHING, mode="exact")
+    replay(spark, target, *EVERYTHING, options=RunOptions(mode="exact"))
     expected, counts = reference(events(spark, tables.paths, tables.written), LO, HI, GRACE, HOW)
     return Uninterrupted(
         output=read_output(spark, target.output.location),

@@ -22,6 +22,7 @@ from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 from streamjoin.sql import spec_from_sql
@@ -125,7 +126,7 @@ def test_the_latest_rows_per_key_live_and_replayed(spark, tmp_path):
     accounting, _ = live_accounting(spark, live.output.location)
     assert accounting == ACCOUNTING
     replayed = spec(tmp_path, "replay")
-    metrics = replay(spark, replayed, at(0), at(FIVE + 3600), mode="exact")
+    metrics = replay(spark, replayed, at(0), at(FIVE + 3600), RunOptions(mode="exact"))
     assert joined(read(spark, replayed.output.location)) == EXPECTED
     assert source_counts(metrics) == ACCOUNTING
     text = describe(bind(spark, replayed))
@@ -160,7 +161,7 @@ SELECT STREAM oq.ticker AS ticker, oq.quantity AS quantity, sp.ending_price AS p
     LiveRunner(spark, live, str(tmp_path / "checkpoint")).run()
     assert joined(read(spark, live.output.location)) == EXPECTED
     replayed = job("replay")
-    replay(spark, replayed, at(0), at(FIVE + 3600), mode="exact")
+    replay(spark, replayed, at(0), at(FIVE + 3600), RunOptions(mode="exact"))
     assert joined(read(spark, replayed.output.location)) == EXPECTED
 
 
@@ -233,5 +234,5 @@ def test_rows_windows_on_forty_day_old_tables_before_and_after_their_aging(spark
         assert delta_io.oldest_retained(spark, str(tmp_path / name)).version > 0, (
             "the early log is still there"
         )
-    replay(spark, job, now - timedelta(days=60), now + timedelta(days=1), mode="exact")
+    replay(spark, job, now - timedelta(days=60), now + timedelta(days=1), RunOptions(mode="exact"))
     assert Counter((r.ticker, r.quantity, r.price) for r in read(spark, job.output.location)) == live

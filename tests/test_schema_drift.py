@@ -14,6 +14,7 @@ from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
 from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 
 # The stream's time column is named `t`, like the table source: `t.name` must never be read as a
@@ -76,7 +77,7 @@ def test_unused_columns_dropped_and_renamed_keep_both_runners_going(spark, tmp_p
     assert main(["validate-job", job]) == 0
     assert "ok" in capsys.readouterr().out
     spec = load_job(job)
-    metrics = replay(spark, spec, *EVERYTHING, closed=True)
+    metrics = replay(spark, spec, *EVERYTHING, options=RunOptions(closed=True))
     assert metrics.balanced()
     rows = {
         tuple(r) for r in delta_io.read_snapshot(spark, spec.output.location).select("id", "name").collect()

@@ -21,6 +21,7 @@ from streamjoin.links import (
     WindowLink,
 )
 from streamjoin.plan import bind, describe, split_conjuncts
+from streamjoin.runners.options import RunOptions
 from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import parse_duration, parse_instant
 
@@ -300,7 +301,7 @@ def test_a_source_star_selects_its_own_columns(spark, tables, tmp_path):
 
     spec = bound(tables, select=["a.*", "b.amount AS paid"], output__path=str(tmp_path / "out"))
     assert list(bind(spark, spec).output_columns) == ["id", "amount", "ts", "paid"]
-    replay(spark, spec, at(-60), at(3600), closed=True)
+    replay(spark, spec, at(-60), at(3600), RunOptions(closed=True))
     written = spark.read.format("delta").load(str(tmp_path / "out"))
     assert written.columns == ["id", "amount", "ts", "paid", "event_time"]
     assert [tuple(r) for r in written.select("id", "amount", "paid").collect()] == [("k", 1, 2)]
@@ -382,7 +383,7 @@ def test_a_residual_with_and_inside_runs_as_written(spark, tables, tmp_path, res
     assert plan.joins[0].equi == (("a.id", "b.id"),) and plan.joins[0].residual == f"({residual})".replace(
         "true", "TRUE"
     ).replace("false", "FALSE")
-    replay(spark, spec, at(-60), at(3600), closed=True)
+    replay(spark, spec, at(-60), at(3600), RunOptions(closed=True))
     rows = spark.read.format("delta").load(str(tmp_path / "out")).collect()
     assert [(r.a_amount, r.b_amount) for r in rows] == [(1, 2) if joined else (1, None)]
 

@@ -26,7 +26,9 @@ from streamjoin import delta_io
 from streamjoin.errors import UnsupportedJobError
 from streamjoin.kernel import family
 from streamjoin.plan import bind
+from streamjoin.runners.hooks import after_write
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 
@@ -249,8 +251,8 @@ def test_batch_killed_after_writing_changes_is_redone_once(spark, tmp_path):
     append(spark, paths[1], [("a", "x")], KV)
     append(spark, paths[0], [("b", None)], KV)
     hook = FailOnce("changes")
-    with pytest.raises(Exception, match="injected failure"):
-        LiveRunner(spark, spec, f"{tmp_path}/checkpoint", after_write=hook).run()
+    with pytest.raises(Exception, match="injected failure"), after_write(hook):
+        LiveRunner(spark, spec, f"{tmp_path}/checkpoint").run()
     assert hook.fired == 1
     LiveRunner(spark, spec, f"{tmp_path}/checkpoint").run()
     replayed = with_output(spec, f"{tmp_path}/replay")
@@ -262,7 +264,7 @@ def test_batch_killed_after_writing_changes_is_redone_once(spark, tmp_path):
     }
     # The result as of an earlier pair of versions: the left table's first commit, the right empty.
     earlier = with_output(spec, f"{tmp_path}/as_of_first_commit")
-    replay(spark, earlier, *EVERYTHING, versions={"l": 1, "r": 0})
+    replay(spark, earlier, *EVERYTHING, options=RunOptions(versions={"l": 1, "r": 0}))
     assert result_table(spark, earlier) == {
         json.dumps({"result_key": {"k": k}, "lv": v, "rv": None}, sort_keys=True)
         for k, v in (("a", "A"), ("b", "B"))

@@ -15,6 +15,7 @@ from streamjoin.cli import main
 from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
 from streamjoin.plan import bind, iso_8601_format, time_format_warnings
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 
 IMPRESSIONS = StructType([StructField("id", StringType()), StructField("ts", TimestampType())])
@@ -97,7 +98,7 @@ def test_the_suggested_format_reads_the_rows_and_the_job_joins_them(spark, histo
     """The pattern validate-job proposes is one the runners parse: every click joins."""
     spec = load_job(write_job(history, tmp_path, {"clicks": "yyyy-MM-dd'T'HH:mm:ssX"}))
     assert time_format_warnings(spark, bind(spark, spec)) == []
-    metrics = replay(spark, spec, at(-60), at(3600), closed=True)
+    metrics = replay(spark, spec, at(-60), at(3600), RunOptions(closed=True))
     assert metrics.sources["clicks"].joined == 3 and metrics.total("rejected") == 0
 
 

@@ -20,9 +20,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamjoin.arrival import Slice
 from streamjoin.demo import JOBS_DIR, demo_job
 from streamjoin.errors import JobError
 from streamjoin.jobfile import job_files
+from streamjoin.runners.options import RunOptions
 from streamjoin.session import PROJECT_ROOT
 from streamjoin.spec import Output, Quality, spec_from_dict
 from streamjoin.validation import load_suite, suite_for, suites_folder, validate_slice
@@ -370,8 +372,8 @@ def collapsed(spark, tmp_path_factory):
         views = [(f"v{hour}{n}", c, "EUR", at(hour * HOUR + 60 * n)) for n, c in enumerate(campaigns)]
         append(spark, root / "views", views, VIEWS)
     spec = spec_from_dict(campaign_chain(root))
-    backfill = plan_backfill(spark, spec, at(0), at(6 * HOUR), every="1h")
-    outcomes = run_backfill(spark, backfill, site=str(root / "site"))
+    backfill = plan_backfill(spark, spec, Slice(at(0), at(6 * HOUR)), every="1h")
+    outcomes = run_backfill(spark, backfill, options=RunOptions(site=str(root / "site")))
     return SimpleNamespace(root=root, spec=spec, outcomes=outcomes)
 
 

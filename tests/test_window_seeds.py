@@ -24,6 +24,7 @@ from streamjoin import kernel
 from streamjoin.errors import JobError, UnsupportedJobError
 from streamjoin.plan import bind, describe
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict
 
@@ -128,7 +129,7 @@ def tumble(spark, tmp_path_factory):
             runner.run(900)
             written[index] = tumble_rows(read(spark, live.output.location))
     spec = tumble_spec(root, "replay")
-    metrics = replay(spark, spec, at(TEN), at(TEN + 600), mode="exact")
+    metrics = replay(spark, spec, at(TEN), at(TEN + 600), RunOptions(mode="exact"))
     return SimpleNamespace(live=live, written=written, replay=spec, metrics=metrics)
 
 
@@ -224,7 +225,7 @@ def test_a_hopping_window_pairs_and_pads_per_window(spark, tmp_path):
     for source, name, key, minute in HOP_COMMITS:
         append(spark, tmp_path / source, [(name, key, at(TEN + 60 * minute))], KEYED)
     spec = hop_spec(tmp_path, "replay")
-    metrics = replay(spark, spec, at(TEN - 3600), at(TEN + 3 * 3600), mode="exact")
+    metrics = replay(spark, spec, at(TEN - 3600), at(TEN + 3 * 3600), RunOptions(mode="exact"))
     assert hop_rows(read(spark, spec.output.location)) == HOP_LEFT
     assert source_counts(metrics) == HOP_ACCOUNTING
     live = hop_spec(tmp_path, "live")

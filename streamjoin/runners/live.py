@@ -55,6 +55,7 @@ from streamjoin.errors import CheckpointError, JobError
 from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, explain_late, to_frame
 from streamjoin.plan import Plan, bind
+from streamjoin.runners import hooks
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import from_micros, parse_duration
 
@@ -133,7 +134,6 @@ class LiveRunner:
         checkpoint: str,
         trigger: str = "available-now",
         max_files_per_trigger: int | None = None,
-        after_write: Callable[[str, int], None] | None = None,
         start_at: dict[str, index.StartAt] | None = None,
         on_batch: Callable[[RunMetrics], None] | None = None,
     ) -> None:
@@ -145,7 +145,6 @@ class LiveRunner:
         self.start_at = start_at
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
-        self.after_write = after_write or (lambda table, batch: None)
         self.on_batch = on_batch or (lambda metrics: None)  # told of each micro-batch once it is recorded
         if "://" in checkpoint and not checkpoint.startswith("file:"):
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
@@ -594,7 +593,7 @@ class LiveRunner:
             }
             left = SliceCounts(reduce(DataFrame.unionByName, parts), 1, **kinds)  # counted as written
             left.rows.write.mode("overwrite").parquet(self._state_path(batch_id))
-            self.after_write("state", batch_id)
+            hooks.wrote("state", batch_id)
             counted = left.get()[0]
             left_over = {
                 s.name: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in plan.streams
@@ -694,7 +693,7 @@ class LiveRunner:
             if sum(ops.values()):
                 self._write(changes, out.side("changes"), batch_id, "changes")
                 delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
-                self.after_write("output", batch_id)
+                hooks.wrote("output", batch_id)
             watch.lap("write")
             (metrics,) = accounting.account(
                 self._ran(
@@ -793,7 +792,7 @@ class LiveRunner:
             partition_by=partition_by,
             merge_schema=table == "metrics",
         )
-        self.after_write(table, batch_id)
+        hooks.wrote(table, batch_id)
 
     def _written_after(self, batch_id: int, location: str) -> int | None:
         """The newest version of `location` before this batch's first attempt wrote it: kept in the

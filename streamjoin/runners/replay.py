@@ -1,27 +1,32 @@
 """The replay runner: a deterministic batch over Delta snapshots pinned at versions, one slice at a time.
 
-Control flow: pin input versions, check those snapshots are retained, bring the arrival index up
-to them, read each stream source's rows in the slice's margins, settle them at the frontier, take
-their watermarks from the index, hand them to the kernel in one step, and replace the slice's rows
-in the output and side tables. Re-running a slice replaces it; slices [a, b) and [b, c) together
-equal [a, c); the cost of a slice follows what it holds, not the length of the history.
+A replay is planned first and executed after. The plan (`plan_replay`, a `ReplayPlan`) binds the
+job, pins each source's version and says, before any data moves, each stream source's margins, what
+is read and what is written; `streamjoin explain --start --end` prints it. Executing it checks those
+snapshots are retained, brings the arrival index up to them, reads each stream source's rows in the
+slice's margins, settles them at the frontier, takes their watermarks from the index, hands them to
+the kernel in one step, and replaces the slice's rows in the output and side tables. Re-running a
+slice replaces it; slices [a, b) and [b, c) together equal [a, c); the cost of a slice follows what
+it holds, not the length of the history.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
+from typing import Any
 
 import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import accounting, arrival, changelog, delta_io, drift, index, journal, kernel
+from streamjoin.arrival import Slice
 from streamjoin.changelog import TableInput
-from streamjoin.enums import Mode
 from streamjoin.errors import HistoryNotRetainedError, JobError
 from streamjoin.joins.base import JoinOperator, SliceCounts, StepResult, counted_pass
 from streamjoin.metrics import (
@@ -33,8 +38,10 @@ from streamjoin.metrics import (
     refuse_over_live,
 )
 from streamjoin.plan import Plan, bind
+from streamjoin.runners import hooks
+from streamjoin.runners.options import DEFAULTS, RunOptions
 from streamjoin.spec import JoinSpec, Output
-from streamjoin.timeutil import EARLIEST, LATEST, Instant, from_micros, parse_instant, to_micros
+from streamjoin.timeutil import EARLIEST, LATEST, Instant, from_micros
 
 
 def pin_versions(spark: SparkSession, plan: Plan, versions: dict[str, int] | None = None) -> dict[str, int]:
@@ -70,127 +77,253 @@ def check_inputs(spark: SparkSession, plan: Plan, versions: dict[str, int]) -> N
 
 
 def check_live_writer(
-    spark: SparkSession, plan: Plan, windows: list[tuple[datetime, datetime]], pinned: dict[str, int]
+    spark: SparkSession, plan: Plan, slices: Sequence[Slice], pinned: dict[str, int]
 ) -> None:
     """Refuse, before any data moves, to replay slices of the job's output that a live run may still
     write into over commits it has not read (`metrics.refuse_over_live`, with the join's margins)."""
     join = kernel.family(plan)
-    refuse_over_live(spark, plan, windows, pinned, {s.name: join.margins(s.name) for s in plan.streams})
+    refuse_over_live(spark, plan, list(slices), pinned, {s.name: join.margins(s.name) for s in plan.streams})
 
 
 def replay(
-    spark: SparkSession,
-    spec: JoinSpec,
-    start: Instant,
-    end: Instant,
-    mode: str = "exact",
-    versions: dict[str, int] | None = None,
-    after_write: Callable[[str], None] | None = None,
-    checked: bool = False,
-    closed: bool = False,
+    spark: SparkSession, spec: JoinSpec, start: Instant, end: Instant, options: RunOptions = DEFAULTS
 ) -> RunMetrics:
     """Replay [start, end) of `spec` over pinned versions and replace that slice of its outputs.
     `start` and `end`: datetimes (naive: UTC) or ISO strings, as the CLI takes them.
 
     Reads only what the slice needs: each stream source's rows in the slice's margins (and the
     rows without event time it owns) from the pinned snapshot, lateness from the arrival index
-    (extended first to the pinned versions), each table source from its start. `checked`: the
-    caller (a backfill) has already run `check_inputs` on these versions. `after_write(location)`
-    is called after each table is written (tests inject faults there). `closed`: the input ends at
-    the pinned versions (a closed history), so every row is settled and every window closes, as if
-    a last watermark at infinity had passed; live writes those last rows only if more data comes.
-    """
-    (metrics,) = replay_slices(
-        spark, spec, [(start, end)], mode, versions, after_write=after_write, checked=checked, closed=closed
-    )
+    (extended first to the pinned versions), each table source from its start. With
+    `options.closed` the input ends at the pinned versions (a closed history), so every row is
+    settled and every window closes, as if a last watermark at infinity had passed; live writes
+    those last rows only if more data comes."""
+    (metrics,) = replay_slices(spark, spec, [Slice.of(start, end)], options)
     return metrics
 
 
 def replay_slices(
-    spark: SparkSession,
-    spec: JoinSpec,
-    slices: Sequence[tuple[Instant, Instant]],
-    mode: str = "exact",
-    versions: dict[str, int] | None = None,
-    after_write: Callable[[str], None] | None = None,
-    checked: bool = False,
-    closed: bool = False,
-    into: Output | None = None,
-    known_from: dict[str, int] | None = None,
+    spark: SparkSession, spec: JoinSpec, slices: Sequence[Slice], options: RunOptions = DEFAULTS
 ) -> list[RunMetrics]:
     """Replay consecutive slices [a, b), [b, c), ... as one run: one read of the inputs, one kernel
     step and one write of each table for all of them, yet a metrics row per slice, counted as a
     replay of that slice alone counts it (slice invariance makes the rows the same). A backfill's
     way of paying a replay's fixed costs once rather than per slice; the slices are written
-    together, so either all of them are or none is. `into`: write the output, its side tables and
-    the metrics there instead of the job's output (`verify`'s scratch); the arrival index stays the
-    job's. `known_from`: per table source, the earliest time it can be told at, for a backfill run
-    with --assume-earliest-known (`changelog.TableInput.known_from`)."""
-    windows = _windows(slices)
+    together, so either all of them are or none is."""
+    return plan_replay(spark, spec, slices, options).execute(spark)
+
+
+def plan_replay(
+    spark: SparkSession, spec: JoinSpec, slices: Sequence[Slice], options: RunOptions = DEFAULTS
+) -> ReplayPlan:
+    """A replay of `slices` decided before any data moves: the job bound, its operator, the
+    versions pinned (`pin_versions`; the sources' logs are all it reads)."""
+    pieces = _checked(slices)
+    began, started_at = time.monotonic(), pendulum.now("UTC")
+    with _translated(spark, spec, options.into or spec.output):
+        plan = bind(spark, spec)
+        operator = kernel.family(plan)
+        pinned = pin_versions(spark, plan, dict(options.versions or {}))
+    return ReplayPlan(plan, operator, pieces, options, pinned, began, started_at)
+
+
+def _checked(slices: Sequence[Slice]) -> tuple[Slice, ...]:
+    """The slices, refused unless each is non-empty and each starts where the last ended."""
+    if not slices:
+        raise JobError("a replay needs at least one slice")
+    for piece in slices:
+        if not piece.start < piece.end:
+            raise JobError(
+                f"the replay interval [{piece.start}, {piece.end}) is empty; start must be before end"
+            )
+    for before, after in zip(slices, slices[1:], strict=False):
+        if after.start != before.end:
+            raise JobError(
+                f"slices replayed together must follow each other; one ends at {before.end}, "
+                f"the next starts at {after.start}"
+            )
+    return tuple(slices)
+
+
+@contextlib.contextmanager
+def _translated(spark: SparkSession, spec: JoinSpec, out: Output) -> Iterator[None]:
+    """A replay's failures in streamjoin's words: storage faults naming the table, history Delta no
+    longer keeps naming the sources (and when VACUUM ran)."""
     locations = [s.location for s in spec.sources]
     try:
         with (
-            delta_io.translated_storage_faults([*locations, (into or spec.output).location]),
+            delta_io.translated_storage_faults([*locations, out.location]),
             delta_io.translated_errors(", ".join(locations), "the files this replay reads"),
             counted_pass(spark),
         ):
-            return _replay(
-                spark, spec, windows, mode, versions, after_write, checked, closed, into, known_from or {}
-            )
+            yield
     except HistoryNotRetainedError as error:
         if "VACUUM ran at" in str(error):
             raise
         raise HistoryNotRetainedError(f"{error}{delta_io.vacuum_note(spark, locations)}") from None
 
 
-def _windows(slices: Sequence[tuple[Instant, Instant]]) -> list[tuple[datetime, datetime]]:
-    """The slices in UTC (ISO strings as the CLI takes them: no zone means UTC), refused unless each
-    is non-empty and each starts where the last ended."""
-    utc: list[tuple[datetime, datetime]] = [
-        (parse_instant(a, "start"), parse_instant(b, "end")) for a, b in slices
-    ]
-    if not utc:
-        raise JobError("a replay needs at least one slice")
-    for a, b in utc:
-        if not a < b:
-            raise JobError(f"the replay interval [{a}, {b}) is empty; start must be before end")
-    for (_, b), (a, _) in zip(utc, utc[1:], strict=False):
-        if a != b:
-            raise JobError(
-                f"slices replayed together must follow each other; one ends at {b}, the next starts at {a}"
-            )
-    return utc
+@dataclass(frozen=True)
+class ReplayPlan:
+    """A replay decided before any data moves ("plan first, execute later"): the bound job and its
+    operator, the slices, how it runs, and the version of each source every read is pinned to; from
+    them, each stream source's margins and range, what is read and what is written. `describe`
+    says it (`streamjoin explain --start --end`); `execute` carries it out."""
+
+    plan: Plan
+    operator: JoinOperator
+    slices: tuple[Slice, ...]
+    options: RunOptions
+    versions: dict[str, int]
+    planned_at: float = field(default_factory=time.monotonic, compare=False)  # the run's clock starts here
+    started_at: datetime = field(default_factory=lambda: pendulum.now("UTC"), compare=False)
+
+    @property
+    def out(self) -> Output:
+        """Where the replay writes: the job's output, or `options.into`."""
+        return self.options.into or self.plan.spec.output
+
+    @property
+    def span(self) -> Slice:
+        return Slice(self.slices[0].start, self.slices[-1].end)
+
+    def margins(self) -> dict[str, tuple[int, int]]:
+        """Per stream source, how far (micros) before the slices and after them its rows are read."""
+        return {s.name: self.operator.margins(s.name) for s in self.plan.streams}
+
+    def ranges(self) -> dict[str, tuple[int, int]]:
+        """Per stream source, the event times (micros) read: the slices widened by its margins
+        (ROWS windows: all of it)."""
+        lo, hi = self.span.micros()
+        return {
+            name: (max(lo - before, EARLIEST), min(hi + after, LATEST))
+            for name, (before, after) in self.margins().items()
+        }
+
+    def reads(self) -> dict[str, str]:
+        """What is read of each source, in words."""
+        said = {}
+        for name, (lo, hi) in self.ranges().items():
+            if lo <= EARLIEST and hi >= LATEST:
+                said[name] = "all its rows"
+            else:
+                said[name] = (
+                    f"its rows of event time in [{_instant(lo, 'the beginning')}, {_instant(hi, 'the end')}), "
+                    "and its rows without event time committed in the slices"
+                )
+        for source in self.plan.tables:
+            said[source.name] = "its changes from the job's start"
+        return {name: f"{text}, at version {self.versions[name]}" for name, text in said.items()}
+
+    def writes(self) -> list[tuple[str, str]]:
+        """The tables the replay writes, each with what it does to it."""
+        out, job = self.out, self.plan.spec.output
+        if self.operator.keyed_output(self.plan) is None:
+            rows = [(out.location, "its rows in the slices, replaced")]
+        else:
+            rows = [
+                (out.side("changes"), "the result's changes in the slices, replaced"),
+                (out.location, "the result table as of the pinned versions, overwritten"),
+            ]
+        return [
+            (job.side("index"), "brought up to the pinned versions (the arrival index; tables' journal too)"),
+            *rows,
+            (
+                out.side("late"),
+                "its rows in the slices, replaced (left alone while it has none there, before or after)",
+            ),
+            (out.side("rejected"), "the same"),
+            (out.side("metrics"), "a row per slice, appended"),
+        ]
+
+    def describe(self) -> str:
+        """The plan as `streamjoin explain --start --end` prints it."""
+        lines = [
+            f"replay of job {self.plan.spec.name} over [{self.span.start.isoformat()}, "
+            f"{self.span.end.isoformat()}) in {len(self.slices)} slice(s), mode {self.options.mode}"
+            + (", input closed at the pinned versions" if self.options.closed else ""),
+            "reads (every source at its pinned version):",
+            *(f"  {name}: {text}" for name, text in self.reads().items()),
+            "writes:",
+            *(f"  {table}: {what}" for table, what in self.writes()),
+        ]
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        """The plan as `streamjoin explain --start --end --json` prints it."""
+        return {
+            "slices": [[s.start.isoformat(), s.end.isoformat()] for s in self.slices],
+            "mode": self.options.mode,
+            "closed": self.options.closed,
+            "versions": self.versions,
+            "margins_s": {name: [b / 1e6, a / 1e6] for name, (b, a) in self.margins().items()},
+            "reads": self.reads(),
+            "writes": [{"table": table, "what": what} for table, what in self.writes()],
+        }
+
+    def execute(self, spark: SparkSession) -> list[RunMetrics]:
+        """Carry the replay out: check, index, read, step, write, and a metrics row per slice."""
+        with _translated(spark, self.plan.spec, self.out):
+            run = _prepare(spark, self)
+            read = _read_streams(run)
+            _read_tables(spark, run, read)
+            run.watch.lap("read")
+            result = _step(spark, run, read)
+            written = _write(spark, run, read, result)
+            return _account(spark, run, read, result, written)
+
+
+def _instant(micros: int, unbounded: str) -> str:
+    return unbounded if micros <= EARLIEST or micros >= LATEST else from_micros(micros).isoformat()
 
 
 @dataclass
 class _Run:
-    """One replay, prepared: the bound job and its operator, the slices, the pinned versions and
-    the arrival index read up to them, and where it writes. What the later steps share."""
+    """A planned replay being carried out: the plan, its slices as the kernel reads them, the
+    arrival index read up to the pinned versions and the frontier, the clock, the frames cached."""
 
-    plan: Plan
-    operator: JoinOperator
-    windows: list[tuple[datetime, datetime]]
+    replay: ReplayPlan
     slices: arrival.Slices
-    mode: str
-    closed: bool
-    pinned: dict[str, int]
     positions: index.Index
     frontier: arrival.Position | None
-    out: Output
-    known_from: dict[str, int]
-    after_write: Callable[[str], None]
-    watch: Stopwatch = field(default_factory=Stopwatch)
-    began: float = field(default_factory=time.monotonic)
-    started_at: datetime = field(default_factory=lambda: pendulum.now("UTC"))
+    stream_clock: int | None  # the newest commit time of the stream sources
+    watch: Stopwatch
     cached: list[DataFrame] = field(default_factory=list)
 
     @property
-    def bounds(self) -> tuple[datetime, datetime]:
-        return self.windows[0][0], self.windows[-1][1]
+    def plan(self) -> Plan:
+        return self.replay.plan
 
-    def wrote(self, location: str) -> str:
-        self.after_write(location)
-        return location
+    @property
+    def operator(self) -> JoinOperator:
+        return self.replay.operator
+
+    @property
+    def out(self) -> Output:
+        return self.replay.out
+
+    @property
+    def pinned(self) -> dict[str, int]:
+        return self.replay.versions
+
+
+def _prepare(spark: SparkSession, replay: ReplayPlan) -> _Run:
+    """Before any data moves: the pinned snapshots checked (unless the caller did), the arrival
+    index brought up to them, a live writer's slices refused, the frontier found."""
+    plan, pinned = replay.plan, replay.versions
+    if not replay.options.checked:
+        check_inputs(spark, plan, pinned)
+    positions = index.update(spark, plan, pinned)
+    if replay.options.into is None:  # the job's own output, which a live run may write too
+        check_live_writer(spark, plan, replay.slices, pinned)
+    newest = positions.newest()
+    frontier = arrival.frontier(newest, len(plan.streams), positions.history_end)
+    if replay.options.closed:  # every commit is settled: nothing more will come
+        frontier = max(newest.values(), default=None)
+    clock = max((p.time for p in newest.values()), default=None)
+    watch = Stopwatch(since=replay.planned_at)
+    run = _Run(replay, arrival.Slices.of(replay.slices), positions, frontier, clock, watch)
+    run.watch.lap("prepare")
+    return run
 
 
 @dataclass
@@ -203,7 +336,6 @@ class _Read:
     tables: dict[str, TableInput] = field(default_factory=dict)
     table_counts: list[dict[str, SourceCounts]] = field(default_factory=list)
     rejected: list[DataFrame] = field(default_factory=list)
-    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def any_rejected(self) -> bool:
         """Whether any source rejected a row the slices own."""
@@ -214,59 +346,18 @@ class _Read:
         return any(streams) or any(tables)
 
 
-def _replay(
-    spark: SparkSession,
-    spec: JoinSpec,
-    windows: list[tuple[datetime, datetime]],
-    mode: str,
-    versions: dict[str, int] | None,
-    after_write: Callable[[str], None] | None,
-    checked: bool,
-    closed: bool,
-    into: Output | None,
-    known_from: dict[str, int],
-) -> list[RunMetrics]:
-    """Prepare, read, step, write, account: one replay of consecutive slices."""
-    mode = Mode.parse(mode)
-    plan = bind(spark, spec)
-    operator = kernel.family(plan)
-    pinned = pin_versions(spark, plan, versions)
-    if not checked:
-        check_inputs(spark, plan, pinned)
-    positions = index.update(spark, plan, pinned)
-    if into is None:  # the job's own output, which a live run may write too
-        check_live_writer(spark, plan, windows, pinned)
-    newest = positions.newest()
-    frontier = arrival.frontier(newest, len(plan.streams), positions.history_end)
-    if closed:  # every commit is settled: nothing more will come
-        frontier = max(newest.values(), default=None)
-    slices = arrival.Slices.of((to_micros(a), to_micros(b)) for a, b in windows)
-    run = _Run(
-        plan,
-        operator,
-        windows,
-        slices,
-        mode,
-        closed,
-        pinned,
-        positions,
-        frontier,
-        into or spec.output,
-        known_from,
-        after_write or (lambda location: None),
+def _step(spark: SparkSession, run: _Run, read: _Read) -> StepResult:
+    """The kernel's one step over what was read, with the watermarks of the commits it needs."""
+    positions, frontier = run.positions, run.frontier
+    timeline = positions.timeline(positions.settled_commits(run.replay.ranges(), frontier), frontier)
+    options = run.replay.options
+    step = kernel.StepInput(
+        read.settled, timeline, options.mode, slices=run.slices, tables=read.tables, final=options.closed
     )
-    run.watch.lap("prepare")
-    read = _read_streams(run)
-    stream_clock = max((p.time for p in newest.values()), default=None)
-    _read_tables(spark, run, read, stream_clock)
-    run.watch.lap("read")
-    timeline = positions.timeline(positions.settled_commits(read.ranges, frontier), frontier)
-    step = kernel.StepInput(read.settled, timeline, mode, slices=slices, tables=read.tables, final=closed)
-    result = kernel.step(spark, plan, step)
+    result = kernel.step(spark, run.plan, step)
     run.watch.lap("join")
     run.cached += result.cached
-    written = _write(spark, run, read, result)
-    return _account(spark, run, read, result, written)
+    return result
 
 
 def _read_streams(run: _Run) -> _Read:
@@ -274,12 +365,10 @@ def _read_streams(run: _Run) -> _Read:
     rejected and accepted, the accepted kept where settled; counted per slice."""
     read = _Read()
     settled = arrival.at_or_before(run.frontier) if run.frontier else F.lit(False)
-    (lo, hi), owned = map(to_micros, run.bounds), run.slices.owner().isNotNull()
-    once = run.operator.reads_rows_once()
+    span, owned = run.replay.span.micros(), run.slices.owner().isNotNull()
+    once, ranges = run.operator.reads_rows_once(), run.replay.ranges()
     for source in run.plan.streams:
-        before, after = run.operator.margins(source.name)
-        read.ranges[source.name] = (max(lo - before, EARLIEST), min(hi + after, LATEST))  # ROWS: all of it
-        rows = run.positions.read_rows(source, read.ranges[source.name], (lo, hi))
+        rows = run.positions.read_rows(source, ranges[source.name], span)
         # The output's pass reads each row once and counts it as it goes; the late and rejected
         # rows' writes read the snapshot again, which costs less than caching every row (bench/
         # README.md). Where the output's pass itself reads them more than once, or the source is
@@ -294,11 +383,11 @@ def _read_streams(run: _Run) -> _Read:
     return read
 
 
-def _read_tables(spark: SparkSession, run: _Run, read: _Read, stream_clock: int | None) -> None:
+def _read_tables(spark: SparkSession, run: _Run, read: _Read) -> None:
     """Each table source's changelog from its start up to the pinned version (`changelog.read`),
     its commits counted per slice."""
     owned = run.slices.owner().isNotNull()
-    read.table_counts = [{} for _ in run.windows]
+    read.table_counts = [{} for _ in run.replay.slices]
     for source in run.plan.tables:
         first = run.positions.starts[source.name]
         changes = changelog.read(
@@ -318,8 +407,8 @@ def _read_tables(spark: SparkSession, run: _Run, read: _Read, stream_clock: int 
             commits,
             run.pinned[source.name],
             run.slices.owner(),
-            stream_clock,
-            run.known_from.get(source.name),
+            run.stream_clock,
+            (run.replay.options.known_from or {}).get(source.name),
         )
         for k, counts in enumerate(read.table_counts):
             counts[source.name] = SourceCounts(
@@ -331,28 +420,28 @@ def _read_tables(spark: SparkSession, run: _Run, read: _Read, stream_clock: int 
 def _write(spark: SparkSession, run: _Run, read: _Read, result: StepResult) -> SliceCounts:
     """Replace the slices' rows in the output (or, for a keyed result, its changes and the result
     table) and in the late and rejected side tables; the output's rows counted per slice."""
-    out, (start, end) = run.out, run.bounds
+    out, (start, end) = run.out, (run.replay.span.start, run.replay.span.end)
     keyed = run.operator.keyed_output(run.plan)
     written = _output_counts(result.output, run.slices, out.time, None if keyed is None else keyed.op)
     if keyed is None:
         delta_io.write_slice(written.rows, out.location, out.time, start, end, out.partition_by)
-        run.wrote(out.location)
+        hooks.wrote(out.location)
     else:  # the slices' result changes, and the result table as of the pinned versions
         assert result.result is not None  # a keyed operator's step gives its result
         delta_io.write_slice(written.rows, out.side("changes"), out.time, start, end)
-        run.wrote(out.side("changes"))
+        hooks.wrote(out.side("changes"))
         delta_io.overwrite(result.result, out.location, out.partition_by)
-        run.wrote(out.location)
+        hooks.wrote(out.location)
     # A side table's slice is rewritten when the run has rows for it or the table may hold some
     # there already (to replace them); one that was and stays empty is left as it is.
     any_late = any(c.late for counts in result.by_slice for c in counts.values())
     if any_late or delta_io.holds_rows(spark, out.side("late"), "slice_time", start, end):
         delta_io.write_slice(result.late, out.side("late"), "slice_time", start, end)
-        run.wrote(out.side("late"))
+        hooks.wrote(out.side("late"))
     if read.any_rejected() or delta_io.holds_rows(spark, out.side("rejected"), "slice_time", start, end):
         rejected = reduce(DataFrame.unionByName, read.rejected)
         delta_io.write_slice(rejected, out.side("rejected"), "slice_time", start, end)
-        run.wrote(out.side("rejected"))
+        hooks.wrote(out.side("rejected"))
     for frame in run.cached:
         frame.unpersist()
     run.watch.lap("write")
@@ -364,26 +453,28 @@ def _account(
 ) -> list[RunMetrics]:
     """A metrics row per slice (what was read, decided and written there), appended to the
     metrics table."""
-    frontier = _describe_position(run.frontier)
+    replay, frontier = run.replay, _describe_position(run.frontier)
     ran = accounting.Run(
         job=run.plan.spec.name,
         runner="replay",
-        mode=run.mode,
+        mode=replay.options.mode,
         run_id=None,  # one per slice
-        started_at=run.started_at,
+        started_at=replay.started_at,
         versions=run.pinned,
-        frontier=f"input closed at {frontier}" if run.closed else frontier,
-        duration_s=round((time.monotonic() - run.began) / len(run.windows), 3),  # slices share the time
-        phases=run.watch.shares(len(run.windows)),
+        frontier=f"input closed at {frontier}" if replay.options.closed else frontier,
+        duration_s=round(
+            (time.monotonic() - replay.planned_at) / len(replay.slices), 3
+        ),  # slices share the time
+        phases=run.watch.shares(len(replay.slices)),
     )
     parts = [
         accounting.Part(
             read={name: SourceCounts(**counted.get()[k]) for name, counted in read.streams.items()}
             | read.table_counts[k],
             written=written.get()[k],
-            window=window,
+            window=piece,
         )
-        for k, window in enumerate(run.windows)
+        for k, piece in enumerate(replay.slices)
     ]
     runs = accounting.account(ran, result, parts)
     explain_late(spark, run.plan.spec.output.side("index"), runs, run.out.side("late"))

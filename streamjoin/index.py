@@ -156,6 +156,47 @@ def update(
     else:
         stored = _read(spark, plan)
         starts, lasts = stored.heads() if stored else ({}, {})
+    targets = _targets(spark, plan, upto, lasts, extend)
+    declared = _declared(plan, start_at)
+    if starts:
+        _check_same_start(spark, plan, starts, declared, start_at)
+    present = [s for s in plan.sources if s.name in starts]
+    pending: list[_Pending] = []
+    start_only = None if extend else {s.name for s in plan.sources if (upto or {}).get(s.name) is None}
+    new = _begin(spark, plan, (starts, targets), declared, start_only, pending)
+    for source in present:
+        if known is None:
+            _check_same_future_bound(spark, plan, source, starts[source.name])
+        last = lasts[source.name]
+        if source.spec.kind == "stream" and targets[source.name] > last.version:
+            versions, held_here = (last.version, targets[source.name]), (held or {}).get(source.name, {})
+            pending.append(_pending(spark, source, starts[source.name], versions, last.max_so_far, held_here))
+    pending.sort(key=lambda p: plan.sources.index(p.source))
+    _read_stats(pending)
+    new += [entry for p in pending for entry in p.entries()]
+    # The table sources' changes, while Delta holds them; first, so that a start no one can serve
+    # any more is refused before the index pins it.
+    journal.update(spark, plan, starts, targets)
+    _append(spark, plan, new)
+    return Index(
+        spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
+    )
+
+
+def _append(spark: SparkSession, plan: Plan, new: list[Entry]) -> None:
+    """Append the new entries in one commit; compact the index every COMPACT_EVERY commits."""
+    if new:
+        where = location(plan)
+        delta_io.append(local_frame(spark, [_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
+        if delta_io.latest_version(spark, where) % COMPACT_EVERY == COMPACT_EVERY - 1:
+            delta_io.compact(spark, where)
+
+
+def _targets(
+    spark: SparkSession, plan: Plan, upto: dict[str, int] | None, lasts: dict[str, Entry], extend: bool
+) -> dict[str, int]:
+    """How far to index each source: as given, else (not `extend`) as far as its entries go, else
+    its newest version."""
     targets = {}
     for source in plan.sources:
         given = (upto or {}).get(source.name)
@@ -164,59 +205,43 @@ def update(
         targets[source.name] = (
             delta_io.latest_version(spark, source.spec.location) if given is None else given
         )
-    pending: list[_Pending] = []
-    new: list[Entry] = []
-    declared = _declared(plan, start_at)
-    if starts:
-        _check_same_start(spark, plan, starts, declared, start_at)
+    return targets
+
+
+def _begin(
+    spark: SparkSession,
+    plan: Plan,
+    heads: tuple[dict[str, Entry], dict[str, int]],
+    declared: dict[str, StartAt],
+    start_only: set[str] | None,
+    pending: list[_Pending],
+) -> list[Entry]:
+    """Start the sources the index does not hold yet, at the job's start: their start entries
+    (added to `heads`' starts), a table's as a new entry, a stream's history and later commits as
+    `pending`. `start_only`: the new sources to index as far as their start only, when their
+    history is known empty without a read (see `update`'s `extend`); None: all of them in full."""
+    starts, targets = heads
     missing = [s for s in plan.sources if s.name not in starts]
-    if missing:
-        begun = _stored_instant(plan, starts) if starts else None
-        instant, versions, times = job_start(spark, plan, declared, targets, begun, missing)
-    for source in plan.sources:
-        if source.name in starts:
-            if known is None:
-                _check_same_future_bound(spark, plan, source, starts[source.name])
-            if source.spec.kind == "stream" and targets[source.name] > lasts[source.name].version:
-                pending.append(
-                    _pending(
-                        spark,
-                        source,
-                        starts[source.name],
-                        lasts[source.name].version,
-                        targets[source.name],
-                        lasts[source.name].max_so_far,
-                        (held or {}).get(source.name, {}),
-                    )
-                )
-            continue
+    if not missing:
+        return []
+    begun = _stored_instant(plan, starts) if starts else None
+    _, versions, times = job_start(spark, plan, declared, targets, begun, missing)
+    new = []
+    for source in missing:
         version = versions[source.name]
         start, commits = _start_entry(
             spark, source, version, times[source.name], declared.get(source.name), targets[source.name]
         )
         starts[source.name] = start
-        latest = targets[source.name] if (upto or {}).get(source.name) is None else None
-        if source.spec.kind == "stream" and not extend and latest is not None and _empty_history(commits):
-            targets[source.name] = version  # its start only (see `extend` above)
         if source.spec.kind == "table":
             new.append(start)
-        else:  # the history and every commit after it, up to the target: the commits just read
-            last = max(targets[source.name], start.version)
-            pending.append(_pending(spark, source, start, start.version - 1, last, history=commits))
-    _read_stats(pending)
-    for p in pending:
-        new += p.entries()
-    # The table sources' changes, while Delta holds them; first, so that a start no one can serve
-    # any more is refused before the index pins it.
-    journal.update(spark, plan, starts, targets)
-    if new:
-        where = location(plan)
-        delta_io.append(local_frame(spark, [_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)
-        if delta_io.latest_version(spark, where) % COMPACT_EVERY == COMPACT_EVERY - 1:
-            delta_io.compact(spark, where)
-    return Index(
-        spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
-    )
+            continue
+        if start_only is not None and source.name in start_only and _empty_history(commits):
+            targets[source.name] = version  # its start only (see `update`'s `extend`)
+        # the history and every commit after it, up to the target: the commits just read
+        last = max(targets[source.name], start.version)
+        pending.append(_pending(spark, source, start, (start.version - 1, last), history=commits))
+    return new
 
 
 def _declared(plan: Plan, start_at: dict[str, StartAt] | None) -> dict[str, StartAt]:
@@ -547,8 +572,7 @@ def _pending(
     spark: SparkSession,
     source: BoundSource,
     start: Entry,
-    after: int,
-    upto: int,
+    versions: tuple[int, int],
     so_far: int | None = None,
     held: dict[int, arrival.CommitStats] | None = None,
     history: list[delta_io.Commit] | None = None,
@@ -558,6 +582,7 @@ def _pending(
     append-only source. `so_far` is the source's largest accepted event time up to `after`; `held`
     as in `update`; `history`: the table's commits from max(after, start) to at least `upto`, if
     the caller has just read them (else they are read here)."""
+    after, upto = versions
     since = max(after, start.version)
     if not history or history[0].version != since or history[-1].version < upto:
         history = delta_io.history(spark, source.spec.location, since=since, upto=upto)

@@ -36,7 +36,7 @@ from streamjoin.frames import local_frame
 from streamjoin.joins.interval import MATCHED
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
-from streamjoin.runners.live import PENDING, Progress, batch_commits, decide, table_input
+from streamjoin.runners.live import PENDING, Batch, Progress, batch_commits, decide, table_input
 from streamjoin.timeutil import from_micros
 
 SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets max_examples)
@@ -332,16 +332,8 @@ def live_steps(
                 frame, side, source.raw_time(), source.event_time(), source.keys
             )
         commits = batch_commits(new, state)
-        decision = decide(
-            spark,
-            plan,
-            new,
-            commits,
-            state,
-            previous,
-            lambda s, v: by_version[(s, v)],
-            history_end=history_end,
-        )
+        arrived = Batch(new, commits, state, previous)
+        decision = decide(spark, plan, arrived, lambda s, v: by_version[(s, v)], history_end=history_end)
         for side, name in names.items():
             c = decision.counts[name]
             decided = decision.result.counts[name]
@@ -648,7 +640,9 @@ def enrichment_live(spark: SparkSession, plan: Plan, laid: Laid, cuts: Sequence[
             }
 
         commits = batch_commits(new, state)
-        decision = decide(spark, plan, new, commits, state, previous, lambda s, v: sizes[(s, v)], tables_for)
+        decision = decide(
+            spark, plan, Batch(new, commits, state, previous), lambda s, v: sizes[(s, v)], tables_for
+        )
         for source in plan.sources:
             decided.sources[source.index]["rows_in"] += decision.counts[source.name].rows_in
             decided.sources[source.index]["rejected"] += decision.counts[source.name].rejected
@@ -910,9 +904,8 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
     for batch, end in enumerate(ends):
         new = {name: local_frame(spark, rows[start:end], schema)}
         start = end
-        decision = decide(
-            spark, plan, new, batch_commits(new, state), state, previous, lambda s, v: per_version[v]
-        )
+        arrived = Batch(new, batch_commits(new, state), state, previous)
+        decision = decide(spark, plan, arrived, lambda s, v: per_version[v])
         run.output.update(output_rows(decision.result.output, base))
         run.counts.update(
             {"rows_in": decision.counts[name].rows_in, "rejected": decision.counts[name].rejected}

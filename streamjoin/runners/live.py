@@ -406,19 +406,16 @@ class LiveRunner:
         missing = sorted(s.name for s in self.plan.sources if s.name not in versions)
         if missing:
             raise JobError(f"a seed needs a version for every source; missing {', '.join(missing)}")
-        began, started_at = time.monotonic(), pendulum.now("UTC")
+        step = _Step(SEED_BATCH, None, outputs=False, table_versions=versions)
         self.positions = index.update(self.spark, self.plan, versions)
         # The output holds what a replay of these versions wrote: this checkpoint continues it.
         self._save_marker(
             starting_versions={name: version + 1 for name, version in versions.items()}, owns_output=True
         )
         if self.plan.streams:
-            batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
-            self._process_streams(
-                batch, SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions
-            )
+            self._process_streams(self._arrivals({s.name: versions[s.name] for s in self.plan.streams}), step)
         else:
-            self._process_tables(SEED_BATCH, None, began, started_at, outputs=False, table_versions=versions)
+            self._process_tables(step)
 
     def _catch_up(self) -> None:
         """A new checkpoint's first step, unless every source starts at version 0 and still holds
@@ -435,13 +432,13 @@ class LiveRunner:
         self.positions = index.update(self.spark, self.plan, known=self.positions)
         versions = dict(self.positions.versions)
         self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
-        began, started_at = time.monotonic(), pendulum.now("UTC")
+        step = _Step(SEED_BATCH, None, table_versions=versions)
         if not self.plan.streams:
-            self._process_tables(SEED_BATCH, None, began, started_at, table_versions=versions)
+            self._process_tables(step)
             return
         batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
         if not batch.isEmpty():
-            self._process_streams(batch, SEED_BATCH, None, began, started_at, table_versions=versions)
+            self._process_streams(batch, step)
 
     def _at_start(self, rows: DataFrame, source: str) -> DataFrame:
         """Rows of `source` with their commit time; the history's (its start version's rows, which
@@ -482,181 +479,169 @@ class LiveRunner:
         previous = self._progress()
         if previous is not None and previous.batch >= batch_id:
             return  # this batch completed before a restart; Spark is only re-committing it
-        began, started_at = time.monotonic(), pendulum.now("UTC")
+        step = _Step(batch_id, previous)
         if self.plan.streams:
             index.refuse_rewrites_after(self.spark, self.plan, self.positions.versions)
             with counted_pass(self.spark):
-                self._process_streams(batch, batch_id, previous, began, started_at)
+                self._process_streams(batch, step)
         else:
-            self._process_tables(batch_id, previous, began, started_at)
+            self._process_tables(step)
 
     def _locations(self) -> list[str]:
         """The tables this runner reads and writes (a storage fault's message names the one it hit;
         a fault in the checkpoint is named by its file)."""
         return [*(s.location for s in self.spec.sources), self.spec.output.location]
 
-    def _process_streams(
-        self,
-        batch: DataFrame,
-        batch_id: int,
-        previous: Progress | None,
-        began: float,
-        started_at,
-        outputs: bool = True,
-        table_versions: dict[str, int] | None = None,
-    ) -> None:
-        """One batch of a job with stream sources; `outputs=False` (a seed) decides and keeps the
-        state but writes no output, side table or metrics."""
-        spark, plan, watch = self.spark, self.plan, Stopwatch()
+    def _process_streams(self, batch: DataFrame, step: _Step) -> None:
+        """One batch of a job with stream sources; a step without outputs (a seed) decides and keeps
+        the state but writes no output, side table or metrics."""
         batch = batch.persist()
-        cached = [batch]
+        step.cached.append(batch)
         try:
-            new = {
-                source.name: arrival.prepare(
-                    self._at_start(
-                        batch.where(F.col(_IDX) == source.index).select(
-                            f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
-                        ),
-                        source.name,
-                    ),
-                    source.index,
-                    source.raw_time(),
-                    source.event_time(),
-                    source.keys,
-                    source.max_future(),
-                    source.commit_time,
-                )
-                for source in plan.streams
-            }
-            stored = self._state(previous)
-            state = (
-                None
-                if stored is None
-                else {name: self._unpack(stored, index) for name, (index, _) in self.parts.items()}
-            )
-            commits = batch_commits(new, state)
-            self._index_upto(
-                {
-                    s.name: {
-                        c.position.version: c for c in commits if c.position.source == s.index and c.rows
-                    }
-                    for s in plan.streams
-                }
-            )
-            watch.lap("read")
-            names = {s.index: s.name for s in plan.streams}
-            decision = decide(
-                spark,
-                plan,
-                new,
-                commits,
-                state,
-                previous,
-                lambda source, version: self.positions.rows(names[source], version),
-                lambda newest, counts, rejected, held: self._tables(
-                    previous, newest, counts, rejected, held, table_versions
-                ),
-                self.positions.history_end,
-            )
-            cached += decision.cached
-            watch.lap("join")
-            result, counts, rejected_parts = decision.result, decision.counts, decision.rejected
-            tables, newest = decision.tables, decision.settling.newest
-            partial, frontier = decision.settling.partial, decision.settling.frontier
-            out = self.spec.output
-            rows_out = 0
-            if outputs:  # the output's pass first: the step's counts are observed in it
-                output = result.output.persist()
-                cached.append(output)
-                rows_out = output.count()
-                if rows_out:
-                    self._write(output, out.location, batch_id, "output", out.partition_by)
-                if any(c.late for c in result.counts.values()):
-                    self._write(result.late, out.side("late"), batch_id, "late")
-                if any(c.rejected for c in counts.values()):
-                    self._write(
-                        reduce(DataFrame.unionByName, rejected_parts),
-                        out.side("rejected"),
-                        batch_id,
-                        "rejected",
-                    )
-
-            parts = [
-                decision.next_state[name].select(*self._payloads(index), *self._state_meta())
-                for name, (index, _) in self.parts.items()
-            ]
-            still_open = ~F.col(PENDING) & self.join.open_in_state()
-            kinds: dict[str, Any] = {  # per stream source: its open rows, its rows still waiting
-                f"{what}_{s.index}": (F.lit(0), (F.col(_IDX) == s.index) & condition)
-                for s in plan.streams
-                for what, condition in (("open", still_open), ("unsettled", F.col(PENDING)))
-            }
-            left = SliceCounts(reduce(DataFrame.unionByName, parts), 1, **kinds)  # counted as written
-            left.rows.write.mode("overwrite").parquet(self._state_path(batch_id))
-            hooks.wrote("state", batch_id)
-            counted = left.get()[0]
-            left_over = {
-                s.name: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in plan.streams
-            }
-            watch.lap("write")
-            versions = {s.name: _newest_version(newest, s.index) for s in plan.streams}
-            versions |= {name: t.version for name, t in tables.items()}
-            (metrics,) = accounting.account(
-                self._ran(
-                    batch_id,
-                    started_at,
-                    began,
-                    versions,
-                    None if frontier is None else str(tuple(frontier)),  # as 0.1.0 wrote it
-                    watch,
-                ),
-                result,
-                [accounting.Part(read=counts, written={"rows": rows_out}, left=left_over)],
-            )
+            arrived = self._arrived(batch, step.previous)
+            step.watch.lap("read")
+            decision = self._decide(arrived, step)
+            step.cached += decision.cached
+            step.watch.lap("join")
+            rows_out = self._write_outputs(decision, step) if step.outputs else 0
+            left_over = self._write_state(decision, step.batch_id)
+            step.watch.lap("write")
+            metrics = self._stream_metrics(decision, step, rows_out, left_over)
             carried = {
                 name: metrics.sources[name].open + metrics.sources[name].unsettled for name in left_over
             }
-            if outputs:
-                explain_late(spark, out.side("index"), [metrics], result.late)
-                self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
+            if step.outputs:
+                explain_late(self.spark, self.spec.output.side("index"), [metrics], decision.result.late)
+                self._write(
+                    to_frame(self.spark, metrics), self.spec.output.side("metrics"), step.batch_id, "metrics"
+                )
+            settling, tables = decision.settling, decision.tables
             self._save_progress(
                 Progress(
-                    batch_id,
-                    result.max_event,
-                    newest,
+                    step.batch_id,
+                    decision.result.max_event,
+                    settling.newest,
                     carried,
-                    partial,
-                    {plan.source(name).index: t.version for name, t in tables.items()},
+                    settling.partial,
+                    {self.plan.source(name).index: t.version for name, t in tables.items()},
                 )
             )
-            if outputs:
+            if step.outputs:
                 self._finished(metrics)
         finally:
-            for frame in cached:
-                frame.unpersist()
+            step.release()
 
-    def _process_tables(
-        self,
-        batch_id: int,
-        previous: Progress | None,
-        began: float,
-        started_at,
-        outputs: bool = True,
-        table_versions: dict[str, int] | None = None,
-    ) -> None:
+    def _arrived(self, batch: DataFrame, previous: Progress | None) -> Batch:
+        """The batch's new rows tagged per stream source, the state the previous batch left, and
+        their commits; the arrival index extended to the commits the batch holds whole."""
+        new = {
+            source.name: arrival.prepare(
+                self._at_start(
+                    batch.where(F.col(_IDX) == source.index).select(
+                        f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+                    ),
+                    source.name,
+                ),
+                source.index,
+                source.raw_time(),
+                source.event_time(),
+                source.keys,
+                source.max_future(),
+                source.commit_time,
+            )
+            for source in self.plan.streams
+        }
+        stored = self._state(previous)
+        state = (
+            None
+            if stored is None
+            else {name: self._unpack(stored, index) for name, (index, _) in self.parts.items()}
+        )
+        commits = batch_commits(new, state)
+        self._index_upto(
+            {
+                s.name: {c.position.version: c for c in commits if c.position.source == s.index and c.rows}
+                for s in self.plan.streams
+            }
+        )
+        return Batch(new, commits, state, previous)
+
+    def _decide(self, arrived: Batch, step: _Step) -> Decision:
+        """`decide` over what arrived, with the arrival index's commit sizes and this runner's tables."""
+        names = {s.index: s.name for s in self.plan.streams}
+        return decide(
+            self.spark,
+            self.plan,
+            arrived,
+            lambda source, version: self.positions.rows(names[source], version),
+            lambda newest, counts, rejected, held: self._tables(
+                step.previous, newest, counts, rejected, held, step.table_versions
+            ),
+            self.positions.history_end,
+        )
+
+    def _write_outputs(self, decision: Decision, step: _Step) -> int:
+        """The output (its pass first: the step's counts are observed in it), then the late and
+        rejected rows, each exactly once; the rows written to the output."""
+        result, out = decision.result, self.spec.output
+        output = result.output.persist()
+        step.cached.append(output)
+        rows_out = output.count()
+        if rows_out:
+            self._write(output, out.location, step.batch_id, "output", out.partition_by)
+        if any(c.late for c in result.counts.values()):
+            self._write(result.late, out.side("late"), step.batch_id, "late")
+        if any(c.rejected for c in decision.counts.values()):
+            rejected = reduce(DataFrame.unionByName, decision.rejected)
+            self._write(rejected, out.side("rejected"), step.batch_id, "rejected")
+        return rows_out
+
+    def _write_state(self, decision: Decision, batch_id: int) -> dict[str, tuple[int, int]]:
+        """The next state, packed into one parquet folder for the batch; per stream source its open
+        rows and its rows still waiting, counted as they are written."""
+        parts = [
+            decision.next_state[name].select(*self._payloads(index), *self._state_meta())
+            for name, (index, _) in self.parts.items()
+        ]
+        still_open = ~F.col(PENDING) & self.join.open_in_state()
+        kinds: dict[str, Any] = {  # per stream source: its open rows, its rows still waiting
+            f"{what}_{s.index}": (F.lit(0), (F.col(_IDX) == s.index) & condition)
+            for s in self.plan.streams
+            for what, condition in (("open", still_open), ("unsettled", F.col(PENDING)))
+        }
+        left = SliceCounts(reduce(DataFrame.unionByName, parts), 1, **kinds)  # counted as written
+        left.rows.write.mode("overwrite").parquet(self._state_path(batch_id))
+        hooks.wrote("state", batch_id)
+        counted = left.get()[0]
+        return {
+            s.name: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in self.plan.streams
+        }
+
+    def _stream_metrics(
+        self, decision: Decision, step: _Step, rows_out: int, left_over: dict[str, tuple[int, int]]
+    ) -> RunMetrics:
+        """The batch's metrics row (`accounting.account`)."""
+        newest, frontier = decision.settling.newest, decision.settling.frontier
+        versions = {s.name: _newest_version(newest, s.index) for s in self.plan.streams}
+        versions |= {name: t.version for name, t in decision.tables.items()}
+        said = None if frontier is None else str(tuple(frontier))  # as 0.1.0 wrote it
+        part = accounting.Part(read=decision.counts, written={"rows": rows_out}, left=left_over)
+        (metrics,) = accounting.account(self._ran(step, versions, said), decision.result, [part])
+        return metrics
+
+    def _process_tables(self, step: _Step) -> None:
         """A table-table batch: the result changes settled since the previous batch's bound, appended
-        to <output>_changes and applied to the result table (MERGE by result key). A seed
-        (`outputs=False`) records only how far the result is known."""
-        spark, plan, out, watch = self.spark, self.plan, self.spec.output, Stopwatch()
+        to <output>_changes and applied to the result table (MERGE by result key). A step without
+        outputs (a seed) records only how far the result is known."""
+        previous = step.previous
         counts: dict[str, SourceCounts] = {}
         rejected_parts: list[DataFrame] = []
-        cached: list[DataFrame] = []
         try:
-            tables = self._tables(previous, {}, counts, rejected_parts, cached, table_versions)
-            watch.lap("read")
+            tables = self._tables(previous, {}, counts, rejected_parts, step.cached, step.table_versions)
+            step.watch.lap("read")
             result = kernel.step(
-                spark,
-                plan,
+                self.spark,
+                self.plan,
                 kernel.StepInput(
                     {},
                     arrival.Timeline({}, None),
@@ -665,80 +650,69 @@ class LiveRunner:
                     after=previous.bound if previous else None,
                 ),
             )
-            watch.lap("join")
+            step.watch.lap("join")
             bound = (
                 result.watermark if result.watermark is not None else (previous.bound if previous else None)
             )
-            progress = Progress(
-                batch_id,
-                None,
-                {},
-                {},
-                {},
-                {plan.source(name).index: t.version for name, t in tables.items()},
-                bound,
-            )
-            if not outputs:
+            read = {self.plan.source(name).index: t.version for name, t in tables.items()}
+            progress = Progress(step.batch_id, None, {}, {}, {}, read, bound)
+            if not step.outputs:
                 self._save_progress(progress)
                 return
-            if any(c.rejected for c in counts.values()):
-                self._write(
-                    reduce(DataFrame.unionByName, rejected_parts), out.side("rejected"), batch_id, "rejected"
-                )
-            changes = result.output.persist()
-            cached.append(changes)
-            keyed = self.join.keyed_output(plan)
-            assert keyed is not None  # a job of table sources only has a keyed result
-            ops = keyed.count(changes)
-            if sum(ops.values()):
-                self._write(changes, out.side("changes"), batch_id, "changes")
-                delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
-                hooks.wrote("output", batch_id)
-            watch.lap("write")
+            ops = self._write_changes(result, counts, rejected_parts, step)
+            step.watch.lap("write")
+            versions = {name: t.version for name, t in tables.items()}
+            written = {"rows": sum(ops.values()), "upserts": ops["upsert"], "deletes": ops["delete"]}
             (metrics,) = accounting.account(
-                self._ran(
-                    batch_id, started_at, began, {name: t.version for name, t in tables.items()}, None, watch
-                ),
+                self._ran(step, versions, None),
                 replace(result, watermark=bound),
-                [
-                    accounting.Part(
-                        read=counts,
-                        written={
-                            "rows": sum(ops.values()),
-                            "upserts": ops["upsert"],
-                            "deletes": ops["delete"],
-                        },
-                    )
-                ],
+                [accounting.Part(read=counts, written=written)],
             )
-            self._write(to_frame(spark, metrics), out.side("metrics"), batch_id, "metrics")
+            self._write(
+                to_frame(self.spark, metrics), self.spec.output.side("metrics"), step.batch_id, "metrics"
+            )
             self._save_progress(progress)
             self._finished(metrics)
         finally:
-            for frame in cached:
-                frame.unpersist()
+            step.release()
 
-    def _ran(
+    def _write_changes(
         self,
-        batch_id: int,
-        started_at: datetime,
-        began: float,
-        versions: dict[str, int],
-        frontier: str | None,
-        watch: Stopwatch,
-    ) -> accounting.Run:
+        result: kernel.StepResult,
+        counts: dict[str, SourceCounts],
+        rejected_parts: list[DataFrame],
+        step: _Step,
+    ) -> dict[str, int]:
+        """A table-table batch's rejected rows, its result changes (appended to <output>_changes)
+        and their net change per key MERGEd into the result table; the changes per op."""
+        out = self.spec.output
+        if any(c.rejected for c in counts.values()):
+            rejected = reduce(DataFrame.unionByName, rejected_parts)
+            self._write(rejected, out.side("rejected"), step.batch_id, "rejected")
+        changes = result.output.persist()
+        step.cached.append(changes)
+        keyed = self.join.keyed_output(self.plan)
+        assert keyed is not None  # a job of table sources only has a keyed result
+        ops = keyed.count(changes)
+        if sum(ops.values()):
+            self._write(changes, out.side("changes"), step.batch_id, "changes")
+            delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
+            hooks.wrote("output", step.batch_id)
+        return ops
+
+    def _ran(self, step: _Step, versions: dict[str, int], frontier: str | None) -> accounting.Run:
         """What this runner knows of one micro-batch beside its step's result (`accounting.account`)."""
         return accounting.Run(
             job=self.spec.name,
             runner="live",
             mode="exact",
             run_id=self.app_id,
-            started_at=started_at,
+            started_at=step.started_at,
             versions=versions,
             frontier=frontier,
-            duration_s=round(time.monotonic() - began, 3),
-            phases=watch.shares(),
-            batch=batch_id,
+            duration_s=round(time.monotonic() - step.began, 3),
+            phases=step.watch.shares(),
+            batch=step.batch_id,
         )
 
     def _tables(
@@ -1018,84 +992,137 @@ TablesFor = Callable[
 ]
 
 
+@dataclass(frozen=True)
+class Batch:
+    """One micro-batch's inputs as `decide` takes them: the new rows (prepared, per stream
+    source), the state the previous batch left (per source: open rows and rows waiting for the
+    frontier, flagged PENDING; None before the first batch), `batch_commits(new, state)`, and the
+    previous batch's progress."""
+
+    new: dict[str, DataFrame]
+    commits: list[arrival.CommitStats]
+    state: dict[str, DataFrame] | None = None
+    previous: Progress | None = None
+
+
 def decide(
     spark: SparkSession,
     plan: Plan,
-    new: dict[str, DataFrame],
-    commits: list[arrival.CommitStats],
-    state: dict[str, DataFrame] | None,
-    previous: Progress | None,
+    batch: Batch,
     rows_of: Callable[[int, int], int],
     tables_for: TablesFor | None = None,
     history_end: arrival.Position | None = None,
 ) -> Decision:
-    """One micro-batch of a job with stream sources, as a function of its inputs: the new rows
-    (prepared, per source), the state the previous batch left (per source: open rows and rows
-    waiting for the frontier, flagged PENDING), `batch_commits(new, state)`, and the previous
-    batch's progress.
+    """One micro-batch of a job with stream sources, as a function of its inputs (`Batch`).
 
     Moves the clocks (`settle`), settles the waiting and new rows at or before the frontier, takes
     their watermarks from this batch's Timeline, and runs the kernel with the open state; the rows
     after the frontier wait in the next state. `tables_for(newest, counts, rejected, cached)` gives
     the table sources (enrichment joins). `history_end`: the last position of the job's history
     (`index.Index.history_end`), which settles and is judged as one group."""
-    arrived, commits = commits, [c for c in commits if c.rows]
-    settling = settle(commits, len(plan.streams), previous, rows_of, history_end)
+    previous = batch.previous
+    settling = settle([c for c in batch.commits if c.rows], len(plan.streams), previous, rows_of, history_end)
+    split = _split(plan, batch, settling)
+    frontier = settling.frontier
+    settled_commits = [
+        c
+        for c in batch.commits
+        if c.max_event is not None and frontier is not None and c.position <= frontier
+    ]
+    tables = tables_for(settling.newest, split.counts, split.rejected, split.cached) if tables_for else {}
+    timeline = arrival.timeline(settled_commits, previous.max_event if previous else None, history_end)
+    result = kernel.step(
+        spark,
+        plan,
+        kernel.StepInput(
+            split.settled,
+            timeline,
+            "exact",
+            state=split.open_state if batch.state is not None else None,
+            keep_state=True,
+            tables=tables,
+        ),
+    )
+    next_state = _next_state(plan, result, split.waiting)
+    return Decision(
+        result, settling, split.counts, split.rejected, next_state, tables, split.cached + result.cached
+    )
+
+
+@dataclass
+class _Split:
+    """A batch's rows by what becomes of them in `decide`, and what it counted and cached."""
+
+    settled: dict[str, DataFrame] = field(default_factory=dict)  # per stream source, for the step
+    waiting: dict[str, DataFrame] = field(default_factory=dict)  # per stream source, after the frontier
+    open_state: dict[str, DataFrame] = field(default_factory=dict)  # the previous batch's open rows
+    counts: dict[str, SourceCounts] = field(default_factory=dict)
+    rejected: list[DataFrame] = field(default_factory=list)
+    cached: list[DataFrame] = field(default_factory=list)
+
+
+def _split(plan: Plan, batch: Batch, settling: Settling) -> _Split:
+    """Each stream source's new and waiting rows, settled or still waiting at the frontier; its
+    rejected rows; the open state; the rows and rejected rows of its complete commits, counted."""
     settled_test = arrival.at_or_before(settling.frontier) if settling.frontier else F.lit(False)
-    counts: dict[str, SourceCounts] = {}
-    rejected_parts: list[DataFrame] = []
-    cached: list[DataFrame] = []
-    settled, waiting, open_state = {}, {}, {}
-    operator = kernel.family(plan)
+    operator, split, state, previous = kernel.family(plan), _Split(), batch.state, batch.previous
     private = [f.name for f in operator.state_fields()]
+    complete = [c for c in batch.commits if c.rows]
     for source in plan.streams:
         name = source.name
-        accepted, rejected = kernel.split_rejected(new[name])
-        rejected_parts.append(kernel.rejected_side_rows(name, rejected))
+        accepted, rejected = kernel.split_rejected(batch.new[name])
+        split.rejected.append(kernel.rejected_side_rows(name, rejected))
         pending = accepted.drop(arrival.REJECT)
         if state is not None:
             pending = state[name].where(F.col(PENDING)).drop(PENDING, *private).unionByName(pending)
-            open_state[name] = state[name].where(~F.col(PENDING)).drop(PENDING)
+            split.open_state[name] = state[name].where(~F.col(PENDING)).drop(PENDING)
         pending = pending.persist()
-        cached.append(pending)
-        settled[name] = pending.where(settled_test)
-        waiting[name] = pending.where(~settled_test)
-        own_commits = [c for c in commits if c.position.source == source.index]
-        counts[name] = SourceCounts(
+        split.cached.append(pending)
+        split.settled[name] = pending.where(settled_test)
+        split.waiting[name] = pending.where(~settled_test)
+        own_commits = [c for c in complete if c.position.source == source.index]
+        split.counts[name] = SourceCounts(
             rows_in=sum(c.rows for c in own_commits),
             rejected=sum(c.rejected for c in own_commits),
             carried_in=previous.carried.get(name, 0) if previous else 0,
         )
     for name in operator.derived_state(plan):
         if state is not None:
-            open_state[name] = state[name].drop(PENDING)
-    frontier = settling.frontier
-    settled_commits = [
-        c for c in arrived if c.max_event is not None and frontier is not None and c.position <= frontier
-    ]
-    tables = tables_for(settling.newest, counts, rejected_parts, cached) if tables_for else {}
-    timeline = arrival.timeline(settled_commits, previous.max_event if previous else None, history_end)
-    result = kernel.step(
-        spark,
-        plan,
-        kernel.StepInput(
-            settled,
-            timeline,
-            "exact",
-            state=open_state if state is not None else None,
-            keep_state=True,
-            tables=tables,
-        ),
-    )
-    cached += result.cached
+            split.open_state[name] = state[name].drop(PENDING)
+    return split
+
+
+def _next_state(plan: Plan, result: kernel.StepResult, waiting: dict[str, DataFrame]) -> dict[str, DataFrame]:
+    """What the next batch starts from: per stream source its open rows and its rows still
+    waiting (PENDING); the operator's derived rows."""
     assert result.state is not None  # a stream join's step keeps its open rows when asked to (keep_state)
-    next_state = {
+    operator = kernel.family(plan)
+    return {
         name: result.state[name]
         .withColumn(PENDING, F.lit(False))
         .unionByName(_as_state(waiting[name], operator.state_fields()).withColumn(PENDING, F.lit(True)))
         for name in waiting
     } | {name: result.state[name].withColumn(PENDING, F.lit(False)) for name in operator.derived_state(plan)}
-    return Decision(result, settling, counts, rejected_parts, next_state, tables, cached)
+
+
+@dataclass
+class _Step:
+    """One micro-batch being processed, or the catch-up or seed step (batch -1): the previous
+    batch's progress, whether it writes outputs (a seed does not), the table versions it reads
+    (None: each table's newest), its clock, and the frames it cached (`release` frees them)."""
+
+    batch_id: int
+    previous: Progress | None
+    outputs: bool = True
+    table_versions: dict[str, int] | None = None
+    began: float = field(default_factory=time.monotonic)
+    started_at: datetime = field(default_factory=lambda: pendulum.now("UTC"))
+    watch: Stopwatch = field(default_factory=Stopwatch)
+    cached: list[DataFrame] = field(default_factory=list)
+
+    def release(self) -> None:
+        for frame in self.cached:
+            frame.unpersist()
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,11 @@ def acquire(path: Path, running: Callable[[], bool]) -> str:
 
 
 def release(path: Path, token: str) -> None:
-    """Give the lease back, if `token` still holds it."""
+    """Give the lease back, if `token` still holds it (nothing to give back once its checkpoint is
+    gone: a run refused before it processed anything removes the checkpoint it made)."""
+    if not path.parent.exists():
+        _HELD.pop(str(path), None)
+        return
     with _locked(path):
         holder = _read(path)
         if holder is not None and holder.get("token") == token:
@@ -101,8 +105,9 @@ def _remove_stale(path: Path) -> None:
     elif _alive(path, holder):
         raise CheckpointInUseError(
             f"checkpoint {path.parent.parent} is in use by process {holder['pid']} on {holder.get('host')} "
-            f"since {holder.get('since')}; wait for it to stop (or stop it), or give this run another "
-            f"--checkpoint. If that process is gone for good, delete {path}"
+            f"since {holder.get('since')}; wait for it to stop, or stop it (Ctrl-C, or kill {holder['pid']}): "
+            "an output has one live writer. To run the job a second time at once, copy its job file and give "
+            f"the copy another output. If that process is gone for good, delete {path}"
         )
     path.unlink(missing_ok=True)
 

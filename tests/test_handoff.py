@@ -47,6 +47,7 @@ def test_backfill_then_live_equals_one_replay(spark, tmp_path, name, capsys):
     ):
         LiveRunner(spark, spec, str(root / "fresh_checkpoint")).run()
     assert rows(spark, spec.output.location) == backfilled
+    assert not (root / "fresh_checkpoint").exists()  # the refused run left nothing behind
 
     checkpoint = str(root / "checkpoint")
     # A live runner holding the checkpoint: the hand-off is refused before its replay writes anything.

@@ -27,8 +27,10 @@ def test_a_live_holder_is_refused_by_name_and_a_released_lease_is_free(tmp_path)
     assert holder(path)["pid"] == os.getpid() and holder(path)["token"] == token
     with pytest.raises(
         CheckpointInUseError, match=rf"checkpoint {tmp_path / 'ck'} is in use by process {os.getpid()}"
-    ):
+    ) as refused:
         acquire(path, lambda: True)
+    # What it advises works: another checkpoint on the same output would be refused (its rows).
+    assert "give the copy another output" in str(refused.value) and "--checkpoint" not in str(refused.value)
     release(path, "someone else's token")
     assert path.exists()  # only the holder's token releases it
     release(path, token)

@@ -178,11 +178,14 @@ class LiveRunner:
         commits after. Either way the output is the same: it does not depend on how commits are
         divided into batches (docs/architecture.md). Takes the checkpoint's lease first (released
         when `run` returns, or once the query has ended), before it writes anything."""
+        fresh = not Path(self.checkpoint).exists()
         self._take_lease()
         try:
             self._open()
             query = self._start()
         except BaseException:
+            if fresh and not self.started():  # refused before it processed anything: leave nothing behind
+                shutil.rmtree(self.checkpoint, ignore_errors=True)
             self._release_lease()
             raise
         self._query = query

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
-from streamjoin import delta_io, index, kernel
+from streamjoin import definition, delta_io, index, kernel
 from streamjoin.arrival import Slice
 from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError
 from streamjoin.frames import local_frame
@@ -159,6 +159,7 @@ def plan_backfill(
     timezone = timezone or spec.meta.schedule.timezone
     slices = cut(span.start, span.end, every, timezone)
     plan = bind(spark, spec)
+    definition.check(spark, spec)
     join = kernel.family(plan)
     margins: dict[str, tuple[timedelta, timedelta] | None] = {}
     for s in plan.streams:

@@ -355,6 +355,11 @@ def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
     return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {_sql_name(location)}").collect()}
 
 
+def set_table_property(spark: SparkSession, location: str, key: str, value: str) -> None:
+    """Set one property of a table (a metadata-only commit)."""
+    spark.sql(f"ALTER TABLE {_sql_name(location)} SET TBLPROPERTIES ('{key}' = '{value}')")
+
+
 def _sql_name(location: str) -> str:
     return f"delta.`{location}`" if is_path(location) else location
 

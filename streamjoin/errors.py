@@ -16,6 +16,10 @@ class JobError(StreamJoinError):
     """A job cannot run as written; raised before any data moves."""
 
 
+class DefinitionChangedError(JobError):
+    """The job's definition changed since its output, index or checkpoint was written; rows would differ."""
+
+
 class UnsupportedJobError(JobError):
     """A runner cannot run this job (a join family or combination it does not support yet)."""
 

@@ -18,6 +18,7 @@ from harness import create_tables, write_commit
 
 from streamjoin import delta_io
 from streamjoin.cli import build_parser, main
+from streamjoin.definition import definition_hash
 from streamjoin.demo import run_demo
 from streamjoin.jobfile import job_files, load_job
 
@@ -106,6 +107,39 @@ def test_validate_job_on_every_job(demo, capsys):
         assert main(["--root", str(root), "validate-job", str(job)]) == 0
         out = capsys.readouterr().out
         assert "structure ok" in out and "columns, types, expressions and change data feeds ok" in out, out
+
+
+def test_a_job_whose_definition_changed_is_refused_before_any_data_moves(spark, demo, tmp_path, capsys):
+    """The demo's runs stored orders_payments' definition hash with its index (and output); the job
+    with a longer grace would decide other rows: replay and backfill refuse it in one line (exit
+    2) and write nothing. Its file with another description hashes as before."""
+    root, _, _ = demo
+    original = JOBS_BY_NAME["orders_payments"]
+    index = str(root / "demo" / "out" / "orders_payments_index")
+    stored = delta_io.table_properties(spark, index)["streamjoin.definition"]
+    assert stored == definition_hash(load_job(original, root=root))
+    changed = tmp_path / "orders_payments.yaml"
+    changed.write_text(original.read_text().replace("grace: 150m", "grace: 3h"))
+    versions = {
+        name: delta_io.latest_version(spark, index.removesuffix("_index") + name) for name in ("", "_index")
+    }
+    for command in ("replay", "backfill"):
+        code = main(
+            ["--root", str(root), command, str(changed), "--start", "2024-05-01", "--end", "2024-05-02"]
+        )
+        error = capsys.readouterr().err
+        assert code == 2, error
+        assert re.search(r"its definition changed since its (output|arrival index) \S+ was written", error)
+        assert f"(definition {stored} there, " in error and "streamjoin reset" in error
+        assert len(error.strip().splitlines()) == 1, error
+    after = {
+        name: delta_io.latest_version(spark, index.removesuffix("_index") + name) for name in ("", "_index")
+    }
+    assert after == versions  # nothing written
+    described = tmp_path / "described" / "orders_payments.yaml"
+    described.parent.mkdir()
+    described.write_text(original.read_text().replace("description: orders", "description: all orders"))
+    assert definition_hash(load_job(described, root=root)) == stored
 
 
 def test_explain_on_every_job(demo, capsys):

@@ -40,6 +40,7 @@ from streamjoin import (
     arrival,
     atomic,
     changelog,
+    definition,
     delta_io,
     drift,
     errors,
@@ -154,6 +155,7 @@ class LiveRunner:
             "job": spec.name,
             "app_id": f"streamjoin-{spec.name}-{uuid.uuid4()}",
             "tagged_writes": True,  # its batches' writes carry their own tags (`_written_after`)
+            "definition": definition.definition_hash(spec),  # refused when the job changes (definition.py)
         }
         self._adopt(self._marker() or new)  # a new checkpoint's marker is written by `_open`
         self._opened = False
@@ -212,16 +214,27 @@ class LiveRunner:
         sources' current versions first), and a new checkpoint's marker."""
         if self._opened:
             return
+        self._check_definition()
         self.positions = index.update(self.spark, self.plan, start_at=self.start_at, extend=False)
         stored = self._marker()  # another runner may have made it since this one read it
         if stored is None:
             atomic.replace_file(Path(self.checkpoint, MARKER), json.dumps(self.marker))
         else:
             self._adopt(stored)
+        if "definition" not in self.marker:  # a checkpoint made before definitions were hashed
+            self._save_marker(definition=definition.definition_hash(self.spec))
+        definition.stamp(self.spark, self.spec)
         # Unreadable records are refused here, in one line, rather than inside a micro-batch.
         self._progress()
         self._write_record()
         self._opened = True
+
+    def _check_definition(self) -> None:
+        """Refuse, before anything is written, a job whose definition changed since its
+        checkpoint, output or index was written (docs/backfills.md, "A changed definition")."""
+        place = f"its live checkpoint {self.checkpoint}"
+        definition.refuse_changed(self.marker.get("definition"), self.spec, place)
+        definition.check(self.spark, self.spec)
 
     def _start(self) -> StreamingQuery:
         self._check_schemas()

@@ -24,7 +24,7 @@ import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import accounting, arrival, changelog, delta_io, drift, index, journal, kernel
+from streamjoin import accounting, arrival, changelog, definition, delta_io, drift, index, journal, kernel
 from streamjoin.arrival import Slice
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
@@ -269,6 +269,7 @@ class ReplayPlan:
             run.watch.lap("read")
             result = _step(spark, run, read)
             written = _write(spark, run, read, result)
+            definition.stamp(spark, self.plan.spec, output=self.options.into is None)
             return _account(spark, run, read, result, written)
 
 
@@ -312,6 +313,7 @@ def _prepare(spark: SparkSession, replay: ReplayPlan) -> _Run:
     plan, pinned = replay.plan, replay.versions
     if not replay.options.checked:
         check_inputs(spark, plan, pinned)
+    definition.check(spark, plan.spec, output=replay.options.into is None)
     positions = index.update(spark, plan, pinned)
     if replay.options.into is None:  # the job's own output, which a live run may write too
         check_live_writer(spark, plan, replay.slices, pinned)

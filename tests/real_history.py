@@ -1,8 +1,8 @@
 """A production-shaped history for the acceptance tests of backfills over real tables.
 
 An ad platform's click attribution over `DAYS` days that end shortly before now: `impressions`
-and `clicks` committed every six hours (each commit holding the events of the six hours before
-it), `campaigns` (a dimension updated in place by a MERGE every night) and `fx_rates` (an
+and `clicks` committed every twelve hours (each commit holding the events of the twelve hours
+before it), `campaigns` (a dimension updated in place by a MERGE every night) and `fx_rates` (an
 append-only changelog, one commit a day, its rows half an hour older than their commit). Every
 table has its change data feed and row tracking on from creation, and is aged as production ages
 it while the simulated days pass: OPTIMIZE and VACUUM at Delta's default 168-hour retention each
@@ -24,9 +24,10 @@ check off, since Delta compares with the real now: relative to day d, what they 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from aging import (
     ENFORCE_TIME_TRAVEL_RETENTION,
@@ -38,12 +39,15 @@ from aging import (
 from pyspark.sql import SparkSession
 
 DAYS = 33
-STREAM_DDL = {
-    "impressions": "imp_id string, campaign string, currency string, ts timestamp",
-    "clicks": "click_id string, imp_id string, ts timestamp",
-}
+COMMITS_PER_DAY = 2  # per stream
+IMPRESSIONS_PER_COMMIT = 16
 CAMPAIGNS_DDL = "campaign string, tier string, updated_at timestamp"
 FX_DDL = "currency string, rate double, valid_from timestamp"
+DDL = {
+    "impressions": "imp_id string, campaign string, currency string, ts timestamp",
+    "clicks": "click_id string, imp_id string, ts timestamp",
+    "fx_rates": FX_DDL,
+}
 CAMPAIGNS = ("c0", "c1", "c2", "c3", "c4")
 CURRENCIES = ("EUR", "GBP")
 TIERS = ("bronze", "silver", "gold")
@@ -75,45 +79,32 @@ class History:
 
 
 def write(
-    spark: SparkSession, root: str, on_day: Callable[[History, int], None] | None = None, seed: int = 7
+    spark: SparkSession,
+    root: str,
+    on_day: Callable[[History, int], None] | None = None,
+    on_days: Container[int] = (),
+    seed: int = 7,
 ) -> History:
-    """Write the history day by day; `on_day(history, d)` runs at the end of each day d (before the
-    weekly OPTIMIZE and VACUUM at 23:45)."""
+    """Write the history day by day; `on_day(history, d)` runs at the end of each day d in `on_days`
+    (before the weekly OPTIMIZE and VACUUM at 23:45).
+
+    Appends wait until something reads or maintains the tables (a day in `on_days`, the weekly
+    maintenance, the end) and are then written one Delta commit each, dated as generated: the same
+    commits and times as writing each day's at once, with fewer reloads of each table's state."""
     rng = random.Random(seed)
     day0 = (datetime.now(UTC) - timedelta(days=DAYS + 1)).replace(hour=0, minute=0, second=0, microsecond=0)
     h = History(root, day0.replace(tzinfo=None))
     _create_dimensions(spark, h, rng)
-    pending_clicks: list[tuple[str, str, datetime]] = []
-    n = 0
+    pending: dict[str, list[tuple[datetime, list]]] = {"impressions": [], "clicks": [], "fx_rates": []}
+    clicks_due: list[tuple[str, str, datetime]] = []
     for d in range(DAYS):
         if d:
             _merge_campaigns(spark, h, d, rng)
-            _append_rates(spark, h, d, rng)
-        by_stream: dict[str, list] = {"impressions": [], "clicks": []}
-        for k in range(4):  # commits at 00:05, 06:05, 12:05, 18:05 holding the six hours before
-            window_end = h.day(d, 6 * k)
-            commit_time = window_end + timedelta(minutes=5)
-            imps = []
-            for _ in range(8):
-                n += 1
-                t = window_end - timedelta(seconds=rng.randrange(6 * 3600))
-                imp = (f"i{n}", rng.choice(CAMPAIGNS), rng.choice(CURRENCIES), t)
-                imps.append(imp)
-                roll = rng.random()
-                if roll < 0.5:  # a click within the 30 minutes
-                    pending_clicks.append((f"k{n}", f"i{n}", t + timedelta(seconds=rng.randrange(60, 1500))))
-                elif roll < 0.6:  # a click too late to count
-                    pending_clicks.append((f"k{n}", f"i{n}", t + timedelta(minutes=rng.randrange(35, 50))))
-            due = [c for c in pending_clicks if c[2] < window_end]
-            pending_clicks = [c for c in pending_clicks if c[2] >= window_end]
-            h.impressions += imps
-            h.clicks += due
-            by_stream["impressions"].append((commit_time, imps))
-            by_stream["clicks"].append((commit_time + timedelta(minutes=1), due))
-        for name, commits in by_stream.items():
-            first = not d
-            write_commits(spark, h.path(name), commits, STREAM_DDL[name], PROPERTIES if first else None)
-        if on_day is not None:
+            pending["fx_rates"].append(_rates(h, d, rng))
+        clicks_due = _streams(h, d, rng, clicks_due, pending)
+        if d in on_days or d % 7 == 6 or d == DAYS - 1:
+            _write_pending(spark, h, pending)
+        if on_day is not None and d in on_days:
             with session_conf(spark, {ENFORCE_TIME_TRAVEL_RETENTION: "false"}):
                 on_day(h, d)
         if d % 7 == 6:  # the weekly maintenance, after the day's index step
@@ -124,6 +115,46 @@ def write(
                 )
                 vacuum_default(spark, path)
     return h
+
+
+def _streams(
+    h: History,
+    d: int,
+    rng: random.Random,
+    clicks_due: list[tuple[str, str, datetime]],
+    pending: dict[str, list[tuple[datetime, list]]],
+) -> list[tuple[str, str, datetime]]:
+    """Day d's stream commits, added to `pending`: at 00:05 and 12:05, each holding the impressions
+    of the twelve hours before it and the clicks that happened by then; returns the clicks still
+    to come."""
+    for k in range(COMMITS_PER_DAY):
+        window_end = h.day(d, 24 / COMMITS_PER_DAY * k)
+        commit_time = window_end + timedelta(minutes=5)
+        imps = []
+        for _ in range(IMPRESSIONS_PER_COMMIT):
+            n = len(h.impressions) + len(imps) + 1
+            t = window_end - timedelta(seconds=rng.randrange(24 * 3600 // COMMITS_PER_DAY))
+            imps.append((f"i{n}", rng.choice(CAMPAIGNS), rng.choice(CURRENCIES), t))
+            roll = rng.random()
+            if roll < 0.5:  # a click within the 30 minutes
+                clicks_due.append((f"k{n}", f"i{n}", t + timedelta(seconds=rng.randrange(60, 1500))))
+            elif roll < 0.6:  # a click too late to count
+                clicks_due.append((f"k{n}", f"i{n}", t + timedelta(minutes=rng.randrange(35, 50))))
+        due = [c for c in clicks_due if c[2] < window_end]
+        clicks_due = [c for c in clicks_due if c[2] >= window_end]
+        h.impressions += imps
+        h.clicks += due
+        pending["impressions"].append((commit_time, imps))
+        pending["clicks"].append((commit_time + timedelta(minutes=1), due))
+    return clicks_due
+
+
+def _write_pending(spark: SparkSession, h: History, pending: dict[str, list[tuple[datetime, list]]]) -> None:
+    """Write the appends generated so far, one commit each; the streams' first creates their table."""
+    for name, commits in pending.items():
+        created = Path(h.path(name), "_delta_log").is_dir()
+        write_commits(spark, h.path(name), commits, DDL[name], None if created else PROPERTIES)
+        commits.clear()
 
 
 def _create_dimensions(spark: SparkSession, h: History, rng: random.Random) -> None:
@@ -171,12 +202,12 @@ def _merge_campaigns(spark: SparkSession, h: History, d: int, rng: random.Random
     commit_at(spark, path, h.day(d, 1), merge)
 
 
-def _append_rates(spark: SparkSession, h: History, d: int, rng: random.Random) -> None:
-    """A rate per currency valid from midnight, committed at 00:30."""
+def _rates(h: History, d: int, rng: random.Random) -> tuple[datetime, list[tuple]]:
+    """Day d's commit of the changelog: a rate per currency valid from midnight, committed at 00:30."""
     rows = [(cur, round(rng.uniform(0.8, 1.3), 4), h.day(d)) for cur in CURRENCIES]
     for cur, rate, valid in rows:
         h.rates[cur].append((valid, rate))
-    write_commits(spark, h.path("fx_rates"), [(h.day(d, 0.5), rows)], FX_DDL)
+    return h.day(d, 0.5), rows
 
 
 def _as_of(versions: list[tuple[datetime, object]], t: datetime) -> object:

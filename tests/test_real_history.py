@@ -88,13 +88,13 @@ def history(spark, tmp_path_factory):
     job = {}
 
     def index_step(h: real_history.History, d: int) -> None:  # the scheduled `streamjoin index JOB`
-        if d == START_DAY or (d > START_DAY and d % 7 in INDEX_DAYS):
-            if not job:  # bound once: the tables' columns never change
-                job["spec"] = spec_from_dict(attribution(h, f"{root}/attribution"))
-                job["plan"] = bind(spark, job["spec"])
-            index.update(spark, job["plan"])
+        if not job:  # bound once: the tables' columns never change
+            job["spec"] = spec_from_dict(attribution(h, f"{root}/attribution"))
+            job["plan"] = bind(spark, job["spec"])
+        index.update(spark, job["plan"])
 
-    h = real_history.write(spark, root, index_step)
+    steps = {d for d in range(real_history.DAYS) if d == START_DAY or (d > START_DAY and d % 7 in INDEX_DAYS)}
+    h = real_history.write(spark, root, index_step, steps)
     for name in ("impressions", "clicks", "campaigns", "fx_rates"):
         clean_log(spark, h.path(name))
     return h, job["spec"]

@@ -1,9 +1,11 @@
 """A live runner in a process of its own, for tests/test_restart.py's kill test.
 
-    python tests/live_child.py '{"job": FILE, "checkpoint": DIR, "trigger": ..., "die_after": [TABLE, N]}'
+    echo '{"job": FILE, "checkpoint": DIR, "trigger": ..., "die_after": [TABLE, N]}' | python tests/live_child.py
 
-Prints `running` once its streaming query has started, then runs until its query ends (an
-available-now trigger) or it is killed. With `die_after`, the process group (this interpreter and
+Starts its Spark session first and then reads its arguments, one line on stdin: the test starts
+the next child while the one before runs, so that its JVM is up when its turn comes. Prints
+`running` once its streaming query has started, then runs until its query ends (an available-now
+trigger) or it is killed. With `die_after`, the process group (this interpreter and
 its Spark JVM) kills itself with SIGKILL right after its N-th write of TABLE ("rejected", "late",
 "output", "state" or "metrics"): a kill between two of a micro-batch's writes, at a point chosen
 by the test rather than by timing. A child whose batches never make that write (no late row
@@ -25,8 +27,7 @@ from streamjoin.runners.live import LiveRunner
 from streamjoin.session import get_spark
 
 
-def main(arguments: dict) -> None:
-    spark = get_spark(app_name="streamjoin-live-child")
+def main(spark, arguments: dict) -> None:
     die_after = arguments.get("die_after")
     writes = {"count": 0}
 
@@ -69,4 +70,5 @@ def caught_up(query) -> bool:
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    session = get_spark(app_name="streamjoin-live-child")  # before its turn: see above
+    main(session, json.loads(sys.stdin.readline()))

@@ -142,23 +142,55 @@ def every_write(clock: int, first: int) -> tuple[list, int]:
     return commits, clock
 
 
-def start_child(job_file: Path, checkpoint: str, trigger: str, die_after=None) -> subprocess.Popen:
-    """tests/live_child.py in a process group of its own (it and its JVM die together). A JVM killed
-    with SIGKILL runs no shutdown hook, so whatever it put in its temporary folders stays: Spark's
-    scratch folders (with a 15 MB copy of the Delta jars) and the native libraries it unpacks. The
-    child keeps them beside the job, in pytest's temporary folder, rather than in /tmp."""
-    arguments = {"job": str(job_file), "checkpoint": checkpoint, "trigger": trigger, "die_after": die_after}
-    scratch = job_file.parent / "child_tmp"
-    scratch.mkdir(exist_ok=True)
-    options = f"{os.environ.get('STREAMJOIN_JAVA_OPTIONS', '')} -Djava.io.tmpdir={scratch}"
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), json.dumps(arguments)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "SPARK_LOCAL_DIRS": str(scratch), "STREAMJOIN_JAVA_OPTIONS": options.strip()},
-    )
+class Children:
+    """tests/live_child.py processes, each started one ahead of its use: its interpreter and JVM
+    start while the test writes input and the child before it runs, then it waits for its
+    arguments on stdin. Each runs in a process group of its own (it and its JVM die together). A
+    JVM killed with SIGKILL runs no shutdown hook, so whatever it put in its temporary folders
+    stays: Spark's scratch folders (with a 15 MB copy of the Delta jars) and the native libraries
+    it unpacks. The children keep them beside the job, in pytest's temporary folder, rather than
+    in /tmp."""
+
+    def __init__(self, folder: Path):
+        self.scratch = folder / "child_tmp"
+        self.scratch.mkdir(exist_ok=True)
+        self.ahead: subprocess.Popen | None = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen:
+        options = f"{os.environ.get('STREAMJOIN_JAVA_OPTIONS', '')} -Djava.io.tmpdir={self.scratch}"
+        return subprocess.Popen(
+            [sys.executable, str(CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            env={
+                **os.environ,
+                "SPARK_LOCAL_DIRS": str(self.scratch),
+                "STREAMJOIN_JAVA_OPTIONS": options.strip(),
+            },
+        )
+
+    def start(
+        self, job_file: Path, checkpoint: str, trigger: str, die_after=None, last=False
+    ) -> subprocess.Popen:
+        """The child started ahead, told its job; another starts ahead unless this is the `last`."""
+        child, self.ahead = self.ahead, None if last else self._spawn()
+        assert child is not None and child.stdin is not None
+        arguments = {
+            "job": str(job_file),
+            "checkpoint": checkpoint,
+            "trigger": trigger,
+            "die_after": die_after,
+        }
+        child.stdin.write(json.dumps(arguments) + "\n")
+        child.stdin.close()
+        return child
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            kill_group(self.ahead)
 
 
 def jvm_options(group: int) -> list[str]:
@@ -178,6 +210,45 @@ def kill_group(child: subprocess.Popen) -> None:
     child.wait(60)
 
 
+def kill_ten_times(
+    rng: random.Random, tables: Tables, children: Children, job_file: Path, targets: list[str]
+) -> list[tuple[str, int]]:
+    """The ten kills of the SIGKILL test, input written before each (and, for the kills at random,
+    while the child runs): where each came and the child's exit code."""
+    checkpoint = f"{tables.root}/out_checkpoint"
+    clock, first, kills = 0, 0, []
+    for n in range(KILLS):
+        commits, clock = growing_input(rng, rng.randint(2, 4), clock, first)
+        first += len(commits)
+        if n % 2 == 0:
+            more, clock = every_write(clock, first)
+            commits, first = commits + more, first + len(more)
+        tables.write(commits)
+        last = n == KILLS - 1
+        if n % 2 == 0:
+            table = targets[n // 2]
+            child = children.start(job_file, checkpoint, "processing-time:1s", [table, 1], last)
+            try:  # it kills itself after that write, or once caught up if its batches never make it
+                child.wait(120)
+            except subprocess.TimeoutExpired:
+                kill_group(child)
+            assert child.stdout is not None
+            idle = "caught up" in child.stdout.read()
+            kills.append((f"caught up, no {table} write" if idle else f"after {table}", child.returncode))
+        else:
+            child = children.start(job_file, checkpoint, "processing-time:1s", last=last)
+            assert child.stdout is not None and child.stdout.readline().strip() == "running"
+            if n == 1 and TESTS_SET_JAVA_OPTIONS:  # a JVM that lives for seconds compiles with C1 alone
+                assert SHORT_LIVED_JVM in jvm_options(child.pid)
+            more, clock = growing_input(rng, 2, clock, first)  # commits that land while it runs
+            first += len(more)
+            tables.write(more)
+            time.sleep(rng.uniform(0, 5))  # into its first batches, or idle between them
+            kill_group(child)
+            kills.append(("at random", child.returncode))
+    return kills
+
+
 def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_killed(spark, tmp_path):
     """Issue 20, item 8: a live runner in its own process, killed with SIGKILL (with its JVM) ten
     times while the input grows: half of the kills right after one of a micro-batch's five writes
@@ -188,6 +259,7 @@ def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_kil
     with nothing new runs no batch. Output, side tables and metrics equal those of one runner that
     was never killed and of the exact replay, and the reference's."""
     rng = random.Random(20)
+    children = Children(tmp_path)  # the first starts while the tables are written
     tables = Tables(spark, tmp_path)
     job_file = tmp_path / "job.yaml"
     job_file.write_text(
@@ -213,38 +285,12 @@ def test_a_runner_killed_with_sigkill_over_a_growing_input_ends_as_one_never_kil
         )
     )
     tables.spec = load_job(job_file)
-    checkpoint = f"{tmp_path}/out_checkpoint"
-    clock, first, kills = 0, 0, []
     targets = list(WRITES)
     rng.shuffle(targets)  # the write each of the five kills after a write follows
-    for n in range(KILLS):
-        commits, clock = growing_input(rng, rng.randint(2, 4), clock, first)
-        first += len(commits)
-        if n % 2 == 0:
-            more, clock = every_write(clock, first)
-            commits, first = commits + more, first + len(more)
-        tables.write(commits)
-        if n % 2 == 0:
-            table = targets[n // 2]
-            child = start_child(job_file, checkpoint, "processing-time:1s", [table, 1])
-            try:  # it kills itself after that write, or once caught up if its batches never make it
-                child.wait(120)
-            except subprocess.TimeoutExpired:
-                kill_group(child)
-            assert child.stdout is not None
-            idle = "caught up" in child.stdout.read()
-            kills.append((f"caught up, no {table} write" if idle else f"after {table}", child.returncode))
-        else:
-            child = start_child(job_file, checkpoint, "processing-time:1s")
-            assert child.stdout is not None and child.stdout.readline().strip() == "running"
-            if n == 1 and TESTS_SET_JAVA_OPTIONS:  # a JVM that lives for seconds compiles with C1 alone
-                assert SHORT_LIVED_JVM in jvm_options(child.pid)
-            more, clock = growing_input(rng, 2, clock, first)  # commits that land while it runs
-            first += len(more)
-            tables.write(more)
-            time.sleep(rng.uniform(0, 5))  # into its first batches, or idle between them
-            kill_group(child)
-            kills.append(("at random", child.returncode))
+    try:
+        kills = kill_ten_times(rng, tables, children, job_file, targets)
+    finally:
+        children.close()
     assert [code for _, code in kills] == [-signal.SIGKILL] * KILLS, kills
     # Each of a batch's writes was followed by a kill: the rerun skips what the killed batch wrote.
     assert sorted(where for where, _ in kills[::2]) == sorted(f"after {table}" for table in WRITES), kills

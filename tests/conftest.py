@@ -105,10 +105,10 @@ if TESTS_SET_JAVA_OPTIONS:
 # (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
 # alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
 SLOWEST_FIRST = (
-    "test_real_history",  # about 400 in a loaded run: 33 days of production-shaped history, then two backfills
+    "test_real_history",  # about 250 in a loaded run (a quarter less than at stop 77): 33 days of history, two backfills
     "test_cli",  # 215: the demo
     "test_aged_tables",  # 195
-    "test_restart",  # 170: ten SIGKILLs, each a new JVM
+    "test_restart",  # 170 (a tenth less since): ten SIGKILLs, each a new JVM started one ahead of its turn
     "test_chains",  # 152
     "test_bench",  # 129
     "test_faults",  # about 110: a live run, commits that left the log, full and read-only disks

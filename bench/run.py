@@ -169,7 +169,9 @@ def bench_scale(
         sizes = {t: delta_io.read_snapshot(spark, str(data / t), versions[t]).count() for t in inputs}
         rows = expected.count()
         for round_ in range(rounds):
-            seconds, metrics = _timed(replay, spark, job, start, end, mode="exact", versions=pinned)
+            seconds, metrics = _timed(
+                replay, spark, job, start, end, RunOptions(mode="exact", versions=pinned)
+            )
             result.times.setdefault("replay", []).append(seconds)
             result.phases.append(metrics.phases)
             result.rows_out = metrics.rows_out

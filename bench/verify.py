@@ -29,6 +29,7 @@ from streamjoin import delta_io
 from streamjoin.backfill import cut
 from streamjoin.jobfile import load_job
 from streamjoin.runners.live import LiveRunner
+from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay_slices
 from streamjoin.session import get_spark
 from streamjoin.verify import verify
@@ -58,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     rows_out = 0
     for round_ in range(args.rounds):
         for name, pieces in (("day", day), ("whole", whole)):
-            windows = [(s.start, s.end) for s in pieces]
-            seconds, runs = _timed(replay_slices, spark, job, windows, versions=versions, into=scratch)
+            options = RunOptions(versions=versions, into=scratch)
+            seconds, runs = _timed(replay_slices, spark, job, pieces, options)
             times.setdefault(f"replay_{name}", []).append(seconds)
             seconds, outcome = _timed(verify, spark, job, pieces[0].start, pieces[-1].end)
             times.setdefault(f"verify_{name}", []).append(seconds)

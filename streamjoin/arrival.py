@@ -487,7 +487,8 @@ def is_late() -> Column:
 
 
 def at_or_before(position: Position) -> Column:
-    """Rows whose position is at or before `position`."""
+    """Rows whose position is at or before `position` (a plain tuple is taken as one)."""
+    position = Position(*position)
     at = (F.lit(position.time), F.lit(position.source), F.lit(position.version))
     return position_le((F.col(TS), F.col(SRC), F.col(V)), at)
 

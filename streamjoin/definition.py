@@ -7,7 +7,9 @@ before any data moves (docs/backfills.md, "A changed definition"). The hash cove
 rows: the sources' names, kinds, keys, times and changelog settings, every link's kind and
 settings, `where`, `select`, the output's time and key, and the job's start. It leaves out what
 does not: the description, schedule and quality (`JobMeta`), the job's name, and where the tables
-live (paths and table names: moving the data or the job's root changes no row).
+and a lookup's database live (paths, table names, JDBC URLs: moving the data or the job's root
+changes no row). A source's `max_future` is left to the arrival index, which refuses its change
+in its own words.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from streamjoin.links import plain
 from streamjoin.spec import SOURCE_KEYS, JoinSpec
 
 PROPERTY = "streamjoin.definition"  # the table property holding the hash
-_SOURCE_SETTINGS = tuple(key for key in SOURCE_KEYS if key not in ("path", "table"))  # not where it lives
+# Not where a source lives; nor `max_future`, which the arrival index records with its entries and
+# refuses a change of in its own words (`index._check_same_future_bound`).
+_SOURCE_SETTINGS = tuple(key for key in SOURCE_KEYS if key not in ("path", "table", "max_future"))
 
 
 def definition(spec: JoinSpec) -> dict[str, Any]:
@@ -33,12 +37,19 @@ def definition(spec: JoinSpec) -> dict[str, Any]:
     return {
         "sources": sources,
         "from": spec.start,
-        "links": [link.settings() for link in spec.joins],
+        "links": [_deciding(link.settings()) for link in spec.joins],
         "where": spec.where,
         "select": list(spec.select),
         "output": {"time": spec.output.time, "key": list(spec.output.key)},
         "start_at": spec.start_at,
     }
+
+
+def _deciding(settings: dict[str, Any]) -> dict[str, Any]:
+    """A link's settings without where its database lives: a lookup's table decides rows, its URL
+    does not (the answers a run records are read back from the journal wherever the database is)."""
+    lookup = settings.get("lookup")
+    return {**settings, "lookup": {"table": lookup["table"]}} if isinstance(lookup, dict) else settings
 
 
 def definition_hash(spec: JoinSpec) -> str:

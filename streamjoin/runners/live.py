@@ -186,7 +186,9 @@ class LiveRunner:
             self._open()
             query = self._start()
         except BaseException:
-            if fresh and not self.started():  # refused before it processed anything: leave nothing behind
+            if fresh and not self.marker.get("owns_output") and not self.started():
+                # refused before it claimed the output (so before any write): leave nothing behind.
+                # Once claimed, its marker keys the exactly-once writes a retry must find.
                 shutil.rmtree(self.checkpoint, ignore_errors=True)
             self._release_lease()
             raise

@@ -58,6 +58,10 @@ fi
 # driver class archive beside them (a minute, once; STREAMJOIN_NO_CLASS_ARCHIVE=1 skips it).
 .venv/bin/streamjoin setup-jars --dir "$root/.jars" ${STREAMJOIN_NO_CLASS_ARCHIVE:+--no-class-archive} >/dev/null
 
+# The styles and scripts Great Expectations' Data Docs pages load from CDNs, pinned, from npm's
+# registry into .docs-assets/ (streamjoin/datadocs.py), so the pages work offline.
+.venv/bin/streamjoin setup-docs-assets --dir "$root/.docs-assets" >/dev/null
+
 # Debian's packages the tests start on loopback: chromium and its driver (the report's browser
 # test, tests/test_report.py) and PostgreSQL (the lookup joins' database, tests/postgres.py).
 packages=""

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def replace_file(path: Path, text: str) -> None:
-    """Write `text` to `path`, replacing what it held: readers see the old content or the new."""
+def replace_file(path: Path, text: str | bytes) -> None:
+    """Write `text` (or bytes) to `path`, replacing what it held: readers see the old content or the new."""
     with _staged(path, text) as temporary:
         os.replace(temporary, path)
     _sync_folder(path.parent)
@@ -36,13 +36,14 @@ def create_file(path: Path, text: str, durable: bool = True) -> None:
 
 
 @contextmanager
-def _staged(path: Path, text: str, durable: bool = True) -> Iterator[str]:
+def _staged(path: Path, text: str | bytes, durable: bool = True) -> Iterator[str]:
     """A temporary file beside `path` holding `text` (on disk, if `durable`); removed when the block ends."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(text)
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
             file.flush()
             if durable:
                 os.fsync(file.fileno())

@@ -1,4 +1,4 @@
-"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, verify, report, explain, validate-job, list, setup-jars)."""
+"""`streamjoin`: a thin shell over the library (demo, stream, index, replay, backfill, handoff, verify, report, explain, validate-job, list, setup-jars, setup-docs-assets)."""
 
 from __future__ import annotations
 
@@ -440,6 +440,20 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_setup_docs_assets(args) -> int:
+    from streamjoin import datadocs
+
+    where = Path(args.dir).resolve() if args.dir else datadocs.folder()
+    if datadocs.fetched(where):
+        print(f"Data Docs' styles and scripts are in {where} already")
+    else:
+        datadocs.fetch(where)
+        print(f"{len(datadocs.ASSETS)} file(s) and Font Awesome's fonts in {where}")
+    if where != datadocs.folder().resolve():
+        print(f"Data Docs builds look in {datadocs.folder()}: export STREAMJOIN_DOCS_ASSETS={where}")
+    return 0
+
+
 def cmd_setup_jars(args) -> int:
 
     from streamjoin import jars
@@ -713,6 +727,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the driver class archive (making it takes a minute, once; it halves each later driver's start)",
     )
     setup_jars.set_defaults(func=cmd_setup_jars)
+
+    docs_assets = commands.add(
+        "setup-docs-assets",
+        "fetch once, from npm, the styles and scripts Great Expectations' Data Docs load from CDNs, so they work offline",
+    )
+    docs_assets.add_argument(
+        "--dir",
+        help="where to put them (default $STREAMJOIN_DOCS_ASSETS, else .docs-assets/ in a source checkout, "
+        "else ~/.cache/streamjoin/docs-assets)",
+    )
+    docs_assets.set_defaults(func=cmd_setup_docs_assets)
 
     listing = commands.add("list", "list the job files of a folder with their outputs and last runs")
     listing.add_argument("--jobs", default="jobs", help="folder of job files (default ./jobs)")

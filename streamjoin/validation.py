@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import statistics
+import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
-from streamjoin import delta_io
+from streamjoin import datadocs, delta_io
 from streamjoin.errors import JobError
 from streamjoin.jars import checkout
 from streamjoin.metrics import spark_value
@@ -212,13 +213,13 @@ def validate_slice(
         output.unpersist()
     identifier, validation = next(iter(result.run_results.items()))  # one validation definition, one result
     checks = [(bool(r.success), _describe(r)) for r in validation.results]
-    _publish(context, identifier, validation)
+    _publish(context, identifier, validation, site)
     evaluated = int(validation.statistics["evaluated_expectations"])
     found = _slice_runs(spark, spec, start, end)  # read once: the assumed rows and the link rates
     checks += _assumed_checks(spec, json.loads(found[1]["by_link"])) if found else []
     rates = _rates(spark, spec, found[0], found[1], start) if found and spec.meta.quality.link_history else []
     if any(rate.floor is not None for rate in rates):
-        judged = _validate_links(spark, context, spec, rates, run)
+        judged = _validate_links(spark, context, spec, rates, run, site)
         checks += [(ok, rate.line()) for ok, rate in zip(judged, rates, strict=True)]
         evaluated += 1
     else:
@@ -388,7 +389,9 @@ def _decided(link: dict) -> int:
     return int(link["reached"]) - int(link.get("assumed") or 0)
 
 
-def _validate_links(spark: SparkSession, context, spec: JoinSpec, rates: list[LinkRate], run) -> list[bool]:
+def _validate_links(
+    spark: SparkSession, context, spec: JoinSpec, rates: list[LinkRate], run, site: str
+) -> list[bool]:
     """Great Expectations' verdict on the judged links (`expect_column_pair_values_a_to_be_greater_than_b`:
     each link's match rate at or above its floor), stored with its own Data Docs page; per rate,
     whether it passed (True for a link not judged)."""
@@ -415,7 +418,7 @@ def _validate_links(spark: SparkSession, context, spec: JoinSpec, rates: list[Li
     )
     result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run)
     identifier, validation = next(iter(result.run_results.items()))
-    _publish(context, identifier, validation)
+    _publish(context, identifier, validation, site)
     below = {r.link for r in judged if r.floor is not None and r.rate < r.floor}
     if not validation.success and not below:  # GE found what the rates did not: fail them all
         below = {r.link for r in judged}
@@ -514,15 +517,23 @@ def _checkpoint(context, suite: dict, path: Path, source: str = "streamjoin"):
     )
 
 
-def _publish(context, identifier, validation) -> None:
+def _publish(context, identifier, validation, site: str) -> None:
     """Store the validation with every value taken from the data HTML-escaped, then build its Data
-    Docs page. Great Expectations writes some of those values (the unexpected values of a failed
-    expectation) into its pages as they are, so a value such as `<script>...</script>` in the
-    output would run in the reader's browser."""
+    Docs page and point it and the index at the site's own copies of their styles and scripts
+    (`streamjoin.datadocs`). Great Expectations writes some of those values (the unexpected values
+    of a failed expectation) into its pages as they are, so a value such as `<script>...</script>`
+    in the output would run in the reader's browser."""
     for item in validation.results:
         item.result = _escaped(item.result)
     context.validation_results_store.set(identifier, validation)
     context.build_data_docs(site_names=[_SITE], resource_identifiers=[identifier])
+    pages = {Path(site) / "index.html", Path(_page(context, identifier, site) or Path(site) / "index.html")}
+    if not datadocs.localize(site, sorted(p for p in pages if p.is_file())):
+        warnings.warn(
+            "Data Docs pages load their styles and scripts from public CDNs and show empty or unstyled "
+            "offline: run `streamjoin setup-docs-assets` once to serve them from the site",
+            stacklevel=2,
+        )
 
 
 def _escaped(value: Any) -> Any:

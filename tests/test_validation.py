@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -318,6 +319,47 @@ def test_values_from_the_data_reach_the_data_docs_page_as_text(spark, tmp_path, 
     assert browser.title != "xss-data"
     shown = browser.find_element("tag name", "body").text
     assert "document.title='xss-data'" in shown  # the value is there, to be read
+
+
+CDN = re.compile(r'(?:src|href)="(https?://[^"]+)"')
+
+
+def test_data_docs_serve_their_styles_and_scripts_from_the_site_and_work_offline(spark, tmp_path, browser):
+    """Issue 81, item 8: Great Expectations' pages load Bootstrap, jQuery and bootstrap-table from
+    CDNs; this machine reaches none, as a user's air-gapped one. The index and the slice's page
+    point at the site's own copies (fetched by set-up), so the index lists the validation and the
+    pages are styled, in a real browser."""
+    result = validate_slice(spark, shop_job(tmp_path), spark.createDataFrame(good_rows(), OUTPUT), START, END)
+    site = tmp_path / "out" / "shop_orders_quality" / "data_docs"
+    for page in (site / "index.html", Path(result.docs)):
+        loaded = [
+            url for url in CDN.findall(page.read_text()) if url.endswith((".js", ".css")) or "npm/" in url
+        ]
+        assert loaded == [], f"{page.name} still loads {loaded}"
+    browser.get((site / "index.html").as_uri())
+    assert browser.execute_script(
+        "return typeof jQuery === 'function' && typeof jQuery.fn.bootstrapTable === 'function'"
+    )
+    assert (
+        "shop_orders" in browser.find_element("tag name", "body").text
+    )  # the table, filled by bootstrap-table
+    shot = PROJECT_ROOT / "build" / "screenshots" / "data_docs_index_offline.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(shot))
+    browser.get(Path(result.docs).as_uri())
+    font = browser.execute_script("return getComputedStyle(document.body).fontFamily")
+    assert "apple-system" in font or "Segoe UI" in font  # Bootstrap 4's font stack, not the browser's default
+
+
+def test_data_docs_without_the_fetched_files_keep_the_cdn_and_say_so(spark, tmp_path, monkeypatch):
+    """Set-up not run (an installed package, no `setup-docs-assets`): the pages are built as Great
+    Expectations writes them, and a warning says how to read them offline."""
+    monkeypatch.setenv("STREAMJOIN_DOCS_ASSETS", str(tmp_path / "not-fetched"))
+    with pytest.warns(UserWarning, match="streamjoin setup-docs-assets"):
+        result = validate_slice(
+            spark, shop_job(tmp_path), spark.createDataFrame(good_rows(), OUTPUT), START, END
+        )
+    assert result.success and "https://code.jquery.com/jquery-3.7.1.min.js" in Path(result.docs).read_text()
 
 
 # ---------------------------------------------------------------- links of a chain: a collapse is invalid

@@ -11,7 +11,6 @@ offline and can be moved or served as a folder. The files are pinned by version 
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -170,7 +169,11 @@ def folder() -> Path:
 def fetched(where: Path | None = None) -> bool:
     """Whether every pinned file is in `where` (default `folder()`) with its hash."""
     where = where or folder()
-    return all(_matches(where / a.local, a.sha256) for a in ASSETS)
+    return all(_matches(where / a.local, a.sha256) for a in ASSETS) and _has_fonts(where)
+
+
+def _has_fonts(where: Path) -> bool:
+    return any((where / FONTS[0] / FONTS[1]).glob("*.woff2"))
 
 
 def fetch(where: Path | None = None) -> Path:
@@ -181,7 +184,7 @@ def fetch(where: Path | None = None) -> Path:
     for package, version in packages:
         wanted = [a for a in ASSETS if (a.package, a.version) == (package, version)]
         fonts = f"{package}@{version}" == FONTS[0]
-        if all(_matches(where / a.local, a.sha256) for a in wanted) and not fonts:
+        if all(_matches(where / a.local, a.sha256) for a in wanted) and (not fonts or _has_fonts(where)):
             continue
         archive = _download(package, version)
         for asset in wanted:
@@ -198,13 +201,20 @@ def fetch(where: Path | None = None) -> Path:
 
 
 def _download(package: str, version: str) -> tarfile.TarFile:
+    """The package's tarball, from npm's registry once, then from ~/.cache/streamjoin/npm (as Maven
+    keeps its local repository: a second set-up, a fresh clone's included, needs no network)."""
     name = package.rsplit("/", 1)[-1]
-    url = f"{REGISTRY}/{package}/-/{name}-{version}.tgz"
-    try:
-        with urllib.request.urlopen(url, timeout=60) as answer:
-            return tarfile.open(fileobj=io.BytesIO(answer.read()), mode="r:gz")
-    except OSError as exc:
-        raise SetupError(f"could not fetch {url}: {exc}; check the network and run set-up again") from None
+    kept = Path.home() / ".cache" / "streamjoin" / "npm" / f"{package.replace('/', '+')}-{version}.tgz"
+    if not kept.is_file():
+        url = f"{REGISTRY}/{package}/-/{name}-{version}.tgz"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as answer:
+                replace_file(kept, answer.read())
+        except OSError as exc:
+            raise SetupError(
+                f"could not fetch {url}: {exc}; check the network and run set-up again"
+            ) from None
+    return tarfile.open(kept, mode="r:gz")
 
 
 def _member(archive: tarfile.TarFile, path: str, package: str) -> bytes:

@@ -40,6 +40,9 @@ def test_fresh_clone_sets_itself_up_and_runs_delta(tmp_path):
     jars = sorted(p for p in os.listdir(clone / ".jars") if p.endswith(".jar"))
     assert any(j.startswith("delta-spark_4.2_2.13-") for j in jars), jars
     assert any(j.startswith("delta-storage-") for j in jars), jars
+    # Data Docs' styles and scripts, from the tarballs the suite's own set-up kept (no network)
+    assert "streamjoin setup-docs-assets" not in setup.stderr
+    assert (clone / ".docs-assets" / "jquery@3.7.1" / "dist" / "jquery.min.js").is_file()
     help_text = run([str(clone / ".venv/bin/streamjoin"), "--help"], clone)
     assert help_text.returncode == 0 and "replay" in help_text.stdout
     # The clone's session factory takes the clone's jars. (The same package laid out as an installed

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 
 from streamjoin.errors import JobError, UnbalancedRunError
 from streamjoin.frames import local_frame
-from streamjoin.spec import JoinSpec
+from streamjoin.spec import JoinSpec, Source
 from streamjoin.timeutil import END_OF_INPUT, format_duration, from_micros, from_spark, to_micros
 
 if TYPE_CHECKING:
@@ -541,31 +541,31 @@ def untimed_elsewhere(
         .orderBy("source")
         .collect()
     )
-    lines = []
-    for r in rows:
-        source = spec.source(r["source"])
-        why = (
-            f"NULL, or not parseable with time_format {source.time_format!r}"
-            if source.time_format
-            else "NULL"
+    return [
+        _untimed_line(spec.source(r["source"]), r, start, end, spec.output.side("rejected")) for r in rows
+    ]
+
+
+def _untimed_line(source: Source, r: Row, start: datetime, end: datetime, rejected: str) -> str:
+    """What `untimed_elsewhere` says of one source's rows without a usable event time (`r`: their
+    counts and commit times outside the run's range)."""
+    why = f"NULL, or not parseable with time_format {source.time_format!r}" if source.time_format else "NULL"
+    first = from_micros(r["first"]).replace(microsecond=0)
+    after_last = from_micros(r["last"]).replace(microsecond=0) + timedelta(seconds=1)
+    return (
+        f"source {source.name!r}: {r['outside']} row(s) without a usable event time ({why}) were committed "
+        f"outside [{start.isoformat()}, {end.isoformat()})"
+        + (" (history rows among them, at the job's start)" if r["history"] else "")
+        + "; a row without an event time belongs to the slice holding its commit time, so this run neither "
+        f"wrote nor counted it. Replay --start {first.isoformat()} --end {after_last.isoformat()} to write "
+        f"them to {rejected}"
+        + (
+            f". None of the {r['rows']} rows of {source.name!r} so far has a usable event time: check "
+            "time_format with `streamjoin validate-job JOB`, which samples the column"
+            if r["untimed"] == r["rows"]
+            else ""
         )
-        first = from_micros(r["first"]).replace(microsecond=0)
-        after_last = from_micros(r["last"]).replace(microsecond=0) + timedelta(seconds=1)
-        lines.append(
-            f"source {source.name!r}: {r['outside']} row(s) without a usable event time ({why}) were committed "
-            f"outside [{start.isoformat()}, {end.isoformat()})"
-            + (" (history rows among them, at the job's start)" if r["history"] else "")
-            + "; a row without an event time belongs to the slice holding its commit time, so this run neither "
-            f"wrote nor counted it. Replay --start {first.isoformat()} --end {after_last.isoformat()} to write "
-            f"them to {spec.output.side('rejected')}"
-            + (
-                f". None of the {r['rows']} rows of {source.name!r} so far has a usable event time: check "
-                "time_format with `streamjoin validate-job JOB`, which samples the column"
-                if r["untimed"] == r["rows"]
-                else ""
-            )
-        )
-    return lines
+    )
 
 
 def last_live_batch(spark: SparkSession, spec: JoinSpec) -> Row | None:

@@ -49,7 +49,8 @@ _JAVA_CALLS = {
     "org.apache.spark.sql.catalyst.expressions.TryReflect": "try_reflect",
     "org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection": "reflect",
 }
-_JAVA_CALL_NAMES = re.compile(r"\b(try_reflect|java_method|reflect)\b", re.IGNORECASE)
+JAVA_CALLS_BY_NAME = ("try_reflect", "java_method", "reflect")  # the SQL functions that reach them
+_JAVA_CALL_NAMES = re.compile(rf"\b({'|'.join(JAVA_CALLS_BY_NAME)})\b", re.IGNORECASE)
 
 
 def nesting(text: str, dialect: Any = "spark") -> int:

@@ -6,13 +6,11 @@ The result, a `Plan`, is what the runners execute and what `streamjoin explain` 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
 import sqlglot
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -28,11 +26,12 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from streamjoin import database, delta_io, drift, functions
+from streamjoin import delta_io
+from streamjoin.catalog import CallsJava, Catalog, Unresolved, of
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
-from streamjoin.limits import calls_java, check_output_names
+from streamjoin.limits import check_output_names
 from streamjoin.links import (
     AsofLink,
     Conditioned,
@@ -202,16 +201,18 @@ def _expand_star(expression: str, schemas: dict[str, StructType]) -> list[str]:
     return [f"{name}.`{field.name}`" for field in schemas[name].fields]
 
 
-def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
-    """Check the job against its sources' schemas; raise JobError naming what to change."""
-    stored = _source_schemas(spark, spec)
+def bind(catalog: Catalog | SparkSession, spec: JoinSpec) -> Plan:
+    """Check the job against its sources' schemas, as `catalog` answers them (a Spark session: its
+    Delta tables, `catalog.DeltaCatalog`); raise JobError naming what to change. No other I/O."""
+    catalog = of(catalog)
+    stored = {source.name: catalog.schema(source, f"job {spec.name!r}") for source in spec.sources}
     schemas = _with_window_columns(spec, dict(stored))
-    joins = _bind_joins(spark, spec, schemas)
+    joins = _bind_joins(catalog, spec, schemas)
     select = _bind_select(spec, schemas)
     where = spec.where and _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
     named = [("the select list", e) for e in select] + ([("where", where)] if where else [])
     named += [(f"the condition of the join with {j.right!r}", j.condition) for j in joins if j.condition]
-    _check_named_columns(spark, spec, named, schemas)
+    _check_named_columns(catalog, spec, named, schemas)
     used = _used_columns(spec, joins, tuple(e for _, e in named), stored)
     keys = _join_keys(spec, joins)
     sources = []
@@ -222,7 +223,7 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
             BoundSource(source, index, stored[name], tuple(dict.fromkeys(keys[name])), used.get(name, ()))
         )
     output_columns = _check_expressions(
-        spark, spec, schemas, tuple(j.condition for j in joins), where, select
+        catalog, spec, schemas, tuple(j.condition for j in joins), where, select
     )
     reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
     if reserved and any(j.family == "table-table" for j in joins):
@@ -233,26 +234,14 @@ def bind(spark: SparkSession, spec: JoinSpec) -> Plan:
     return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
 
 
-def _source_schemas(spark: SparkSession, spec: JoinSpec) -> dict[str, StructType]:
-    """Each source's schema as its Delta table stores it; a missing table refused."""
-    schemas = {}
-    for source in spec.sources:
-        if not delta_io.exists(spark, source.location):
-            raise JobError(
-                f"job {spec.name!r}: source {source.name!r} at {source.location!r} is not a Delta table; create it or fix the path"
-            )
-        schemas[source.name] = delta_io.schema(spark, source.location)
-    return schemas
-
-
-def _bind_joins(spark: SparkSession, spec: JoinSpec, schemas: dict[str, StructType]) -> list[BoundJoin]:
+def _bind_joins(catalog: Catalog, spec: JoinSpec, schemas: dict[str, StructType]) -> list[BoundJoin]:
     """Each link bound in turn; a lateral link's made rows join `schemas` under its name."""
     joins = []
     for index, join in enumerate(spec.joins):
         left_names = spec.names[: index + 1]
         link = f"job {spec.name!r}, join with {join.source!r}"
         if not isinstance(join, Conditioned):  # rows made for each row: UNNEST, a function, a lookup
-            bound = _bind_lateral(spark, spec, join, left_names, schemas, link)
+            bound = _bind_lateral(catalog, spec, join, left_names, schemas, link)
             assert bound.made is not None  # a lateral join's made rows have a schema
             schemas[join.source] = bound.made
             joins.append(bound)
@@ -425,7 +414,7 @@ def _source_columns(expression: str, names: tuple[str, ...]) -> list[tuple[str, 
 
 
 def _check_named_columns(
-    spark: SparkSession, spec: JoinSpec, named: list[tuple[str, str]], schemas: dict[str, StructType]
+    catalog: Catalog, spec: JoinSpec, named: list[tuple[str, str]], schemas: dict[str, StructType]
 ) -> None:
     """Refuse `<source>.<column>` where the source has no such column (`named`: what names it, and
     the expression), before Spark's analysis could read it as a field of a column named like the
@@ -435,8 +424,9 @@ def _check_named_columns(
         for name, column in _source_columns(expression, spec.names):
             if name not in schemas or _spelt_as(schemas[name], column) is not None:
                 continue
-            location = spec.source(name).location if name in {s.name for s in spec.sources} else None
-            missing = None if location is None else drift.missing_column(spark, location, column, name)
+            source = next((s for s in spec.sources if s.name == name), None)
+            location = None if source is None else source.location
+            missing = None if source is None else catalog.dropped(source, column)
             detail = missing or f"its columns are {', '.join(schemas[name].fieldNames())}"
             raise JobError(
                 f"job {spec.name!r}: {what} does not resolve against the sources' columns: {name}.{column} names "
@@ -647,7 +637,7 @@ def _bind_as_of(
 
 
 def _bind_lateral(
-    spark: SparkSession,
+    catalog: Catalog,
     spec: JoinSpec,
     join: Link,
     left_names: tuple[str, ...],
@@ -659,20 +649,16 @@ def _bind_lateral(
     key and value; the function's return type), renamed by `columns`. A lookup: `_bind_lookup`."""
     (name,) = left_names  # the job's only join (spec)
     if isinstance(join, LookupLink):
-        return _bind_lookup(spark, join, left_names, schemas, where, spec.output.side("lookups"))
+        return _bind_lookup(catalog, join, left_names, schemas, where, spec.output.side("lookups"))
     assert isinstance(join, Made)  # a lateral link unnests, calls a function or looks up (spec)
-    row = spark.createDataFrame([], schemas[name]).alias(name)
 
     def resolved(what: str, expressions: list[str]) -> StructType:
         try:
-            frame = row.select(*[F.expr(e) for e in expressions])
-        except AnalysisException as exc:
-            message = str(exc).strip().splitlines()[0]
-            raise JobError(
-                f"{where}: {what} does not resolve against {name!r}'s columns: {message}"
-            ) from None
-        _refuse_java(frame, where, tuple(expressions))
-        return frame.schema
+            return catalog.analyse({name: schemas[name]}, expressions)
+        except Unresolved as exc:
+            raise JobError(f"{where}: {what} does not resolve against {name!r}'s columns: {exc}") from None
+        except CallsJava as call:
+            raise _calls_java(where, call) from None
 
     if isinstance(join, UnnestLink):
         expression = _qualify(join.unnest, left_names, schemas, where)
@@ -690,11 +676,10 @@ def _bind_lateral(
         lateral: tuple[str, ...] = (expression,)
     else:
         assert isinstance(join, FunctionLink)  # a lateral link unnests or calls a function (spec)
-        function = functions.load(join.function, where)
+        returned = catalog.function_columns(join.function, where)
         lateral = tuple(_qualify(a, left_names, schemas, where) for a in join.args)
         resolved(f"the arguments of {join.function}", list(lateral))
-        assert isinstance(function.returnType, StructType)  # `load` refuses any other
-        fields = list(function.returnType.fields)
+        fields = list(returned.fields)
     names = join.columns or tuple(f.name for f in fields)
     if len(names) != len(fields):
         raise JobError(
@@ -706,7 +691,7 @@ def _bind_lateral(
 
 
 def _bind_lookup(
-    spark: SparkSession,
+    catalog: Catalog,
     join: LookupLink,
     left_names: tuple[str, ...],
     schemas: dict[str, StructType],
@@ -714,10 +699,10 @@ def _bind_lookup(
     journal: str,
 ) -> BoundJoin:
     """A lookup join: the database table's columns (as the job's `journal` recorded them, else read
-    through JDBC now, so an unreachable database is refused before data moves: `database.columns`),
+    through JDBC now, so an unreachable database is refused before data moves: the catalog's),
     its condition split into the key equalities (at least one, Flink's rule) and the other terms."""
     assert join.on  # the spec requires it
-    columns = database.columns(spark, join.lookup, where, journal)
+    columns = catalog.database_columns(join.lookup, where, journal)
     made = StructType([StructField(f.name, f.dataType, True) for f in columns.fields])
     seen = {**schemas, join.source: made}
     on = _qualify(str(join.on), (*left_names, join.source), seen, where)
@@ -832,60 +817,47 @@ def split_conjuncts(expression: str) -> list[str]:
 
 
 def _check_expressions(
-    spark: SparkSession,
+    catalog: Catalog,
     spec: JoinSpec,
     schemas: dict[str, StructType],
     conditions: tuple[str | None, ...],
     where: str | None,
     select: tuple[str, ...],
 ) -> tuple[str, ...]:
-    """Let Spark's analyzer resolve every expression against empty frames of the real schemas."""
-    frames = {n: spark.createDataFrame([], schemas[n]).alias(n) for n in spec.names}
-    joined = frames[spec.start]
+    """Let the catalog resolve every expression against the sources' schemas, each over the
+    sources joined where it stands; the output columns the select list makes."""
 
-    def analyse(what: str, place: str, texts: tuple[str, ...], build: Callable[[], DataFrame]) -> DataFrame:
+    def analyse(what: str, place: str, upto: int, texts: tuple[str, ...], condition: bool) -> StructType:
+        scope = {n: schemas[n] for n in spec.names[:upto]}
         try:
-            frame = build()
-        except AnalysisException as exc:
-            message = str(exc).strip().splitlines()[0]
+            return catalog.analyse(scope, texts, condition=condition)
+        except Unresolved as exc:
             raise JobError(
-                f"job {spec.name!r}: {what} does not resolve against the sources' columns: {message}"
+                f"job {spec.name!r}: {what} does not resolve against the sources' columns: {exc}"
             ) from None
-        _refuse_java(frame, f"job {spec.name!r}, {place}", texts)
-        return frame
+        except CallsJava as call:
+            raise _calls_java(f"job {spec.name!r}, {place}", call) from None
 
-    for join, on in zip(spec.joins, conditions, strict=True):
-        right = frames[join.source]
-        current = joined
+    for step, (join, on) in enumerate(zip(spec.joins, conditions, strict=True), 2):
         if on:
-
-            def condition(current: DataFrame = current, right: DataFrame = right, on: str = on) -> DataFrame:
-                return current.crossJoin(right).where(F.expr(on))
-
             what = f"the condition of the join with {join.source!r} ({on})"
-            joined = analyse(what, f"join with {join.source!r}, on", (on,), condition)
-        else:
-            joined = current.crossJoin(right)
+            analyse(what, f"join with {join.source!r}, on", step, (on,), True)
+    everything = len(spec.names)
     if where:
-        joined = analyse(f"where ({where})", "where", (where,), lambda: joined.where(F.expr(where)))
-    projected = analyse(
-        "the select list", "select", select, lambda: joined.select(*[F.expr(e) for e in select])
+        analyse(f"where ({where})", "where", everything, (where,), True)
+    columns = analyse("the select list", "select", everything, select, False).fieldNames()
+    _check_output_columns(spec, columns)
+    return tuple(columns)
+
+
+def _calls_java(what: str, call: CallsJava) -> JobError:
+    """The refusal of an expression that calls a Java method by reflection: a job file may run
+    Spark's functions and the table functions installed with it, never any Java code it names."""
+    return JobError(
+        f"{what}: {call.expression!r} calls {call.function}, which runs any Java method it is given; a job file may "
+        "not call arbitrary Java code (reflect, java_method and try_reflect are refused): compute the value "
+        "with Spark's built-in functions, or with a table function (function: module:udtf) installed with the job"
     )
-    _check_output_columns(spec, projected.columns)
-    return tuple(projected.columns)
-
-
-def _refuse_java(frame: DataFrame, what: str, texts: tuple[str, ...]) -> None:
-    """Refuse an expression that calls a Java method by reflection: a job file may run Spark's
-    functions and the table functions installed with it, never any Java code it names."""
-    call = calls_java(frame, texts)
-    if call is not None:
-        expression, function = call
-        raise JobError(
-            f"{what}: {expression!r} calls {function}, which runs any Java method it is given; a job file may "
-            "not call arbitrary Java code (reflect, java_method and try_reflect are refused): compute the value "
-            "with Spark's built-in functions, or with a table function (function: module:udtf) installed with the job"
-        )
 
 
 def _check_output_columns(spec: JoinSpec, columns: list[str]) -> None:

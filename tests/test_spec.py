@@ -9,6 +9,7 @@ import pytest
 from conftest import append, at
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
+from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
 from streamjoin.links import (
@@ -41,6 +42,8 @@ BASE_JOB = {
     "joins": [{"join": "b", "type": "left", "on": "a.id = b.id", "within": "1h"}],
     "output": {"path": "out"},
 }
+# The sources' tables as schemas alone, by path: binding against them needs no Spark.
+CATALOG = MemoryCatalog({"a": EVENTS, "b": EVENTS, "text": TEXT_TIME, "numeric": NUMERIC_TIME})
 
 
 def job(**changes):
@@ -122,12 +125,10 @@ def test_stream_table_full_outer_is_refused_with_the_seeds_reason():
     assert "Supported: inner, left" in text
 
 
-def test_a_cross_join_takes_no_condition_and_pairs_streams_only(spark, tables):
+def test_a_cross_join_takes_no_condition_and_pairs_streams_only():
     spec = job(joins__0__type="CROSS JOIN", joins__0__on=None)
     assert spec.joins[0].type == "cross"
-    assert "CROSS JOIN b [interval] (every pair in the time bounds)" in describe(
-        bind(spark, spec.with_root(tables))
-    )
+    assert "CROSS JOIN b [interval] (every pair in the time bounds)" in describe(bind(CATALOG, spec))
     with pytest.raises(
         JobError, match="CROSS join of a stream with a table is refused: a CROSS join pairs rows"
     ):
@@ -251,9 +252,9 @@ def test_conjuncts_split_at_top_level_only():
     ]
 
 
-def test_a_condition_that_does_not_parse_says_where(spark, tables):
+def test_a_condition_that_does_not_parse_says_where():
     with pytest.raises(JobError) as error:
-        bind(spark, bound(tables, joins__0__on="a.id = b.id AND"))
+        bind(CATALOG, job(joins__0__on="a.id = b.id AND"))
     assert str(error.value).startswith(
         "job 'j', join with 'b': the condition 'a.id = b.id AND' does not parse as a SQL condition at line 1, "
         "column 15 (near 'AND'): write it as Spark SQL"
@@ -288,11 +289,11 @@ def test_unknown_column_in_condition(spark, tables, capfd):
     assert "idd" not in printed.err + printed.out
 
 
-def test_unknown_column_in_select_and_ambiguous_names(spark, tables):
+def test_unknown_column_in_select_and_ambiguous_names():
     with pytest.raises(JobError, match="select list does not resolve"):
-        bind(spark, bound(tables, select=["a.nope"]))
+        bind(CATALOG, job(select=["a.nope"]))
     with pytest.raises(JobError, match="select list names id more than once"):
-        bind(spark, bound(tables, select=["a.id", "b.id"]))
+        bind(CATALOG, job(select=["a.id", "b.id"]))
 
 
 def test_a_source_star_selects_its_own_columns(spark, tables, tmp_path):
@@ -307,21 +308,19 @@ def test_a_source_star_selects_its_own_columns(spark, tables, tmp_path):
     assert [tuple(r) for r in written.select("id", "amount", "paid").collect()] == [("k", 1, 2)]
 
 
-def test_non_equi_condition_is_refused(spark, tables):
+def test_non_equi_condition_is_refused():
     with pytest.raises(JobError) as error:
-        bind(spark, bound(tables, joins__0__on="a.amount < b.amount"))
+        bind(CATALOG, job(joins__0__on="a.amount < b.amount"))
     assert "has no equality between a column of a and a column of b" in str(error.value)
 
 
-def test_time_column_of_the_wrong_type(spark, tables):
+def test_time_column_of_the_wrong_type():
     with pytest.raises(JobError) as error:
-        bind(spark, bound(tables, sources__b={"path": "numeric", "time": "ts"}))
+        bind(CATALOG, job(sources__b={"path": "numeric", "time": "ts"}))
     assert "has type bigint, not a timestamp" in str(error.value)
     with pytest.raises(JobError, match="add time_format"):
-        bind(spark, bound(tables, sources__b={"path": "text", "time": "ts"}))
-    plan = bind(
-        spark, bound(tables, sources__b={"path": "text", "time": "ts", "time_format": "yyyy-MM-dd HH:mm:ss"})
-    )
+        bind(CATALOG, job(sources__b={"path": "text", "time": "ts"}))
+    plan = bind(CATALOG, job(sources__b={"path": "text", "time": "ts", "time_format": "yyyy-MM-dd HH:mm:ss"}))
     assert plan.source("b").keys == ("id",)
 
 
@@ -330,10 +329,10 @@ def test_missing_source_table(spark, tables):
         bind(spark, bound(tables, sources__b={"path": "missing", "time": "ts"}))
 
 
-def test_reserved_output_time_and_residual_split(spark, tables):
+def test_reserved_output_time_and_residual_split():
     with pytest.raises(JobError, match="reserved for the output event time"):
-        bind(spark, bound(tables, select=["a.id AS event_time"]))
-    plan = bind(spark, bound(tables, joins__0__on="a.id = b.id AND b.amount > a.amount"))
+        bind(CATALOG, job(select=["a.id AS event_time"]))
+    plan = bind(CATALOG, job(joins__0__on="a.id = b.id AND b.amount > a.amount"))
     assert plan.joins[0].equi == (("a.id", "b.id"),)
     assert plan.joins[0].residual == "(b.amount > a.amount)"
     assert plan.output_columns == ("a_id", "a_amount", "a_ts", "b_id", "b_amount", "b_ts")
@@ -389,11 +388,11 @@ def test_a_residual_with_and_inside_runs_as_written(spark, tables, tmp_path, res
 
 
 @pytest.mark.parametrize("name", ["net;gross", "paid amount", "a=b", "f(x)", "tab\there"])
-def test_output_column_names_delta_refuses_are_refused_before_data_moves(spark, tables, name):
+def test_output_column_names_delta_refuses_are_refused_before_data_moves(name):
     """Delta refuses ' ,;{}()\\n\\t=' in a column name (without column mapping) when the first
     rows are written; the job is refused when it is validated instead."""
     with pytest.raises(JobError) as error:
-        bind(spark, bound(tables, select=["a.id", f"a.amount AS `{name}`"]))
+        bind(CATALOG, job(select=["a.id", f"a.amount AS `{name}`"]))
     message = str(error.value)
     assert message.startswith(f"job 'j': output column {name!r} holds ")
     assert "which Delta refuses in a column name" in message and "give that select item an alias" in message
@@ -433,7 +432,7 @@ def test_expressions_that_call_java_are_refused_wherever_they_stand(spark, table
     assert f"calls {function}, which runs any Java method it is given" in message
 
 
-def test_an_unnest_that_calls_java_is_refused(spark, tables):
+def test_an_unnest_that_calls_java_is_refused():
     document = {
         "name": "j",
         "sources": {"a": {"path": "a", "kind": "stream", "time": "ts"}},
@@ -442,7 +441,7 @@ def test_an_unnest_that_calls_java_is_refused(spark, tables):
         "output": {"path": "out"},
     }
     with pytest.raises(JobError, match=r"^job 'j', join with 'm': .* calls java_method, which runs any Java"):
-        bind(spark, spec_from_dict(document).with_root(tables))
+        bind(CATALOG, spec_from_dict(document))
 
 
 def test_expressions_nested_to_the_limit_bind(spark, tables):

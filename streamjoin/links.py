@@ -1,24 +1,28 @@
 """The links of a join chain, one frozen class per kind, each holding and checking its own settings.
 
 A job joins its first source with each link in turn. What a link means depends on its kind: two
-streams within time bounds (`IntervalLink`), in time windows (`WindowLink`) or ROWS windows
-(`RowsLink`); a stream looking a table up as each row arrived (`StreamTableLink`), at an event
-time (`TemporalLink`) or by an inequality (`AsofLink`); two tables (`TableTableLink`); rows made
-from each row (`UnnestLink`, `FunctionLink`) or looked up in a database (`LookupLink`). The kind
-is decided by the job, since its sources declare stream or table (`link_class`); the plan's
-family of a link is its kind (streamjoin/plan.py). Settings shared by several kinds live in small
-bases (`Conditioned`: on/using/natural; `Graced`: grace; `LooksUp`: as_of).
+streams within time bounds (`IntervalLink`) or in time windows (`WindowLink`); a stream looking a
+table up as each row arrived (`StreamTableLink`), at an event time (`TemporalLink`) or by an
+inequality (`AsofLink`); two tables (`TableTableLink`); rows made from each row (`UnnestLink`,
+`FunctionLink`) or looked up in a database (`LookupLink`). A family that is a plug-in holds its
+link classes in its own module (streamjoin/family.py; e.g. ROWS windows, streamjoin/joins/rows.py).
+The kind is decided by the job, since its sources declare stream or table (`link_class`); the
+plan's family of a link is its kind (streamjoin/plan.py). Settings shared by several kinds live in
+small bases (`Conditioned`: on/using/natural; `Graced`: grace; `LooksUp`: as_of).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, ClassVar
 
+from streamjoin import family
 from streamjoin.enums import Emit, JoinType, LinkKind, SourceKind
 from streamjoin.errors import JobError
+from streamjoin.family import Claim
 from streamjoin.timeutil import format_duration
 
 DEFAULT_GRACE = timedelta(hours=24)  # ksqlDB's default grace period
@@ -369,45 +373,6 @@ class WindowLink(Graced, Conditioned):
             )
 
 
-@dataclass(frozen=True, kw_only=True)
-class RowsLink(Conditioned):
-    """Two streams in ROWS windows (SQLstream): per source of the link, how many of its latest rows
-    per key the other stream sees; a stream not named is seen only as its rows arrive."""
-
-    rows: tuple[tuple[str, int], ...]
-
-    kind = LinkKind.ROWS
-    refused = {
-        "bounds": "give either 'rows' (the latest rows per key) or 'window'/'within'/'between' (time), not both",
-        "window": "give either 'rows' (the latest rows per key) or 'window'/'within'/'between' (time), not both",
-        "emit": "a ROWS-window join decides each row as rows arrive; remove 'emit'",
-        "grace": "a ROWS window judges no row late (it reads only the order rows arrive in); remove 'grace'",
-        **_AS_OF_REFUSED,
-    }
-
-    def _check(self, where: str) -> None:
-        super()._check(where)
-        object.__setattr__(self, "rows", tuple(self.rows))
-        if self.type == JoinType.CROSS:
-            raise JobError(
-                f"{where}: ROWS windows count rows per key; a CROSS join has no key. Use type inner with "
-                "on: a.id = b.id"
-            )
-        for name, count in self.rows:
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise JobError(
-                    f"{where}: rows {{{name}: {count!r}}} must be a whole number of rows, 1 or more "
-                    "(SQLstream's ROWS 5 PRECEDING is 6: the five before and the current one)"
-                )
-
-    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
-        if (left, right) != STREAMS:
-            raise JobError(
-                f"{where}: ROWS windows keep the latest rows of streams (SQLstream: a table takes no OVER); "
-                f"{self.source!r} is a {right}"
-            )
-
-
 # ---------------------------------------------------------------------------- a stream and a table
 
 
@@ -593,26 +558,69 @@ class LookupLink(Link):
 # ---------------------------------------------------------------------------- which kind a job's link is
 
 
-def link_class(given: dict[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link]:
+# Which kind of link a join item is, for the kinds whose family is not yet a plug-in
+# (streamjoin/family.py): by precedence among the families' claims.
+def _claim_window(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    return WindowLink if "window" in given else None
+
+
+def _claim_refused_bounds(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    streams = (left, right) == STREAMS
+    eager = given.get("emit") == Emit.EAGER
+    return IntervalLink if not streams and ("bounds" in given or eager) else None  # refused by its pair
+
+
+def _claim_nearest(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    return AsofLink if given.get("asof") else None
+
+
+def _claim_point_in_time(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    as_of = given.get("as_of")
+    return None if as_of is None else StreamTableLink if as_of == "arrival" else TemporalLink
+
+
+def _claim_streams(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    streams = (left, right) == STREAMS
+    return IntervalLink if streams or "bounds" in given or given.get("emit") == Emit.EAGER else None
+
+
+def _claim_tables(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    return TableTableLink if (left, right) == (SourceKind.TABLE, SourceKind.TABLE) else None
+
+
+_UNMOVED_CLAIMS = (
+    Claim(20, _claim_window),
+    Claim(30, _claim_refused_bounds),
+    Claim(40, _claim_nearest),
+    Claim(50, _claim_point_in_time),
+    Claim(60, _claim_streams),
+    Claim(70, _claim_tables),
+)
+
+
+def link_class(given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link]:
     """The kind of a link with these settings (`given`, as a job file writes them) between what is
     joined so far (`left`) and its source (`right`; None when the job names no such source, which
-    the job refuses). Settings the kind cannot honour are refused by it (`check_pair`, `refused`),
-    in the words a user wrote them."""
-    if "rows" in given:
-        return RowsLink
-    if "window" in given:
-        return WindowLink
-    streams = (left, right) == STREAMS
-    if not streams and ("bounds" in given or given.get("emit") == Emit.EAGER):
-        return IntervalLink  # refused by its pair, for the setting the user gave
-    if given.get("asof"):
-        return AsofLink
-    as_of = given.get("as_of")
-    if as_of is not None:
-        return StreamTableLink if as_of == "arrival" else TemporalLink
-    if streams or "bounds" in given or given.get("emit") == Emit.EAGER:
-        return IntervalLink
-    return TableTableLink if (left, right) == (SourceKind.TABLE, SourceKind.TABLE) else StreamTableLink
+    the job refuses): the first family's claim, by precedence, that takes it; a stream and a table
+    otherwise. Settings the kind cannot honour are refused by it (`check_pair`, `refused`), in
+    the words a user wrote them."""
+    for claim in sorted((*family.claims(), *_UNMOVED_CLAIMS), key=lambda c: c.precedence):
+        found = claim.test(given, left, right)
+        if found is not None:
+            return found
+    return StreamTableLink
 
 
 def build_link(
@@ -626,7 +634,7 @@ def build_link(
     own = {f.name for f in fields(kind)} | ({"asof"} if kind.asof else set())
     refusal = next(
         (
-            f"join with {source!r}: {kind.refused.get(name) or _does_not_apply(name, kind.kind)}"
+            f"join with {source!r}: {kind.refused.get(name) or _AS_OF_REFUSED.get(name) or _does_not_apply(name, kind.kind)}"
             for name, value in given.items()
             if name not in own and not (name == "emit" and value == Emit.FINAL)
         ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlglot
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from streamjoin import delta_io
+from streamjoin import delta_io, family
 from streamjoin.catalog import CallsJava, Catalog, Unresolved, of
 from streamjoin.delta_io import COMMIT_TIMESTAMP
 from streamjoin.errors import JobError
@@ -43,7 +43,6 @@ from streamjoin.links import (
     LooksUp,
     LookupLink,
     Made,
-    RowsLink,
     UnnestLink,
     WindowLink,
 )
@@ -247,7 +246,7 @@ def _bind_joins(catalog: Catalog, spec: JoinSpec, schemas: dict[str, StructType]
             joins.append(bound)
             continue
         on = join.on and _as_spelled(_qualify(join.on, (*left_names, join.source), schemas, link), schemas)
-        joins.append(_bind_join(spec, join, on, left_names, schemas))
+        joins.append(_bind_join(catalog, spec, join, on, left_names, schemas))
     return joins
 
 
@@ -513,6 +512,7 @@ def _check_qualifiers(on: str, names: tuple[str, ...], schemas: dict[str, Struct
 
 
 def _bind_join(
+    catalog: Catalog,
     spec: JoinSpec,
     join: Conditioned,
     on: str | None,
@@ -520,13 +520,7 @@ def _bind_join(
     schemas: dict[str, StructType],
 ) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
-    family = join.kind  # the spec checked that the kind fits the sources it joins
-    rows = join.rows if isinstance(join, RowsLink) else ()
-    strangers = [name for name, _ in rows if name not in (left_names[-1], join.source)]
-    if strangers:
-        raise JobError(
-            f"{where}: rows names {strangers[0]!r}, which is not a side of this join ({left_names[-1]}, {join.source})"
-        )
+    kind = join.kind  # the spec checked that the kind fits the sources it joins
     right = join.source
     equi: list[tuple[str, str]] = []
     residual: list[str] = []
@@ -573,7 +567,7 @@ def _bind_join(
     if not equi and join.type != "cross":
         raise JobError(
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
-            f"{right}; this {family} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
+            f"{right}; this {kind} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
         )
     if join.asof and len(inequalities) != 1:
         found = (
@@ -588,16 +582,22 @@ def _bind_join(
         )
     if isinstance(join, AsofLink) and join.as_of == "event_time":
         _check_asof_over_history(spec, join, inequalities[0], where)
+    plugin = family.of(kind)
+    binding = family.Binding(
+        catalog, spec, join, left_names, schemas, tuple(equi), tuple(residual), tuple(inequalities), where
+    )
+    added = plugin.bind(binding) if plugin is not None and plugin.bind is not None else {}
     return BoundJoin(
         join,
         tuple(left_names),
         right,
-        family,
+        kind,
         tuple(equi),
         " AND ".join(residual) or None,
         inequalities[0] if join.asof else None,
         on,
         as_of=_bind_as_of(spec, join, left_names, schemas, where),
+        **added,
     )
 
 
@@ -1125,12 +1125,9 @@ def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     lines = [f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}"]
     if isinstance(j, IntervalLink) and j.bounds is not None:
         lines += _describe_bounds(j, join, step)
-    if isinstance(j, RowsLink):
-        kept = ", ".join(f"the {count} latest {name} rows" for name, count in j.rows)
-        lines.append(
-            f"     ROWS windows: per key, {kept} (a stream not named is seen as its rows arrive); rows "
-            "ordered by arrival, nothing late; live state keeps them for every key ever seen"
-        )
+    plugin = family.of(join.family)
+    if plugin is not None and plugin.explain is not None:
+        lines += plugin.explain(plan, join, step)
     if isinstance(j, WindowLink):
         lines.append(
             f"     time windows: {j.window.describe()} (each row in {j.window.per_row} window(s) [start, start + "
@@ -1226,6 +1223,7 @@ def as_json(
                 "grace_s": seconds(j.spec.grace) if isinstance(j.spec, Graced) else None,
                 "emit": j.spec.emit if isinstance(j.spec, IntervalLink) else None,
                 "link": j.spec.settings(),
+                **_family_json(j),
                 "lateral": None
                 if j.made is None
                 else {"expressions": list(j.lateral), "columns": j.made.fieldNames()},
@@ -1243,6 +1241,13 @@ def as_json(
             "metrics": spec.output.side("metrics"),
         },
     }
+
+
+def _family_json(join: BoundJoin) -> dict[str, Any]:
+    """The keys the families add to a join's JSON: this join's family's values, None for the rest."""
+    plugin = family.of(join.family)
+    own = plugin.explain_json(join) if plugin is not None and plugin.explain_json is not None else {}
+    return dict.fromkeys(family.json_keys()) | own
 
 
 def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:

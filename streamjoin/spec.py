@@ -16,6 +16,7 @@ from typing import Any
 
 import pendulum
 
+from streamjoin import family
 from streamjoin.enums import SourceKind
 from streamjoin.errors import JobError
 from streamjoin.limits import check_nesting
@@ -607,7 +608,7 @@ def _join_from_dict(
             "'function: module:udtf' with 'as: <name>')"
         )
     where = f"{origin}: join with {item['join']!r}"
-    _only(item, _JOIN_KEYS, where)
+    _only(item, (*_JOIN_KEYS, *family.join_keys()), where)
     given: dict[str, Any] = {
         key: item[key] for key in ("type", "on", "emit", "as_of") if item.get(key) is not None
     }
@@ -621,12 +622,7 @@ def _join_from_dict(
         given["grace"] = parse_duration(item["grace"], f"{where}: grace")
     if "window" in item:
         given["window"] = _windows_from_dict(item["window"], where)
-    if "rows" in item:
-        if not isinstance(item["rows"], dict) or not item["rows"]:
-            raise JobError(
-                f"{where}: rows {item['rows']!r} should map a source of the join to a number of rows, e.g. rows: {{prices: 6}}"
-            )
-        given["rows"] = tuple((str(name), count) for name, count in item["rows"].items())
+    given |= family.settings(item, where)
     source = str(item["join"])
     return build_link(source, given, left, kinds.get(source))
 
@@ -644,8 +640,7 @@ _JOIN_KEYS = (
     "as_of",
     "asof",
     "window",
-    "rows",
-)
+)  # and the keys of the families that are plug-ins (streamjoin/family.py)
 
 
 def _bounds_from_dict(item: dict[str, Any], where: str) -> TimeBounds | None:

@@ -34,6 +34,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import TokenType
 
+from streamjoin import family
 from streamjoin.errors import JobError
 from streamjoin.limits import check_nesting
 from streamjoin.spec import OUTPUT_KEYS, QUALITY_KEYS, SCHEDULE_KEYS, SOURCE_KEYS, JoinSpec, spec_from_dict
@@ -535,13 +536,8 @@ def _compile_query(
         for t in (start.this, *(j.this for j in joined))
         if isinstance(t, exp.Table) and t.args.get("over") is not None
     }
-    counted = {name: _rows_window(over, where) for name, over in overs.items() if _counts_rows(over)}
-    if counted and (len(counted) != len(overs) or len(joined) != 1):
-        raise JobError(
-            f"{where}: {_at(query)}ROWS windows take one join whose windows all count rows (SQLstream: a "
-            "joined reference takes no OVER); for RANGE windows write RANGE on every side"
-        )
-    windows = {} if counted else {name: _window_micros(over, where) for name, over in overs.items()}
+    claimed = family.sql_query(family.SqlQuery(query, overs, len(joined), where, _at))  # e.g. ROWS frames
+    windows = {} if claimed else {name: _window_micros(over, where) for name, over in overs.items()}
     filters = and_terms(query.args["where"].this) if query.args.get("where") is not None else []
     trailing = query.args.get("within")  # Lenses: WITHIN after the query, the window of its one join
     if trailing is not None:
@@ -574,8 +570,8 @@ def _compile_query(
         seen.append(item["join"])
     if not joins:
         raise JobError(f"{where}: {_at(query)}the query joins nothing: add JOIN <source> ON ...")
-    if counted:
-        joins[0]["rows"] = counted
+    if claimed:
+        joins[0].update(claimed)
     first = _stream_first(first, joins, sources)
     document: dict[str, Any] = {
         "name": name,
@@ -935,29 +931,6 @@ def _window_micros(window: exp.Expr, where: str) -> int:
             "'<n>' <unit> PRECEDING or ROWS <n> PRECEDING"
         )
     return span
-
-
-def _counts_rows(window: exp.Expr) -> bool:
-    return isinstance(window, exp.Var) and window.name.upper().startswith("ROWS")
-
-
-_ROWS_FRAME = re.compile(
-    r"ROWS\s+(?:CURRENT\s+ROW|(\d+)\s+PRECEDING|BETWEEN\s+(\d+)\s+PRECEDING\s+AND\s+CURRENT\s+ROW)"
-)
-
-
-def _rows_window(window: exp.Expr, where: str) -> int:
-    """How many rows a SQLstream ROWS frame holds: `n PRECEDING` (or `BETWEEN n PRECEDING AND
-    CURRENT ROW`) is the n rows before the current one and it, n + 1; `CURRENT ROW` is 1."""
-    text = " ".join(window.name.split()).upper()
-    found = _ROWS_FRAME.fullmatch(text)
-    if found is None:
-        raise JobError(
-            f"{where}: {_at(window)}the window OVER ({window.name}) is not supported: write ROWS <n> PRECEDING, "
-            "ROWS BETWEEN <n> PRECEDING AND CURRENT ROW or ROWS CURRENT ROW (UNBOUNDED would keep every row)"
-        )
-    preceding = found.group(1) or found.group(2)
-    return int(preceding) + 1 if preceding else 1
 
 
 def _micros(node: exp.Expr) -> int | None:

@@ -12,10 +12,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
+from streamjoin.joins.rows import RowsLink
 from streamjoin.links import (
     AsofLink,
     IntervalLink,
-    RowsLink,
     StreamTableLink,
     TableTableLink,
     TemporalLink,

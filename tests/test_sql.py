@@ -38,7 +38,7 @@ from test_enrichment_seeds import ASOF_INNER, MARKET, MARKET_DATA, PRICES, STOCK
 from streamjoin.cli import main
 from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
-from streamjoin.links import RowsLink
+from streamjoin.joins.rows import RowsLink
 from streamjoin.plan import split_conjuncts
 from streamjoin.runners.replay import replay
 from streamjoin.spec import spec_from_dict

@@ -1,7 +1,10 @@
 """One module per join family, each holding that family's whole semantics behind the operator
-interface of `streamjoin.joins.base`; importing this package registers them all."""
+interface of `streamjoin.joins.base`; importing this package registers them all (every module of
+the package is imported once: `streamjoin.family.families`)."""
 
-from streamjoin.joins import chain, interval, lateral, lookup, rows, table_table, temporal, window
+from streamjoin import family
 from streamjoin.joins.base import FAMILIES
 
-__all__ = ["FAMILIES", "chain", "interval", "lateral", "lookup", "rows", "table_table", "temporal", "window"]
+family.families()
+
+__all__ = ["FAMILIES"]

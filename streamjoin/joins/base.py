@@ -4,9 +4,9 @@ A family module holds one operator class. Built from a bound plan (`build`), it 
 how far around a slice each source must be read (`margins`) and decides one step
 (`step`): given the settled rows of the step, its timeline, what an earlier step left (live
 state) and what is known of the table sources, it returns what to write and how every input row
-was accounted for (`StepResult`). A family registers its builder under the plan's family names
-(`register`); `streamjoin.kernel.family` looks it up, so adding a family is one module and its
-registration in `streamjoin/joins/__init__.py` (docs/architecture.md, "How to add a join family").
+was accounted for (`StepResult`). A family registers its builder as the `operator` of its
+`family.Family` (streamjoin/family.py); `streamjoin.kernel.family` looks it up, so adding a family
+is one module (docs/architecture.md, "A family is a plug-in").
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from streamjoin import family
 from streamjoin.arrival import ALL_TIME, Slices, Timeline
 from streamjoin.changelog import TableInput
 from streamjoin.metrics import LinkCounts, SourceCounts
@@ -202,11 +203,12 @@ def preserves(join_type: str, side: str, left: str, right: str) -> bool:
 
 
 Builder = Callable[[Plan, BoundJoin], JoinOperator]
-FAMILIES: dict[str, Builder] = {}  # plan family name -> builder
+FAMILIES = family.OPERATORS  # plan family name -> builder, of every family (streamjoin/family.py)
 
 
 def register(*names: str) -> Callable[[Builder], Builder]:
-    """Register an operator builder under the plan's family names (`BoundJoin.family`)."""
+    """Register an operator builder under the plan's family names (`BoundJoin.family`), for a
+    family not yet registered as a whole (`family.register`)."""
 
     def add(builder: Builder) -> Builder:
         for name in names:

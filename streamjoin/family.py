@@ -1,0 +1,199 @@
+"""A join family is a plug-in: one module of `streamjoin.joins` registers a `Family` at import.
+
+The generic layers (spec.py, sql.py, plan.py, links.py, kernel.py) call this registry and import
+no family module, so adding a family is one new module plus its tests. A family module builds one
+`Family` and passes it to `register`; `families()` imports every module of the `streamjoin.joins`
+package once, so whatever registers there is found. What a `Family` holds:
+
+- `name`, and `links`: its link classes (each a frozen `links.Link` with its `kind`, the plan's
+  family of a link of that class).
+- `claims`: which link class a join item is, from the settings given and the kinds joined
+  (`Claim`; every family's claims are tried by precedence, lowest first, so a family takes its
+  place among the others without editing them).
+- `keys` and `settings`: the join-item keys it reads in a YAML job (besides `join`, `type`, `on`,
+  `using`, `natural`, `grace`, read for every link) and how it turns them into link settings.
+  A lateral family's items carry no `join` (`unnest: ...`, `function: ...`, `lookup: ...`):
+  it lists them in `made_by`, and `made` builds its link from the whole item.
+- `sql`: its SQL syntax, hooks sql.py's generic join compiler calls (`SqlSyntax`).
+- `bind`: its binding, called by plan.py's generic binder after the generic condition split, with
+  the schemas and the split (`Binding`); it refuses what its link cannot join and returns the
+  `BoundJoin` fields it adds (e.g. an `as_of` time).
+- `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header and
+  the keys its JSON adds (`json_keys`: keys every join's JSON carries, None for other families).
+- `operator`: its join operator's builder (`Plan`, `BoundJoin` -> `JoinOperator`), what the
+  kernel runs for links of its kinds.
+
+Families not yet moved here are still named by the generic layers (infra/shape-baseline.txt).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamjoin.enums import SourceKind
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+    from sqlglot import exp
+
+    from streamjoin.catalog import Catalog
+    from streamjoin.links import Link
+    from streamjoin.plan import BoundJoin, Plan
+    from streamjoin.spec import JoinSpec
+
+# A link class from the settings a join item gives and the kinds of what it joins (`left`, what
+# is joined so far; `right`, its source; None when unknown); None: not this family's item.
+ClaimTest = Callable[[Mapping[str, Any], "SourceKind | None", "SourceKind | None"], "type[Link] | None"]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One rule by which a family claims a join item, tried in order of `precedence` (lowest
+    first) among every family's rules."""
+
+    precedence: int
+    test: ClaimTest
+
+
+@dataclass(frozen=True)
+class SqlQuery:
+    """What a family's SQL hook sees of one SELECT: each source's `OVER (...)` window by source name
+    (SQLstream), how many JOINs it has, `where` (the job and output, for messages) and `at`
+    (a node's position in the statement, to begin a message with)."""
+
+    query: exp.Select
+    overs: Mapping[str, exp.Expr]
+    joins: int
+    where: str
+    at: Callable[[exp.Expr | None], str]
+
+
+@dataclass(frozen=True)
+class SqlSyntax:
+    """A family's SQL hooks. `query`: the join-item settings its syntax over the whole SELECT
+    gives its first join, claiming the OVER windows (None: the query does not use its syntax)."""
+
+    query: Callable[[SqlQuery], dict[str, Any] | None] | None = None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a family's binding hook sees of one link: the catalog that answers schemas and analyses
+    expressions (streamjoin/catalog.py), the job, the link, the names joined before it (`left`),
+    every schema so far, the condition split into key equalities, residual terms and inequalities,
+    and `where` (the job and link, for messages)."""
+
+    catalog: Catalog
+    spec: JoinSpec
+    link: Link
+    left: tuple[str, ...]
+    schemas: Mapping[str, StructType]
+    equi: tuple[tuple[str, str], ...]
+    residual: tuple[str, ...]
+    inequalities: tuple[tuple[str, str, str], ...]
+    where: str
+
+
+Builder = Callable[["Plan", "BoundJoin"], Any]  # -> the family's JoinOperator (streamjoin/joins/base.py)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One join family's plug-in (see the module's docstring for what each part is for)."""
+
+    name: str
+    links: tuple[type[Link], ...]
+    claims: tuple[Claim, ...] = ()
+    keys: tuple[str, ...] = ()
+    settings: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
+    made_by: tuple[str, ...] = ()
+    made: Callable[[Mapping[str, Any], str], Link] | None = None
+    sql: SqlSyntax = field(default_factory=SqlSyntax)
+    bind: Callable[[Binding], Mapping[str, Any]] | None = None
+    explain: Callable[[Plan, BoundJoin, int], list[str]] | None = None
+    explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
+    json_keys: tuple[str, ...] = ()
+    operator: Builder | None = None
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The plan's family names of its links (their `kind`)."""
+        return tuple(str(link.kind) for link in self.links)
+
+
+_REGISTERED: dict[str, Family] = {}
+OPERATORS: dict[str, Builder] = {}  # plan family name (a link's kind) -> operator builder
+_discovered = False
+
+
+def register(family: Family) -> Family:
+    """Add `family` (a family module calls this once, at import); a second family claiming one of
+    its kinds or names is a programming error."""
+    taken = [kind for kind in family.kinds if kind in OPERATORS]
+    if family.name in _REGISTERED or taken:
+        raise ValueError(f"join family {family.name!r} registered twice (or its kinds {taken} taken)")
+    _REGISTERED[family.name] = family
+    if family.operator is not None:
+        for kind in family.kinds:
+            OPERATORS[kind] = family.operator
+    return family
+
+
+def families() -> tuple[Family, ...]:
+    """Every registered family, after importing each module of `streamjoin.joins` once."""
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        package = importlib.import_module("streamjoin.joins")
+        for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
+            importlib.import_module(module.name)
+    return tuple(_REGISTERED.values())
+
+
+def of(kind: str) -> Family | None:
+    """The family of links of `kind` (a plan's family name); None when no module registered it."""
+    return next((family for family in families() if kind in family.kinds), None)
+
+
+def claims() -> list[Claim]:
+    """Every family's claims, in order of precedence."""
+    return sorted((claim for family in families() for claim in family.claims), key=lambda c: c.precedence)
+
+
+def join_keys() -> tuple[str, ...]:
+    """The join-item keys the families read (besides the ones every link reads)."""
+    return tuple(key for family in families() for key in family.keys)
+
+
+def settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The link settings the families read from the keys `item` gives them."""
+    given: dict[str, Any] = {}
+    for family in families():
+        if family.settings is not None and any(key in item for key in family.keys):
+            given |= family.settings(item, where)
+    return given
+
+
+def sql_query(query: SqlQuery) -> dict[str, Any] | None:
+    """The first join's settings from the first family whose syntax the whole query uses."""
+    for family in families():
+        hook = family.sql.query
+        found = hook(query) if hook is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def json_keys() -> tuple[str, ...]:
+    """The keys every join's JSON carries for some family (None where another family's)."""
+    return tuple(key for family in families() for key in family.json_keys)
+
+
+def operator(kind: str) -> Builder:
+    """The operator builder of links of `kind`."""
+    families()
+    return OPERATORS[kind]

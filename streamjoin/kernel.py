@@ -8,26 +8,31 @@ this call and in the join operator it hands the step to (`streamjoin/joins/`), n
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, delta_io
 from streamjoin.arrival import REJECT
 from streamjoin.joins import FAMILIES
-from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult
+from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult, Write
 from streamjoin.joins.chaining import refusal
 from streamjoin.joins.lookup import check_databases
 from streamjoin.plan import Plan
+from streamjoin.spec import Output
 
 __all__ = [
     "END_OF_INPUT",
     "StepInput",
     "StepResult",
+    "append_writes",
     "family",
     "rejected_side_rows",
     "runnable",
     "split_rejected",
     "step",
+    "update_output",
 ]
 
 
@@ -74,3 +79,34 @@ def rejected_side_rows(name: str, rejected: DataFrame) -> DataFrame:
 def step(spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
     """Run one step of the job's join (`StepInput` says what the runner hands it)."""
     return family(plan).step(spark, plan, inputs)
+
+
+def append_writes(result: StepResult, append: Callable[[DataFrame, str], None] | None = None) -> list[str]:
+    """Append the tables a step asks for (`Write.APPEND`), before its output is written: a step run
+    again after a failure then reads them back. `append(rows, location)`: the runner's write (the
+    live runner's exactly once with its batch); by default a plain append. Returns the locations."""
+    written = []
+    for write in result.writes:
+        if write.how == Write.APPEND:
+            assert write.location is not None  # an appended table is the operator's own
+            if append is None:
+                delta_io.append(write.rows, write.location, merge_schema=True)
+            else:
+                append(write.rows, write.location)
+            written.append(write.location)
+    return written
+
+
+def update_output(result: StepResult, out: Output) -> bool:
+    """Replace or merge into the output `out` as the step asks (`Write.REPLACE`, `Write.MERGE`),
+    after its rows (a keyed result's changes) are written; whether it asked. Either is idempotent:
+    a step run again writes the same table."""
+    asked = False
+    for write in result.writes:
+        if write.how == Write.REPLACE:
+            delta_io.overwrite(write.rows, out.location, out.partition_by)
+        elif write.how == Write.MERGE:
+            assert write.keyed is not None  # a merge says by which key
+            delta_io.merge_latest(write.rows, out.location, write.keyed.key, write.keyed.op)
+        asked = asked or write.how != Write.APPEND
+    return asked

@@ -33,6 +33,7 @@ from streamjoin import arrival, changelog, kernel
 from streamjoin.changelog import TableInput
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.frames import local_frame
+from streamjoin.joins.base import Write
 from streamjoin.joins.interval import MATCHED
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
@@ -567,14 +568,7 @@ def enrichment_replay(
     result = kernel.step(
         spark,
         plan,
-        kernel.StepInput(
-            settled,
-            timeline,
-            mode,
-            slices=slices,
-            tables=tables,
-            final=final,
-        ),
+        kernel.StepInput({**settled, **tables}, timeline, mode, slices=slices, final=final),
     )
     output = output_rows(result.output, base)
     per_slice = []
@@ -874,9 +868,16 @@ def tables_step(
         tables[source.name] = table_input(
             source.name, changes, upto[source.index], seen[source.index], None, counts, rejected
         )
+    marks = {} if after is None else {"bound": after}  # the mark a table-table step leaves
     return kernel.step(
-        spark, plan, kernel.StepInput({}, arrival.Timeline({}, None), "exact", tables=tables, after=after)
+        spark, plan, kernel.StepInput(tables, arrival.Timeline({}, None), "exact", marks=marks)
     )
+
+
+def result_table(result: kernel.StepResult) -> DataFrame:
+    """The result table a replay's table-table step writes over the output (`Write.REPLACE`)."""
+    (update,) = [write for write in result.writes if write.how == Write.REPLACE]
+    return update.rows
 
 
 @dataclass
@@ -906,6 +907,7 @@ def one_stream_live(spark: SparkSession, plan: Plan, frame: DataFrame, ends: Seq
         start = end
         arrived = Batch(new, batch_commits(new, state), state, previous)
         decision = decide(spark, plan, arrived, lambda s, v: per_version[v])
+        kernel.append_writes(decision.result)  # as the live runner does, before the output
         run.output.update(output_rows(decision.result.output, base))
         run.counts.update(
             {"rows_in": decision.counts[name].rows_in, "rejected": decision.counts[name].rejected}
@@ -975,6 +977,7 @@ def assert_one_stream_slices(
     slices = slices_of([(base + a * 1_000_000, base + b * 1_000_000) for a, b in windows])
     step = kernel.StepInput({source.name: accepted}, arrival.Timeline({}, None), "exact", slices=slices)
     result = kernel.step(spark, plan, step)
+    kernel.append_writes(result)  # as the replay does, before the output
     output = output_rows(result.output, base)
     for k, (a, b) in enumerate(windows):
         rows, counts = expected(a, b)

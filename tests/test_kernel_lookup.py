@@ -12,6 +12,7 @@ journal, asking the database nothing.
 from __future__ import annotations
 
 import os
+import uuid
 
 import pytest
 from conftest import append
@@ -26,9 +27,12 @@ from kernel_harness import (
     one_stream_live,
 )
 from postgres import server
+from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 from reference import lateral_reference
 
+from streamjoin import arrival, delta_io, kernel
+from streamjoin.joins.base import Write
 from streamjoin.plan import bind
 from streamjoin.spec import spec_from_dict
 
@@ -137,3 +141,38 @@ def test_replays_ask_once_and_live_batches_read_the_journal(
     assert {b: run.counts[b] for b in DECIDED} == {b: counts[b] for b in DECIDED}
     rejected = sum(1 for _, part in commits for r in part if r[1] is None or r[2] is None)
     assert (run.counts["rows_in"], run.counts["rejected"]) == (total, rejected)
+
+
+def test_a_step_asks_its_runner_to_record_the_answers_it_fetched(spark, database):
+    """The journal is appended by the runner with the step's other writes (`Write.APPEND`), not by
+    the step: the step records nothing itself, its rows use the answers it fetched (read once,
+    whatever the database says later, and once only after the runner appended them), and the next
+    step over the same commit finds them."""
+    folder, server = database
+    plan = plan_for(spark, folder, server, "left", False, f"out_{uuid.uuid4().hex}")
+    fill(server, [(1, "DE"), (2, "FR")])
+    frame = one_stream_frame(spark, plan, [(1, [("a", 2, 10)]), (2, [("b", 1, 20), ("c", 3, 30)])])
+    accepted, _ = kernel.split_rejected(frame)
+
+    def step(version: int) -> kernel.StepResult:
+        settled = {"orders": accepted.where(F.col(arrival.V) == version)}
+        return kernel.step(spark, plan, kernel.StepInput(settled, arrival.Timeline({}, None), "exact"))
+
+    def written(result: kernel.StepResult) -> list[tuple]:
+        """The rows, read by a new query each time (as a runner's count and write are)."""
+        return sorted((r["id"], r["country"] or "") for r in result.output.select("id", "country").collect())
+
+    journal = plan.spec.output.side("lookups")
+    assert kernel.append_writes(step(1)) == [journal]  # the journal holds commit 1's answer from here on
+    result = step(2)
+    assert delta_io.read_snapshot(spark, journal).count() == 1
+    (write,) = result.writes
+    assert (write.how, write.location, result.total("lookups")) == (Write.APPEND, journal, 2)
+    fill(server, [(1, "AT")])  # the database moves on
+    rows = [("b", "DE"), ("c", "")]
+    assert written(result) == rows
+    assert kernel.append_writes(result) == [journal]
+    assert written(result) == rows
+    again = step(2)
+    assert (again.writes, again.total("lookups")) == ([], 0)
+    assert written(again) == rows

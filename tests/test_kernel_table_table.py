@@ -21,7 +21,14 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kernel_harness import SETTINGS, LaidTables, at_random, lay_tables_end_to_end, tables_step
+from kernel_harness import (
+    SETTINGS,
+    LaidTables,
+    at_random,
+    lay_tables_end_to_end,
+    result_table,
+    tables_step,
+)
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -148,8 +155,7 @@ def test_replay_writes_the_reference_changes_and_result(spark, paths, data):
     result = tables_step(spark, plan_for(spark, paths, how), laid, last, {0: -1, 1: -1}, None)
     expected, final = reference(laid, how)
     assert written(result.output, "lv", "rv") == expected
-    assert result.result is not None
-    assert {(r["result_key"]["k"], r["lv"], r["rv"]) for r in result.result.collect()} == final
+    assert {(r["result_key"]["k"], r["lv"], r["rv"]) for r in result_table(result).collect()} == final
     assert result.counts["l"].applied == sum(len(rows) for s, _, rows in laid.commits if s == 0)
 
 
@@ -241,8 +247,9 @@ def test_a_chain_of_three_tables_replayed_and_live_writes_the_reference_changes(
     last = versions_upto(laid, len(laid.commits) - 1)
     result = tables_step(spark, plan, laid, last, dict.fromkeys(range(3), -1), None)
     assert written(result.output, "lv", "rv", "sv") == expected
-    assert result.result is not None
-    assert {(r["result_key"]["k"], r["lv"], r["rv"], r["sv"]) for r in result.result.collect()} == final
+    assert {
+        (r["result_key"]["k"], r["lv"], r["rv"], r["sv"]) for r in result_table(result).collect()
+    } == final
     cuts = data.draw(st.sets(st.integers(0, len(laid.commits) - 1), min_size=1, max_size=4), label="cuts")
     assert live_changes(spark, plan, laid, cuts, "lv", "rv", "sv") == expected
 

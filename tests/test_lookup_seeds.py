@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aging import age_table, write_commits
 from conftest import append, at
-from harness import live_accounting, read, source_counts
+from harness import FailAfterEach, live_accounting, read, source_counts
 from postgres import server
 from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
 from seed_sql import FLINK_LOOKUP, FLINK_LOOKUP_SOURCES
@@ -25,6 +25,7 @@ from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
 from streamjoin.plan import bind, describe
 from streamjoin.report import build_report
+from streamjoin.runners.hooks import after_write
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.options import RunOptions
 from streamjoin.runners.replay import replay
@@ -77,6 +78,26 @@ def write(spark, root, rows) -> None:
 
 def rows_of(spark, spec) -> Counter:
     return Counter((r.order_id, r.country, r.zip) for r in read(spark, spec.output.location))
+
+
+def test_a_batch_killed_between_its_writes_records_each_answer_once(spark, tmp_path, database):
+    """The journal is one of a live batch's exactly-once writes, the first: a batch that dies right
+    after it, then after its output, run again each time while the database has moved on, records
+    each answer once and writes each row once, with the answers it recorded."""
+    database.sql(f"DROP TABLE IF EXISTS customers; {CUSTOMERS}")
+    spec = job(tmp_path, "killed", database.url, "left")
+    write(spark, tmp_path, FIRST)
+    writes = ("lookups", "output")
+    with after_write(FailAfterEach(batch=0, writes=writes)):
+        for table in writes:
+            with pytest.raises(Exception, match=f"injected failure after writing {table}"):
+                LiveRunner(spark, spec, str(tmp_path / "checkpoint")).run(900)
+            database.sql(f"DROP TABLE customers; {CUSTOMERS} {MOVED}")  # no answer of the batch's time
+        LiveRunner(spark, spec, str(tmp_path / "checkpoint")).run(900)
+    assert rows_of(spark, spec) == Counter({(101, "DE", "10115"): 1, (102, None, None): 1})
+    journal = read(spark, spec.output.side("lookups"))
+    assert sorted((r.version, r.key) for r in journal) == [(0, '{"id":1}'), (0, '{"id":3}')]
+    assert len(read(spark, spec.output.side("metrics"))) == 1
 
 
 def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, tmp_path, database):

@@ -11,11 +11,12 @@ is one module (docs/architecture.md, "A family is a plug-in").
 
 from __future__ import annotations
 
+import enum
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from typing import Generic, Protocol, TypeVar
 
@@ -71,44 +72,92 @@ class Counters:
     totals: dict[str, int] = field(default_factory=dict)
 
 
+class Write(enum.StrEnum):
+    """How a runner writes a table a step asks for (`TableWrite`), beside its output and side tables."""
+
+    APPEND = "append"  # appended with the step's other writes, exactly once, before the output
+    REPLACE = "replace"  # the output's rows replaced by these (a keyed result as of the step)
+    MERGE = "merge"  # each key's latest change applied to the output (MERGE by `KeyedOutput.key`)
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """A write a step asks its runner to make with the step's own, exactly once with them: rows
+    appended to a table the operator keeps (`location`, e.g. a lookup join's journal, written
+    before the output so that a step run again finds them), or the output itself replaced or
+    merged into (`location` None: whichever output the runner writes; `keyed` says how to MERGE)."""
+
+    rows: DataFrame
+    how: Write = Write.APPEND
+    location: str | None = None
+    keyed: KeyedOutput | None = None
+
+
+Marks = dict[str, int]  # small values an operator keeps between live steps (`StepInput.marks`)
+
+
 @dataclass(frozen=True)
 class StepInput:
     """What a runner hands an operator for one step.
 
-    `settled`: accepted, settled stream rows by source name. `timeline`: the largest accepted event
-    time before each of their commits and after all settled commits (from the live runner's
-    batches, or the arrival index in a replay). `state`: the rows an earlier step left open (live
-    runner only). `slices`: a replay's slices; only rows inside them are emitted, each accounted
-    for apart (the default, one slice of every time, is a live micro-batch's). `tables`: what is
-    known of each table source. `after`: the bound up to which an earlier step already emitted
-    table-table result changes. `final`: the input has ended (a replay of a closed history):
-    every window closes, every stream row is decided, every table change settled.
+    `sources`: every source's input by name: a stream's accepted, settled rows (a DataFrame), a
+    table's changelog and what is known of it (`TableInput`). `timeline`: the largest accepted
+    event time before each settled commit and after all of them (from the live runner's batches,
+    or the arrival index in a replay). `state`: the rows an earlier step left open (live runner
+    only), and `marks` what else it kept (`StepResult.marks`). `slices`: a replay's slices; only
+    rows inside them are emitted, each accounted for apart (the default, one slice of every time,
+    is a live micro-batch's). `keep_state`: a live step, whose state the runner keeps for the
+    next. `final`: the input has ended (a replay of a closed history): every window closes, every
+    stream row is decided, every table change settled.
     """
 
-    settled: dict[str, DataFrame]
+    sources: Mapping[str, DataFrame | TableInput]
     timeline: Timeline
     mode: str
     state: dict[str, DataFrame] | None = None
     slices: Slices = ALL_TIME
     keep_state: bool = False
-    tables: dict[str, TableInput] = field(default_factory=dict)
-    after: int | None = None
+    marks: Marks = field(default_factory=dict)
     final: bool = False
+
+    @property
+    def settled(self) -> dict[str, DataFrame]:
+        """The stream sources' settled rows, by name."""
+        return {name: rows for name, rows in self.sources.items() if isinstance(rows, DataFrame)}
+
+    @property
+    def tables(self) -> dict[str, TableInput]:
+        """The table sources' inputs, by name."""
+        return {name: table for name, table in self.sources.items() if isinstance(table, TableInput)}
+
+    def with_rows(self, settled: dict[str, DataFrame], **changes) -> StepInput:
+        """The input with `settled` as its stream rows (the tables kept), and other `changes`."""
+        return replace(self, sources={**self.tables, **settled}, **changes)
 
 
 @dataclass
 class StepResult:
-    """What one step emits and how its rows were accounted for."""
+    """What one step emits, what it asks its runner to write and keep, and how its rows were
+    accounted for.
+
+    `output`: the rows of the output (for a keyed result, `JoinOperator.keyed_output`: its
+    changes, written to `<output>_changes`). `late`: late rows, in the side table's form.
+    `by_slice`: per slice of the step (`Slices`), what became of each source's rows. `state` and
+    `marks`: what the live runner keeps for the next step (None, {}: nothing). `writes`: more
+    tables to write with the step's own (`TableWrite`). `counters`: per slice, what the operator
+    counts beside its sources (`Counters`). `cached`: frames the step persisted, unpersisted by
+    the runner once it has written."""
 
     output: DataFrame
     late: DataFrame
-    by_slice: Sequence[dict[str, SourceCounts]]  # per slice of the step (`Slices`), by source name
+    by_slice: Sequence[dict[str, SourceCounts]]
     state: dict[str, DataFrame] | None
     max_event: int | None
     watermark: int | None = None
-    result: DataFrame | None = None  # table-table joins: the result table as of the settled bound
-    cached: list[DataFrame] = field(default_factory=list)  # persisted by the step; unpersist after writing
-    counters: Sequence[Counters] = ()  # per slice of the step, when the operator counts more than sources
+    marks: Marks = field(default_factory=dict)
+    writes: list[TableWrite] = field(default_factory=list)
+    counters: Sequence[Counters] = ()
+    cached: list[DataFrame] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, SourceCounts]:
@@ -128,8 +177,8 @@ class StepResult:
 @dataclass(frozen=True)
 class KeyedOutput:
     """Emitted rows that are changes to a keyed result (table-table joins). The runners append
-    them to `<output>_changes`; the output table is the result itself: a replay replaces it with
-    the step's `result`, the live runner applies each key's latest change (MERGE by `key`)."""
+    them to `<output>_changes`; the output table is the result itself, replaced or merged into as
+    the step asks (`TableWrite`: a replay's result as of its versions, each key's latest change live)."""
 
     key: str  # the result key column
     op: str  # the column saying `upsert` or `delete`

@@ -183,7 +183,7 @@ class IntervalJoin(JoinOperator):
         if state is not None:  # a source's state rows carry no clock (`Link.carries`)
             state[self.right] = state[self.right].drop(CLOCK)
         waiting = self._waiting(given)
-        ran = self.run(spark, replace(inputs, settled=settled, state=state), persist=True, waiting=waiting)
+        ran = self.run(spark, inputs.with_rows(settled, state=state), persist=True, waiting=waiting)
         late = ran.late
         if after_link:
             named = F.when(F.col("source") == self.left, f"rows at {self.label()}").otherwise(F.col("source"))

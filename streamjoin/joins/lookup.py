@@ -28,7 +28,7 @@ each read its own answer before seeing the other's; the journal then settles on 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
@@ -44,7 +44,7 @@ from pyspark.sql.types import (
 
 from streamjoin import database, delta_io
 from streamjoin.arrival import REJECT, V
-from streamjoin.joins.base import JoinOperator, StepInput, StepResult, register
+from streamjoin.joins.base import JoinOperator, StepInput, StepResult, TableWrite, register
 from streamjoin.joins.lateral import Expansion, made_rows_step
 from streamjoin.links import LookupLink
 from streamjoin.plan import BoundJoin, Plan
@@ -110,14 +110,19 @@ class LookupJoin(JoinOperator):
 
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
         """Each settled row with the answers recorded for its commit and key, counted as a lateral
-        join counts its made rows."""
+        join counts its made rows; the answers it fetched, for its runner to append to the journal
+        with the step's other writes, before the output (`TableWrite`)."""
         rows = inputs.settled[self.source].drop(REJECT)
-        made, lookups = self._made(spark, inputs, rows)
-        return made_rows_step(plan, inputs, self.expansion, self.type, made, lookups)
+        made, lookups, fetched = self._made(spark, inputs, rows)
+        result = made_rows_step(plan, inputs, self.expansion, self.type, made, lookups)
+        return replace(result, writes=[] if fetched is None else [TableWrite(fetched, location=self.journal)])
 
-    def _made(self, spark: SparkSession, inputs: StepInput, rows: DataFrame) -> tuple[DataFrame, int]:
-        """The rows with the database rows recorded for their commit and key (fetched and recorded
-        first where the journal has none), expanded as UNNEST expands an array."""
+    def _made(
+        self, spark: SparkSession, inputs: StepInput, rows: DataFrame
+    ) -> tuple[DataFrame, int, DataFrame | None]:
+        """The rows with the database rows recorded for their commit and key (fetched first where
+        the journal has none), expanded as UNNEST expands an array; how many answers were fetched,
+        and those answers in the journal's form (None: none fetched)."""
         types = {f.name: f.dataType for f in self.made.fields}
         values = [F.col(f"`{stream}`").cast(types[column]).alias(column) for stream, column in self.keys]
         # A key that is not a value of the database column's type (a cast giving NULL) finds nothing.
@@ -125,21 +130,7 @@ class LookupJoin(JoinOperator):
         keyed = rows.withColumn(_KEY, F.when(usable, F.to_json(F.struct(*values))))
         wanted = keyed.where(usable).select(F.col(V), F.col(_KEY), *values).distinct().persist()
         try:
-            bounds = wanted.agg(F.min(V), F.max(V)).first()
-            assert bounds is not None  # an aggregate without grouping returns one row
-            lookups = 0
-            if bounds[0] is not None:
-                versions = (bounds[0], bounds[1])
-                answers = self._answers(spark, versions)
-                known = answers.select(F.col("version").alias(V), F.col("key").alias(_KEY))
-                missing = wanted.join(known, [V, _KEY], "left_anti").persist()
-                lookups = missing.count()
-                if lookups:
-                    self._record(spark, missing, "live" if inputs.keep_state else "replay", lookups)
-                    answers = self._answers(spark, versions)  # read back what was recorded
-                missing.unpersist()
-            else:
-                answers = spark.createDataFrame([], journal_schema(self.made))
+            answers, lookups, fetched = self._answered(spark, inputs, wanted)
         finally:
             wanted.unpersist()
         found = answers.select(
@@ -150,23 +141,53 @@ class LookupJoin(JoinOperator):
         row = row.withColumn(_FOUND, everything)
         if self.residual:  # the other terms, per database row (named by `as` in the condition)
             row = row.withColumn(_FOUND, F.expr(f"filter({_FOUND}, `{self.name}` -> {self.residual})"))
-        return self.expansion.expanded(row.drop(V, _KEY)), lookups
+        return self.expansion.expanded(row.drop(V, _KEY)), lookups, fetched
 
-    def _answers(self, spark: SparkSession, versions: tuple[int, int]) -> DataFrame:
-        """The journal's answers for this source's commits in `versions`, the first recorded of
-        each (commit, key): (version, key, rows)."""
-        if not delta_io.exists(spark, self.journal):
+    def _answered(
+        self, spark: SparkSession, inputs: StepInput, wanted: DataFrame
+    ) -> tuple[DataFrame, int, DataFrame | None]:
+        """The answers for the (commit, key) pairs `wanted`: the journal's, and those it lacks
+        fetched from the database; how many were fetched, and those (None: none)."""
+        bounds = wanted.agg(F.min(V), F.max(V)).first()
+        assert bounds is not None  # an aggregate without grouping returns one row
+        if bounds[0] is None:
+            return self._answers(spark, None), 0, None
+        versions = (bounds[0], bounds[1])
+        answers = self._answers(spark, versions)
+        known = answers.select(F.col("version").alias(V), F.col("key").alias(_KEY))
+        missing = wanted.join(known, [V, _KEY], "left_anti").persist()
+        try:
+            lookups = missing.count()
+            if not lookups:
+                return answers, 0, None
+            fetched = self._fetched(spark, missing, "live" if inputs.keep_state else "replay", lookups)
+        finally:
+            missing.unpersist()
+        return self._answers(spark, versions, fetched), lookups, fetched
+
+    def _answers(
+        self, spark: SparkSession, versions: tuple[int, int] | None, fetched: DataFrame | None = None
+    ) -> DataFrame:
+        """The answers for this source's commits in `versions` (None: no commit), the first
+        recorded of each (commit, key): (version, key, rows); from the journal, and from `fetched`
+        (answers not in it when the step began). The journal is read when the rows are, which may
+        be after the runner appended `fetched` to it: the same answers then, taken once."""
+        recorded = fetched
+        if versions is not None and delta_io.exists(spark, self.journal):
+            journal = delta_io.read_snapshot(spark, self.journal).where(
+                (F.col("source") == F.lit(self.source)) & F.col("version").between(*versions)
+            )
+            recorded = journal if fetched is None else journal.unionByName(fetched, allowMissingColumns=True)
+        if recorded is None:
             return spark.createDataFrame([], journal_schema(self.made)).select("version", "key", "rows")
-        recorded = delta_io.read_snapshot(spark, self.journal).where(
-            (F.col("source") == F.lit(self.source)) & F.col("version").between(*versions)
-        )
         first = F.min_by(F.col("rows"), F.struct("looked_up_at", "lookup_id"))
         return recorded.groupBy("version", "key").agg(first.alias("rows"))
 
-    def _record(self, spark: SparkSession, missing: DataFrame, runner: str, count: int) -> None:
+    def _fetched(self, spark: SparkSession, missing: DataFrame, runner: str, count: int) -> DataFrame:
         """Ask the database for the keys of `missing` (`count` of them: by name when few, else the
-        whole table), and append one answer per (commit, key) to the journal. The only place a
-        lookup connects: commits whose answers the journal holds need no database."""
+        whole table): one answer per (commit, key), in the journal's form, read once (the rows
+        written and the journal's record are the same answers however often Spark reads them).
+        The only place a lookup connects: commits whose answers the journal holds need no database."""
         why = f"lookup join {self.name!r} ({count} key(s) of commits the journal {self.journal} does not hold yet)"
         db = database.asked(spark, self.lookup, why, self.made)
         columns = [column for _, column in self.keys]
@@ -196,7 +217,7 @@ class LookupJoin(JoinOperator):
             F.lit(runner).alias("looked_up_by"),
             F.lit(uuid.uuid4().hex).alias("lookup_id"),
         )
-        delta_io.append(answers, self.journal, merge_schema=True)
+        return answers.localCheckpoint(eager=True)
 
 
 register("lookup")(LookupJoin.build)

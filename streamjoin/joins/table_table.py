@@ -41,6 +41,8 @@ from streamjoin.joins.base import (
     KeyedOutput,
     StepInput,
     StepResult,
+    TableWrite,
+    Write,
     register,
     tally_parts,
 )
@@ -254,37 +256,30 @@ class TableTableJoin(JoinOperator):
         return KeyedOutput(RESULT_KEY, OP, (plan.spec.output.time, *bookkeeping), bookkeeping)
 
     def step(self, spark: SparkSession, plan: Plan, inputs: StepInput) -> StepResult:
-        """Table-table: the result's changes settled after `after` (and, in a replay, inside the slice)
-        and the result table as of the settled bound. Nothing is late: tables have no lateness."""
-        tables, slices, after, final = inputs.tables, inputs.slices, inputs.after, inputs.final
+        """Table-table: the result's changes settled after the bound an earlier live step emitted up
+        to (its mark `bound`; in a replay, those inside the slices), and the output updated: a
+        replay replaces it with the result table as of the settled bound, a live step merges each
+        key's latest change into it. Nothing is late: tables have no lateness."""
+        tables, slices, after = inputs.tables, inputs.slices, inputs.marks.get("bound")
         known = self.known_until({name: t.newest_ts for name, t in tables.items()})
-        bound = END_OF_INPUT if final else known
+        bound = END_OF_INPUT if inputs.final else known
         applied = {name: t.changes.where(F.col(REJECT).isNull()).drop(REJECT) for name, t in tables.items()}
-        changes = self.changes(plan, applied)
         when = F.col(f"{POINT}.ts")
-        settled = changes.where(F.lit(False) if bound is None else when <= F.lit(bound))
-        emitted = settled
-        if after is not None:
-            emitted = emitted.where(when > F.lit(after))
-        emitted = emitted.where(slices.inside(when))
-        out_time = plan.spec.output.time
-        output = emitted.select(
+        settled = self.changes(plan, applied).where(F.lit(False) if bound is None else when <= F.lit(bound))
+        emitted = settled if after is None else settled.where(when > F.lit(after))
+        output = emitted.where(slices.inside(when)).select(
             RESULT_KEY,
             OP,
             *[F.col(f"`{c}`") for c in plan.output_columns],
-            F.timestamp_micros(when).alias(out_time),
+            F.timestamp_micros(when).alias(plan.spec.output.time),
             F.col(f"{POINT}.src").alias("change_source"),
             F.col(f"{POINT}.v").alias("change_version"),
         )
-        result = (
-            KeyedOutput(RESULT_KEY, OP, (POINT,))
-            .latest(settled)
-            .where(F.col(OP) == "upsert")
-            .select(
-                RESULT_KEY,
-                *[F.col(f"`{c}`") for c in plan.output_columns],
-                F.timestamp_micros(when).alias(out_time),
-            )
+        keyed = self.keyed_output(plan)
+        update = (
+            TableWrite(keyed.latest(output), Write.MERGE, keyed=keyed)
+            if inputs.keep_state
+            else TableWrite(self._result(plan, settled), Write.REPLACE)
         )
         applied_by_slice = tally_parts(
             {name: (table.changes, table.owner) for name, table in tables.items()},
@@ -295,14 +290,29 @@ class TableTableJoin(JoinOperator):
             for k in range(len(slices))
         ]
         no_late_rows = arrival.side_rows(tables[self.left].changes.limit(0), self.left, F.lit("late"))
+        written_up_to = known if known is not None else after
         return StepResult(
             output=output,
             late=no_late_rows,
             by_slice=by_slice,
             state=None,
             max_event=None,
-            watermark=known,
-            result=result,
+            watermark=written_up_to,
+            marks={} if written_up_to is None else {"bound": written_up_to},
+            writes=[update],
+        )
+
+    def _result(self, plan: Plan, settled: DataFrame) -> DataFrame:
+        """The result table as of the settled changes: each key's latest, unless a delete."""
+        return (
+            KeyedOutput(RESULT_KEY, OP, (POINT,))
+            .latest(settled)
+            .where(F.col(OP) == "upsert")
+            .select(
+                RESULT_KEY,
+                *[F.col(f"`{c}`") for c in plan.output_columns],
+                F.timestamp_micros(F.col(f"{POINT}.ts")).alias(plan.spec.output.time),
+            )
         )
 
 

@@ -405,7 +405,7 @@ class Enrichment(JoinOperator):
                 if state is None
                 else tally_by_slice(state[S], inputs.slices.number(F.col(T)), n=F.count(F.lit(1)))
             )
-        ran = self.run(spark, replace(inputs, settled={S: rows}, state=state, keep_state=keep_state))
+        ran = self.run(spark, inputs.with_rows({S: rows}, state=state, keep_state=keep_state))
         sources, links = [], []
         for s, counted in enumerate(ran.by_slice):
             sources.append({name: c for name, c in counted.items() if given.rows is None or name != S})

@@ -2,7 +2,8 @@
 
 While `after_write(hook)` is entered, the runners call `hook(table, batch)` right after each table
 they write: a replay with the table's location and None, a live micro-batch with the table's role
-("output", "changes", "late", "rejected", "state", "metrics") and its batch id. A test raises there
+("output", "changes", "late", "rejected", "state", "metrics"; a table the step appends to, such as a
+lookup join's journal: its side-table suffix, "lookups") and its batch id. A test raises there
 to fail a run between two of its writes (tests/harness.py: `FailOnce`, `FailAfterEach`); a benchmark
 samples the heap. The hook is the process's, so every runner in the process calls it.
 """

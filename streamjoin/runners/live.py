@@ -23,7 +23,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import reduce
 from pathlib import Path
@@ -57,7 +57,7 @@ from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, explain_late, to_frame
 from streamjoin.plan import Plan, bind
 from streamjoin.runners import hooks
-from streamjoin.spec import JoinSpec
+from streamjoin.spec import JoinSpec, Output
 from streamjoin.timeutil import from_micros, parse_duration
 
 PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
@@ -84,7 +84,7 @@ class Progress:
     # source -> (a commit cut by maxFilesPerTrigger, its rows so far)
     partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)
     tables: dict[int, int] = field(default_factory=dict)  # table source -> the version this batch read
-    bound: int | None = None  # table-table joins: result changes up to this commit time are written
+    marks: dict[str, int] = field(default_factory=dict)  # what the operator keeps (`StepResult.marks`)
 
     def to_json(self) -> str:
         """The record a batch leaves in <checkpoint>/streamjoin/progress (JSON keys are strings)."""
@@ -96,14 +96,16 @@ class Progress:
                 "newest": {str(k): list(v) for k, v in self.newest.items()},
                 "partial": {str(k): [list(p), n] for k, (p, n) in self.partial.items()},
                 "tables": {str(k): v for k, v in self.tables.items()},
-                "bound": self.bound,
+                "marks": self.marks,
             }
         )
 
     @classmethod
     def from_json(cls, text: str) -> Progress:
-        """The inverse of `to_json`; records written before `partial`, `tables` or `bound` existed read as empty."""
+        """The inverse of `to_json`; records written before `partial`, `tables` or `marks` existed read
+        as empty, except that the one mark kept before marks existed (`bound`) reads as that mark."""
         body = json.loads(text)
+        before_marks = {} if body.get("bound") is None else {"bound": body["bound"]}
         return cls(
             batch=body["batch"],
             max_event=body["max_event"],
@@ -111,7 +113,7 @@ class Progress:
             carried=body["carried"],
             partial={int(k): (_position(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
             tables={int(k): v for k, v in body.get("tables", {}).items()},
-            bound=body.get("bound"),
+            marks=body.get("marks", before_marks),
         )
 
 
@@ -521,10 +523,14 @@ class LiveRunner:
             decision = self._decide(arrived, step)
             step.cached += decision.cached
             step.watch.lap("join")
-            rows_out = self._write_outputs(decision, step) if step.outputs else 0
+            written = (
+                self._write_step(decision.result, decision.counts, decision.rejected, step)
+                if step.outputs
+                else {}
+            )
             left_over = self._write_state(decision, step.batch_id)
             step.watch.lap("write")
-            metrics = self._stream_metrics(decision, step, rows_out, left_over)
+            metrics = self._stream_metrics(decision, step, written, left_over)
             carried = {
                 name: metrics.sources[name].open + metrics.sources[name].unsettled for name in left_over
             }
@@ -542,6 +548,7 @@ class LiveRunner:
                     carried,
                     settling.partial,
                     {self.plan.source(name).index: t.version for name, t in tables.items()},
+                    decision.result.marks,
                 )
             )
             if step.outputs:
@@ -598,21 +605,39 @@ class LiveRunner:
             self.positions.history_end,
         )
 
-    def _write_outputs(self, decision: Decision, step: _Step) -> int:
-        """The output (its pass first: the step's counts are observed in it), then the late and
-        rejected rows, each exactly once; the rows written to the output."""
-        result, out = decision.result, self.spec.output
+    def _write_step(
+        self,
+        result: kernel.StepResult,
+        counts: dict[str, SourceCounts],
+        rejected: list[DataFrame],
+        step: _Step,
+    ) -> dict[str, int]:
+        """A batch's writes, each exactly once with the batch: the tables the step appends to
+        (first: a batch run again reads them back), its output (its pass first: the step's counts
+        are observed in it; a keyed result's changes to <output>_changes, then the output updated
+        as the step asks), its late rows and the rejected rows (`rejected`, when `counts` count
+        any). Returns what the output pass wrote (`accounting.Part.written`)."""
+        out, batch_id = self.spec.output, step.batch_id
+        kernel.append_writes(result, lambda rows, at: self._write(rows, at, batch_id, _role(out, at)))
         output = result.output.persist()
         step.cached.append(output)
-        rows_out = output.count()
-        if rows_out:
-            self._write(output, out.location, step.batch_id, "output", out.partition_by)
+        keyed = self.join.keyed_output(self.plan)
+        if keyed is None:
+            written = {"rows": output.count()}
+            if written["rows"]:
+                self._write(output, out.location, batch_id, "output", out.partition_by)
+        else:
+            ops = keyed.count(output)
+            written = {"rows": sum(ops.values()), "upserts": ops["upsert"], "deletes": ops["delete"]}
+            if written["rows"]:
+                self._write(output, out.side("changes"), batch_id, "changes")
+                if kernel.update_output(result, out):
+                    hooks.wrote("output", batch_id)
         if any(c.late for c in result.counts.values()):
-            self._write(result.late, out.side("late"), step.batch_id, "late")
-        if any(c.rejected for c in decision.counts.values()):
-            rejected = reduce(DataFrame.unionByName, decision.rejected)
-            self._write(rejected, out.side("rejected"), step.batch_id, "rejected")
-        return rows_out
+            self._write(result.late, out.side("late"), batch_id, "late")
+        if any(c.rejected for c in counts.values()):
+            self._write(reduce(DataFrame.unionByName, rejected), out.side("rejected"), batch_id, "rejected")
+        return written
 
     def _write_state(self, decision: Decision, batch_id: int) -> dict[str, tuple[int, int]]:
         """The next state, packed into one parquet folder for the batch; per stream source its open
@@ -636,56 +661,42 @@ class LiveRunner:
         }
 
     def _stream_metrics(
-        self, decision: Decision, step: _Step, rows_out: int, left_over: dict[str, tuple[int, int]]
+        self, decision: Decision, step: _Step, written: dict[str, int], left_over: dict[str, tuple[int, int]]
     ) -> RunMetrics:
         """The batch's metrics row (`accounting.account`)."""
         newest, frontier = decision.settling.newest, decision.settling.frontier
         versions = {s.name: _newest_version(newest, s.index) for s in self.plan.streams}
         versions |= {name: t.version for name, t in decision.tables.items()}
         said = None if frontier is None else str(tuple(frontier))  # as 0.1.0 wrote it
-        part = accounting.Part(read=decision.counts, written={"rows": rows_out}, left=left_over)
+        part = accounting.Part(read=decision.counts, written=written, left=left_over)
         (metrics,) = accounting.account(self._ran(step, versions, said), decision.result, [part])
         return metrics
 
     def _process_tables(self, step: _Step) -> None:
-        """A table-table batch: the result changes settled since the previous batch's bound, appended
-        to <output>_changes and applied to the result table (MERGE by result key). A step without
-        outputs (a seed) records only how far the result is known."""
-        previous = step.previous
+        """A batch of a job of table sources only: the step over every table as of its newest
+        version (or the seed's), with the marks the previous batch kept, its writes carried out
+        (`_write_step`). A step without outputs (a seed) records only its marks and versions."""
         counts: dict[str, SourceCounts] = {}
         rejected_parts: list[DataFrame] = []
         try:
-            tables = self._tables(previous, {}, counts, rejected_parts, step.cached, step.table_versions)
+            tables = self._tables(step.previous, {}, counts, rejected_parts, step.cached, step.table_versions)
             step.watch.lap("read")
-            result = kernel.step(
-                self.spark,
-                self.plan,
-                kernel.StepInput(
-                    {},
-                    arrival.Timeline({}, None),
-                    "exact",
-                    tables=tables,
-                    after=previous.bound if previous else None,
-                ),
+            marks = step.previous.marks if step.previous else {}
+            inputs = kernel.StepInput(
+                tables, arrival.Timeline({}, None), "exact", keep_state=True, marks=marks
             )
+            result = kernel.step(self.spark, self.plan, inputs)
             step.watch.lap("join")
-            bound = (
-                result.watermark if result.watermark is not None else (previous.bound if previous else None)
-            )
             read = {self.plan.source(name).index: t.version for name, t in tables.items()}
-            progress = Progress(step.batch_id, None, {}, {}, {}, read, bound)
+            progress = Progress(step.batch_id, None, {}, {}, {}, read, result.marks)
             if not step.outputs:
                 self._save_progress(progress)
                 return
-            ops = self._write_changes(result, counts, rejected_parts, step)
+            written = self._write_step(result, counts, rejected_parts, step)
             step.watch.lap("write")
             versions = {name: t.version for name, t in tables.items()}
-            written = {"rows": sum(ops.values()), "upserts": ops["upsert"], "deletes": ops["delete"]}
-            (metrics,) = accounting.account(
-                self._ran(step, versions, None),
-                replace(result, watermark=bound),
-                [accounting.Part(read=counts, written=written)],
-            )
+            part = accounting.Part(read=counts, written=written)
+            (metrics,) = accounting.account(self._ran(step, versions, None), result, [part])
             self._write(
                 to_frame(self.spark, metrics), self.spec.output.side("metrics"), step.batch_id, "metrics"
             )
@@ -693,30 +704,6 @@ class LiveRunner:
             self._finished(metrics)
         finally:
             step.release()
-
-    def _write_changes(
-        self,
-        result: kernel.StepResult,
-        counts: dict[str, SourceCounts],
-        rejected_parts: list[DataFrame],
-        step: _Step,
-    ) -> dict[str, int]:
-        """A table-table batch's rejected rows, its result changes (appended to <output>_changes)
-        and their net change per key MERGEd into the result table; the changes per op."""
-        out = self.spec.output
-        if any(c.rejected for c in counts.values()):
-            rejected = reduce(DataFrame.unionByName, rejected_parts)
-            self._write(rejected, out.side("rejected"), step.batch_id, "rejected")
-        changes = result.output.persist()
-        step.cached.append(changes)
-        keyed = self.join.keyed_output(self.plan)
-        assert keyed is not None  # a job of table sources only has a keyed result
-        ops = keyed.count(changes)
-        if sum(ops.values()):
-            self._write(changes, out.side("changes"), step.batch_id, "changes")
-            delta_io.merge_latest(keyed.latest(changes), out.location, keyed.key, keyed.op)
-            hooks.wrote("output", step.batch_id)
-        return ops
 
     def _ran(self, step: _Step, versions: dict[str, int], frontier: str | None) -> accounting.Run:
         """What this runner knows of one micro-batch beside its step's result (`accounting.account`)."""
@@ -774,7 +761,8 @@ class LiveRunner:
         # Delta skips a transaction whose version is not above the last one of its app id (-1 before
         # any), so the catch-up step (batch -1) writes under an app id of its own, as version 0.
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
-        # The metrics log gains columns between releases (by_link, by_phase); the others keep their schema.
+        # The metrics log gains columns between releases (by_link, by_phase), so may a table an
+        # operator appends to (`Write.APPEND`); the output and its side tables keep their schema.
         delta_io.write_once(
             df,
             location,
@@ -782,7 +770,7 @@ class LiveRunner:
             version,
             after=self._written_after(batch_id, location),
             partition_by=partition_by,
-            merge_schema=table == "metrics",
+            merge_schema=table not in ("output", "changes", "late", "rejected"),
         )
         hooks.wrote(table, batch_id)
 
@@ -1053,12 +1041,12 @@ def decide(
         spark,
         plan,
         kernel.StepInput(
-            split.settled,
+            {**split.settled, **tables},
             timeline,
             "exact",
             state=split.open_state if batch.state is not None else None,
             keep_state=True,
-            tables=tables,
+            marks=previous.marks if previous else {},
         ),
     )
     next_state = _next_state(plan, result, split.waiting)
@@ -1179,6 +1167,12 @@ def settle(
         complete += mine
     newest = arrival.newest_positions(complete, previous.newest if previous else None)
     return Settling(newest, partial, arrival.frontier(newest, sources, history_end))
+
+
+def _role(out: Output, location: str) -> str:
+    """How the live runner names a table an operator appends to (`hooks`): its side-table suffix
+    (`<output>_lookups`: "lookups"), else its location."""
+    return location.removeprefix(f"{out.location}_")
 
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:

@@ -353,9 +353,8 @@ def _step(spark: SparkSession, run: _Run, read: _Read) -> StepResult:
     positions, frontier = run.positions, run.frontier
     timeline = positions.timeline(positions.settled_commits(run.replay.ranges(), frontier), frontier)
     options = run.replay.options
-    step = kernel.StepInput(
-        read.settled, timeline, options.mode, slices=run.slices, tables=read.tables, final=options.closed
-    )
+    sources: dict[str, DataFrame | TableInput] = {**read.settled, **read.tables}
+    step = kernel.StepInput(sources, timeline, options.mode, slices=run.slices, final=options.closed)
     result = kernel.step(spark, run.plan, step)
     run.watch.lap("join")
     run.cached += result.cached
@@ -420,19 +419,21 @@ def _read_tables(spark: SparkSession, run: _Run, read: _Read) -> None:
 
 
 def _write(spark: SparkSession, run: _Run, read: _Read, result: StepResult) -> SliceCounts:
-    """Replace the slices' rows in the output (or, for a keyed result, its changes and the result
-    table) and in the late and rejected side tables; the output's rows counted per slice."""
+    """Append the tables the step asks for (first: a replay run again reads them back), replace
+    the slices' rows in the output (for a keyed result, its changes, then the output updated as
+    the step asks) and in the late and rejected side tables; the output's rows counted per slice."""
     out, (start, end) = run.out, (run.replay.span.start, run.replay.span.end)
+    for location in kernel.append_writes(result):
+        hooks.wrote(location)
     keyed = run.operator.keyed_output(run.plan)
     written = _output_counts(result.output, run.slices, out.time, None if keyed is None else keyed.op)
     if keyed is None:
         delta_io.write_slice(written.rows, out.location, out.time, start, end, out.partition_by)
         hooks.wrote(out.location)
-    else:  # the slices' result changes, and the result table as of the pinned versions
-        assert result.result is not None  # a keyed operator's step gives its result
+    else:  # the slices' result changes; the result table is updated as the step asks, below
         delta_io.write_slice(written.rows, out.side("changes"), out.time, start, end)
         hooks.wrote(out.side("changes"))
-        delta_io.overwrite(result.result, out.location, out.partition_by)
+    if kernel.update_output(result, out):
         hooks.wrote(out.location)
     # A side table's slice is rewritten when the run has rows for it or the table may hold some
     # there already (to replace them); one that was and stays empty is left as it is.

@@ -16,8 +16,12 @@ package once, so whatever registers there is found. What a `Family` holds:
   it lists them in `made_by`, and `made` builds its link from the whole item.
 - `sql`: its SQL syntax, hooks sql.py's generic join compiler calls (`SqlSyntax`).
 - `bind`: its binding, called by plan.py's generic binder after the generic condition split, with
-  the schemas and the split (`Binding`); it refuses what its link cannot join and returns the
-  `BoundJoin` fields it adds (e.g. an `as_of` time).
+  the catalog, the schemas and the split (`Binding`); it refuses what its link cannot join and
+  returns the `BoundJoin` fields it adds (e.g. an `as_of` time). Before the split, `schemas` gives
+  the schemas the job's expressions see when the family adds `columns` to its sides' rows (a
+  window join's window_start/window_end; NATURAL never joins on them), and `own_equality` says
+  whether an equality of the condition is the family's own, not a key (`a.window_start =
+  b.window_start`).
 - `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header and
   the keys its JSON adds (`json_keys`: keys every join's JSON carries, None for other families).
 - `operator`: its join operator's builder (`Plan`, `BoundJoin` -> `JoinOperator`), what the
@@ -30,11 +34,12 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streamjoin.enums import SourceKind
+from streamjoin.errors import JobError
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -60,10 +65,24 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class SqlStatement:
+    """What a family's statement hook sees of a job's query before it is compiled: the query
+    (which the hook may rewrite, e.g. a window function as its source), the declared sources'
+    settings by name (which it may complete, e.g. a source's time column), `where` (the job, for
+    messages), `at` (a node's position in the statement, to begin a message with) and `duration`
+    (an INTERVAL as the duration text a YAML job writes)."""
+
+    query: exp.Expr
+    sources: dict[str, dict[str, Any]]
+    where: str
+    at: Callable[[exp.Expr | None], str]
+    duration: Callable[[exp.Interval], str]
+
+
+@dataclass(frozen=True)
 class SqlQuery:
-    """What a family's SQL hook sees of one SELECT: each source's `OVER (...)` window by source name
-    (SQLstream), how many JOINs it has, `where` (the job and output, for messages) and `at`
-    (a node's position in the statement, to begin a message with)."""
+    """What a family's query hook sees of one SELECT: each source's `OVER (...)` window by source
+    name (SQLstream), how many JOINs it has, `where` (the job and output, for messages) and `at`."""
 
     query: exp.Select
     overs: Mapping[str, exp.Expr]
@@ -72,11 +91,19 @@ class SqlQuery:
     at: Callable[[exp.Expr | None], str]
 
 
+# Completes the job mapping compiled from a statement a family's statement hook read (sql.py).
+Finish = Callable[[dict[str, Any]], None]
+
+
 @dataclass(frozen=True)
 class SqlSyntax:
-    """A family's SQL hooks. `query`: the join-item settings its syntax over the whole SELECT
-    gives its first join, claiming the OVER windows (None: the query does not use its syntax)."""
+    """A family's SQL hooks, each None when the family has no such syntax. `statement`: reads (and
+    rewrites) the statement before it is compiled, returning what completes the compiled job
+    mapping, or None when the statement does not use its syntax (a window join's TUMBLE and HOP).
+    `query`: the join-item settings its syntax over a whole SELECT gives its first join, claiming
+    the OVER windows (None: the query does not use its syntax)."""
 
+    statement: Callable[[SqlStatement], Finish | None] | None = None
     query: Callable[[SqlQuery], dict[str, Any] | None] | None = None
 
 
@@ -114,6 +141,9 @@ class Family:
     made: Callable[[Mapping[str, Any], str], Link] | None = None
     sql: SqlSyntax = field(default_factory=SqlSyntax)
     bind: Callable[[Binding], Mapping[str, Any]] | None = None
+    schemas: Callable[[JoinSpec, Link, str, dict[str, StructType]], dict[str, StructType]] | None = None
+    columns: tuple[str, ...] = ()
+    own_equality: Callable[[tuple[str, str], str], bool] | None = None
     explain: Callable[[Plan, BoundJoin, int], list[str]] | None = None
     explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
     json_keys: tuple[str, ...] = ()
@@ -186,6 +216,29 @@ def sql_query(query: SqlQuery) -> dict[str, Any] | None:
         if found is not None:
             return found
     return None
+
+
+def statement(query: SqlStatement) -> list[Finish]:
+    """What completes the job mapping, from each family whose syntax the statement uses."""
+    hooks = [family.sql.statement for family in families() if family.sql.statement is not None]
+    return [finish for finish in (hook(query) for hook in hooks) if finish is not None]
+
+
+def columns() -> tuple[str, ...]:
+    """The columns families add to their sides' rows (NATURAL never joins on them)."""
+    return tuple(column for family in families() for column in family.columns)
+
+
+def only(body: Any, allowed: Collection[str], where: str) -> None:
+    """Refuse settings `body` gives beyond `allowed` (a family's keys, a section of a job file),
+    naming them and what is allowed; `body` must be a mapping."""
+    if not isinstance(body, dict):
+        raise JobError(f"{where}: expected a mapping of settings")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise JobError(
+            f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
+        )
 
 
 def json_keys() -> tuple[str, ...]:

@@ -1,11 +1,11 @@
 """The links of a join chain, one frozen class per kind, each holding and checking its own settings.
 
 A job joins its first source with each link in turn. What a link means depends on its kind: two
-streams within time bounds (`IntervalLink`) or in time windows (`WindowLink`); a stream looking a
-table up as each row arrived (`StreamTableLink`), at an event time (`TemporalLink`) or by an
-inequality (`AsofLink`); two tables (`TableTableLink`); rows made from each row (`UnnestLink`,
-`FunctionLink`) or looked up in a database (`LookupLink`). A family that is a plug-in holds its
-link classes in its own module (streamjoin/family.py; e.g. ROWS windows, streamjoin/joins/rows.py).
+streams within time bounds (`IntervalLink`); a stream looking a table up as each row arrived
+(`StreamTableLink`), at an event time (`TemporalLink`) or by an inequality (`AsofLink`); two tables
+(`TableTableLink`); rows made from each row (`UnnestLink`, `FunctionLink`) or looked up in a
+database (`LookupLink`). A family that is a plug-in holds its link classes in its own module
+(streamjoin/family.py; e.g. ROWS and time windows, streamjoin/joins/rows.py and window.py).
 The kind is decided by the job, since its sources declare stream or table (`link_class`); the
 plan's family of a link is its kind (streamjoin/plan.py). Settings shared by several kinds live in
 small bases (`Conditioned`: on/using/natural; `Graced`: grace; `LooksUp`: as_of).
@@ -63,25 +63,6 @@ class TimeBounds:
         if self.lower == -self.upper:
             return f"WITHIN {format_duration(self.upper)}"
         return f"BETWEEN {format_duration(self.lower)} AND {format_duration(self.upper)}"
-
-
-@dataclass(frozen=True)
-class Windows:
-    """Time windows of a window join (RisingWave's and Flink's TUMBLE and HOP): windows of `size`
-    starting every `hop`, aligned to the Unix epoch in UTC, each [start, start + size)."""
-
-    hop: timedelta
-    size: timedelta
-
-    @property
-    def per_row(self) -> int:
-        """How many windows hold each row."""
-        return self.size // self.hop
-
-    def describe(self) -> str:
-        if self.hop == self.size:
-            return f"TUMBLE {format_duration(self.size)}"
-        return f"HOP {format_duration(self.hop)} SIZE {format_duration(self.size)}"
 
 
 # The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
@@ -187,14 +168,15 @@ class Link:
 
 
 def plain(value: Any) -> Any:
-    """A setting as JSON data: durations as text (1h30m), bounds and windows as mappings, a
-    database by its table and URL without parameters (which may hold secrets)."""
+    """A setting as JSON data: durations as text (1h30m), bounds as a mapping, a database by its
+    table and URL without parameters (which may hold secrets), a value with a `plain()` method
+    (a family's own setting, e.g. a window join's windows) as that says."""
     if isinstance(value, timedelta):
         return format_duration(value)
     if isinstance(value, TimeBounds):
         return {"lower": format_duration(value.lower), "upper": format_duration(value.upper)}
-    if isinstance(value, Windows):
-        return {"hop": format_duration(value.hop), "size": format_duration(value.size)}
+    if callable(getattr(value, "plain", None)):  # a family's setting that says itself as data
+        return value.plain()
     if isinstance(value, Lookup):
         return {"table": value.table, "url": value.url.split("?", 1)[0]}
     if isinstance(value, tuple):
@@ -327,49 +309,6 @@ class IntervalLink(Graced, Conditioned):
             raise JobError(
                 f"{where}: a stream-stream join needs time bounds, or its state would grow with all history; "
                 "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time), or time windows: 'window: {tumble: 10m}'"
-            )
-
-
-@dataclass(frozen=True, kw_only=True)
-class WindowLink(Graced, Conditioned):
-    """Two streams whose rows pair within a time window they share (RisingWave's and Flink's
-    TUMBLE and HOP window joins), on an equality of keys."""
-
-    window: Windows
-
-    kind = LinkKind.WINDOW
-    refused = {
-        "bounds": "give either 'window' (rows in the same time window) or 'within'/'between' (rows close in "
-        "time), not both",
-        "emit": "a window join writes its padded rows when their window closes, never earlier; remove 'emit: eager'",
-        **_AS_OF_REFUSED,
-    }
-
-    def _check(self, where: str) -> None:
-        super()._check(where)
-        window = self.window
-        if self.type == JoinType.CROSS:
-            raise JobError(
-                f"{where}: a window join needs an equality between a left and a right column (RisingWave, "
-                "Flink); use type inner with e.g. on: a.id = b.id"
-            )
-        if window.hop <= timedelta(0) or window.size <= timedelta(0):
-            raise JobError(
-                f"{where}: window durations must be positive; write e.g. window: {{tumble: 10m}} or "
-                "window: {hop: 10m, size: 1h}"
-            )
-        if window.size % window.hop:
-            raise JobError(
-                f"{where}: window size {format_duration(window.size)} is not a multiple of hop "
-                f"{format_duration(window.hop)}; every row must lie in the same number of windows "
-                f"(e.g. size {format_duration(window.hop * max(window.per_row, 1))})"
-            )
-
-    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
-        if (left, right) != STREAMS:
-            raise JobError(
-                f"{where}: window joins pair rows of two streams in the same time window (RisingWave, Flink); "
-                f"{self.source!r} is a {right}. Use as_of/asof to look rows up in a table"
             )
 
 
@@ -560,12 +499,6 @@ class LookupLink(Link):
 
 # Which kind of link a join item is, for the kinds whose family is not yet a plug-in
 # (streamjoin/family.py): by precedence among the families' claims.
-def _claim_window(
-    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
-) -> type[Link] | None:
-    return WindowLink if "window" in given else None
-
-
 def _claim_refused_bounds(
     given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
 ) -> type[Link] | None:
@@ -601,7 +534,6 @@ def _claim_tables(
 
 
 _UNMOVED_CLAIMS = (
-    Claim(20, _claim_window),
     Claim(30, _claim_refused_bounds),
     Claim(40, _claim_nearest),
     Claim(50, _claim_point_in_time),

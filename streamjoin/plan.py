@@ -44,7 +44,6 @@ from streamjoin.links import (
     LookupLink,
     Made,
     UnnestLink,
-    WindowLink,
 )
 from streamjoin.spec import COMMIT_TIME, JoinSpec, Source
 from streamjoin.sql import and_terms
@@ -205,7 +204,7 @@ def bind(catalog: Catalog | SparkSession, spec: JoinSpec) -> Plan:
     Delta tables, `catalog.DeltaCatalog`); raise JobError naming what to change. No other I/O."""
     catalog = of(catalog)
     stored = {source.name: catalog.schema(source, f"job {spec.name!r}") for source in spec.sources}
-    schemas = _with_window_columns(spec, dict(stored))
+    schemas = _with_family_columns(spec, dict(stored))
     joins = _bind_joins(catalog, spec, schemas)
     select = _bind_select(spec, schemas)
     where = spec.where and _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
@@ -276,44 +275,14 @@ def _join_keys(spec: JoinSpec, joins: list[BoundJoin]) -> dict[str, list[str]]:
     return keys
 
 
-WINDOW_COLUMNS = ("window_start", "window_end")
-
-
-def _with_window_columns(spec: JoinSpec, schemas: dict[str, StructType]) -> dict[str, StructType]:
-    """The schemas that conditions, `where` and `select` see: a window join's two sources each
-    gain `window_start` and `window_end` (as the TVFs add them), for the window a row is in."""
-    windowed = {
-        name
-        for index, join in enumerate(spec.joins)
-        if isinstance(join, WindowLink)
-        for name in (spec.names[index], join.source)
-    }
-    seen = dict(schemas)
-    for name in sorted(windowed):
-        clash = [c for c in schemas[name].fieldNames() if c.lower() in WINDOW_COLUMNS]
-        if clash:
-            raise JobError(
-                f"job {spec.name!r}, source {name!r}: its column {clash[0]!r} would be hidden by the window "
-                "join's own window_start/window_end; rename it in the source (or a view over it)"
-            )
-        seen[name] = StructType(
-            [*schemas[name].fields, *(StructField(c, TimestampType()) for c in WINDOW_COLUMNS)]
-        )
-    return seen
-
-
-def _window_equality(pair: tuple[str, str], where: str) -> bool:
-    """An equality of the two sides' window columns: `a.window_start = b.window_start` (or
-    window_end) says what a window join means anyway; equating a start with an end is refused."""
-    left, right = (column.split(".", 1)[1].strip("`").lower() for column in pair)
-    if left not in WINDOW_COLUMNS and right not in WINDOW_COLUMNS:
-        return False
-    if left != right:
-        raise JobError(
-            f"{where}: the condition equates {pair[0]} with {pair[1]}; rows of a window join meet in the same "
-            "window, so equate like with like (a.window_start = b.window_start) or leave it out"
-        )
-    return True
+def _with_family_columns(spec: JoinSpec, schemas: dict[str, StructType]) -> dict[str, StructType]:
+    """The schemas that conditions, `where` and `select` see: with the columns a family adds to
+    its sides' rows (`Family.schemas`)."""
+    for index, join in enumerate(spec.joins):
+        plugin = family.of(join.kind)
+        if plugin is not None and plugin.schemas is not None:
+            schemas = plugin.schemas(spec, join, spec.names[index], schemas)
+    return schemas
 
 
 def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
@@ -521,6 +490,8 @@ def _bind_join(
 ) -> BoundJoin:
     where = f"job {spec.name!r}, join with {join.source!r}"
     kind = join.kind  # the spec checked that the kind fits the sources it joins
+    plugin = family.of(kind)
+    own_equality = plugin.own_equality if plugin is not None else None
     right = join.source
     equi: list[tuple[str, str]] = []
     residual: list[str] = []
@@ -530,8 +501,8 @@ def _bind_join(
         for term in conjuncts(on, f"{where}: the condition"):
             pair = _equality(term, left_names, right)
             inequality = _inequality(term, left_names, right) if join.asof else None
-            if pair and isinstance(join, WindowLink) and _window_equality(pair, where):
-                continue  # the window join pairs rows of one window anyway (RisingWave's required equality)
+            if pair and own_equality is not None and own_equality(pair, where):
+                continue  # the family's own (a window join's equal windows), not a key
             if pair:
                 equi.append(pair)
             elif inequality:
@@ -544,7 +515,7 @@ def _bind_join(
                 c
                 for n in left_names
                 for c in schemas[n].fieldNames()
-                if _spelt_as(schemas[right], c) and c.lower() not in WINDOW_COLUMNS
+                if _spelt_as(schemas[right], c) and c.lower() not in family.columns()
             ]
             if not columns:
                 raise JobError(
@@ -582,7 +553,6 @@ def _bind_join(
         )
     if isinstance(join, AsofLink) and join.as_of == "event_time":
         _check_asof_over_history(spec, join, inequalities[0], where)
-    plugin = family.of(kind)
     binding = family.Binding(
         catalog, spec, join, left_names, schemas, tuple(equi), tuple(residual), tuple(inequalities), where
     )
@@ -1128,13 +1098,6 @@ def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     plugin = family.of(join.family)
     if plugin is not None and plugin.explain is not None:
         lines += plugin.explain(plan, join, step)
-    if isinstance(j, WindowLink):
-        lines.append(
-            f"     time windows: {j.window.describe()} (each row in {j.window.per_row} window(s) [start, start + "
-            f"{format_duration(j.window.size)}), aligned to the epoch in UTC), grace {format_duration(j.grace)}; "
-            "rows join within a window they share, one output row per pair and window; a row without a "
-            "partner in a window is padded once the watermark passes that window's end"
-        )
     if isinstance(j, Enriching):
         lines += [f"     {line}" for line in _describe_lookup(plan, join)]
     if join.family == "table-table":
@@ -1217,9 +1180,6 @@ def as_json(
                 "bounds_s": None
                 if not isinstance(j.spec, IntervalLink) or j.spec.bounds is None
                 else [seconds(j.spec.bounds.lower), seconds(j.spec.bounds.upper)],
-                "window_s": None
-                if not isinstance(j.spec, WindowLink)
-                else {"hop": seconds(j.spec.window.hop), "size": seconds(j.spec.window.size)},
                 "grace_s": seconds(j.spec.grace) if isinstance(j.spec, Graced) else None,
                 "emit": j.spec.emit if isinstance(j.spec, IntervalLink) else None,
                 "link": j.spec.settings(),

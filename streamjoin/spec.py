@@ -8,7 +8,6 @@ it and decide which data and when. Build one in Python or load a YAML job file (
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +18,7 @@ import pendulum
 from streamjoin import family
 from streamjoin.enums import SourceKind
 from streamjoin.errors import JobError
+from streamjoin.family import only as _only
 from streamjoin.limits import check_nesting
 from streamjoin.links import (
     NAME,
@@ -29,7 +29,6 @@ from streamjoin.links import (
     LookupLink,
     TimeBounds,
     UnnestLink,
-    Windows,
     build_link,
 )
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
@@ -620,8 +619,6 @@ def _join_from_dict(
         given["bounds"] = bounds
     if "grace" in item:
         given["grace"] = parse_duration(item["grace"], f"{where}: grace")
-    if "window" in item:
-        given["window"] = _windows_from_dict(item["window"], where)
     given |= family.settings(item, where)
     source = str(item["join"])
     return build_link(source, given, left, kinds.get(source))
@@ -639,7 +636,6 @@ _JOIN_KEYS = (
     "emit",
     "as_of",
     "asof",
-    "window",
 )  # and the keys of the families that are plug-ins (streamjoin/family.py)
 
 
@@ -721,38 +717,9 @@ def _lookup_from_dict(settings: Any, where: str) -> Lookup:
     )
 
 
-def _windows_from_dict(value: Any, where: str) -> Windows:
-    """`{tumble: 10m}` or `{hop: 10m, size: 1h}`."""
-    example = "write window: {tumble: 10m} or window: {hop: 10m, size: 1h}"
-    if not isinstance(value, dict):
-        raise JobError(f"{where}: window {value!r} is not a mapping; {example}")
-    _only(value, {"tumble", "hop", "size"}, f"{where}: window")
-    if "tumble" in value:
-        if set(value) != {"tumble"}:
-            raise JobError(f"{where}: a tumbling window takes only its size; {example}")
-        size = parse_duration(value["tumble"], f"{where}: window tumble")
-        return Windows(size, size)
-    if set(value) != {"hop", "size"}:
-        raise JobError(f"{where}: a hopping window takes both 'hop' and 'size'; {example}")
-    return Windows(
-        parse_duration(value["hop"], f"{where}: window hop"),
-        parse_duration(value["size"], f"{where}: window size"),
-    )
-
-
 def _names(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         return (value,)
     return tuple(str(v) for v in value)
-
-
-def _only(body: Any, allowed: Collection[str], where: str) -> None:
-    if not isinstance(body, dict):
-        raise JobError(f"{where}: expected a mapping of settings")
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise JobError(
-            f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
-        )

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -322,10 +321,11 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             delays[source] = delay
         sources[source] = {"kind": _declared_kind(statement, settings, delay), **settings}
     _read_through_views(sources, delays, views, origin)
-    windowed = _time_windows(query, sources, origin)
+    finishers = family.statement(family.SqlStatement(query, sources, origin, _at, _duration))  # e.g. TUMBLE
     _split_self_joins(query, sources, delays, origin)
     document = _compile_query(name, create, query, sources, functions, lookups, origin)
-    _windows_of_joins(document, windowed, origin)
+    for finish in finishers:
+        finish(document)
     _grace_from_watermarks(document, delays)
     places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
     return document, {name: place for name, place in places.items() if name and place}
@@ -381,80 +381,6 @@ def _read_through_views(
     for source in read:
         sources.pop(source)
         delays.pop(source, None)
-
-
-def _time_windows(query: exp.Expr, sources: dict[str, dict[str, Any]], origin: str) -> dict[str, tuple]:
-    """RisingWave's window functions as FROM and JOIN items, `TUMBLE(s1, ts, INTERVAL '1' MINUTE)`
-    and `HOP(s, ts, <hop>, <size>)`: each becomes its source (the alias kept), its time column the
-    source's `time`. Returns, by the source's name in the job (its alias in a self-join), (the
-    window setting, the node)."""
-    start = query.args.get("from_") if isinstance(query, exp.Select) else None
-    items = [start.this] if start is not None else []
-    items += [join.this for join in query.args.get("joins") or []]
-    found = {}
-    used = Counter(
-        a.expressions[0].name
-        for a in (i.this for i in items)
-        if isinstance(a, exp.Anonymous) and a.expressions
-    )
-    for item in items:
-        function = item.this if isinstance(item, exp.Table) else None
-        name = function.name.upper() if isinstance(function, exp.Anonymous) else ""
-        if name not in ("TUMBLE", "HOP"):
-            continue
-        assert isinstance(function, exp.Anonymous)
-        arguments = function.expressions
-        wanted = 3 if name == "TUMBLE" else 4
-        if len(arguments) != wanted or not all(isinstance(a, exp.Column) for a in arguments[:2]):
-            form = (
-                "TUMBLE(source, time, INTERVAL '1' MINUTE)"
-                if name == "TUMBLE"
-                else "HOP(source, time, <hop>, <size>)"
-            )
-            raise JobError(f"{origin}: {_at(item)}write {form}; an offset is not supported")
-        source, time = arguments[0].name, arguments[1].name
-        if source not in sources:
-            raise JobError(f"{origin}: {_at(item)}{name} reads {source!r}, which is not declared")
-        declared = sources[source].get("time")
-        if declared and declared != time:
-            raise JobError(
-                f"{origin}: {_at(item)}{name} windows {source} by {time}, but its declared time column is {declared}; "
-                "window by the event time"
-            )
-        sources[source]["time"] = time
-        spans = [_duration(a) for a in arguments[2:] if isinstance(a, exp.Interval)]
-        if len(spans) != wanted - 2:
-            raise JobError(
-                f"{origin}: {_at(item)}{name}'s durations are intervals, e.g. INTERVAL '10' MINUTE"
-            )
-        window = {"tumble": spans[0]} if name == "TUMBLE" else {"hop": spans[0], "size": spans[1]}
-        item.set("this", exp.to_identifier(source))
-        # In a self-join each use is a source of its own, named by its alias (`_split_self_joins`).
-        found[item.alias if used[source] > 1 else source] = (window, item)
-    return found
-
-
-def _windows_of_joins(document: dict[str, Any], windowed: dict[str, tuple], origin: str) -> None:
-    """A join of two windowed items is a window join: both with the same window function and
-    sizes (RisingWave's rule); a windowed item joined otherwise is refused."""
-    if not windowed:
-        return
-    names = [document["from"], *(join["join"] for join in document["joins"])]
-    if len(names) != 2 or set(windowed) != set(names):
-        node = next(iter(windowed.values()))[1]
-        raise JobError(
-            f"{origin}: {_at(node)}a window join joins two windowed streams, each in a TUMBLE or HOP of the same "
-            "size: FROM TUMBLE(a, ts, INTERVAL '1' MINUTE) JOIN TUMBLE(b, ts, INTERVAL '1' MINUTE) ON ...; "
-            "for rows close in time without windows, write an interval join"
-        )
-    (left, _), (right, node) = (windowed[n] for n in names)
-    if left != right:
-        raise JobError(
-            f"{origin}: {_at(node)}both sides of a window join need the same window function and size (RisingWave: "
-            "'the same time window functions must be used, and the window size must be the same'); to pair rows "
-            "offset in time, write an interval join"
-        )
-    document["joins"][0]["window"] = right
 
 
 def _split_self_joins(

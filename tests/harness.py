@@ -22,7 +22,8 @@ from reference import Event
 from streamjoin import delta_io
 from streamjoin.frames import local_frame
 from streamjoin.joins.rows import RowsLink
-from streamjoin.links import IntervalLink, Link, TimeBounds, WindowLink, Windows
+from streamjoin.joins.window import WindowLink, Windows
+from streamjoin.links import IntervalLink, Link, TimeBounds
 from streamjoin.metrics import BUCKETS
 from streamjoin.spec import JoinSpec, Output, Source, spec_from_dict
 

@@ -29,6 +29,12 @@ EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         "SELECT * FROM a JOIN b OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) ON a.id = b.id",
         {"kind": "rows", "source": "b", "type": "inner", "on": "a.id = b.id", "rows": [["b", 6]]},
     ),
+    "window": (
+        {"join": "b", "on": "a.id = b.id", "window": {"hop": "1m", "size": "5m"}},
+        "SELECT * FROM HOP(a, t, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE)"
+        " JOIN HOP(b, t, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE) ON a.id = b.id",
+        {"kind": "window", "source": "b", "on": "a.id = b.id", "window": {"hop": "1m", "size": "5m"}},
+    ),
 }
 
 

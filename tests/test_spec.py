@@ -13,13 +13,13 @@ from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
 from streamjoin.joins.rows import RowsLink
+from streamjoin.joins.window import WindowLink
 from streamjoin.links import (
     AsofLink,
     IntervalLink,
     StreamTableLink,
     TableTableLink,
     TemporalLink,
-    WindowLink,
 )
 from streamjoin.plan import bind, describe, split_conjuncts
 from streamjoin.runners.options import RunOptions

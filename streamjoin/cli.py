@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from streamjoin import __version__
 from streamjoin.errors import JobError, SetupError, StreamJoinError
-from streamjoin.timeutil import parse_instant
+from streamjoin.timeutil import format_duration, parse_instant
 
 if TYPE_CHECKING:
     from streamjoin.backfill import Backfill
+    from streamjoin.heartbeat import Heartbeat
     from streamjoin.index import StartAt
     from streamjoin.job import Job
 
@@ -33,9 +34,22 @@ def _root(args) -> str:
 
 
 def _job(args) -> Job:
+    return _announcing(_load(args.job, args))
+
+
+def _load(path: str | Path, args) -> Job:
+    """A job file loaded (its structure checked); no Spark is started."""
     from streamjoin.job import Job
 
-    return Job.load(args.job, root=_root(args), master=args.master)
+    return Job.load(path, root=_root(args), master=args.master)
+
+
+def _announcing(job: Job) -> Job:
+    """The job, saying on stderr when it starts Spark (a JVM: the seconds a command waits for first)."""
+    job.on_spark_start = lambda: print(
+        f"job {job.name}: starting Spark (a JVM, once per command) ...", file=sys.stderr, flush=True
+    )
+    return job
 
 
 def _seconds(text: str) -> float:
@@ -118,11 +132,33 @@ def cmd_validate(args) -> int:
 
 
 def cmd_explain(args) -> int:
+    if args.structure_only:
+        return _explain_structure(args)
     explanation = _job(args).explain(_versions(args.versions), args.start, args.end, args.mode)
     if args.json:
         _print_json(explanation.as_json())
     else:
         print(explanation.text())
+    return 0
+
+
+def _explain_structure(args) -> int:
+    """`explain --structure-only`: what the file alone says, with no Spark started."""
+    given = [
+        option
+        for option, value in (("--versions", args.versions), ("--start", args.start), ("--end", args.end))
+        if value
+    ]
+    if given:
+        raise JobError(
+            f"explain --structure-only reads no table, so it takes no {', '.join(given)}; drop "
+            f"{'them' if len(given) > 1 else 'it'}, or --structure-only"
+        )
+    structure = _job(args).explain_structure()
+    if args.json:
+        _print_json(structure.as_json())
+    else:
+        print(structure.text())
     return 0
 
 
@@ -231,9 +267,44 @@ def _backfilled(args, job: Job, backfill: Backfill, slices: list, outcomes: list
         f"{len(outcomes) - len(failed)} of {len(outcomes)} slice(s) succeeded; output {output.location}, "
         f"attempts recorded in {output.side('backfill')}"
     )
-    if failed:
-        print("re-run the failed slices with the same versions: add --only-failed", file=sys.stderr)
+    for line in _advice(job, outcomes):
+        print(line, file=sys.stderr)
     return 1 if failed else 0
+
+
+def _advice(job: Job, outcomes: list) -> list[str]:
+    """What would change the slices that did not succeed: a slice that failed (an error) may pass on
+    a re-run with the same versions (--only-failed); one its data made invalid fails again on the
+    same rows, so the advice is what changes those rows, and validate-job's warnings."""
+    from streamjoin.backfill import FAILED, INVALID
+    from streamjoin.links import Graced
+    from streamjoin.plan import grace_warnings
+
+    lines = []
+    if any(o.status == FAILED for o in outcomes):
+        lines.append("re-run the failed slices with the same versions: add --only-failed")
+    invalid = [o for o in outcomes if o.status == INVALID]
+    if not invalid:
+        return lines
+    late = sum(o.metrics.total("late") for o in invalid if o.metrics)
+    lines.append(
+        f"{len(invalid)} slice(s) invalid: their rows fail the job's expectations, and a re-run over the same "
+        "versions writes the same rows (--only-failed would not change them): change the data, the job or "
+        "its expectations (quality in the job file, docs/validation.md)"
+    )
+    if late:
+        graces = ", ".join(
+            f"join {step}'s grace is {format_duration(link.grace)}"
+            for step, link in enumerate(job.spec.joins, 1)
+            if isinstance(link, Graced)
+        )
+        lines.append(
+            f"{late} row(s) of those slices arrived late, left out of the join ({job.spec.output.side('late')}): "
+            f"a longer grace keeps them ({graces}), or a later job start (rows committed by the start are "
+            "history, never late: streamjoin reset, then start_at or --from)"
+        )
+        lines += [f"warning: {warning}" for warning in grace_warnings(job.spark, job.plan())]
+    return lines
 
 
 def _slice_json(piece) -> dict:
@@ -307,7 +378,9 @@ def cmd_handoff(args) -> int:
         f"({seeded.rows_out} rows); live continues from the next versions, checkpoint {checkpoint}",
         flush=True,
     )
-    runs = job.live(checkpoint, trigger=args.trigger, on_batch=_print_batch).run(timeout=args.timeout)
+    runner = job.live(checkpoint, trigger=args.trigger, on_batch=_print_batch)
+    _heartbeat(job, args).attach(runner)
+    runs = runner.run(timeout=args.timeout)
     print(f"{len(runs)} micro-batch(es)" + (": " + combine(runs).summary() if runs else "; nothing new yet"))
     _fail_unbalanced(runs)
     return 0
@@ -346,6 +419,7 @@ def cmd_stream(args) -> int:
     runner = job.live(
         checkpoint, trigger=args.trigger, start_at=_starts_for(job.spec, args.from_), on_batch=_print_batch
     )
+    _heartbeat(job, args).attach(runner)
     print(
         f"job {job.name}: live, trigger {args.trigger}, checkpoint {checkpoint} (Ctrl-C stops it)",
         flush=True,
@@ -361,6 +435,13 @@ def cmd_stream(args) -> int:
         )
     _fail_unbalanced(runs)
     return 0
+
+
+def _heartbeat(job: Job, args) -> Heartbeat:
+    """The line a live run prints every --heartbeat seconds while no micro-batch comes."""
+    from streamjoin.heartbeat import EVERY, Heartbeat
+
+    return Heartbeat(job.spark, job.spec, lambda line: print(line, flush=True), args.heartbeat or EVERY)
 
 
 def _print_batch(metrics) -> None:
@@ -398,8 +479,8 @@ def _interruptible():
 
 
 def cmd_list(args) -> int:
-    """The job files of a folder, each with its output and its last recorded run."""
-    from streamjoin.job import Job
+    """The job files of a folder, each with its output and its last recorded run (read from the
+    metrics tables' files: Spark starts only for tables their log cannot list)."""
     from streamjoin.jobfile import job_files
 
     folder = Path(args.jobs)
@@ -411,7 +492,7 @@ def cmd_list(args) -> int:
     listed: list[dict[str, Any]] = []
     for file in files:
         try:
-            job = Job.load(file, root=_root(args), master=args.master)
+            job = _announcing(_load(file, args))
         except JobError as exc:
             listed.append({"file": str(file), "error": str(exc)})
             continue
@@ -521,6 +602,10 @@ class _Commands:
         return command
 
 
+_HEARTBEAT_HELP = (
+    "while no micro-batch comes (no new data), print every this many seconds since when the run waits "
+    "and each source's newest commit (default 60, heartbeat.EVERY)"
+)
 _JOB_HELP = "path of a job file, YAML or SQL, e.g. jobs/orders_payments.yaml"
 _JSON_HELP = "print one JSON document on stdout instead of text (progress, if any, stays on stderr)"
 
@@ -563,6 +648,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--end", help="the end of that replay's range (exclusive)")
     explain.add_argument("--mode", choices=["exact", "complete"], default="exact", help="that replay's mode")
+    explain.add_argument(
+        "--structure-only",
+        action="store_true",
+        help="the file alone: sources, links and output as written, no Spark started and no table read",
+    )
     explain.set_defaults(func=cmd_explain)
 
     replay = commands.add(
@@ -650,6 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
     handoff.add_argument(
         "--timeout", type=_seconds, help="stop after this many seconds (processing-time triggers)"
     )
+    handoff.add_argument("--heartbeat", type=_seconds, help=_HEARTBEAT_HELP)
     handoff.set_defaults(func=cmd_handoff)
 
     resetting = commands.add(
@@ -698,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds, help="stop after this many seconds (processing-time triggers)"
     )
     stream.add_argument("--from", dest="from_", help=_FROM_HELP)
+    stream.add_argument("--heartbeat", type=_seconds, help=_HEARTBEAT_HELP)
     stream.set_defaults(func=cmd_stream)
 
     index = commands.add(

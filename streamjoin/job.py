@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,12 +57,7 @@ class Explanation:
         from streamjoin import plan as plans
         from streamjoin import reach
 
-        parts = []
-        if self.compiled:
-            import yaml
-
-            compiled = yaml.safe_dump(self.compiled, sort_keys=False, allow_unicode=True).rstrip()
-            parts += ["the SQL job as YAML (the same job; either file runs):", compiled, ""]
+        parts = _compiled_text(self.compiled)
         parts += [plans.describe(self.plan, self.versions, self.margins), reach.describe(self.reach)]
         parts += [self.replay.describe()] if self.replay else []
         return "\n".join(parts + [f"warning: {warning}" for warning in self.warnings])
@@ -74,6 +70,65 @@ class Explanation:
         document = {**described, "warnings": self.warnings, "reach": reach.as_json(self.reach)}
         document |= {"replay": self.replay.as_json()} if self.replay else {}
         return document | ({"job": self.compiled} if self.compiled else {})
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What `explain --structure-only` says of a job from its file alone (no Spark, no table read):
+    its sources, its links with their settings, its output, and for a SQL job the YAML it compiles to."""
+
+    spec: JoinSpec
+    compiled: dict | None = None
+
+    def text(self) -> str:
+        from streamjoin.plan import link_words
+
+        spec = self.spec
+        lines = _compiled_text(self.compiled)
+        lines += [f"job {spec.name}" + (f": {spec.meta.description}" if spec.meta.description else "")]
+        lines.append("sources:")
+        for source in spec.sources:
+            time = "" if not source.time else f", event time {source.time}"
+            lines.append(f"  {source.name}: {source.kind} at {source.location}{time}")
+        lines.append(f"join chain (applied in the order written), from {spec.start}:")
+        lines += [
+            f"  {step}. {link.type.upper()} JOIN {link.source}: {link_words(link)}"
+            for step, link in enumerate(spec.joins, 1)
+        ]
+        lines += [f"select: {', '.join(spec.select)}"] if spec.select else []
+        lines += [f"where: {spec.where}"] if spec.where else []
+        out = spec.output
+        lines.append(f"output: {out.location} (event time column {out.time})")
+        lines.append(
+            "not bound to the tables (--structure-only): columns, types, pinned versions and replay "
+            "margins need the sources; run explain without --structure-only for them"
+        )
+        return "\n".join(lines)
+
+    def as_json(self) -> dict:
+        spec = self.spec
+        document = {
+            "job": spec.name,
+            "checked": "structure",
+            "sources": [
+                {"name": s.name, "kind": s.kind, "location": s.location, "time": s.time} for s in spec.sources
+            ],
+            "joins": [{"step": step, **link.settings()} for step, link in enumerate(spec.joins, 1)],
+            "select": list(spec.select),
+            "where": spec.where,
+            "output": {"location": spec.output.location, "time": spec.output.time},
+        }
+        return document | ({"compiled": self.compiled} if self.compiled else {})
+
+
+def _compiled_text(compiled: dict | None) -> list[str]:
+    """A SQL job's YAML as `explain` prints it above the plan (nothing for a YAML job)."""
+    if not compiled:
+        return []
+    import yaml
+
+    text = yaml.safe_dump(compiled, sort_keys=False, allow_unicode=True).rstrip()
+    return ["the SQL job as YAML (the same job; either file runs):", text, ""]
 
 
 @dataclass(frozen=True)
@@ -91,7 +146,9 @@ class Validation:
         from streamjoin import reach
 
         if self.checked == "structure":
-            return f"job {self.job}: columns and types not checked (--structure-only; sources missing)"
+            return (
+                f"job {self.job}: columns and types not checked (--structure-only: the file alone, no Spark)"
+            )
         lines = [
             f"job {self.job}: columns, types, expressions and change data feeds ok; the runners take it; "
             f"output columns {', '.join(self.output_columns)}",
@@ -127,6 +184,7 @@ class Job:
         self.master = master
         self.origin = origin  # the job file, when loaded from one
         self.app_name = app_name
+        self.on_spark_start: Callable[[], None] | None = None  # told before the JVM starts (the CLI says so)
         self._plan: Plan | None = None
 
     @classmethod
@@ -143,9 +201,11 @@ class Job:
 
     @property
     def spark(self) -> SparkSession:
-        """The Spark session (started on first use)."""
-        from streamjoin.session import get_spark
+        """The Spark session (started on first use, after telling `on_spark_start`)."""
+        from streamjoin.session import get_spark, running
 
+        if self.on_spark_start is not None and not running():
+            self.on_spark_start()
         return get_spark(master=self.master, app_name=self.app_name)
 
     def plan(self) -> Plan:
@@ -153,8 +213,20 @@ class Job:
         if self._plan is None:
             from streamjoin.plan import bind
 
-            self._plan = bind(self.spark, self.spec)
+            try:
+                self._plan = bind(self.spark, self.spec)
+            except JobError as error:
+                raise self._in_file_terms(error) from None
         return self._plan
+
+    def _in_file_terms(self, error: JobError) -> JobError:
+        """A binding error of a job loaded from a SQL file, pointing at the line and column of the
+        file and in its words (sql_places.py); any other as it is."""
+        if not self.origin or Path(self.origin).suffix.lower() != ".sql":
+            return error
+        from streamjoin.sql_places import in_file_terms
+
+        return in_file_terms(error, Path(self.origin).read_text(), self.origin)
 
     def missing_sources(self) -> list[str]:
         """The sources whose Delta table does not exist, as `location (source name)`."""
@@ -170,14 +242,14 @@ class Job:
         """Check the job against its tables: columns, types, expressions, change data feeds, that
         a runner takes it, no change to a column it uses over the versions a run would read
         (drift.py), what each source can serve; warnings on grace and time formats (which
-        read a sample of rows, skipped with `structure_only`). With `structure_only`, missing
-        tables are allowed and only the structure is checked."""
+        read a sample of rows). With `structure_only`, the file alone, checked when it was loaded:
+        no Spark is started and no table read."""
         from streamjoin import delta_io, drift, index, kernel, reach
         from streamjoin.plan import grace_warnings, time_format_warnings
 
-        missing = self.missing_sources()
-        if missing and structure_only:
+        if structure_only:
             return Validation(self.name, "structure")
+        missing = self.missing_sources()
         if missing:
             raise JobError(
                 f"job {self.name}: no Delta table at {', '.join(missing)}; create the table(s) or fix the "
@@ -188,9 +260,7 @@ class Job:
         # the versions a run would read: from the job's start (its index's, or the one it would take) to the newest
         newest = {s.name: delta_io.latest_version(self.spark, s.location) for s in self.spec.sources}
         drift.check(self.spark, plan, index.start_of(self.spark, plan)[1], newest)
-        warnings = grace_warnings(self.spark, plan)
-        if not structure_only:
-            warnings += time_format_warnings(self.spark, plan)
+        warnings = grace_warnings(self.spark, plan) + time_format_warnings(self.spark, plan)
         served = reach.reaches(self.spark, plan)
         return Validation(self.name, "sources", tuple(plan.output_columns), warnings, served)
 
@@ -207,14 +277,10 @@ class Job:
         from streamjoin import kernel, reach
         from streamjoin.plan import grace_warnings
         from streamjoin.runners.replay import pin_versions
-        from streamjoin.sql import spec_document_from_sql
 
         plan = self.plan()
         operator = kernel.runnable(self.spark, plan)
         margins = {source.name: operator.margins(source.name) for source in plan.streams}
-        compiled = None
-        if self.origin and Path(self.origin).suffix.lower() == ".sql":
-            compiled = spec_document_from_sql(Path(self.origin).read_text(), self.origin)
         replay = self._replay_plan(start, end, mode, versions)
         return Explanation(
             plan,
@@ -222,9 +288,21 @@ class Job:
             margins,
             grace_warnings(self.spark, plan),
             reach.reaches(self.spark, plan),
-            compiled,
+            self._compiled(),
             replay,
         )
+
+    def explain_structure(self) -> Structure:
+        """What the job file alone says (`explain --structure-only`): no Spark, no table read."""
+        return Structure(self.spec, self._compiled())
+
+    def _compiled(self) -> dict | None:
+        """For a job loaded from a SQL file, the YAML document it compiles to."""
+        from streamjoin.sql import spec_document_from_sql
+
+        if not self.origin or Path(self.origin).suffix.lower() != ".sql":
+            return None
+        return spec_document_from_sql(Path(self.origin).read_text(), self.origin)
 
     def _replay_plan(
         self, start: Instant | None, end: Instant | None, mode: str, versions: dict[str, int] | None
@@ -429,6 +507,9 @@ class Job:
         from streamjoin.timeutil import from_spark
 
         metrics = self.spec.output.side("metrics")
+        read, newest_run = _newest_run_from_files(metrics)
+        if read:
+            return newest_run
         if not delta_io.exists(self.spark, metrics):
             return None
         newest = delta_io.read_snapshot(self.spark, metrics).orderBy("started_at", ascending=False).first()
@@ -453,3 +534,34 @@ class Job:
             shutil.rmtree(checkpoint)
             deleted.append(checkpoint)
         return deleted
+
+
+_RUN_COLUMNS = ("runner", "mode", "started_at", "rows_out")
+
+
+def _newest_run_from_files(metrics: str) -> tuple[bool, dict[str, Any] | None]:
+    """`Job.last_run` read from the metrics table's files, without Spark: (True, the newest run, or
+    None when the table does not exist), or (False, None) where its log cannot list its files
+    (a metastore table, object storage, a table Delta keeps no file list for): then Spark reads it."""
+    from streamjoin.delta_log import LocalLog
+
+    log = LocalLog.of(metrics)
+    if log is None:
+        return False, None
+    if not log.exists():
+        return True, None
+    files = log.files()
+    if files is None:
+        return False, None
+    import pyarrow.parquet as parquet
+
+    runs = [
+        row
+        for path in log.paths(files)
+        for row in parquet.read_table(path, columns=list(_RUN_COLUMNS)).to_pylist()
+    ]
+    newest = max(runs, key=lambda run: run["started_at"], default=None)
+    if newest is None:
+        return True, None
+    started = newest["started_at"]  # Parquet's timestamps are UTC, read naive or aware
+    return True, {**newest, "started_at": started.replace(tzinfo=started.tzinfo or UTC).isoformat()}

@@ -850,26 +850,14 @@ def _check_output_columns(spec: JoinSpec, columns: list[str]) -> None:
             )
 
 
-# Operations that add rows to a table (what its commit spacing is measured on).
-_WRITES = (
-    "WRITE",
-    "STREAMING UPDATE",
-    "MERGE",
-    "UPDATE",
-    "CREATE TABLE AS SELECT",
-    "REPLACE TABLE AS SELECT",
-)
-_SPACING_COMMITS = 20  # the newest commits a source's spacing is measured on
-
-
 def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
-    """Joins whose grace is shorter than the time between a source's commits, and stream-stream
-    links whose grace lets the rows of the link before arrive late (`chain_grace_warnings`).
+    """Joins whose grace is shorter than how far a source's commits trail their rows' event times
+    (`lag.commit_lags`: commit time minus the oldest event time of each of its newest commits), and
+    stream-stream links whose grace lets the rows of the link before arrive late
+    (`chain_grace_warnings`). Lateness counts from the newest event time any source has committed,
+    never later than the newest commit, so a grace at least a source's lag keeps its rows on time."""
+    from streamjoin.lag import commit_lags
 
-    Each commit brings the rows since the one before, so a source committing every 6 hours brings
-    rows up to 6 hours old, while lateness counts from the newest event time any source has
-    committed: with a 10-minute grace, most of its rows arrive late. The spacing is the median
-    gap between the source's newest row-adding commits."""
     warnings = chain_grace_warnings(plan)
     for step, join in enumerate(plan.joins, 1):
         if join.family in ("interval", "window"):
@@ -880,29 +868,17 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
             continue
         grace = join.link(Graced).grace
         for name in judged:
-            source = plan.source(name)
-            if source.spec.kind == "table" and not source.spec.time:
+            lags = commit_lags(spark, plan.source(name))
+            if lags is None or not lags.beyond(grace):
                 continue
-            location = source.spec.location
-            newest = delta_io.latest_version(spark, location)
-            since = max(newest - _SPACING_COMMITS, 0)
-            commits = [
-                c
-                for c in delta_io.history(spark, location, since=since, upto=newest)
-                if c.operation.upper() in _WRITES
-            ]
-            gaps = sorted(b.timestamp - a.timestamp for a, b in zip(commits, commits[1:], strict=False))
-            if len(gaps) < 2:
-                continue
-            spacing = timedelta(seconds=round(gaps[len(gaps) // 2].total_seconds()))
-            if spacing > grace:
-                warnings.append(
-                    f"join {step} ({join.spec.type.upper()} JOIN {join.right}): source {name!r} commits about every "
-                    f"{format_duration(spacing)} (median of its last {len(gaps)} gaps), but grace is "
-                    f"{format_duration(grace)}. Each commit brings rows up to that old, and a row more than grace "
-                    "behind the newest event time of any source is late: expect many late rows. Set grace to at "
-                    f"least {format_duration(spacing)}"
-                )
+            warnings.append(
+                f"join {step} ({join.spec.type.upper()} JOIN {join.right}): {lags.beyond(grace)} of the last "
+                f"{len(lags.lags)} commits of source {name!r} hold rows more than grace ({format_duration(grace)}) "
+                f"older than the commit (its commits' oldest rows trail them by {format_duration(lags.median)} at "
+                f"the median, {format_duration(lags.largest)} at most). A row more than grace behind the newest "
+                "event time of any source is late: expect late rows. Set grace to at least "
+                f"{format_duration(lags.largest)}"
+            )
     return warnings
 
 
@@ -1052,7 +1028,7 @@ def describe(
         lines += (
             _describe_lateral(plan, join, step) if join.made is not None else _describe_link(plan, join, step)
         )
-        lines.append(f"     link: {_link_words(join.spec)}")
+        lines.append(f"     link: {link_words(join.spec)}")
     if margins:
         reads = ", ".join(
             f"{name} whole (ROWS windows)"
@@ -1075,7 +1051,7 @@ def describe(
     return "\n".join(lines)
 
 
-def _link_words(link: Link) -> str:
+def link_words(link: Link) -> str:
     """The typed link as `explain` prints it: its class and the settings it holds."""
     settings = {
         k: v for k, v in link.settings().items() if k not in ("kind", "source") and v not in (None, [], False)

@@ -7,6 +7,7 @@ zone and the Delta settings are the same wherever a job runs.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 
@@ -34,6 +35,26 @@ def driver_java_options() -> str:
         options.append(f"-XX:SharedArchiveFile={archive}")
     options.append(os.environ.get("STREAMJOIN_JAVA_OPTIONS", ""))
     return " ".join(filter(None, options))
+
+
+def running() -> bool:
+    """A Spark session is active in this process (asking starts none)."""
+    return SparkSession.getActiveSession() is not None
+
+
+def check_java() -> None:
+    """Fail with what to do when Spark's launcher would find no Java ($JAVA_HOME, else `java` on PATH)."""
+    home = os.environ.get("JAVA_HOME")
+    if (home and os.access(os.path.join(home, "bin", "java"), os.X_OK)) or (
+        not home and shutil.which("java")
+    ):
+        return
+    where = f"$JAVA_HOME ({home}) holds no bin/java" if home else "no java on PATH and $JAVA_HOME is not set"
+    raise SetupError(
+        f"this command runs Spark, which needs Java 17, and {where}: install a JDK 17 and put its java on "
+        "PATH or set JAVA_HOME. Commands that read no data run without it: --help, --version, list, "
+        "validate-job --structure-only, explain --structure-only"
+    )
 
 
 def check_master_answers(master: str, timeout: float = 5.0) -> None:
@@ -126,6 +147,7 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    check_java()
     # Spark's Python workers must run this interpreter, or they miss pandas and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -349,6 +349,44 @@ def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     assert attempt.docs and Path(attempt.docs).exists() and "strict_orders" in Path(attempt.docs).read_text()
 
 
+def test_slices_invalid_for_their_late_rows_say_what_would_change_them(spark, demo_data, capsys):
+    """Issue 81, item 3: slices made invalid by their data (a 1-minute grace leaves rows late, the
+    match rate falls short) are not sent to --only-failed, which would write the same rows: the
+    backfill says what would change them (grace, the job's start) and repeats validate-job's warning."""
+    root = demo_data
+    file = write_job(root, "orders_payments", "late_orders")
+    text = Path(file).read_text().replace("name: orders_payments", "name: late_orders")
+    Path(file).write_text(
+        text.replace("grace: 150m", "grace: 1m").replace("min_match_rate: 0.5", "min_match_rate: 0.9")
+    )
+    args = [
+        "--root",
+        str(root),
+        "backfill",
+        file,
+        "--start",
+        "2024-05-01",
+        "--end",
+        "2024-05-01T12:00Z",
+        "--every",
+        "12h",
+    ]
+    assert main(args) == 1
+    printed = capsys.readouterr()
+    assert "0 of 1 slice(s) succeeded" in printed.out
+    assert "--only-failed" in printed.err and "add --only-failed" not in printed.err
+    assert (
+        "1 slice(s) invalid: their rows fail the job's expectations, and a re-run over the same versions writes the same rows"
+        in printed.err
+    )
+    late = re.search(
+        r"(\d+) row\(s\) of those slices arrived late, left out of the join \((\S+)\): a longer grace keeps them \(join 1's grace is 1m\), or a later job start",
+        printed.err,
+    )
+    assert late and int(late[1]) > 0 and late[2] == f"{root}/late_orders_late"
+    assert "warning: join 1 (LEFT JOIN payments): " in printed.err and "Set grace to at least " in printed.err
+
+
 def readme_python() -> str:
     """The README's Python code block, as a newcomer copies it."""
     text = (PROJECT_ROOT / "README.md").read_text()

@@ -476,6 +476,59 @@ def test_a_sql_job_file_replays_risingwaves_example(spark, tmp_path, capsys):
     assert "1. INNER JOIN market_data [asof]" in printed
 
 
+TYPO_JOB = """-- clicks and the view before them
+CREATE STREAM clicks WITH (path='clicks', time='ts');
+CREATE STREAM views WITH (path='views', time='ts');
+
+CREATE STREAM attributed WITH (path='out') AS
+SELECT c.ad_id,
+       v.pgae AS landing,
+       upper(c.ad_id) AS ad
+FROM clicks AS c
+JOIN views AS v WITHIN 1 HOUR GRACE PERIOD 10 MINUTES ON c.ad_id = v.ad_id;
+"""
+
+
+def test_a_column_typo_is_reported_at_its_line_and_column_in_the_users_words(spark, tmp_path, capsys):
+    """Issue 81, item 7: a select column, a bare name and a join condition's column that do not
+    resolve are each reported at their line and column in the job file, as written there (aliases
+    kept), not at "line 1 pos 0" of the expression the job compiled to."""
+    for name in ("clicks", "views"):
+        append(
+            spark,
+            tmp_path / name,
+            [("a1", "home", datetime(2024, 5, 1))],
+            "ad_id string, page string, ts timestamp",
+        )
+    job = tmp_path / "typo.sql"
+    where = f"job 'attributed', {job}: line"
+    for text, error in (
+        (
+            TYPO_JOB,
+            f"{where} 7, column 8, in the select list: v.pgae names no column of source 'views' ({tmp_path}/views); "
+            "its columns are ad_id, page, ts",
+        ),
+        (
+            TYPO_JOB.replace("v.pgae", "pgae"),
+            f"{where} 7, column 8, in the select list: no source has a column pgae; did you mean ",
+        ),
+        (
+            TYPO_JOB.replace("v.pgae", "v.page").replace("= v.ad_id", "= v.adid"),
+            f"{where} 10, column 68, in the condition of the join with 'views': v.adid names no column of source "
+            f"'views' ({tmp_path}/views); its columns are ad_id, page, ts",
+        ),
+    ):
+        job.write_text(text)
+        assert main(["--root", str(tmp_path), "validate-job", str(job)]) == 2
+        printed = capsys.readouterr().err.splitlines()[-1]
+        assert printed.startswith(f"streamjoin: error: {error}"), printed
+        assert "line 1 pos 0" not in printed and "views.p" not in printed
+    job.write_text(TYPO_JOB.replace("v.pgae", "pgae"))
+    assert main(["--root", str(tmp_path), "validate-job", str(job)]) == 2
+    # Spark's suggestions, by the aliases the query gives the sources
+    assert re.search(r"did you mean [^?]*\bv\.page\b[^?]*\?$", capsys.readouterr().err.strip())
+
+
 def test_a_residual_with_and_inside_stays_whole():
     """The SQL side of test_spec's residual replays: the condition reaches the job whole, and the
     plan splits it by its parsed tree (BETWEEN ... AND, CASE WHEN ... AND are one term each)."""

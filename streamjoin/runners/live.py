@@ -149,6 +149,9 @@ class LiveRunner:
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.on_batch = on_batch or (lambda metrics: None)  # told of each micro-batch once it is recorded
+        self.on_wait: Callable[[], None] = lambda: (
+            None
+        )  # told about once a second while waiting (heartbeat.py)
         if "://" in checkpoint and not checkpoint.startswith("file:"):
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
         self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
@@ -353,6 +356,7 @@ class LiveRunner:
                 return
             # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
             query.awaitTermination(wait)  # type: ignore[arg-type]
+            self.on_wait()
 
     def _finished(self, metrics: RunMetrics) -> None:
         self.runs.append(metrics)

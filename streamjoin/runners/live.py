@@ -149,9 +149,8 @@ class LiveRunner:
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.on_batch = on_batch or (lambda metrics: None)  # told of each micro-batch once it is recorded
-        self.on_wait: Callable[[], None] = lambda: (
-            None
-        )  # told about once a second while waiting (heartbeat.py)
+        # told about once a second while the run waits (heartbeat.py)
+        self.on_wait: Callable[[], None] = lambda: None
         if "://" in checkpoint and not checkpoint.startswith("file:"):
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
         self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())

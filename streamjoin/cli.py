@@ -558,6 +558,7 @@ def cmd_setup_jars(args) -> int:
 def cmd_demo(args) -> int:
     from streamjoin.demo import run_demo
 
+    print("demo: starting Spark (a JVM, once per command) ...", file=sys.stderr, flush=True)
     run_demo(os.path.join(_root(args), "demo"), master=args.master)
     return 0
 

@@ -314,6 +314,12 @@ def test_slice_killed_mid_write_then_only_failed_rerun(spark, demo_data, capsys)
     assert {r.status for r in latest.values()} == {SUCCEEDED} and len(latest) == 3
 
 
+def half_day_backfill(root, file: str) -> list[str]:
+    """The arguments of `backfill FILE` over the demo's first half day, one 12-hour slice."""
+    half_day = ["--start", "2024-05-01", "--end", "2024-05-01T12:00Z", "--every", "12h"]
+    return ["--root", str(root), "backfill", file, *half_day]
+
+
 def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     """A job that demands a match rate its data cannot give: the slice is written but `invalid`,
     the command exits 1, the table names the failed expectation, and its Data Docs page exists."""
@@ -328,18 +334,7 @@ def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     Path(file).write_text(text)
     spec = load_job(file, root=root)
     assert spec.name == "strict_orders" and spec.meta.quality.min_match_rate == 0.99
-    args = [
-        "--root",
-        str(root),
-        "backfill",
-        file,
-        "--start",
-        "2024-05-01",
-        "--end",
-        "2024-05-01T12:00Z",
-        "--every",
-        "12h",
-    ]
+    args = half_day_backfill(root, file)
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "invalid" in out and "FAILED" in out and "payment_id" in out and "0 of 1 slice(s) succeeded" in out
@@ -359,18 +354,7 @@ def test_slices_invalid_for_their_late_rows_say_what_would_change_them(spark, de
     Path(file).write_text(
         text.replace("grace: 150m", "grace: 1m").replace("min_match_rate: 0.5", "min_match_rate: 0.9")
     )
-    args = [
-        "--root",
-        str(root),
-        "backfill",
-        file,
-        "--start",
-        "2024-05-01",
-        "--end",
-        "2024-05-01T12:00Z",
-        "--every",
-        "12h",
-    ]
+    args = half_day_backfill(root, file)
     assert main(args) == 1
     printed = capsys.readouterr()
     assert "0 of 1 slice(s) succeeded" in printed.out

@@ -469,9 +469,8 @@ def test_daily_commits_of_fresh_rows_need_no_day_of_grace(spark, capsys, tmp_pat
     assert "1d" not in printed
 
 
-def test_a_live_run_with_no_new_data_prints_a_heartbeat(spark, tmp_path, capsys):
-    """Issue 81, item 6: once the committed rows are processed, a processing-time run that gets
-    nothing new prints, every --heartbeat seconds, since when it waits and each source's newest commit."""
+def two_streams_job(spark, tmp_path) -> tuple[dict[int, str], Path]:
+    """Two streams of one row each and the job joining them (`job.yaml`, output `out`)."""
     paths = create_tables(spark, tmp_path)
     write_commit(spark, paths[0], [("a1", "k", 10, 1)])
     write_commit(spark, paths[1], [("b1", "k", 12, 1)])
@@ -481,6 +480,13 @@ def test_a_live_run_with_no_new_data_prints_a_heartbeat(spark, tmp_path, capsys)
         "joins: [{join: r, on: l.k = r.k, within: 10s, grace: 5s}]\nselect: [l.id AS lid, r.id AS rid]\n"
         f"output: {{path: {tmp_path}/out}}\n"
     )
+    return paths, job
+
+
+def test_a_live_run_with_no_new_data_prints_a_heartbeat(spark, tmp_path, capsys):
+    """Issue 81, item 6: once the committed rows are processed, a processing-time run that gets
+    nothing new prints, every --heartbeat seconds, since when it waits and each source's newest commit."""
+    paths, job = two_streams_job(spark, tmp_path)
     stream = ["stream", str(job), "--trigger", "processing-time:1s", "--timeout", "14", "--heartbeat", "3"]
     assert main(stream) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -498,15 +504,7 @@ def test_a_live_run_with_no_new_data_prints_a_heartbeat(spark, tmp_path, capsys)
 def test_ctrl_c_on_stream_stops_between_batches_and_says_how_to_resume(spark, tmp_path):
     """Issue 18, item 4: `stream` prints a line per micro-batch; Ctrl-C (SIGINT) lets the batch in
     progress finish, exits 0 without a traceback and prints the command that resumes."""
-    paths = create_tables(spark, tmp_path)
-    write_commit(spark, paths[0], [("a1", "k", 10, 1)])
-    write_commit(spark, paths[1], [("b1", "k", 12, 1)])
-    job = tmp_path / "job.yaml"
-    job.write_text(
-        f"sources: {{l: {{path: {paths[0]}, time: t}}, r: {{path: {paths[1]}, time: t}}}}\nfrom: l\n"
-        "joins: [{join: r, on: l.k = r.k, within: 10s, grace: 5s}]\nselect: [l.id AS lid, r.id AS rid]\n"
-        f"output: {{path: {tmp_path}/out}}\n"
-    )
+    _, job = two_streams_job(spark, tmp_path)
     child = subprocess.Popen(
         [sys.executable, "-m", "streamjoin.cli", "stream", str(job), "--trigger", "processing-time:1s"],
         stdout=subprocess.PIPE,

@@ -149,7 +149,7 @@ class LiveRunner:
         self.trigger = _trigger(trigger)
         self.max_files = max_files_per_trigger
         self.on_batch = on_batch or (lambda metrics: None)  # told of each micro-batch once it is recorded
-        # told about once a second while the run waits (heartbeat.py)
+        # told about once a second while the run waits for new data (heartbeat.py)
         self.on_wait: Callable[[], None] = lambda: None
         if "://" in checkpoint and not checkpoint.startswith("file:"):
             raise JobError("live checkpoints are local folders for now; give a path on this machine")
@@ -355,7 +355,8 @@ class LiveRunner:
                 return
             # pyspark annotates timeout as int, but takes any positive number of seconds (int(timeout * 1000))
             query.awaitTermination(wait)  # type: ignore[arg-type]
-            self.on_wait()
+            if not query.status.get("isTriggerActive"):  # waiting for data, not in a micro-batch
+                self.on_wait()
 
     def _finished(self, metrics: RunMetrics) -> None:
         self.runs.append(metrics)

@@ -483,42 +483,40 @@ def two_streams_job(spark, tmp_path) -> tuple[dict[int, str], Path]:
     return paths, job
 
 
-def test_a_live_run_with_no_new_data_prints_a_heartbeat(spark, tmp_path, capsys):
-    """Issue 81, item 6: once the committed rows are processed, a processing-time run that gets
-    nothing new prints, every --heartbeat seconds, since when it waits and each source's newest commit."""
-    paths, job = two_streams_job(spark, tmp_path)
-    stream = ["stream", str(job), "--trigger", "processing-time:1s", "--timeout", "14", "--heartbeat", "3"]
-    assert main(stream) == 0
-    lines = capsys.readouterr().out.splitlines()
-    batch = next(n for n, line in enumerate(lines) if line.startswith("batch 0: in 2, out "))
-    beats = [line for line in lines[batch:] if " waiting for new data since " in line]
-    assert beats, lines
-    newest = [
-        f"{side} version {delta_io.latest_version(spark, paths[n])} at {from_spark(delta_io.history(spark, paths[n])[-1].timestamp):%Y-%m-%dT}"
-        for n, side in enumerate("lr")
-    ]
-    pattern = rf"job job: waiting for new data since \S+Z \(\d+s\); newest commits: {newest[0]}\S+Z, {newest[1]}\S+Z"
-    assert all(re.fullmatch(pattern, line) for line in beats), (pattern, beats)
-
-
 def test_ctrl_c_on_stream_stops_between_batches_and_says_how_to_resume(spark, tmp_path):
     """Issue 18, item 4: `stream` prints a line per micro-batch; Ctrl-C (SIGINT) lets the batch in
-    progress finish, exits 0 without a traceback and prints the command that resumes."""
-    _, job = two_streams_job(spark, tmp_path)
+    progress finish, exits 0 without a traceback and prints the command that resumes. Issue 81,
+    item 6: once the committed rows are processed and nothing new comes, it prints a heartbeat every
+    --heartbeat seconds: since when it waits, and each source's newest commit."""
+    paths, job = two_streams_job(spark, tmp_path)
+    stream = ["stream", str(job), "--trigger", "processing-time:1s", "--heartbeat", "1"]
     child = subprocess.Popen(
-        [sys.executable, "-m", "streamjoin.cli", "stream", str(job), "--trigger", "processing-time:1s"],
+        [sys.executable, "-m", "streamjoin.cli", *stream],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     assert child.stdout is not None
     lines = []
-    for line in child.stdout:  # until the first micro-batch is reported
+    for line in child.stdout:  # until the first micro-batch is reported, then the first heartbeat
         lines.append(line)
-        if line.startswith("batch 0: in 2, out "):
+        if " waiting for new data since " in line and any(
+            seen.startswith("batch 0: in 2, out ") for seen in lines
+        ):
             break
     else:
-        raise AssertionError(f"no batch line: {lines}, {child.stderr.read() if child.stderr else ''}")
+        raise AssertionError(
+            f"no batch, then heartbeat: {lines}, {child.stderr.read() if child.stderr else ''}"
+        )
+    newest = [
+        f"{side} version {delta_io.latest_version(spark, paths[n])} at "
+        f"{from_spark(delta_io.history(spark, paths[n])[-1].timestamp):%Y-%m-%dT%H:%M:%SZ}"
+        for n, side in enumerate("lr")
+    ]
+    heartbeat = (
+        rf"job job: waiting for new data since \S+Z \(\d+s\); newest commits: {newest[0]}, {newest[1]}\n"
+    )
+    assert re.fullmatch(heartbeat, lines[-1]), (heartbeat, lines[-1])
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err[-3000:]

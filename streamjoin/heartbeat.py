@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from streamjoin.runners.live import LiveRunner
     from streamjoin.spec import JoinSpec
 
-EVERY = 60.0  # seconds without a micro-batch between two heartbeat lines (at least the trigger's interval)
+EVERY = 60.0  # seconds without a micro-batch between two heartbeat lines (`--heartbeat` sets another)
 
 
 class Heartbeat:

@@ -49,7 +49,7 @@ from streamjoin import backfill as backfill_mod
 from streamjoin import delta_io, index, kernel
 from streamjoin.arrival import Slice
 from streamjoin.backfill import plan_backfill
-from streamjoin.links import IntervalLink, TimeBounds
+from streamjoin.joins.interval import IntervalLink, TimeBounds
 from streamjoin.plan import bind
 from streamjoin.runners import replay as replay_mod
 from streamjoin.runners.options import RunOptions

@@ -22,6 +22,7 @@ package once, so whatever registers there is found. What a `Family` holds:
   window join's window_start/window_end; NATURAL never joins on them), and `own_equality` says
   whether an equality of the condition is the family's own, not a key (`a.window_start =
   b.window_start`).
+- `warnings`: what it warns of a bound job (printed by `validate-job` and `explain`).
 - `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header and
   the keys its JSON adds (`json_keys`: keys every join's JSON carries, None for other families).
 - `operator`: its join operator's builder (`Plan`, `BoundJoin` -> `JoinOperator`), what the
@@ -35,7 +36,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from streamjoin.enums import SourceKind
@@ -81,14 +82,36 @@ class SqlStatement:
 
 @dataclass(frozen=True)
 class SqlQuery:
-    """What a family's query hook sees of one SELECT: each source's `OVER (...)` window by source
-    name (SQLstream), how many JOINs it has, `where` (the job and output, for messages) and `at`."""
+    """What a family's query hook sees of one SELECT: the name of the source it reads FROM, each
+    source's `OVER (...)` window by source name (SQLstream), how many JOINs it has, `where` (the
+    job and output, for messages), `at` and `duration` (as in `SqlStatement`)."""
 
     query: exp.Select
+    first: str
     overs: Mapping[str, exp.Expr]
     joins: int
     where: str
     at: Callable[[exp.Expr | None], str]
+    duration: Callable[[exp.Interval], str]
+
+
+@dataclass(frozen=True)
+class SqlJoin:
+    """What a family's join hooks see of one JOIN of a source: the JOIN, the declared source it
+    joins (`name`), the job's join item being compiled (which the hook completes), the declared
+    sources' settings, the statement's aliases (alias -> source), the sources joined before it
+    (`seen`), the OVER windows no query hook claimed, and `where`, `at`, `duration`."""
+
+    join: exp.Join
+    name: str
+    item: dict[str, Any]
+    sources: Mapping[str, Mapping[str, Any]]
+    aliases: Mapping[str, str]
+    seen: tuple[str, ...]
+    overs: Mapping[str, exp.Expr]
+    where: str
+    at: Callable[[exp.Expr | None], str]
+    duration: Callable[[exp.Interval], str]
 
 
 # Completes the job mapping compiled from a statement a family's statement hook read (sql.py).
@@ -101,10 +124,15 @@ class SqlSyntax:
     rewrites) the statement before it is compiled, returning what completes the compiled job
     mapping, or None when the statement does not use its syntax (a window join's TUMBLE and HOP).
     `query`: the join-item settings its syntax over a whole SELECT gives its first join, claiming
-    the OVER windows (None: the query does not use its syntax)."""
+    the OVER windows (None: the query does not use its syntax; the query's checks may still
+    refuse it). `join`: adds the settings its syntax gives a JOIN to the join item, once the join's
+    type is read. `terms`: takes the terms of a JOIN's condition that are its syntax (an interval
+    join's time bounds) and returns the rest, which become `on`."""
 
     statement: Callable[[SqlStatement], Finish | None] | None = None
     query: Callable[[SqlQuery], dict[str, Any] | None] | None = None
+    join: Callable[[SqlJoin], None] | None = None
+    terms: Callable[[SqlJoin, list[exp.Expr]], list[exp.Expr]] | None = None
 
 
 @dataclass(frozen=True)
@@ -144,10 +172,17 @@ class Family:
     schemas: Callable[[JoinSpec, Link, str, dict[str, StructType]], dict[str, StructType]] | None = None
     columns: tuple[str, ...] = ()
     own_equality: Callable[[tuple[str, str], str], bool] | None = None
+    warnings: Callable[[Plan], list[str]] | None = None
     explain: Callable[[Plan, BoundJoin, int], list[str]] | None = None
     explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
     json_keys: tuple[str, ...] = ()
     operator: Builder | None = None
+
+    @property
+    def precedence(self) -> int:
+        """Where it stands among the families: its first claim's precedence (its hooks are called
+        in this order too)."""
+        return min((claim.precedence for claim in self.claims), default=1_000)
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -174,14 +209,15 @@ def register(family: Family) -> Family:
 
 
 def families() -> tuple[Family, ...]:
-    """Every registered family, after importing each module of `streamjoin.joins` once."""
+    """Every registered family, after importing each module of `streamjoin.joins` once, in order
+    of precedence."""
     global _discovered
     if not _discovered:
         _discovered = True
         package = importlib.import_module("streamjoin.joins")
         for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
             importlib.import_module(module.name)
-    return tuple(_REGISTERED.values())
+    return tuple(sorted(_REGISTERED.values(), key=lambda family: (family.precedence, family.name)))
 
 
 def of(kind: str) -> Family | None:
@@ -209,13 +245,34 @@ def settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def sql_query(query: SqlQuery) -> dict[str, Any] | None:
-    """The first join's settings from the first family whose syntax the whole query uses."""
+    """The first join's settings from the first family, by precedence, whose syntax the whole
+    query uses; it claims the OVER windows, which the families after it do not see."""
+    claimed = None
     for family in families():
-        hook = family.sql.query
-        found = hook(query) if hook is not None else None
-        if found is not None:
-            return found
-    return None
+        if family.sql.query is not None:
+            found = family.sql.query(query if claimed is None else replace(query, overs={}))
+            claimed = found if claimed is None else claimed
+    return claimed
+
+
+def sql_join(join: SqlJoin) -> None:
+    """Each family's settings of a JOIN, added to its item."""
+    for family in families():
+        if family.sql.join is not None:
+            family.sql.join(join)
+
+
+def sql_terms(join: SqlJoin, terms: list[exp.Expr]) -> list[exp.Expr]:
+    """The terms of a JOIN's condition left once each family took its own."""
+    for family in families():
+        if family.sql.terms is not None:
+            terms = family.sql.terms(join, terms)
+    return terms
+
+
+def warnings(plan: Plan) -> list[str]:
+    """What the families warn of a bound job."""
+    return [line for family in families() if family.warnings is not None for line in family.warnings(plan)]
 
 
 def statement(query: SqlStatement) -> list[Finish]:

@@ -52,19 +52,6 @@ STREAMS = (SourceKind.STREAM, SourceKind.STREAM)
 STREAM_TABLE = (SourceKind.STREAM, SourceKind.TABLE)
 
 
-@dataclass(frozen=True)
-class TimeBounds:
-    """right.time - left.time must lie in [lower, upper], both ends included."""
-
-    lower: timedelta
-    upper: timedelta
-
-    def describe(self) -> str:
-        if self.lower == -self.upper:
-            return f"WITHIN {format_duration(self.upper)}"
-        return f"BETWEEN {format_duration(self.lower)} AND {format_duration(self.upper)}"
-
-
 # The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
 JDBC_DRIVERS = {
     "postgresql": "org.postgresql.Driver",
@@ -168,13 +155,11 @@ class Link:
 
 
 def plain(value: Any) -> Any:
-    """A setting as JSON data: durations as text (1h30m), bounds as a mapping, a database by its
-    table and URL without parameters (which may hold secrets), a value with a `plain()` method
-    (a family's own setting, e.g. a window join's windows) as that says."""
+    """A setting as JSON data: durations as text (1h30m), a database by its table and URL without
+    parameters (which may hold secrets), a value with a `plain()` method (a family's own setting,
+    e.g. an interval join's bounds, a window join's windows) as that says."""
     if isinstance(value, timedelta):
         return format_duration(value)
-    if isinstance(value, TimeBounds):
-        return {"lower": format_duration(value.lower), "upper": format_duration(value.upper)}
     if callable(getattr(value, "plain", None)):  # a family's setting that says itself as data
         return value.plain()
     if isinstance(value, Lookup):
@@ -261,55 +246,6 @@ class LooksUp(Link):
 
 
 _AS_OF_REFUSED = {"as_of": _AS_OF_STREAM_TABLE_ONLY, "asof": _AS_OF_STREAM_TABLE_ONLY}
-
-
-# ---------------------------------------------------------------------------- two streams
-
-
-@dataclass(frozen=True, kw_only=True)
-class IntervalLink(Graced, Conditioned):
-    """Two streams whose rows pair when right.time - left.time lies in `bounds` (ksqlDB's WITHIN),
-    a CROSS link pairing every two rows so; padded rows written once their window closes (`emit:
-    final`) or at once (`eager`). Without bounds it is refused by the job (`check_pair`)."""
-
-    bounds: TimeBounds | None = None
-    emit: Emit = Emit.FINAL
-
-    kind = LinkKind.INTERVAL
-    refused = _AS_OF_REFUSED
-
-    def _check(self, where: str) -> None:
-        super()._check(where)
-        if self.bounds is not None and self.bounds.lower > self.bounds.upper:
-            raise JobError(
-                f"{where}: 'between' lower bound {format_duration(self.bounds.lower)} is above its upper bound "
-                f"{format_duration(self.bounds.upper)}; write [lower, upper] with lower <= upper"
-            )
-        if self.emit not in list(Emit):
-            raise JobError(f"{where}: emit is {self.emit!r}; write 'final' (default) or 'eager'")
-        object.__setattr__(self, "emit", Emit(self.emit))
-
-    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
-        words = _pair_words(left, right)
-        if (left, right) != STREAMS and self.bounds is None and self.emit == Emit.EAGER:
-            raise JobError(
-                f"{where}: 'emit: eager' applies to stream-stream joins only; remove it from this {words} join"
-            )
-        if (left, right) != STREAMS:
-            raise JobError(
-                f"{where}: 'within'/'between' apply to stream-stream joins only; remove them from this {words} join"
-            )
-        if self.bounds is None and self.type == JoinType.CROSS:
-            raise JobError(
-                f"{where}: a CROSS join of two streams needs time bounds, or every row would pair with every "
-                "row of the other stream forever; add 'within: 1m' (SQLstream's RANGE INTERVAL '1' MINUTE on "
-                "both sides) or 'between: [-1m, 0s]'"
-            )
-        if self.bounds is None:
-            raise JobError(
-                f"{where}: a stream-stream join needs time bounds, or its state would grow with all history; "
-                "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time), or time windows: 'window: {tumble: 10m}'"
-            )
 
 
 # ---------------------------------------------------------------------------- a stream and a table
@@ -499,14 +435,6 @@ class LookupLink(Link):
 
 # Which kind of link a join item is, for the kinds whose family is not yet a plug-in
 # (streamjoin/family.py): by precedence among the families' claims.
-def _claim_refused_bounds(
-    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
-) -> type[Link] | None:
-    streams = (left, right) == STREAMS
-    eager = given.get("emit") == Emit.EAGER
-    return IntervalLink if not streams and ("bounds" in given or eager) else None  # refused by its pair
-
-
 def _claim_nearest(
     given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
 ) -> type[Link] | None:
@@ -520,13 +448,6 @@ def _claim_point_in_time(
     return None if as_of is None else StreamTableLink if as_of == "arrival" else TemporalLink
 
 
-def _claim_streams(
-    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
-) -> type[Link] | None:
-    streams = (left, right) == STREAMS
-    return IntervalLink if streams or "bounds" in given or given.get("emit") == Emit.EAGER else None
-
-
 def _claim_tables(
     given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
 ) -> type[Link] | None:
@@ -534,10 +455,8 @@ def _claim_tables(
 
 
 _UNMOVED_CLAIMS = (
-    Claim(30, _claim_refused_bounds),
     Claim(40, _claim_nearest),
     Claim(50, _claim_point_in_time),
-    Claim(60, _claim_streams),
     Claim(70, _claim_tables),
 )
 

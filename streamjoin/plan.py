@@ -38,7 +38,6 @@ from streamjoin.links import (
     Enriching,
     FunctionLink,
     Graced,
-    IntervalLink,
     Link,
     LooksUp,
     LookupLink,
@@ -853,12 +852,13 @@ def _check_output_columns(spec: JoinSpec, columns: list[str]) -> None:
 def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
     """Joins whose grace is shorter than how far a source's commits trail their rows' event times
     (`lag.commit_lags`: commit time minus the oldest event time of each of its newest commits), and
-    stream-stream links whose grace lets the rows of the link before arrive late
-    (`chain_grace_warnings`). Lateness counts from the newest event time any source has committed,
-    never later than the newest commit, so a grace at least a source's lag keeps its rows on time."""
+    what the families warn of (`Family.warnings`: stream-stream links whose grace lets the rows of
+    the link before arrive late). Lateness counts from the newest event time any source has
+    committed, never later than the newest commit, so a grace at least a source's lag keeps its
+    rows on time."""
     from streamjoin.lag import commit_lags
 
-    warnings = chain_grace_warnings(plan)
+    warnings = family.warnings(plan)
     for step, join in enumerate(plan.joins, 1):
         if join.family in ("interval", "window"):
             judged = [*join.left, join.right]
@@ -968,35 +968,6 @@ def time_format_warnings(spark: SparkSession, plan: Plan) -> list[str]:
     return warnings
 
 
-def chain_grace_warnings(plan: Plan) -> list[str]:
-    """Stream-stream links after a stream-stream link whose grace is shorter than the one before
-    needs (docs/semantics.md, "Chains after a stream-stream join"): a pair comes out when its later
-    row arrives, on time by the grace before; a padded row when the clock passes its window's end
-    plus that grace, up to `upper` (left rows) or `-lower` (right rows) after its own time."""
-    warnings = []
-    for step, (first, then) in enumerate(zip(plan.joins, plan.joins[1:], strict=False), 2):
-        if first.family != "interval" or then.family != "interval":
-            continue
-        before, join = first.link(IntervalLink), then.link(IntervalLink)
-        bounds = before.bounds
-        assert bounds is not None  # every interval join has its bounds (spec validation)
-        widest = timedelta(0)
-        if before.type in ("left", "full"):
-            widest = max(widest, bounds.upper)
-        if before.type in ("right", "full"):
-            widest = max(widest, -bounds.lower)
-        needed = before.grace + widest
-        if join.grace < needed:
-            warnings.append(
-                f"join {step} ({join.type.upper()} JOIN {then.right}): grace is {format_duration(join.grace)}, "
-                f"but the rows join {step - 1} emits can come out up to {format_duration(needed)} behind the newest "
-                f"event time (its grace {format_duration(before.grace)}"
-                + (f" plus {format_duration(widest)} for its padded rows" if widest else "")
-                + f"): those would be late here. Set join {step}'s grace to at least {format_duration(needed)}"
-            )
-    return warnings
-
-
 def describe(
     plan: Plan, versions: dict[str, int] | None = None, margins: dict[str, tuple[int, int]] | None = None
 ) -> str:
@@ -1069,8 +1040,6 @@ def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
         else f" ON {equalities}" + (f" AND {join.residual}" if join.residual else "")
     )
     lines = [f"  {step}. {j.type.upper()} JOIN {join.right} [{join.family}]{condition}"]
-    if isinstance(j, IntervalLink) and j.bounds is not None:
-        lines += _describe_bounds(j, join, step)
     plugin = family.of(join.family)
     if plugin is not None and plugin.explain is not None:
         lines += plugin.explain(plan, join, step)
@@ -1078,24 +1047,6 @@ def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
         lines += [f"     {line}" for line in _describe_lookup(plan, join)]
     if join.family == "table-table":
         lines.append(_describe_table_table(plan, join))
-    return lines
-
-
-def _describe_bounds(j: IntervalLink, join: BoundJoin, step: int) -> list[str]:
-    """An interval link's bounds, grace and state, and (after a first link) its left side."""
-    assert j.bounds is not None  # the spec refuses an interval link without bounds
-    span = j.bounds.upper - j.bounds.lower
-    lines = [
-        f"     time bounds: {j.bounds.describe()} (right.time - left.time in "
-        f"[{format_duration(j.bounds.lower)}, {format_duration(j.bounds.upper)}]), grace {format_duration(j.grace)}, emit {j.emit}",
-        f"     live state: rows newer than the watermark minus {format_duration(span)}, i.e. "
-        f"about ({format_duration(span)} + grace {format_duration(j.grace)}) x input rate per side",
-    ]
-    if step > 1:
-        lines.append(
-            f"     left side: the rows join {step - 1} emits ({' + '.join(join.left)}), each at the commit "
-            "where it became known; lateness and closing by the whole job's clock"
-        )
     return lines
 
 
@@ -1153,11 +1104,7 @@ def as_json(
                 "family": j.family,
                 "equalities": [list(pair) for pair in j.equi],
                 "residual": j.residual,
-                "bounds_s": None
-                if not isinstance(j.spec, IntervalLink) or j.spec.bounds is None
-                else [seconds(j.spec.bounds.lower), seconds(j.spec.bounds.upper)],
                 "grace_s": seconds(j.spec.grace) if isinstance(j.spec, Graced) else None,
-                "emit": j.spec.emit if isinstance(j.spec, IntervalLink) else None,
                 "link": j.spec.settings(),
                 **_family_json(j),
                 "lateral": None

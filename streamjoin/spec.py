@@ -27,7 +27,6 @@ from streamjoin.links import (
     LooksUp,
     Lookup,
     LookupLink,
-    TimeBounds,
     UnnestLink,
     build_link,
 )
@@ -608,18 +607,13 @@ def _join_from_dict(
         )
     where = f"{origin}: join with {item['join']!r}"
     _only(item, (*_JOIN_KEYS, *family.join_keys()), where)
-    given: dict[str, Any] = {
-        key: item[key] for key in ("type", "on", "emit", "as_of") if item.get(key) is not None
-    }
+    given: dict[str, Any] = {key: item[key] for key in ("type", "on", "as_of") if item.get(key) is not None}
     if "using" in item:
         given["using"] = _names(item["using"])
     given |= {key: True for key in ("natural", "asof") if item.get(key)}
-    bounds = _bounds_from_dict(item, where)
-    if bounds is not None:
-        given["bounds"] = bounds
+    given |= family.settings(item, where)  # e.g. bounds, windows, ROWS windows
     if "grace" in item:
         given["grace"] = parse_duration(item["grace"], f"{where}: grace")
-    given |= family.settings(item, where)
     source = str(item["join"])
     return build_link(source, given, left, kinds.get(source))
 
@@ -630,36 +624,10 @@ _JOIN_KEYS = (
     "on",
     "using",
     "natural",
-    "within",
-    "between",
     "grace",
-    "emit",
     "as_of",
     "asof",
 )  # and the keys of the families that are plug-ins (streamjoin/family.py)
-
-
-def _bounds_from_dict(item: dict[str, Any], where: str) -> TimeBounds | None:
-    """`within: 1h` (|right.time - left.time| <= 1h) or `between: [-4h, 0s]`; None without either."""
-    if "within" in item and "between" in item:
-        raise JobError(f"{where}: give either 'within' or 'between', not both")
-    if "within" in item:
-        width = parse_duration(item["within"], f"{where}: within")
-        if width < timedelta(0):
-            raise JobError(
-                f"{where}: within {item['within']!r} is negative; write a positive width such as 1h"
-            )
-        return TimeBounds(-width, width)
-    if "between" not in item:
-        return None
-    pair = item["between"]
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-        raise JobError(
-            f"{where}: 'between' takes two durations [lower, upper] of right.time - left.time, e.g. [-4h, 0s]"
-        )
-    return TimeBounds(
-        parse_duration(pair[0], f"{where}: between"), parse_duration(pair[1], f"{where}: between")
-    )
 
 
 def _lateral_from_dict(item: dict, origin: str) -> Link:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -438,10 +439,6 @@ def _compile_query(
         raise JobError(f"{where}: {_at(query)}the query has no FROM")
     aliases: dict[str, str] = {}
     first = _source_of(start.this, sources, aliases, where)
-    if start.this.args.get("within") is not None:
-        raise JobError(
-            f"{where}: {_at(start.this)}WITHIN belongs after a joined stream, not after FROM {first}"
-        )
     joined = query.args.get("joins") or []
     # Every joined source and its alias first: WHERE may name any of them.
     made = [
@@ -462,22 +459,10 @@ def _compile_query(
         for t in (start.this, *(j.this for j in joined))
         if isinstance(t, exp.Table) and t.args.get("over") is not None
     }
-    claimed = family.sql_query(family.SqlQuery(query, overs, len(joined), where, _at))  # e.g. ROWS frames
-    windows = {} if claimed else {name: _window_micros(over, where) for name, over in overs.items()}
+    # Each family's syntax over the whole query, e.g. ROWS frames, which claim the OVER windows.
+    claimed = family.sql_query(family.SqlQuery(query, first, overs, len(joined), where, _at, _duration))
+    compiling = _Compiling(sources, aliases, {} if claimed else overs, where)
     filters = and_terms(query.args["where"].this) if query.args.get("where") is not None else []
-    trailing = query.args.get("within")  # Lenses: WITHIN after the query, the window of its one join
-    if trailing is not None:
-        if len(joined) != 1:
-            raise JobError(
-                f"{where}: {_at(trailing)}a WITHIN after the query belongs to its one join; with {len(joined)} "
-                "joins, write WITHIN after each joined stream"
-            )
-        given = joined[0].this.args.get("within")
-        if given is not None and [_duration(span) for span in given.expressions] != [_duration(trailing)]:
-            raise JobError(
-                f"{where}: {_at(trailing)}the join and the query give different WITHIN windows; give one"
-            )
-        joined[0].this.set("within", exp.Tuple(expressions=[trailing]))
     joins, seen = [], [first]
     for join, source in zip(joined, names, strict=True):
         if source is None:
@@ -489,9 +474,7 @@ def _compile_query(
             joins.append(item)
             seen.append(item["as"])
             continue
-        item, filters = _compile_join(
-            join, source, sources, aliases, seen, filters, windows, where, sole=len(joined) == 1
-        )
+        item, filters = _compile_join(join, source, compiling, seen, filters, sole=len(joined) == 1)
         joins.append(item)
         seen.append(item["join"])
     if not joins:
@@ -559,7 +542,7 @@ def _watermark_delay(watermark: exp.WatermarkColumnConstraint, column: str, wher
     if isinstance(delayed, exp.Column) and delayed.name == column:
         return timedelta(0)
     if isinstance(delayed, exp.Sub) and isinstance(delayed.this, exp.Column) and delayed.this.name == column:
-        micros = _micros(delayed.expression)
+        micros = interval_micros(delayed.expression)
         if micros is not None and micros >= 0:
             return timedelta(microseconds=micros)
     raise JobError(
@@ -611,23 +594,79 @@ def _without_rowtime(items: list[exp.Expr]) -> list[exp.Expr]:
     ]
 
 
+@dataclass(frozen=True)
+class _Compiling:
+    """What every JOIN of a query is compiled with: the declared sources' settings, the
+    statement's aliases (alias -> source), the OVER windows no family's query hook claimed, and
+    `where` (the job and output, for messages)."""
+
+    sources: dict[str, dict[str, Any]]
+    aliases: dict[str, str]
+    overs: dict[str, exp.Expr]
+    where: str
+
+
 def _compile_join(
     join: exp.Join,
     name: str,
-    sources: dict[str, dict[str, Any]],
-    aliases: dict[str, str],
+    query: _Compiling,
     seen: list[str],
     filters: list[exp.Expr],
-    windows: dict[str, int],
-    where: str,
     sole: bool = False,
 ) -> tuple[dict, list[exp.Expr]]:
     """One JOIN as a job's join entry, and the WHERE terms left once a comma join (`FROM o, s
     WHERE o.id = s.order_id AND ...`, Flink's interval join) has taken those relating it to the
     sources before it; the `sole` join of two sources takes terms of bare columns too (RisingWave's
-    `FROM stream, version ... WHERE id1 = id2`: the plan names their sources from the schemas). Flink's and RisingWave's interval conditions on the two streams' time
-    columns become the join's bounds (`_interval_bounds`). `name`: the declared source it joins."""
-    table = join.this
+    `FROM stream, version ... WHERE id1 = id2`: the plan names their sources from the schemas).
+    The families' SQL hooks add their syntax (`family.SqlSyntax`: time bounds, windows...) and
+    take the condition's terms that are theirs. `name`: the declared source it joins."""
+    table, where = join.this, query.where
+    item = _join_item(join, name, where)
+    compiled = family.SqlJoin(
+        join, name, item, query.sources, query.aliases, tuple(seen), query.overs, where, _at, _duration
+    )
+    family.sql_join(compiled)
+    grace = table.args.get("grace")
+    if grace is not None:
+        item["grace"] = _duration(grace)
+    version = table.args.get("version")
+    if version is not None:  # FOR SYSTEM_TIME AS OF <time>
+        point = version.args.get("expression")
+        if (
+            isinstance(point, exp.Anonymous)
+            and point.name.upper() == "PROCTIME"
+            or (isinstance(point, exp.Func) and point.sql().upper() == "PROCTIME()")
+        ):
+            item["as_of"] = "arrival"
+        elif isinstance(point, exp.Column):
+            item["as_of"] = _as_of(point, seen, name, query.sources, query.aliases, where)
+        else:
+            raise JobError(
+                f"{where}: {_at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
+                f"PROCTIME() (as the row arrived), not {point.sql()}"
+            )
+    on = join.args.get("on")
+    if isinstance(on, exp.Boolean) and on.this is True and not item.get("natural"):  # JOIN without ON
+        on = _key_equality(table, seen, name, query.sources, where)
+    terms = and_terms(on) if on is not None else []
+    using = join.args.get("using")
+    if using:
+        item["using"] = [identifier.name for identifier in using]
+    elif not terms and not item.get("natural") and item.get("type") in (None, "cross"):
+        known = {*seen, name}
+        named = [(t, _tables(t, query.aliases)) for t in filters]
+        mine = [t for t, tables in named if tables <= known and (name in tables or sole and not tables)]
+        if mine:  # FROM o, s WHERE o.id = s.order_id ...: an inner join on those terms
+            item.pop("type", None)
+            terms, filters = mine, [t for t in filters if all(t is not m for m in mine)]
+    terms = family.sql_terms(compiled, terms)
+    if terms:
+        item["on"] = _sql(exp.and_(*terms), query.aliases)
+    return item, filters
+
+
+def _join_item(join: exp.Join, name: str, where: str) -> dict[str, Any]:
+    """A JOIN's item with its type and method (ASOF, NATURAL) read."""
     side, kind, method = (join.args.get(k) or "" for k in ("side", "kind", "method"))
     item: dict[str, Any] = {"join": name}
     if kind.upper() == "CROSS":
@@ -642,72 +681,9 @@ def _compile_join(
         item["natural"] = True
     elif method:
         raise JobError(
-            f"{where}: {_at(table)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ... or ASOF JOIN"
+            f"{where}: {_at(join.this)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ... or ASOF JOIN"
         )
-    if windows and sources[name]["kind"] == "stream":
-        # SQLstream: each side keeps its rows for its window, no OVER: the current row only; the
-        # sources joined so far (a joined reference, which takes no OVER) count as their current row.
-        if table.args.get("within") is not None:
-            raise JobError(f"{where}: {_at(table)}give WITHIN or OVER windows, not both")
-        before = windows.get(seen[0], 0) if len(seen) == 1 else 0
-        item["between"] = [_duration_text(-windows.get(name, 0)), _duration_text(before)]
-        if item.get("type") in ("left", "right", "full"):
-            # SQLstream emits a padded row once the stream clock passes its rowtime (its LEFT
-            # listing's `05:03:15 NULL 1000 NULL`): eager; ksqlDB's WITHIN keeps final emission.
-            item["emit"] = "eager"
-    within = table.args.get("within")
-    if within is not None:
-        spans = [_duration(span) for span in within.expressions]
-        if len(spans) == 1:
-            item["within"] = spans[0]
-        elif len(spans) == 2:  # ksqlDB: WITHIN (before, after) the left row
-            item["between"] = [f"-{spans[0]}", spans[1]]
-        else:
-            raise JobError(f"{where}: {_at(table)}WITHIN takes one duration or two, (before, after)")
-    grace = table.args.get("grace")
-    if grace is not None:
-        item["grace"] = _duration(grace)
-    version = table.args.get("version")
-    if version is not None:  # FOR SYSTEM_TIME AS OF <time>
-        point = version.args.get("expression")
-        if (
-            isinstance(point, exp.Anonymous)
-            and point.name.upper() == "PROCTIME"
-            or (isinstance(point, exp.Func) and point.sql().upper() == "PROCTIME()")
-        ):
-            item["as_of"] = "arrival"
-        elif isinstance(point, exp.Column):
-            item["as_of"] = _as_of(point, seen, name, sources, aliases, where)
-        else:
-            raise JobError(
-                f"{where}: {_at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
-                f"PROCTIME() (as the row arrived), not {point.sql()}"
-            )
-    on = join.args.get("on")
-    if isinstance(on, exp.Boolean) and on.this is True and not item.get("natural"):  # JOIN without ON
-        on = _key_equality(table, seen, name, sources, where)
-    terms = and_terms(on) if on is not None else []
-    using = join.args.get("using")
-    if using:
-        item["using"] = [identifier.name for identifier in using]
-    elif not terms and not item.get("natural") and item.get("type") in (None, "cross"):
-        known = {*seen, name}
-        named = [(t, _tables(t, aliases)) for t in filters]
-        mine = [t for t, tables in named if tables <= known and (name in tables or sole and not tables)]
-        if mine:  # FROM o, s WHERE o.id = s.order_id ...: an inner join on those terms
-            item.pop("type", None)
-            terms, filters = mine, [t for t in filters if all(t is not m for m in mine)]
-    streams_before = [s for s in seen if sources[s]["kind"] == "stream"]
-    # An ASOF join's inequality picks the nearest row, it bounds no interval: the job checks say
-    # what an ASOF join of two streams needs (a table), as they do for YAML.
-    interval = "within" not in item and not item.get("asof")
-    if sources[name]["kind"] == "stream" and len(streams_before) == 1 and interval:
-        bounds, terms = _interval_bounds(terms, streams_before[0], name, sources, aliases, where)
-        if bounds is not None:
-            item["between"] = bounds
-    if terms:
-        item["on"] = _sql(exp.and_(*terms), aliases)
-    return item, filters
+    return item
 
 
 def _key_equality(
@@ -771,104 +747,12 @@ def _as_of(
     return f"{owner}.{point.name}"
 
 
-_BOUNDS: dict[type[exp.Expr], str] = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
-_MIRRORED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
-
-
-def _interval_bounds(
-    terms: list[exp.Expr],
-    left: str,
-    right: str,
-    sources: dict[str, dict[str, Any]],
-    aliases: dict[str, str],
-    where: str,
-) -> tuple[list[str] | None, list[exp.Expr]]:
-    """Bounds of `right`.time - `left`.time from the terms comparing the two streams' time
-    columns (`l.t BETWEEN r.t - INTERVAL '4' HOUR AND r.t`, `l.t >= r.t AND l.t < r.t + INTERVAL
-    '10' MINUTE`, `l.t = r.t`), as `between`; None and the terms unchanged when none does. A
-    strict comparison bounds one microsecond inside (the bounds include their ends)."""
-
-    def linear(node: exp.Expr) -> tuple[str, int] | None:
-        """`s.t`, `s.t + INTERVAL ...`, `s.t - INTERVAL ...` of a stream's time column: (s, offset)."""
-        node = node.unnest()
-        if isinstance(node, exp.Column):
-            if node.table:
-                owner = aliases.get(node.table)
-            else:  # a bare name (Flink's `ltime = rtime`): the one of the two whose time column it is
-                owners = [s for s in (left, right) if sources[s].get("time") == node.name]
-                owner = owners[0] if len(owners) == 1 else None
-            return (owner, 0) if owner and sources[owner].get("time") == node.name else None
-        if isinstance(node, exp.Add | exp.Sub):
-            base, span = linear(node.this), _micros(node.expression)
-            if isinstance(node, exp.Add) and base is None:
-                base, span = linear(node.expression), _micros(node.this)
-            if base is not None and span is not None:
-                return base[0], base[1] + (span if isinstance(node, exp.Add) else -span)
-        return None
-
-    def bound(x: exp.Expr, op: str, y: exp.Expr) -> list[tuple[str, int]] | None:
-        a, b = linear(x), linear(y)
-        if a is None or b is None:
-            return None
-        if (a[0], b[0]) == (right, left):  # r.t + ka op l.t + kb: d op kb - ka
-            c = b[1] - a[1]
-        elif (a[0], b[0]) == (left, right):  # l.t + ka op r.t + kb: d op' ka - kb
-            c, op = a[1] - b[1], _MIRRORED[op]
-        else:
-            return None
-        return {
-            ">=": [("lower", c)],
-            ">": [("lower", c + 1)],
-            "<=": [("upper", c)],
-            "<": [("upper", c - 1)],
-            "=": [("lower", c), ("upper", c)],
-        }[op]
-
-    found: dict[str, list[int]] = {"lower": [], "upper": []}
-    rest = []
-    for term in terms:
-        if isinstance(term, exp.Between):
-            low, high = bound(term.this, ">=", term.args["low"]), bound(term.this, "<=", term.args["high"])
-            limits = None if low is None or high is None else low + high
-        else:
-            op = _BOUNDS.get(type(term))
-            limits = None if op is None else bound(term.this, op, term.expression)
-        if limits is None:
-            rest.append(term)
-            continue
-        for side, micros in limits:
-            found[side].append(micros)
-    if not found["lower"] and not found["upper"]:
-        return None, terms
-    if not found["lower"] or not found["upper"]:
-        raise JobError(
-            f"{where}: the time condition of the join with {right!r} bounds it on one side only; an interval "
-            f"join needs both, e.g. {left}.t BETWEEN {right}.t - INTERVAL '4' HOUR AND {right}.t"
-        )
-    return [_duration_text(max(found["lower"])), _duration_text(min(found["upper"]))], rest
-
-
-def _window_micros(window: exp.Expr, where: str) -> int:
-    """A SQLstream join window's length: `RANGE INTERVAL '1' MINUTE PRECEDING`."""
-    span = _micros(window)
-    if span is None:
-        raise JobError(
-            f"{where}: {_at(window)}the window OVER ({window.sql()}) is not supported: write RANGE INTERVAL "
-            "'<n>' <unit> PRECEDING or ROWS <n> PRECEDING"
-        )
-    return span
-
-
-def _micros(node: exp.Expr) -> int | None:
-    """An INTERVAL's length in microseconds; None for anything else."""
+def interval_micros(node: exp.Expr) -> int | None:
+    """An INTERVAL's length in microseconds; None for anything else (also for the families' SQL hooks)."""
     node = node.unnest()
     if not isinstance(node, exp.Interval):
         return None
     return to_micros(parse_duration(_duration(node), "interval"))
-
-
-def _duration_text(micros: int) -> str:
-    return format_duration(timedelta(microseconds=micros))
 
 
 def and_terms(node: exp.Expr) -> list[exp.Expr]:

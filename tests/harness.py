@@ -21,9 +21,10 @@ from reference import Event
 
 from streamjoin import delta_io
 from streamjoin.frames import local_frame
+from streamjoin.joins.interval import IntervalLink, TimeBounds
 from streamjoin.joins.rows import RowsLink
 from streamjoin.joins.window import WindowLink, Windows
-from streamjoin.links import IntervalLink, Link, TimeBounds
+from streamjoin.links import Link
 from streamjoin.metrics import BUCKETS
 from streamjoin.spec import JoinSpec, Output, Source, spec_from_dict
 

@@ -24,6 +24,11 @@ OUTPUT_SQL = "CREATE STREAM joined WITH (path='out') AS\n"
 # Per registered family: a join item of a YAML job over STREAMS_YAML's sources, the same join in
 # SQL, and the link settings both compile to. A new family adds its example here.
 EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
+    "interval": (
+        {"join": "b", "on": "a.id = b.id", "between": ["-4h", "0s"], "type": "left"},
+        "SELECT * FROM a LEFT JOIN b ON a.id = b.id AND a.t BETWEEN b.t AND b.t + INTERVAL '4' HOUR",
+        {"kind": "interval", "type": "left", "on": "a.id = b.id", "bounds": {"lower": "-4h", "upper": "0s"}},
+    ),
     "rows": (
         {"join": "b", "on": "a.id = b.id", "rows": {"b": 6}},
         "SELECT * FROM a JOIN b OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) ON a.id = b.id",

@@ -50,7 +50,8 @@ from reference import (
     temporal_table,
 )
 
-from streamjoin.plan import Plan, bind, chain_grace_warnings
+from streamjoin.joins.interval import chain_grace_warnings
+from streamjoin.plan import Plan, bind
 from streamjoin.spec import spec_from_dict
 
 EXAMPLES = int(os.environ.get("STREAMJOIN_KERNEL_EXAMPLES", "1"))  # histories of STACK examples

@@ -11,8 +11,8 @@ from conftest import append, at
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
+from streamjoin.joins.interval import IntervalLink, TimeBounds
 from streamjoin.lease import CheckpointInUseError
-from streamjoin.links import IntervalLink, TimeBounds
 from streamjoin.runners.live import LiveRunner
 from streamjoin.spec import JoinSpec, Output, Source
 

@@ -12,11 +12,11 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
+from streamjoin.joins.interval import IntervalLink
 from streamjoin.joins.rows import RowsLink
 from streamjoin.joins.window import WindowLink
 from streamjoin.links import (
     AsofLink,
-    IntervalLink,
     StreamTableLink,
     TableTableLink,
     TemporalLink,

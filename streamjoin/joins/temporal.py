@@ -74,7 +74,7 @@ from streamjoin.joins.base import (
 )
 from streamjoin.joins.chain import Chain
 from streamjoin.joins.chaining import Accepts, LinkInput, LinkRun, Upstream, declare
-from streamjoin.links import Enriching, IntervalLink
+from streamjoin.links import Enriching
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, looks_back
 from streamjoin.timeutil import to_micros
@@ -714,7 +714,7 @@ declare(
         Accepts(
             ("interval",),
             when="keyed, with final emission",
-            allows=lambda join: join.spec.type != "cross" and join.link(IntervalLink).emit != "eager",
+            allows=lambda join: join.spec.type != "cross" and join.spec.settings().get("emit") != "eager",
             at_start=True,
             last=True,
         ),

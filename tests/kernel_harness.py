@@ -2,8 +2,10 @@
 
 A property test of the join's decisions (lateness, watermarks, closing, padding) does not need
 Delta tables or a streaming query: the kernel decides from rows tagged with their arrival positions
-and a Timeline. Here the test plays the replay runner's part with the project's own pure functions
-(`arrival.frontier`, `arrival.timeline`) and hands the kernel one step.
+and a Timeline. Here the test plays the replay runner's part with the runner's own preparation
+(`replay.ReplayPlan`'s margins and ranges, `replay.Read`, `replay.settled_up_to`) over in-memory
+rows, a Timeline from `arrival.timeline` standing in for the arrival index, and hands the kernel
+one step (the live runner's part calls `live.decide` itself).
 
 Examples are stacked so that one kernel step decides hundreds of them: each example gets keys and
 row ids of its own (so no row meets another example's), commit versions of its own (so each commit
@@ -30,7 +32,6 @@ from pyspark.sql.types import BooleanType, LongType, StringType, StructField, St
 from reference import LINK_BUCKETS, STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 
 from streamjoin import arrival, changelog, kernel
-from streamjoin.changelog import TableInput
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.frames import local_frame
 from streamjoin.joins.base import Write
@@ -38,6 +39,8 @@ from streamjoin.joins.interval import MATCHED
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Batch, Progress, batch_commits, decide, table_input
+from streamjoin.runners.options import RunOptions
+from streamjoin.runners.replay import Read, ReplayPlan, settled_up_to
 from streamjoin.timeutil import from_micros
 
 SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets max_examples)
@@ -55,6 +58,14 @@ SETTINGS = {  # Hypothesis settings of the kernel-level tests (each test sets ma
 def slices_of(windows: list[tuple[int, int]]) -> arrival.Slices:
     """Consecutive slices given in UTC microseconds, as the replay hands them to the kernel."""
     return arrival.Slices.of(arrival.Slice(from_micros(a), from_micros(b)) for a, b in windows)
+
+
+def replay_plan(plan: Plan, windows: Sequence[tuple[int, int]], mode: str, final: bool = False) -> ReplayPlan:
+    """The replay runner's plan of consecutive slices `windows` (UTC microseconds), as
+    `plan_replay` makes it but without versions to pin (the rows here are in memory): its margins,
+    ranges and options are the runner's own."""
+    pieces = tuple(arrival.Slice(from_micros(a), from_micros(b)) for a, b in windows)
+    return ReplayPlan(plan, kernel.family(plan), pieces, RunOptions(mode=mode, closed=final), {})
 
 
 @st.composite
@@ -176,18 +187,16 @@ def replay_step(
     with `windows` (consecutive slices, seconds after BASE, [start, end)) a replay of those slices
     together, given only the rows inside the join's margins around them, as the replay runner
     reads them. `final`: a replay of a closed input (stack the examples `closed`)."""
-    join = kernel.family(plan)
+    sliced = [(BASE_MICROS + _micros(a), BASE_MICROS + _micros(b)) for a, b in windows]
+    replay = replay_plan(plan, sliced, mode, final) if windows else None
     settled = {}
     for source in plan.streams:
         frame = local_frame(spark, stacked.rows[source.index], _ROWS)
         prepared = arrival.prepare(frame, source.index, source.raw_time(), source.event_time(), source.keys)
         accepted, _ = kernel.split_rejected(prepared)
         rows = accepted.where(F.col(SETTLED)).drop(SETTLED)
-        if windows:
-            before, after = join.margins(source.name)
-            low = BASE_MICROS + _micros(windows[0][0]) - before
-            high = BASE_MICROS + _micros(windows[-1][1]) + after
-            rows = rows.where((F.col(arrival.T) >= low) & (F.col(arrival.T) < high))
+        if replay is not None:  # the rows the replay reads: in the join's margins around the slices
+            rows = rows.where(arrival.in_reach(replay.ranges()[source.name], replay.span.micros()))
         settled[source.name] = rows
     before: dict[tuple[int, int], int | None] = {}
     through: dict[tuple[int, int], int | None] = {}
@@ -198,11 +207,7 @@ def replay_step(
     timeline = arrival.Timeline(
         before, BASE_MICROS + _micros(PIVOT) if stacked.any_settled else None, through
     )
-    slices = (
-        slices_of([(BASE_MICROS + _micros(a), BASE_MICROS + _micros(b)) for a, b in windows])
-        if windows
-        else arrival.ALL_TIME
-    )
+    slices = arrival.ALL_TIME if replay is None else arrival.Slices.of(replay.slices)
     return kernel.step(spark, plan, kernel.StepInput(settled, timeline, mode, slices=slices, final=final))
 
 
@@ -533,51 +538,42 @@ def enrichment_replay(
     final: bool = False,
 ) -> list[Decided]:
     """The replay runner's part for consecutive slices `windows` (whole seconds after BASE,
-    [start, end)) replayed together: the stream rows they own, each table's changes with its
-    commits, one kernel step (`final`: of a closed input); what each slice decided. Streams are
-    read in the operator's margins around the slices, settled by their frontier, and timed by
-    their commits (a chain after a stream-stream join)."""
+    [start, end)) replayed together, through its own plan (`replay_plan`: margins, ranges) and
+    reads (`replay.Read`: settled rows, table inputs, counts per slice), over in-memory rows: the
+    stream rows in the operator's margins around the slices, settled by their frontier
+    (`replay.settled_up_to`; `final`: a closed input), each table's changes; one kernel step, timed
+    by the commits (standing in for the arrival index); what each slice decided."""
     base = BASE_MICROS
-    slices = slices_of([(base + _micros(a), base + _micros(b)) for a, b in windows])
-    operator = kernel.family(plan)
-    low, high = base + _micros(windows[0][0]), base + _micros(windows[-1][1])
-    frames, owned_commits, all_commits = {}, {}, []
-    for source in plan.streams:
-        frames[source.name] = _stream_frame(spark, plan, laid.stream_rows[source.index], source.index)
-        owned_commits[source.index] = arrival.commit_stats(frames[source.name], slices)
-        all_commits += owned_commits[source.index]
+    replay = replay_plan(plan, [(base + _micros(a), base + _micros(b)) for a, b in windows], mode, final)
+    read = Read(arrival.Slices.of(replay.slices))
+    frames = {s.name: _stream_frame(spark, plan, laid.stream_rows[s.index], s.index) for s in plan.streams}
+    all_commits = [c for frame in frames.values() for c in arrival.commit_stats(frame)]
     newest = arrival.newest_positions(all_commits)
-    frontier = max(newest.values()) if final else arrival.frontier(newest, len(plan.streams))
-    settled = {}
-    for source in plan.streams:
-        before, after = operator.margins(source.name)
-        accepted, _ = kernel.split_rejected(frames[source.name])
-        in_reach = (F.col(arrival.T) >= low - before) & (F.col(arrival.T) < high + after)
-        settled[source.name] = accepted.where(
-            in_reach & (arrival.at_or_before(frontier) if frontier else F.lit(False))
-        )
+    frontier = settled_up_to(newest, len(plan.streams), None, final)
+    for name, frame in frames.items():
+        in_reach = arrival.in_reach(replay.ranges()[name], replay.span.micros())
+        read.read_stream(name, frame.where(in_reach), frontier, replay.operator.reads_rows_once())
     timed = sorted((c for c in all_commits if frontier and c.position <= frontier), key=lambda c: c.position)
-    timeline = replace(arrival.timeline(timed, None), end=frontier)
     clock = max((p.time for p in newest.values()), default=None)
-    tables, table_commits = {}, {}
     for table in plan.tables:
         changes = changelog.tag(local_frame(spark, laid.table_rows[table.index], _CHANGES), table)
-        table_commits[table.index] = arrival.commit_stats(changes, slices)
         version = max((v for side, v, _ in laid.commits if side == table.index), default=0)
-        tables[table.name] = TableInput(changes, table_commits[table.index], version, slices.owner(), clock)
-    result = kernel.step(
-        spark,
-        plan,
-        kernel.StepInput({**settled, **tables}, timeline, mode, slices=slices, final=final),
-    )
+        read.read_table(table.name, changes, version, clock, None)
+    timeline = replace(arrival.timeline(timed, None), end=frontier)
+    result = kernel.step(spark, plan, read.inputs(timeline, replay.options))
     output = output_rows(result.output, base)
     per_slice = []
     for k, (a, b) in enumerate(windows):
         assert isinstance(a, int) and isinstance(b, int)  # output times are whole seconds after BASE
         decided = Decided(Counter({r: n for r, n in output.items() if a <= r[-1] < b}))
-        for side, commits in {**owned_commits, **table_commits}.items():
-            decided.sources[side]["rows_in"] += sum(c.owned_rows(k) for c in commits)
-            decided.sources[side]["rejected"] += sum(c.owned_rejected(k) for c in commits)
+        for source in plan.sources:
+            read_here = (
+                SourceCounts(**read.streams[source.name].get()[k])
+                if source.name in read.streams
+                else read.table_counts[k][source.name]
+            )
+            decided.sources[source.index]["rows_in"] += read_here.rows_in
+            decided.sources[source.index]["rejected"] += read_here.rejected
         _add(decided, plan, result.by_slice[k], list(result.counted(k).links))
         per_slice.append(decided)
     assert sum(output.values()) == sum(sum(d.output.values()) for d in per_slice)  # no row outside them

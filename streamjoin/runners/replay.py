@@ -318,9 +318,7 @@ def _prepare(spark: SparkSession, replay: ReplayPlan) -> _Run:
     if replay.options.into is None:  # the job's own output, which a live run may write too
         check_live_writer(spark, plan, replay.slices, pinned)
     newest = positions.newest()
-    frontier = arrival.frontier(newest, len(plan.streams), positions.history_end)
-    if replay.options.closed:  # every commit is settled: nothing more will come
-        frontier = max(newest.values(), default=None)
+    frontier = settled_up_to(newest, len(plan.streams), positions.history_end, replay.options.closed)
     clock = max((p.time for p in newest.values()), default=None)
     watch = Stopwatch(since=replay.planned_at)
     run = _Run(replay, arrival.Slices.of(replay.slices), positions, frontier, clock, watch)
@@ -328,16 +326,65 @@ def _prepare(spark: SparkSession, replay: ReplayPlan) -> _Run:
     return run
 
 
-@dataclass
-class _Read:
-    """What the replay read: each stream's settled rows and its counts per slice, each table's
-    changelog, and the rejected rows of every source."""
+def settled_up_to(
+    newest: dict[int, arrival.Position], streams: int, history_end: arrival.Position | None, closed: bool
+) -> arrival.Position | None:
+    """The replay's frontier: the oldest of the stream sources' newest commits (`arrival.frontier`),
+    or with a closed input (`RunOptions.closed`: nothing more will come) the newest of them."""
+    if closed:
+        return max(newest.values(), default=None)
+    return arrival.frontier(newest, streams, history_end)
 
+
+@dataclass
+class Read:
+    """What a replay read of its slices (`slices`): each stream's settled rows and its counts per
+    slice (`read_stream`), each table's changelog and its counts per slice (`read_table`), and the
+    rejected rows of every source; `inputs` hands them to the kernel."""
+
+    slices: arrival.Slices
     settled: dict[str, DataFrame] = field(default_factory=dict)
     streams: dict[str, SliceCounts] = field(default_factory=dict)
     tables: dict[str, TableInput] = field(default_factory=dict)
     table_counts: list[dict[str, SourceCounts]] = field(default_factory=list)
     rejected: list[DataFrame] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.table_counts = self.table_counts or [{} for _ in range(len(self.slices))]
+
+    def read_stream(
+        self, name: str, rows: DataFrame, frontier: arrival.Position | None, observed: bool
+    ) -> None:
+        """Stream source `name`'s rows as read (in its margins, `arrival.prepare`'s columns):
+        counted per slice (as the output's pass reads them, when `observed`), split into the
+        rejected rows the slices own and the accepted ones, kept where settled at `frontier`."""
+        settled = arrival.at_or_before(frontier) if frontier else F.lit(False)
+        self.streams[name] = _stream_counts(rows, self.slices, settled, observed)
+        accepted, rejected = kernel.split_rejected(self.streams[name].rows)
+        owned = self.slices.owner().isNotNull()
+        self.rejected.append(kernel.rejected_side_rows(name, rejected.where(owned)))
+        self.settled[name] = accepted.where(settled)
+
+    def read_table(
+        self, name: str, changes: DataFrame, version: int, stream_clock: int | None, known_from: int | None
+    ) -> None:
+        """Table source `name`'s changelog up to `version` (`changelog.read`'s form), its commits
+        counted per slice, its rejected rows the slices own kept for the side table."""
+        commits = arrival.commit_stats(changes, self.slices)
+        rejected = changes.where(self.slices.owner().isNotNull() & F.col(arrival.REJECT).isNotNull())
+        self.rejected.append(kernel.rejected_side_rows(name, rejected))
+        owner = self.slices.owner()
+        self.tables[name] = TableInput(changes, commits, version, owner, stream_clock, known_from)
+        for k, counts in enumerate(self.table_counts):
+            counts[name] = SourceCounts(
+                rows_in=sum(c.owned_rows(k) for c in commits),
+                rejected=sum(c.owned_rejected(k) for c in commits),
+            )
+
+    def inputs(self, timeline: arrival.Timeline, options: RunOptions) -> kernel.StepInput:
+        """The kernel's input: every source's as read, the `timeline` of the settled commits."""
+        sources: dict[str, DataFrame | TableInput] = {**self.settled, **self.tables}
+        return kernel.StepInput(sources, timeline, options.mode, slices=self.slices, final=options.closed)
 
     def any_rejected(self) -> bool:
         """Whether any source rejected a row the slices own."""
@@ -348,26 +395,20 @@ class _Read:
         return any(streams) or any(tables)
 
 
-def _step(spark: SparkSession, run: _Run, read: _Read) -> StepResult:
+def _step(spark: SparkSession, run: _Run, read: Read) -> StepResult:
     """The kernel's one step over what was read, with the watermarks of the commits it needs."""
     positions, frontier = run.positions, run.frontier
     timeline = positions.timeline(positions.settled_commits(run.replay.ranges(), frontier), frontier)
-    options = run.replay.options
-    sources: dict[str, DataFrame | TableInput] = {**read.settled, **read.tables}
-    step = kernel.StepInput(sources, timeline, options.mode, slices=run.slices, final=options.closed)
-    result = kernel.step(spark, run.plan, step)
+    result = kernel.step(spark, run.plan, read.inputs(timeline, run.replay.options))
     run.watch.lap("join")
     run.cached += result.cached
     return result
 
 
-def _read_streams(run: _Run) -> _Read:
-    """Each stream source's rows in the slices' margins from the pinned snapshot, split into
-    rejected and accepted, the accepted kept where settled; counted per slice."""
-    read = _Read()
-    settled = arrival.at_or_before(run.frontier) if run.frontier else F.lit(False)
-    span, owned = run.replay.span.micros(), run.slices.owner().isNotNull()
-    once, ranges = run.operator.reads_rows_once(), run.replay.ranges()
+def _read_streams(run: _Run) -> Read:
+    """Each stream source's rows in the slices' margins from the pinned snapshot (`Read.read_stream`)."""
+    read = Read(run.slices)
+    span, once, ranges = run.replay.span.micros(), run.operator.reads_rows_once(), run.replay.ranges()
     for source in run.plan.streams:
         rows = run.positions.read_rows(source, ranges[source.name], span)
         # The output's pass reads each row once and counts it as it goes; the late and rejected
@@ -377,18 +418,13 @@ def _read_streams(run: _Run) -> _Read:
         if not once or _small(source.spec.location, run.pinned[source.name]):
             rows = rows.persist()
             run.cached.append(rows)
-        read.streams[source.name] = _stream_counts(rows, run.slices, settled, once)
-        accepted, rejected = kernel.split_rejected(read.streams[source.name].rows)
-        read.rejected.append(kernel.rejected_side_rows(source.name, rejected.where(owned)))
-        read.settled[source.name] = accepted.where(settled)
+        read.read_stream(source.name, rows, run.frontier, once)
     return read
 
 
-def _read_tables(spark: SparkSession, run: _Run, read: _Read) -> None:
+def _read_tables(spark: SparkSession, run: _Run, read: Read) -> None:
     """Each table source's changelog from its start up to the pinned version (`changelog.read`),
-    its commits counted per slice."""
-    owned = run.slices.owner().isNotNull()
-    read.table_counts = [{} for _ in run.replay.slices]
+    its commits counted per slice (`Read.read_table`)."""
     for source in run.plan.tables:
         first = run.positions.starts[source.name]
         changes = changelog.read(
@@ -400,25 +436,11 @@ def _read_tables(spark: SparkSession, run: _Run, read: _Read) -> None:
             journal.location(run.plan),
         ).persist()
         run.cached.append(changes)
-        commits = arrival.commit_stats(changes, run.slices)
-        rejected = changes.where(owned & F.col(arrival.REJECT).isNotNull())
-        read.rejected.append(kernel.rejected_side_rows(source.name, rejected))
-        read.tables[source.name] = TableInput(
-            changes,
-            commits,
-            run.pinned[source.name],
-            run.slices.owner(),
-            run.stream_clock,
-            (run.replay.options.known_from or {}).get(source.name),
-        )
-        for k, counts in enumerate(read.table_counts):
-            counts[source.name] = SourceCounts(
-                rows_in=sum(c.owned_rows(k) for c in commits),
-                rejected=sum(c.owned_rejected(k) for c in commits),
-            )
+        known_from = (run.replay.options.known_from or {}).get(source.name)
+        read.read_table(source.name, changes, run.pinned[source.name], run.stream_clock, known_from)
 
 
-def _write(spark: SparkSession, run: _Run, read: _Read, result: StepResult) -> SliceCounts:
+def _write(spark: SparkSession, run: _Run, read: Read, result: StepResult) -> SliceCounts:
     """Append the tables the step asks for (first: a replay run again reads them back), replace
     the slices' rows in the output (for a keyed result, its changes, then the output updated as
     the step asks) and in the late and rejected side tables; the output's rows counted per slice."""
@@ -452,7 +474,7 @@ def _write(spark: SparkSession, run: _Run, read: _Read, result: StepResult) -> S
 
 
 def _account(
-    spark: SparkSession, run: _Run, read: _Read, result: StepResult, written: SliceCounts
+    spark: SparkSession, run: _Run, read: Read, result: StepResult, written: SliceCounts
 ) -> list[RunMetrics]:
     """A metrics row per slice (what was read, decided and written there), appended to the
     metrics table."""

@@ -446,7 +446,7 @@ def _heartbeat(job: Job, args) -> Heartbeat:
 
 def _print_batch(metrics) -> None:
     """One line per live micro-batch, as it is recorded."""
-    held = metrics.total("open") + metrics.total("unsettled")
+    held = metrics.held()
     print(
         f"batch {metrics.batch}: in {metrics.total('rows_in')}, out {metrics.rows_out}, late {metrics.total('late')}, "
         f"rejected {metrics.total('rejected')}, held {held} ({metrics.duration_s:.1f} s)",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from functools import reduce
@@ -111,6 +112,13 @@ class LinkCounts:
         return self.matched + self.padded + self.assumed if self.emitted is None else self.emitted
 
 
+def waiting_at_links(links: Sequence[LinkCounts | dict]) -> int:
+    """The rows waiting at a chain's links after the first (`open`), stored (`by_link`) or not:
+    rows an earlier link emitted, which no source counts. The first link's waiting rows are its
+    sources' own, counted `open` there."""
+    return sum(link.get("open", 0) if isinstance(link, dict) else link.open for link in links[1:])
+
+
 def links_balanced(links: list[LinkCounts]) -> bool:
     """Every link adds up, and each takes what the one before passed on (with the rows waiting at
     it: reached + open = before's passed + carried_in)."""
@@ -149,6 +157,11 @@ class RunMetrics:
 
     def total(self, bucket: str) -> int:
         return sum(getattr(c, bucket) for c in self.sources.values())
+
+    def held(self) -> int:
+        """Every row not yet written: the sources' rows still open or unsettled, and the rows a
+        chain's link emitted that a later link still holds (`waiting_at_links`)."""
+        return self.total("open") + self.total("unsettled") + waiting_at_links(self.links)
 
     def balanced(self) -> bool:
         """The accounting adds up, per source and so in total, and per link."""
@@ -236,6 +249,7 @@ class RunMetrics:
             f"{link.link} {link.matched}/{link.reached} matched"
             + (f" ({link.padded} padded)" if link.padded else "")
             + (f" ({link.dropped} dropped)" if link.dropped else "")
+            + (f" ({link.open} waiting)" if link.open else "")
             for link in self.links
         )
 

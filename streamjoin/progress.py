@@ -76,8 +76,8 @@ class BackfillProgress:
 
 
 def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
-    """One row per slice: interval, status, rows in and out, late, rejected, held (open and
-    unsettled: still waiting, not lost), validation in short, seconds."""
+    """One row per slice: interval, status, rows in and out, late, rejected, held (every row still
+    waiting, not lost: `RunMetrics.held`), validation in short, seconds."""
     table = Table(
         title=f"backfill {backfill.id} of {backfill.job.name} ({backfill.mode}, {backfill.timezone})"
     )
@@ -103,11 +103,13 @@ def outcome_table(backfill: Backfill, outcomes: list[SliceOutcome]) -> Table:
             str(m.rows_out) if m else "-",
             _count(m, "late"),
             _count(m, "rejected"),
-            str(m.total("open") + m.total("unsettled")) if m else "-",
+            str(m.held()) if m else "-",
             _checked(o),
             f"{o.duration_s:.0f}",
         )
-    table.caption = "held: rows still waiting (window open, or arrived after the frontier), not lost"
+    table.caption = (
+        "held: rows still waiting (window open, arrived after the frontier, or at a chain's link), not lost"
+    )
     return table
 
 

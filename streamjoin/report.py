@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from streamjoin import atomic, delta_io, index
 from streamjoin.arrival import BAD_TIME, FUTURE_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
-from streamjoin.metrics import LINK_BUCKETS
+from streamjoin.metrics import LINK_BUCKETS, waiting_at_links
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_micros, from_spark
 from streamjoin.verify import consistency
@@ -959,7 +959,9 @@ def _live_table(live: list[dict], timezone: str) -> str:
             name: sum(b[name] or 0 for b in batches)
             for name in ("rows_in", "rows_out", "joined", "late", "rejected")
         }
-        held = (batches[-1]["open"] or 0) + (batches[-1]["unsettled"] or 0)
+        last = batches[-1]
+        waiting = waiting_at_links(json.loads(last.get("by_link") or "[]"))
+        held = (last["open"] or 0) + (last["unsettled"] or 0) + waiting
         rows.append(
             f"<tr data-run='{_e(run_id)}'><td class='text'>{_e(run_id)}</td><td data-field='batches'>{len(batches)}</td>"
             f"<td class='text'>{_e(_time(from_spark(batches[0]['started_at']), timezone))}</td>"
@@ -970,7 +972,7 @@ def _live_table(live: list[dict], timezone: str) -> str:
     head = (
         "<tr><th class='text'>live run (checkpoint id)</th><th>micro-batches</th><th class='text'>first batch</th>"
         "<th class='text'>last batch</th><th>rows in</th><th>rows out</th><th>joined</th><th>late</th>"
-        "<th>rejected</th><th>open + unsettled now</th></tr>"
+        "<th>rejected</th><th>held now</th></tr>"
     )
     return (
         f"<h2>Live micro-batches</h2><div class='table-wrap'><table id='live'><thead>{head}</thead>"

@@ -7,12 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from rich.console import Console
 
 from streamjoin.accounting import Part, Run, account
 from streamjoin.arrival import Slice
+from streamjoin.backfill import Backfill, SliceOutcome
 from streamjoin.joins.base import Counters, StepResult
-from streamjoin.metrics import LinkCounts, SourceCounts
+from streamjoin.metrics import LinkCounts, RunMetrics, SourceCounts
+from streamjoin.progress import outcome_table
 from streamjoin.runners.live import Progress
+from streamjoin.spec import spec_from_dict
 from streamjoin.timeutil import from_micros
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -80,3 +84,45 @@ def test_a_progress_record_from_before_marks_keeps_its_bound():
     again = Progress.from_json(Progress(5, None, {}, {}, marks={"bound": 20}).to_json())
     assert again.marks == {"bound": 20}
     assert Progress.from_json(old.replace('"bound": 17', '"bound": null')).marks == {}
+
+
+def test_held_counts_every_row_not_yet_written_at_each_link(tmp_path):
+    """Issue 81, item 4: a chain's stream-stream link emitted rows that wait at its table link; no
+    source counts them (their sources' rows are joined), yet they are not written: `held` counts
+    them beside the sources' open and unsettled rows, in a backfill's slice table too, and the
+    summary says how many wait at which link. The first link's waiting rows are its sources' own."""
+    metrics = RunMetrics(
+        "j",
+        "replay",
+        "exact",
+        "id",
+        START,
+        slice_start=START,
+        slice_end=datetime(2026, 1, 2, tzinfo=UTC),
+        sources={"l": SourceCounts(rows_in=9, joined=6, open=2, unsettled=1), "r": SourceCounts(rows_in=4)},
+        links=[
+            LinkCounts("1. INNER JOIN r", reached=8, matched=6, dropped=2, open=2),  # l's own open rows
+            LinkCounts("2. LEFT JOIN t", reached=4, matched=4, carried_in=0, open=2100),
+        ],
+    )
+    assert metrics.held() == 2 + 1 + 2100
+    assert "2. LEFT JOIN t 4/4 matched (2100 waiting)" in metrics.summary()
+    spec = spec_from_dict(
+        {
+            "name": "j",
+            "sources": {
+                "l": {"path": str(tmp_path / "l"), "time": "t"},
+                "r": {"path": str(tmp_path / "r"), "time": "t"},
+            },
+            "from": "l",
+            "joins": [{"join": "r", "on": "l.k = r.k", "within": "1h"}],
+            "output": {"path": str(tmp_path / "out")},
+        }
+    )
+    piece = Slice.of(START, datetime(2026, 1, 2, tzinfo=UTC))
+    plan = Backfill(spec, "b", piece.start, piece.end, "1d", "UTC", "exact", {}, (piece,))
+    table = outcome_table(plan, [SliceOutcome(piece, "succeeded", metrics)])
+    console = Console(width=200, record=True)
+    console.print(table)
+    (row,) = [line for line in console.export_text().splitlines() if "succeeded" in line]
+    assert "2103" in row.split()

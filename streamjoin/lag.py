@@ -35,6 +35,7 @@ class CommitLags:
     when none is older than the commit), oldest commit first."""
 
     lags: tuple[timedelta, ...]
+    unknown: str | None = None  # why the lags cannot be told (then `lags` is empty)
 
     @property
     def largest(self) -> timedelta:
@@ -52,7 +53,7 @@ class CommitLags:
 def commit_lags(spark: SparkSession, source: BoundSource) -> CommitLags | None:
     """The lags of the source's newest row-adding commits (up to RECENT_COMMITS), read from its rows
     (the snapshot with row tracking, else the change data feed); None when it has no such commit,
-    its time is the commit's, or those rows are no longer readable."""
+    or its time is the commit's; no lags and why (`unknown`) when those rows are no longer readable."""
     if not source.spec.time or source.commit_time:
         return None
     location = source.spec.location
@@ -62,9 +63,10 @@ def commit_lags(spark: SparkSession, source: BoundSource) -> CommitLags | None:
     if not commits:
         return None
     try:
-        oldest = _oldest_event_times(spark, source, commits[0].version, newest)
+        with delta_io.translated_errors(location, "the files of its recent commits"):
+            oldest = _oldest_event_times(spark, source, commits[0].version, newest)
     except StreamJoinError:  # its change files are gone: the lag cannot be told
-        return None
+        return CommitLags((), unknown="its recent commits' change files are gone and it has no row tracking")
     lags = [
         timedelta(microseconds=max(to_micros(from_spark(c.timestamp)) - oldest[c.version], 0))
         for c in commits

@@ -869,6 +869,12 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
         grace = join.link(Graced).grace
         for name in judged:
             lags = commit_lags(spark, plan.source(name))
+            if lags is not None and lags.unknown:
+                warnings.append(
+                    f"join {step} ({join.spec.type.upper()} JOIN {join.right}): how far the commits of source "
+                    f"{name!r} trail their rows cannot be measured ({lags.unknown}), so grace "
+                    f"({format_duration(grace)}) is not checked against it"
+                )
             if lags is None or not lags.beyond(grace):
                 continue
             warnings.append(

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from aging import write_commits
+from aging import vacuum, write_commits
 from harness import create_tables, write_commit
 from test_no_jvm import without_java
 
@@ -467,6 +467,14 @@ def test_daily_commits_of_fresh_rows_need_no_day_of_grace(spark, capsys, tmp_pat
     )
     assert "Set grace to at least 3m" in printed and "source 'orders'" in printed  # orders trail by 30m
     assert "1d" not in printed
+    # Compacted, and the files of its commits removed: the lag cannot be read, and it says so
+    spark.sql(f"OPTIMIZE delta.`{tmp_path / 'rates'}`")
+    vacuum(spark, tmp_path / "rates")
+    assert main(["--root", str(tmp_path), "validate-job", str(job)]) == 0
+    assert (
+        "how far the commits of source 'rates' trail their rows cannot be measured (its recent commits' "
+        "change files are gone and it has no row tracking), so grace (1m) is not checked against it"
+    ) in capsys.readouterr().out
 
 
 def two_streams_job(spark, tmp_path) -> tuple[dict[int, str], Path]:

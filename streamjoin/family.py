@@ -22,7 +22,8 @@ package once, so whatever registers there is found. What a `Family` holds:
   window join's window_start/window_end; NATURAL never joins on them), and `own_equality` says
   whether an equality of the condition is the family's own, not a key (`a.window_start =
   b.window_start`).
-- `warnings`: what it warns of a bound job (printed by `validate-job` and `explain`).
+- `check`: refuses what a whole bound job with its links cannot be (e.g. output columns its
+  result reserves); `warnings`: what it warns of a bound job (`validate-job` and `explain`).
 - `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header and
   the keys its JSON adds (`json_keys`: keys every join's JSON carries, None for other families).
 - `operator`: its join operator's builder (`Plan`, `BoundJoin` -> `JoinOperator`), what the
@@ -172,6 +173,7 @@ class Family:
     schemas: Callable[[JoinSpec, Link, str, dict[str, StructType]], dict[str, StructType]] | None = None
     columns: tuple[str, ...] = ()
     own_equality: Callable[[tuple[str, str], str], bool] | None = None
+    check: Callable[[Plan], None] | None = None
     warnings: Callable[[Plan], list[str]] | None = None
     explain: Callable[[Plan, BoundJoin, int], list[str]] | None = None
     explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
@@ -268,6 +270,13 @@ def sql_terms(join: SqlJoin, terms: list[exp.Expr]) -> list[exp.Expr]:
         if family.sql.terms is not None:
             terms = family.sql.terms(join, terms)
     return terms
+
+
+def check(plan: Plan) -> None:
+    """The checks of the whole bound job by the families of its links."""
+    for family in families():
+        if family.check is not None and any(join.family in family.kinds for join in plan.joins):
+            family.check(plan)
 
 
 def warnings(plan: Plan) -> list[str]:

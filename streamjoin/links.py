@@ -2,10 +2,10 @@
 
 A job joins its first source with each link in turn. What a link means depends on its kind: two
 streams within time bounds (`IntervalLink`); a stream looking a table up as each row arrived
-(`StreamTableLink`), at an event time (`TemporalLink`) or by an inequality (`AsofLink`); two tables
-(`TableTableLink`); rows made from each row (`UnnestLink`, `FunctionLink`) or looked up in a
-database (`LookupLink`). A family that is a plug-in holds its link classes in its own module
-(streamjoin/family.py; e.g. ROWS and time windows, streamjoin/joins/rows.py and window.py).
+(`StreamTableLink`), at an event time (`TemporalLink`) or by an inequality (`AsofLink`); rows made
+from each row (`UnnestLink`, `FunctionLink`) or looked up in a database (`LookupLink`). A family
+that is a plug-in holds its link classes in its own module (streamjoin/family.py; e.g. two
+streams in time or ROWS windows or bounds, two tables: streamjoin/joins/).
 The kind is decided by the job, since its sources declare stream or table (`link_class`); the
 plan's family of a link is its kind (streamjoin/plan.py). Settings shared by several kinds live in
 small bases (`Conditioned`: on/using/natural; `Graced`: grace; `LooksUp`: as_of).
@@ -320,18 +320,6 @@ class AsofLink(Enriching):
         super().check_pair(left, right, where)
 
 
-# ---------------------------------------------------------------------------- two tables
-
-
-@dataclass(frozen=True)
-class TableTableLink(Graced, Conditioned):
-    """Two tables joined by key: the result a table too, updated by every commit of either
-    (ksqlDB's table-table join). It judges nothing late: its grace (given, or derived from a SQL
-    job's watermarks) has no effect."""
-
-    kind = LinkKind.TABLE_TABLE
-
-
 # ---------------------------------------------------------------------------- rows made for each row
 
 
@@ -448,16 +436,9 @@ def _claim_point_in_time(
     return None if as_of is None else StreamTableLink if as_of == "arrival" else TemporalLink
 
 
-def _claim_tables(
-    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
-) -> type[Link] | None:
-    return TableTableLink if (left, right) == (SourceKind.TABLE, SourceKind.TABLE) else None
-
-
 _UNMOVED_CLAIMS = (
     Claim(40, _claim_nearest),
     Claim(50, _claim_point_in_time),
-    Claim(70, _claim_tables),
 )
 
 

@@ -222,13 +222,9 @@ def bind(catalog: Catalog | SparkSession, spec: JoinSpec) -> Plan:
     output_columns = _check_expressions(
         catalog, spec, schemas, tuple(j.condition for j in joins), where, select
     )
-    reserved = sorted({"result_key", "op", "change_source", "change_version"} & set(output_columns))
-    if reserved and any(j.family == "table-table" for j in joins):
-        raise JobError(
-            f"job {spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
-            "result and changes; give those select items other aliases"
-        )
-    return Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
+    plan = Plan(spec, tuple(sources), tuple(joins), tuple(select), output_columns, where)
+    family.check(plan)
+    return plan
 
 
 def _bind_joins(catalog: Catalog, spec: JoinSpec, schemas: dict[str, StructType]) -> list[BoundJoin]:
@@ -1051,25 +1047,7 @@ def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
         lines += plugin.explain(plan, join, step)
     if isinstance(j, Enriching):
         lines += [f"     {line}" for line in _describe_lookup(plan, join)]
-    if join.family == "table-table":
-        lines.append(_describe_table_table(plan, join))
     return lines
-
-
-def _describe_table_table(plan: Plan, join: BoundJoin) -> str:
-    """A table-table link's kind (primary- or foreign-key) and the key its result is kept by."""
-    first = plan.source(join.left[0]).spec
-    parent = plan.source(join.equi[0][0].split(".", 1)[0]).spec if join.equi else first
-    kind = (
-        "primary-key (1:1)"
-        if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(parent.key)
-        else "foreign-key (1:N)"
-    )
-    of = "" if parent.name == first.name else f" of {parent.name}"
-    return (
-        f"     {kind}{of}: result keyed by {first.name}'s key ({', '.join(first.key)}); every input commit "
-        f"updates the rows it touches; changes (upsert/delete) in {plan.spec.output.side('changes')}"
-    )
 
 
 def as_json(

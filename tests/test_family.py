@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from streamjoin import family
+from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
+from streamjoin.plan import as_json, bind, describe
 from streamjoin.spec import spec_from_dict
 from streamjoin.sql import spec_from_sql
 
@@ -20,8 +23,19 @@ STREAMS_YAML: dict[str, Any] = {
 }
 STREAMS_SQL = "CREATE STREAM a WITH (path='a', time='t');\nCREATE STREAM b WITH (path='b', time='t');\n"
 OUTPUT_SQL = "CREATE STREAM joined WITH (path='out') AS\n"
+# A family joining two tables joins these instead.
+TABLES_YAML: dict[str, Any] = {
+    **STREAMS_YAML,
+    "sources": {
+        "a": {"path": "a", "kind": "table", "key": ["id"]},
+        "b": {"path": "b", "kind": "table", "key": ["id"]},
+    },
+}
+TABLES_SQL = "CREATE TABLE a WITH (path='a', key='id');\nCREATE TABLE b WITH (path='b', key='id');\n"
+TABLES = ("table-table",)
 
-# Per registered family: a join item of a YAML job over STREAMS_YAML's sources, the same join in
+# Per registered family: a join item of a YAML job over STREAMS_YAML's sources (TABLES_YAML's for
+# the families in TABLES), the same join in
 # SQL, and the link settings both compile to. A new family adds its example here.
 EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
     "interval": (
@@ -33,6 +47,11 @@ EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         {"join": "b", "on": "a.id = b.id", "rows": {"b": 6}},
         "SELECT * FROM a JOIN b OVER (ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) ON a.id = b.id",
         {"kind": "rows", "source": "b", "type": "inner", "on": "a.id = b.id", "rows": [["b", 6]]},
+    ),
+    "table-table": (
+        {"join": "b", "on": "a.id = b.id", "type": "left"},
+        "SELECT * FROM a LEFT JOIN b ON a.id = b.id",
+        {"kind": "table-table", "source": "b", "type": "left", "on": "a.id = b.id"},
     ),
     "window": (
         {"join": "b", "on": "a.id = b.id", "window": {"hop": "1m", "size": "5m"}},
@@ -59,8 +78,9 @@ def test_a_familys_yaml_and_sql_compile_to_its_link(name):
     item, query, settings = EXAMPLES[name]
     plugin = family.of(settings["kind"])
     assert plugin is not None and plugin.name == name
-    (from_yaml,) = spec_from_dict({**STREAMS_YAML, "joins": [item]}).joins
-    (from_sql,) = spec_from_sql(STREAMS_SQL + OUTPUT_SQL + query + ";").joins
+    yaml, sql = (TABLES_YAML, TABLES_SQL) if name in TABLES else (STREAMS_YAML, STREAMS_SQL)
+    (from_yaml,) = spec_from_dict({**yaml, "joins": [item]}).joins
+    (from_sql,) = spec_from_sql(sql + OUTPUT_SQL + query + ";").joins
     assert type(from_yaml) in plugin.links
     assert from_yaml == from_sql
     assert {k: v for k, v in from_yaml.settings().items() if k in settings} == settings
@@ -73,3 +93,43 @@ def test_a_familys_keys_are_the_ones_a_job_may_give_and_unknown_keys_name_them()
         spec_from_dict({**STREAMS_YAML, "joins": [{"join": "b", "on": "a.id = b.id", "roows": 1}]})
     for key in family.join_keys():
         assert key in str(refused.value)
+
+
+SCHEMA = StructType([StructField("id", StringType()), StructField("t", TimestampType())])
+CATALOG = MemoryCatalog({"a": SCHEMA, "b": SCHEMA})
+BOUND_HERE = ("interval", "rows", "table-table", "window")  # sources with SCHEMA's columns suffice
+
+
+@pytest.mark.parametrize("name", BOUND_HERE)
+def test_a_familys_link_binds_and_explains_through_the_registry(name):
+    """plan.py binds the link generically and calls its family's binding; `explain` prints what
+    the family says of it under its header, and its JSON carries the family's keys."""
+    item, _, settings = EXAMPLES[name]
+    yaml = TABLES_YAML if name in TABLES else STREAMS_YAML
+    plan = bind(CATALOG, spec_from_dict({**yaml, "joins": [item]}))
+    (join,) = plan.joins
+    plugin = family.of(join.family)
+    assert plugin is not None and join.family == settings["kind"] and join.equi == (("a.id", "b.id"),)
+    text = describe(plan)
+    assert f"1. {join.spec.type.upper()} JOIN b [{join.family}] ON a.id = b.id" in text
+    assert plugin.explain is not None and all(line in text for line in plugin.explain(plan, join, 1))
+    (described,) = as_json(plan)["joins"]
+    assert set(family.json_keys()) <= set(described)
+
+
+def test_a_table_table_result_reserves_its_change_columns_and_explains_its_key():
+    item = {"join": "b", "on": "a.id = b.id"}
+    reserved = spec_from_dict({**TABLES_YAML, "joins": [item], "select": ["a.id AS op", "b.t"]})
+    with pytest.raises(JobError, match=r"output column\(s\) op are reserved in a table-table join's result"):
+        bind(CATALOG, reserved)
+    text = describe(bind(CATALOG, spec_from_dict({**TABLES_YAML, "joins": [item]})))
+    assert (
+        "primary-key (1:1): result keyed by a's key (id); every input commit updates the rows it touches"
+        in text
+    )
+
+
+def test_a_rows_window_naming_no_side_of_its_join_is_refused_by_its_binding():
+    item = {"join": "b", "on": "a.id = b.id", "rows": {"c": 2}}
+    with pytest.raises(JobError, match=r"rows names 'c', which is not a side of this join \(a, b\)"):
+        bind(CATALOG, spec_from_dict({**STREAMS_YAML, "joins": [item]}))

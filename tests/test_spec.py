@@ -14,11 +14,11 @@ from streamjoin.errors import JobError
 from streamjoin.jobfile import load_job
 from streamjoin.joins.interval import IntervalLink
 from streamjoin.joins.rows import RowsLink
+from streamjoin.joins.table_table import TableTableLink
 from streamjoin.joins.window import WindowLink
 from streamjoin.links import (
     AsofLink,
     StreamTableLink,
-    TableTableLink,
     TemporalLink,
 )
 from streamjoin.plan import bind, describe, split_conjuncts

@@ -26,15 +26,18 @@ tables are known past its commit (`clock_skew`, as for enrichment joins).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from streamjoin import arrival, changelog
+from streamjoin import arrival, changelog, family
 from streamjoin.arrival import REJECT, SRC, TS, V
-from streamjoin.errors import UnsupportedJobError
+from streamjoin.enums import LinkKind, SourceKind
+from streamjoin.errors import JobError, UnsupportedJobError
 from streamjoin.joins.base import (
     END_OF_INPUT,
     JoinOperator,
@@ -43,13 +46,57 @@ from streamjoin.joins.base import (
     StepResult,
     TableWrite,
     Write,
-    register,
     tally_parts,
 )
 from streamjoin.joins.chaining import Accepts, accepted, declare
+from streamjoin.links import Conditioned, Graced, Link
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 from streamjoin.timeutil import to_micros
+
+
+@dataclass(frozen=True)
+class TableTableLink(Graced, Conditioned):
+    """Two tables joined by key: the result a table too, updated by every commit of either
+    (ksqlDB's table-table join). It judges nothing late: its grace (given, or derived from a SQL
+    job's watermarks) has no effect."""
+
+    kind = LinkKind.TABLE_TABLE
+
+
+def _claim(given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link] | None:
+    """Two tables (and nothing an earlier family claims): a table-table link."""
+    return TableTableLink if (left, right) == (SourceKind.TABLE, SourceKind.TABLE) else None
+
+
+RESERVED = ("result_key", "op", "change_source", "change_version")  # the result's and changes' own columns
+
+
+def _check(plan: Plan) -> None:
+    """The output's columns must not take the names the result and its changes hold."""
+    reserved = sorted(set(RESERVED) & set(plan.output_columns))
+    if reserved:
+        raise JobError(
+            f"job {plan.spec.name!r}: output column(s) {', '.join(reserved)} are reserved in a table-table join's "
+            "result and changes; give those select items other aliases"
+        )
+
+
+def _explain(plan: Plan, join: BoundJoin, step: int) -> list[str]:
+    """A table-table link's kind (primary- or foreign-key) and the key its result is kept by."""
+    first = plan.source(join.left[0]).spec
+    parent = plan.source(join.equi[0][0].split(".", 1)[0]).spec if join.equi else first
+    kind = (
+        "primary-key (1:1)"
+        if sorted(a.split(".", 1)[1] for a, _ in join.equi) == sorted(parent.key)
+        else "foreign-key (1:N)"
+    )
+    of = "" if parent.name == first.name else f" of {parent.name}"
+    return [
+        f"     {kind}{of}: result keyed by {first.name}'s key ({', '.join(first.key)}); every input commit "
+        f"updates the rows it touches; changes (upsert/delete) in {plan.spec.output.side('changes')}"
+    ]
+
 
 POINT = "_sj_point"  # struct(commit timestamp, source index, commit version) of the input commit
 RESULT_KEY = "result_key"  # the result row's key, a struct named after the left table's key columns
@@ -325,5 +372,14 @@ def _position(alias: str | None = None) -> Column:
     )
 
 
-register("table-table")(TableTableJoin.build)
+family.register(
+    family.Family(
+        name="table-table",
+        links=(TableTableLink,),
+        claims=(family.Claim(70, _claim),),
+        check=_check,
+        explain=_explain,
+        operator=TableTableJoin.build,
+    )
+)
 declare("table-table", accepts=(Accepts(("table-table",), when="INNER or LEFT, the first join not FULL"),))

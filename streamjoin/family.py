@@ -65,6 +65,12 @@ class Claim:
     precedence: int
     test: ClaimTest
 
+    @classmethod
+    def key(cls, precedence: int, key: str, link: type[Link]) -> Claim:
+        """A join item giving `key` is a `link`, whatever else it gives (the link refuses the
+        settings it does not take in the words given)."""
+        return cls(precedence, lambda given, left, right: link if key in given else None)
+
 
 @dataclass(frozen=True)
 class SqlStatement:

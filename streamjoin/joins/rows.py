@@ -49,7 +49,7 @@ from streamjoin.joins.base import (
     tally_parts,
 )
 from streamjoin.joins.pairs import col
-from streamjoin.links import STREAMS, Conditioned, Link
+from streamjoin.links import STREAMS, Conditioned
 from streamjoin.metrics import SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -90,11 +90,6 @@ class RowsLink(Conditioned):
                 f"{where}: ROWS windows keep the latest rows of streams (SQLstream: a table takes no OVER); "
                 f"{self.source!r} is a {right}"
             )
-
-
-def _claim(given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link] | None:
-    """A join item giving `rows` is a ROWS link, whatever else it gives (refused in its words)."""
-    return RowsLink if "rows" in given else None
 
 
 def _settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -412,7 +407,7 @@ family.register(
     family.Family(
         name="rows",
         links=(RowsLink,),
-        claims=(family.Claim(10, _claim),),
+        claims=(family.Claim.key(10, "rows", RowsLink),),
         keys=("rows",),
         settings=_settings,
         sql=family.SqlSyntax(query=_sql_rows),

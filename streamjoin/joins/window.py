@@ -123,11 +123,6 @@ class WindowLink(Graced, Conditioned):
             )
 
 
-def _claim(given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link] | None:
-    """A join item giving `window` is a window link, whatever else it gives (refused in its words)."""
-    return WindowLink if "window" in given else None
-
-
 def _settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     """`window: {tumble: 10m}` or `window: {hop: 10m, size: 1h}`."""
     value = item["window"]
@@ -496,7 +491,7 @@ family.register(
     family.Family(
         name="window",
         links=(WindowLink,),
-        claims=(family.Claim(20, _claim),),
+        claims=(family.Claim.key(20, "window", WindowLink),),
         keys=("window",),
         settings=_settings,
         sql=family.SqlSyntax(statement=_sql_windows),

@@ -118,7 +118,7 @@ class Link:
     source: str
     type: JoinType = JoinType.INNER
 
-    kind: ClassVar[LinkKind]
+    kind: ClassVar[str]  # its family's word: a LinkKind for the built-in families, any word for a new one
     lateral: ClassVar[bool] = False  # joined with rows made for each row, not with a source
     asof: ClassVar[bool] = False  # picks the nearest row by an inequality
     # Settings a job file may give that this kind refuses, with why (after "join with 'x': ").
@@ -475,6 +475,6 @@ def build_link(
     return kind(source, **{k: v for k, v in given.items() if k in own and k != "asof"}), refusal
 
 
-def _does_not_apply(setting: str, kind: LinkKind) -> str:
+def _does_not_apply(setting: str, kind: str) -> str:
     words = "'within'/'between'" if setting == "bounds" else f"'{setting}'"
     return f"{words} does not apply to this {kind} join; remove it"

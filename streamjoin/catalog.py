@@ -44,7 +44,7 @@ from streamjoin.errors import JobError
 from streamjoin.limits import JAVA_CALLS_BY_NAME, calls_java
 
 if TYPE_CHECKING:  # for annotations only: the families' modules import the binder, which imports this
-    from streamjoin.links import Lookup
+    from streamjoin.database import Lookup
     from streamjoin.spec import Source
 
 

@@ -10,13 +10,68 @@ the table's columns from the journal and needs no database (docs/semantics.md, "
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, StructType
 
 from streamjoin import delta_io
 from streamjoin.errors import JobError
-from streamjoin.spec import Lookup
+from streamjoin.links import NAME
+
+# The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
+JDBC_DRIVERS = {
+    "postgresql": "org.postgresql.Driver",
+    "mysql": "com.mysql.cj.jdbc.Driver",
+    "mariadb": "org.mariadb.jdbc.Driver",
+    "sqlite": "org.sqlite.JDBC",
+    "sqlserver": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
+    "oracle": "oracle.jdbc.OracleDriver",
+}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """An external database table a lookup join reads through JDBC (Flink's JDBC lookup source):
+    `url` (jdbc:postgresql://host:port/db), the `table` in it, and credentials: `user`, and the
+    name of an environment variable holding the password (never the password itself)."""
+
+    url: str
+    table: str
+    user: str | None = None
+    password_env: str | None = None
+    driver: str | None = None  # the JDBC driver class; default: the one the URL's database ships
+
+    def __post_init__(self) -> None:
+        if not str(self.url).startswith("jdbc:"):
+            raise JobError(
+                f"lookup url {self.url!r} is not a JDBC URL; write e.g. url: jdbc:postgresql://127.0.0.1:5432/shop"
+            )
+        if not self.table:
+            raise JobError("lookup: give the database table to look rows up in, e.g. table: customers")
+        if self.password_env is not None and not NAME.match(self.password_env):
+            raise JobError(
+                f"lookup password_env {self.password_env!r} must name an environment variable (e.g. SHOP_PASSWORD), "
+                "not hold the password"
+            )
+
+    @property
+    def driver_class(self) -> str | None:
+        """`driver`, else the usual driver of the URL's database (Spark finds no driver loaded from
+        spark.jars by URL alone)."""
+        if self.driver:
+            return self.driver
+        kind = self.url.split(":", 2)[1] if self.url.count(":") >= 2 else ""
+        return JDBC_DRIVERS.get(kind)
+
+    @property
+    def where(self) -> str:
+        """The table and database, for messages (without the URL's parameters, which may hold secrets)."""
+        return f"{self.table} at {self.url.split('?', 1)[0]}"
+
+    def plain(self) -> dict[str, str]:
+        """As a link's setting reads as data (`links.plain`): the URL without its parameters."""
+        return {"table": self.table, "url": self.url.split("?", 1)[0]}
 
 
 def table(spark: SparkSession, lookup: Lookup, where: str) -> DataFrame:

@@ -13,7 +13,8 @@ package once, so whatever registers there is found. What a `Family` holds:
 - `keys` and `settings`: the join-item keys it reads in a YAML job (besides `join`, `type`, `on`,
   `using`, `natural`, `grace`, read for every link) and how it turns them into link settings.
   A lateral family's items carry no `join` (`unnest: ...`, `function: ...`, `lookup: ...`):
-  it lists them in `made_by`, and `made` builds its link from the whole item.
+  it lists them in `made_by` (with how a refusal names each), the other keys its items take in
+  `made_keys`, and `made` builds its link from the whole item.
 - `sql`: its SQL syntax, hooks sql.py's generic join compiler calls (`SqlSyntax`).
 - `bind`: its binding, called by plan.py's generic binder after the generic condition split, with
   the catalog, the schemas and the split (`Binding`); it refuses what its link cannot join and
@@ -21,11 +22,14 @@ package once, so whatever registers there is found. What a `Family` holds:
   the schemas the job's expressions see when the family adds `columns` to its sides' rows (a
   window join's window_start/window_end; NATURAL never joins on them), and `own_equality` says
   whether an equality of the condition is the family's own, not a key (`a.window_start =
-  b.window_start`).
+  b.window_start`). A lateral link (rows made for each row) has no generic split: its hook binds
+  the whole link, asking the `Binding.catalog` what it needs, and returns every `BoundJoin` field
+  past the first four (`made` at least).
 - `check`: refuses what a whole bound job with its links cannot be (e.g. output columns its
   result reserves); `warnings`: what it warns of a bound job (`validate-job` and `explain`).
-- `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header and
-  the keys its JSON adds (`json_keys`: keys every join's JSON carries, None for other families).
+- `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header (a
+  lateral link: its header too) and the keys its JSON adds (`json_keys`: keys every join's JSON
+  carries, None for other families).
 - `operator`: its join operator's builder (`Plan`, `BoundJoin` -> `JoinOperator`), what the
   kernel runs for links of its kinds.
 
@@ -126,6 +130,30 @@ Finish = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
+class SqlDeclaration:
+    """A CREATE statement before the query, as a family's SQL hook sees it: the statement, `where`
+    and `at` (as in `SqlQuery`)."""
+
+    statement: exp.Create
+    where: str
+    at: Callable[[exp.Expr | None], str]
+
+
+@dataclass(frozen=True)
+class SqlMade:
+    """What a family's SQL hooks for rows made for each row see of one JOIN item: the item, what the statements before the
+    query declared for each family (`declared`: family name -> declared name -> its settings),
+    `sql` (an expression as Spark SQL over the declared source names), `where` and `at` (as in
+    `SqlQuery`)."""
+
+    join: exp.Join
+    declared: Mapping[str, Mapping[str, dict[str, Any]]]
+    sql: Callable[[exp.Expr], str]
+    where: str
+    at: Callable[[exp.Expr | None], str]
+
+
+@dataclass(frozen=True)
 class SqlSyntax:
     """A family's SQL hooks, each None when the family has no such syntax. `statement`: reads (and
     rewrites) the statement before it is compiled, returning what completes the compiled job
@@ -134,12 +162,18 @@ class SqlSyntax:
     the OVER windows (None: the query does not use its syntax; the query's checks may still
     refuse it). `join`: adds the settings its syntax gives a JOIN to the join item, once the join's
     type is read. `terms`: takes the terms of a JOIN's condition that are its syntax (an interval
-    join's time bounds) and returns the rest, which become `on`."""
+    join's time bounds) and returns the rest, which become `on`. `declaration`: the settings of a
+    CREATE statement it claims (e.g. Flink's JDBC table), else None. `made`: the name of the rows
+    a JOIN item makes when the family claims it (UNNEST, a declared table it looks rows up in),
+    else None; `made_join`: that item's join entry."""
 
     statement: Callable[[SqlStatement], Finish | None] | None = None
     query: Callable[[SqlQuery], dict[str, Any] | None] | None = None
     join: Callable[[SqlJoin], None] | None = None
     terms: Callable[[SqlJoin, list[exp.Expr]], list[exp.Expr]] | None = None
+    declaration: Callable[[SqlDeclaration], dict[str, Any] | None] | None = None
+    made: Callable[[SqlMade], str | None] | None = None
+    made_join: Callable[[SqlMade], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,7 +206,8 @@ class Family:
     claims: tuple[Claim, ...] = ()
     keys: tuple[str, ...] = ()
     settings: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
-    made_by: tuple[str, ...] = ()
+    made_by: tuple[tuple[str, str], ...] = ()  # (item key, how a refusal names it)
+    made_keys: tuple[str, ...] = ()
     made: Callable[[Mapping[str, Any], str], Link] | None = None
     sql: SqlSyntax = field(default_factory=SqlSyntax)
     bind: Callable[[Binding], Mapping[str, Any]] | None = None
@@ -311,6 +346,41 @@ def only(body: Any, allowed: Collection[str], where: str) -> None:
         raise JobError(
             f"{where}: unknown setting(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
         )
+
+
+def made_by() -> tuple[tuple[str, str], ...]:
+    """The keys that make a join item lateral, with how a refusal names each, every family's."""
+    return tuple(pair for family in families() for pair in family.made_by)
+
+
+def made_keys() -> tuple[str, ...]:
+    """The keys a lateral join item may give besides its kind's key, `as`, `type` and `on`."""
+    return tuple(key for family in families() for key in family.made_keys)
+
+
+def maker(item: Mapping[str, Any]) -> Family | None:
+    """The family whose lateral key `item` gives first (None: no family's)."""
+    return next((f for f in families() if any(key in item for key, _ in f.made_by)), None)
+
+
+def sql_declaration(declaration: SqlDeclaration) -> tuple[str, dict[str, Any]] | None:
+    """(family name, settings) of a CREATE statement a family claims; None when none does."""
+    for family in families():
+        hook = family.sql.declaration
+        found = hook(declaration) if hook is not None else None
+        if found is not None:
+            return family.name, found
+    return None
+
+
+def sql_made(join: SqlMade) -> tuple[Family, str] | None:
+    """The family that claims a JOIN item as rows it makes, and their name; None: a source."""
+    for family in families():
+        hook = family.sql.made
+        called = hook(join) if hook is not None else None
+        if called is not None:
+            return family, called
+    return None
 
 
 def json_keys() -> tuple[str, ...]:

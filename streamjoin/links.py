@@ -52,57 +52,6 @@ STREAMS = (SourceKind.STREAM, SourceKind.STREAM)
 STREAM_TABLE = (SourceKind.STREAM, SourceKind.TABLE)
 
 
-# The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
-JDBC_DRIVERS = {
-    "postgresql": "org.postgresql.Driver",
-    "mysql": "com.mysql.cj.jdbc.Driver",
-    "mariadb": "org.mariadb.jdbc.Driver",
-    "sqlite": "org.sqlite.JDBC",
-    "sqlserver": "com.microsoft.sqlserver.jdbc.SQLServerDriver",
-    "oracle": "oracle.jdbc.OracleDriver",
-}
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """An external database table a lookup join reads through JDBC (Flink's JDBC lookup source):
-    `url` (jdbc:postgresql://host:port/db), the `table` in it, and credentials: `user`, and the
-    name of an environment variable holding the password (never the password itself)."""
-
-    url: str
-    table: str
-    user: str | None = None
-    password_env: str | None = None
-    driver: str | None = None  # the JDBC driver class; default: the one the URL's database ships
-
-    def __post_init__(self) -> None:
-        if not str(self.url).startswith("jdbc:"):
-            raise JobError(
-                f"lookup url {self.url!r} is not a JDBC URL; write e.g. url: jdbc:postgresql://127.0.0.1:5432/shop"
-            )
-        if not self.table:
-            raise JobError("lookup: give the database table to look rows up in, e.g. table: customers")
-        if self.password_env is not None and not NAME.match(self.password_env):
-            raise JobError(
-                f"lookup password_env {self.password_env!r} must name an environment variable (e.g. SHOP_PASSWORD), "
-                "not hold the password"
-            )
-
-    @property
-    def driver_class(self) -> str | None:
-        """`driver`, else the usual driver of the URL's database (Spark finds no driver loaded from
-        spark.jars by URL alone)."""
-        if self.driver:
-            return self.driver
-        kind = self.url.split(":", 2)[1] if self.url.count(":") >= 2 else ""
-        return JDBC_DRIVERS.get(kind)
-
-    @property
-    def where(self) -> str:
-        """The table and database, for messages (without the URL's parameters, which may hold secrets)."""
-        return f"{self.table} at {self.url.split('?', 1)[0]}"
-
-
 # ---------------------------------------------------------------------------- the base and shared parts
 
 
@@ -155,15 +104,13 @@ class Link:
 
 
 def plain(value: Any) -> Any:
-    """A setting as JSON data: durations as text (1h30m), a database by its table and URL without
-    parameters (which may hold secrets), a value with a `plain()` method (a family's own setting,
-    e.g. an interval join's bounds, a window join's windows) as that says."""
+    """A setting as JSON data: durations as text (1h30m), a value with a `plain()` method (a
+    family's own setting: an interval join's bounds, a window join's windows, a lookup's database by
+    its table and URL without parameters, which may hold secrets) as that says."""
     if isinstance(value, timedelta):
         return format_duration(value)
     if callable(getattr(value, "plain", None)):  # a family's setting that says itself as data
         return value.plain()
-    if isinstance(value, Lookup):
-        return {"table": value.table, "url": value.url.split("?", 1)[0]}
     if isinstance(value, tuple):
         return [plain(v) for v in value]
     return str(value) if isinstance(value, str) else value
@@ -388,34 +335,6 @@ class FunctionLink(Made):
 
     def expressions(self) -> list[tuple[str, str]]:
         return [(f"argument {n + 1}", arg) for n, arg in enumerate(self.args)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LookupLink(Link):
-    """Each row enriched with the rows of an external database table with equal keys, looked up
-    as the row is processed and recorded in a journal beside the output (streamjoin/joins/lookup.py)."""
-
-    lookup: Lookup
-    on: str | None = None
-
-    kind = LinkKind.LOOKUP
-    lateral = True
-
-    def _check(self, where: str) -> None:
-        super()._check(where)
-        if self.type not in (JoinType.INNER, JoinType.LEFT):
-            raise JobError(
-                f"{where}: a lookup join is INNER (a row without a database row is dropped) or LEFT (kept, "
-                f"padded); type {self.type} has no meaning for rows looked up for the row"
-            )
-        if not self.on:
-            raise JobError(
-                f"{where}: a lookup join needs 'on' with an equality of a stream column and a column of the "
-                "database table (Flink's mandatory equality), e.g. on: orders.customer_id = c.id"
-            )
-
-    def expressions(self) -> list[tuple[str, str]]:
-        return [("on", str(self.on))]
 
 
 # ---------------------------------------------------------------------------- which kind a job's link is

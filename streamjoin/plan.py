@@ -40,7 +40,6 @@ from streamjoin.links import (
     Graced,
     Link,
     LooksUp,
-    LookupLink,
     Made,
     UnnestLink,
 )
@@ -206,7 +205,7 @@ def bind(catalog: Catalog | SparkSession, spec: JoinSpec) -> Plan:
     schemas = _with_family_columns(spec, dict(stored))
     joins = _bind_joins(catalog, spec, schemas)
     select = _bind_select(spec, schemas)
-    where = spec.where and _qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
+    where = spec.where and qualify(spec.where, spec.names, schemas, f"job {spec.name!r}, where")
     named = [("the select list", e) for e in select] + ([("where", where)] if where else [])
     named += [(f"the condition of the join with {j.right!r}", j.condition) for j in joins if j.condition]
     _check_named_columns(catalog, spec, named, schemas)
@@ -239,7 +238,7 @@ def _bind_joins(catalog: Catalog, spec: JoinSpec, schemas: dict[str, StructType]
             schemas[join.source] = bound.made
             joins.append(bound)
             continue
-        on = join.on and _as_spelled(_qualify(join.on, (*left_names, join.source), schemas, link), schemas)
+        on = join.on and _as_spelled(qualify(join.on, (*left_names, join.source), schemas, link), schemas)
         joins.append(_bind_join(catalog, spec, join, on, left_names, schemas))
     return joins
 
@@ -253,7 +252,7 @@ def _bind_select(spec: JoinSpec, schemas: dict[str, StructType]) -> tuple[str, .
             for field in schemas[name].fields
         )
     return tuple(
-        _qualify(item, spec.names, schemas, f"job {spec.name!r}, select item {item!r}")
+        qualify(item, spec.names, schemas, f"job {spec.name!r}, select item {item!r}")
         for expression in spec.select
         for item in _expand_star(expression, schemas)
     )
@@ -325,7 +324,7 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
         )
 
 
-def _qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> str:
+def qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> str:
     """`expression` with each bare column named by the one source among `names` that has it, so
     RisingWave's `ON product_id = id` binds as `sales.product_id = products.id`; a bare name that
     two of them have is refused. Unchanged when nothing is bare (or it does not parse: Spark's
@@ -458,7 +457,7 @@ def _as_spelled(expression: str, schemas: dict[str, StructType]) -> str:
     return spelled.sql(dialect="spark") if changed else expression
 
 
-def _check_qualifiers(on: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> None:
+def check_qualifiers(on: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> None:
     """Refuse a condition that qualifies a column by a name that is neither one of the join's
     sources nor a struct column of one (a misspelt alias, a source joined later)."""
     try:
@@ -492,9 +491,9 @@ def _bind_join(
     residual: list[str] = []
     inequalities: list[tuple[str, str, str]] = []
     if on:
-        _check_qualifiers(on, (*left_names, right), schemas, where)
+        check_qualifiers(on, (*left_names, right), schemas, where)
         for term in conjuncts(on, f"{where}: the condition"):
-            pair = _equality(term, left_names, right)
+            pair = equality(term, left_names, right)
             inequality = _inequality(term, left_names, right) if join.asof else None
             if pair and own_equality is not None and own_equality(pair, where):
                 continue  # the family's own (a window join's equal windows), not a key
@@ -611,11 +610,14 @@ def _bind_lateral(
 ) -> BoundJoin:
     """An UNNEST or table-function join: its expression or arguments resolved against the row, and
     the columns of the rows it makes (an array's elements, or a struct element's fields; a map's
-    key and value; the function's return type), renamed by `columns`. A lookup: `_bind_lookup`."""
+    key and value; the function's return type), renamed by `columns`. A plug-in family's lateral
+    link is bound by its family (`family.Family.bind`)."""
     (name,) = left_names  # the job's only join (spec)
-    if isinstance(join, LookupLink):
-        return _bind_lookup(catalog, join, left_names, schemas, where, spec.output.side("lookups"))
-    assert isinstance(join, Made)  # a lateral link unnests, calls a function or looks up (spec)
+    plugin = family.of(join.kind)
+    if plugin is not None and plugin.bind is not None:  # a lateral family that binds itself
+        binding = family.Binding(catalog, spec, join, left_names, schemas, (), (), (), where)
+        return BoundJoin(join, left_names, join.source, join.kind, **plugin.bind(binding))
+    assert isinstance(join, Made)  # a lateral link unnests, calls a function or is a plug-in's
 
     def resolved(what: str, expressions: list[str]) -> StructType:
         try:
@@ -626,7 +628,7 @@ def _bind_lateral(
             raise _calls_java(where, call) from None
 
     if isinstance(join, UnnestLink):
-        expression = _qualify(join.unnest, left_names, schemas, where)
+        expression = qualify(join.unnest, left_names, schemas, where)
         kind = resolved(f"unnest {join.unnest!r}", [expression])[0].dataType
         if isinstance(kind, ArrayType) and isinstance(kind.elementType, StructType):
             fields = list(kind.elementType.fields)
@@ -642,7 +644,7 @@ def _bind_lateral(
     else:
         assert isinstance(join, FunctionLink)  # a lateral link unnests or calls a function (spec)
         returned = catalog.function_columns(join.function, where)
-        lateral = tuple(_qualify(a, left_names, schemas, where) for a in join.args)
+        lateral = tuple(qualify(a, left_names, schemas, where) for a in join.args)
         resolved(f"the arguments of {join.function}", list(lateral))
         fields = list(returned.fields)
     names = join.columns or tuple(f.name for f in fields)
@@ -653,48 +655,6 @@ def _bind_lateral(
         )
     made = StructType([StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)])
     return BoundJoin(join, left_names, join.source, join.kind, (), None, lateral=lateral, made=made)
-
-
-def _bind_lookup(
-    catalog: Catalog,
-    join: LookupLink,
-    left_names: tuple[str, ...],
-    schemas: dict[str, StructType],
-    where: str,
-    journal: str,
-) -> BoundJoin:
-    """A lookup join: the database table's columns (as the job's `journal` recorded them, else read
-    through JDBC now, so an unreachable database is refused before data moves: the catalog's),
-    its condition split into the key equalities (at least one, Flink's rule) and the other terms."""
-    assert join.on  # the spec requires it
-    columns = catalog.database_columns(join.lookup, where, journal)
-    made = StructType([StructField(f.name, f.dataType, True) for f in columns.fields])
-    seen = {**schemas, join.source: made}
-    on = _qualify(str(join.on), (*left_names, join.source), seen, where)
-    _check_qualifiers(on, (*left_names, join.source), seen, where)
-    equi, residual = [], []
-    for term in conjuncts(on, f"{where}: the condition"):
-        pair = _equality(term, left_names, join.source)
-        if pair:
-            equi.append(pair)
-        else:
-            residual.append(f"({term.sql(dialect='spark')})")
-    if not equi:
-        raise JobError(
-            f"{where}: a lookup join needs an equality of a stream column and a column of {join.lookup.where} "
-            f"(Flink's rule: the database is asked by key), e.g. on: {left_names[0]}.customer_id = {join.source}.id"
-        )
-    return BoundJoin(
-        join,
-        left_names,
-        join.source,
-        join.kind,
-        tuple(equi),
-        " AND ".join(residual) or None,
-        None,
-        on,
-        made=made,
-    )
 
 
 def _check_asof_over_history(
@@ -738,7 +698,7 @@ def looks_back(op: str) -> bool:
     return op in (">=", ">")
 
 
-def _equality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
+def equality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
     """`a.x = b.y` between a left and the right source, as (left column, right column)."""
     columns = _column_pair(term) if isinstance(term, exp.EQ) else None
     if columns is None:
@@ -999,7 +959,7 @@ def describe(
     lines.append("join chain (applied in the order written):")
     for step, join in enumerate(plan.joins, 1):
         lines += (
-            _describe_lateral(plan, join, step) if join.made is not None else _describe_link(plan, join, step)
+            _describe_made(plan, join, step) if join.made is not None else _describe_link(plan, join, step)
         )
         lines.append(f"     link: {link_words(join.spec)}")
     if margins:
@@ -1117,21 +1077,18 @@ def _family_json(join: BoundJoin) -> dict[str, Any]:
     return dict.fromkeys(family.json_keys()) | own
 
 
+def _describe_made(plan: Plan, join: BoundJoin, step: int) -> list[str]:
+    """A lateral link as `explain` prints it: its family's text, header included."""
+    plugin = family.of(join.family)
+    if plugin is not None and plugin.explain is not None:
+        return plugin.explain(plan, join, step)
+    return _describe_lateral(plan, join, step)
+
+
 def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:
-    """An UNNEST, table-function or lookup join as `explain` prints it (Flink's forms)."""
+    """An UNNEST or table-function join as `explain` prints it (Flink's forms)."""
     assert join.made is not None  # only lateral joins make rows
     columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in join.made.fields)
-    if isinstance(join.spec, LookupLink):
-        condition = " AND ".join(
-            [*(f"{a} = {b}" for a, b in join.equi), *([join.residual] if join.residual else [])]
-        )
-        return [
-            f"  {step}. {join.spec.type.upper()} JOIN {join.spec.lookup.where} AS {join.right}({columns}) "
-            f"[lookup] ON {condition}",
-            "     each row enriched with the database's rows of its key as it holds them when the row's commit is "
-            f"first processed, recorded in the journal {plan.spec.output.side('lookups')}; later runs read the "
-            "journal (commits it lacks are looked up then, and counted)",
-        ]
     call = (
         f"UNNEST({join.lateral[0]})"
         if join.family == "unnest"

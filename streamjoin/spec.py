@@ -25,8 +25,6 @@ from streamjoin.links import (
     FunctionLink,
     Link,
     LooksUp,
-    Lookup,
-    LookupLink,
     UnnestLink,
     build_link,
 )
@@ -598,7 +596,7 @@ def _join_from_dict(
     With it, why it refuses a setting it does not take (`links.build_link`)."""
     if isinstance(item, dict) and True in item:
         item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
-    if isinstance(item, dict) and "join" not in item and ({"unnest", "function", "lookup"} & set(item)):
+    if isinstance(item, dict) and "join" not in item and any(key in item for key, _ in _makers()):
         return _lateral_from_dict(item, origin), None
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(
@@ -630,32 +628,39 @@ _JOIN_KEYS = (
 )  # and the keys of the families that are plug-ins (streamjoin/family.py)
 
 
+# The lateral join items whose family is not yet a plug-in (streamjoin/family.py): the key that
+# makes each, with how a refusal names it, and the other keys they take.
+_MADE_BY = (("unnest", "'unnest' (an array column)"), ("function", "'function'"))
+_MADE_KEYS = ("args", "columns")
+
+
+def _makers() -> tuple[tuple[str, str], ...]:
+    return (*_MADE_BY, *family.made_by())
+
+
 def _lateral_from_dict(item: dict, origin: str) -> Link:
-    """`unnest: orders.tags`, `function: pkg.mod:udtf` with `args`, or `lookup: {url, table}` with
-    `on`, named by `as`."""
-    kind = next(k for k in ("unnest", "function", "lookup") if k in item)
+    """`unnest: orders.tags`, `function: pkg.mod:udtf` with `args`, or a plug-in family's item
+    (`lookup: {url, table}` with `on`), named by `as`."""
+    makers = _makers()
+    kind = next(k for k, _ in makers if k in item)
     where = f"{origin}: join {kind} {item[kind]!r}"
-    _only(item, {"unnest", "function", "lookup", "args", "as", "columns", "type", "on"}, where)
+    _only(item, {*(k for k, _ in makers), *_MADE_KEYS, *family.made_keys(), "as", "type", "on"}, where)
     alias = item.get("as")
     if not isinstance(alias, str) or not NAME.match(alias):
         raise JobError(
             f"{where}: give the rows it makes a name with 'as' (an identifier), e.g. as: t; select them as t.<column>"
         )
     link = f"join with {alias!r}"
-    if sum(k in item for k in ("unnest", "function", "lookup")) > 1:
-        raise JobError(f"{link}: give one of 'unnest' (an array column), 'function' or 'lookup'")
+    if sum(k in item for k, _ in makers) > 1:
+        named = [words for _, words in makers]
+        raise JobError(f"{link}: give one of {', '.join(named[:-1])} or {named[-1]}")
     args = item.get("args", [])
     if not isinstance(args, list):
         raise JobError(f"{where}: 'args' is a list of expressions, e.g. args: [orders.comment]")
+    plugin = family.maker(item)
+    if plugin is not None and plugin.made is not None:
+        return plugin.made(item, where)
     kind_type = item.get("type", "inner")
-    if kind == "lookup":
-        if args or "columns" in item:
-            raise JobError(
-                f"{link}: 'args' and 'columns' belong to UNNEST and table-function joins; remove them"
-            )
-        return LookupLink(
-            alias, kind_type, lookup=_lookup_from_dict(item["lookup"], where), on=item.get("on")
-        )
     what = "an UNNEST" if kind == "unnest" else "a table-function"
     on = item.get("on")
     if on is not None and str(on).strip().lower() != "true":
@@ -670,18 +675,6 @@ def _lateral_from_dict(item: dict, origin: str) -> Link:
         return UnnestLink(alias, kind_type, columns, unnest=str(item["unnest"]))
     return FunctionLink(
         alias, kind_type, columns, function=str(item["function"]), args=tuple(str(a) for a in args)
-    )
-
-
-def _lookup_from_dict(settings: Any, where: str) -> Lookup:
-    """A lookup's database table: `url`, `table`, and optional `user`, `password_env`, `driver`."""
-    _only(settings, {"url", "table", "user", "password_env", "driver"}, f"{where}: lookup")
-    return Lookup(
-        url=str(settings.get("url", "")),
-        table=str(settings.get("table", "")),
-        user=None if settings.get("user") is None else str(settings["user"]),
-        password_env=None if settings.get("password_env") is None else str(settings["password_env"]),
-        driver=None if settings.get("driver") is None else str(settings["driver"]),
     )
 
 

@@ -309,14 +309,15 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
                 "WITH (path='...')"
             )
     sources: dict[str, dict[str, Any]] = {}
-    lookups: dict[str, dict[str, Any]] = {}  # Flink's JDBC tables: name -> lookup settings
+    declared: dict[str, dict[str, dict[str, Any]]] = {}  # a family's declarations: family -> name -> settings
     delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
     for source, statement in declarations.items():
         where = f"{origin}: source {source!r}"
-        if _jdbc_table(statement):
-            lookups[source] = _lookup_settings(statement, f"{origin}: table {source!r}")
+        claimed = family.sql_declaration(family.SqlDeclaration(statement, f"{origin}: table {source!r}", _at))
+        if claimed is not None:
+            declared.setdefault(claimed[0], {})[source] = claimed[1]
             continue
-        settings = _settings(statement, SOURCE_SETTINGS, where)
+        settings = statement_settings(statement, SOURCE_SETTINGS, where)
         delay = _declared_columns(statement, settings, where)
         if delay is not None:
             delays[source] = delay
@@ -324,7 +325,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     _read_through_views(sources, delays, views, origin)
     finishers = family.statement(family.SqlStatement(query, sources, origin, _at, _duration))  # e.g. TUMBLE
     _split_self_joins(query, sources, delays, origin)
-    document = _compile_query(name, create, query, sources, functions, lookups, origin)
+    document = _compile_query(name, create, query, sources, functions, declared, origin)
     for finish in finishers:
         finish(document)
     _grace_from_watermarks(document, delays)
@@ -416,12 +417,12 @@ def _compile_query(
     query: exp.Expr,
     sources: dict[str, dict[str, Any]],
     functions: dict[str, str],
-    lookups: dict[str, dict[str, Any]],
+    declared: dict[str, dict[str, dict[str, Any]]],
     origin: str,
 ) -> dict[str, Any]:
     """The job mapping of the query that writes output `name` (its settings in `create`'s WITH)."""
     where = f"{origin}: {name}"
-    output = _settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
+    output = statement_settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
     if "path" not in output and "table" not in output:  # ksqlDB's CREATE STREAM x AS SELECT: a folder x
         output["path"] = name
     job: dict[str, Any] = {key: output.pop(key) for key in ("description", "start_at") if key in output}
@@ -441,14 +442,14 @@ def _compile_query(
     first = _source_of(start.this, sources, aliases, where)
     joined = query.args.get("joins") or []
     # Every joined source and its alias first: WHERE may name any of them.
+    plugins = [family.sql_made(_sql_made(join, declared, aliases, where)) for join in joined]
     made = [
-        isinstance(join.this, (exp.Unnest, exp.Lateral))
-        or (isinstance(join.this, exp.Table) and join.this.name in lookups)
-        for join in joined
+        isinstance(j.this, (exp.Unnest, exp.Lateral)) or p is not None
+        for j, p in zip(joined, plugins, strict=True)
     ]
-    for join, lateral in zip(joined, made, strict=True):
+    for join, lateral, plugin in zip(joined, made, plugins, strict=True):
         if lateral:
-            called = join.this.alias_or_name if isinstance(join.this, exp.Table) else join.this.alias
+            called = plugin[1] if plugin is not None else join.this.alias
             aliases[called] = called  # the rows it makes go by it, in the statement as in the job
     names = [
         None if lateral else _source_of(join.this, sources, aliases, where)
@@ -464,12 +465,12 @@ def _compile_query(
     compiling = _Compiling(sources, aliases, {} if claimed else overs, where)
     filters = and_terms(query.args["where"].this) if query.args.get("where") is not None else []
     joins, seen = [], [first]
-    for join, source in zip(joined, names, strict=True):
+    for join, source, plugin in zip(joined, names, plugins, strict=True):
         if source is None:
             item = (
-                _compile_lookup(join, lookups, aliases, where)
-                if isinstance(join.this, exp.Table)
-                else _compile_lateral(join, aliases, functions, where)
+                _compile_lateral(join, aliases, functions, where)
+                if plugin is None or plugin[0].sql.made_join is None
+                else plugin[0].sql.made_join(_sql_made(join, declared, aliases, where))
             )
             joins.append(item)
             seen.append(item["as"])
@@ -859,28 +860,6 @@ def _compile_lateral(
     return entry
 
 
-def _compile_lookup(
-    join: exp.Join, lookups: dict[str, dict[str, Any]], aliases: dict[str, str], where: str
-) -> dict[str, Any]:
-    """Flink's lookup join, `JOIN customers FOR SYSTEM_TIME AS OF o.proc_time AS c ON o.id = c.id`
-    (customers declared with 'connector' = 'jdbc'), as a join entry. The AS OF time says
-    "when the row is processed" in Flink; here that is when its commit is first processed."""
-    table = join.this
-    side = (join.args.get("side") or "").upper()
-    on = join.args.get("on")
-    if side not in ("", "LEFT") or (join.args.get("kind") or "").upper() == "CROSS" or on is None:
-        raise JobError(
-            f"{where}: {_at(table)}a lookup join of {table.name} is JOIN or LEFT JOIN ... ON <stream column> = "
-            f"<{table.name} column> (Flink)"
-        )
-    return {
-        "lookup": dict(lookups[table.name]),
-        "as": table.alias_or_name,
-        "on": _sql(on, aliases),
-        "type": "left" if side == "LEFT" else "inner",
-    }
-
-
 def _function(statement: exp.Create, origin: str) -> dict[str, str]:
     """Flink's `CREATE [TEMPORARY] FUNCTION name AS 'module.attribute' LANGUAGE PYTHON`: the name
     -> `module:attribute`."""
@@ -898,6 +877,13 @@ def _function(statement: exp.Create, origin: str) -> dict[str, str]:
     return {name.lower(): f"{module}:{attribute}"}
 
 
+def _sql_made(
+    join: exp.Join, declared: dict[str, dict[str, dict[str, Any]]], aliases: dict[str, str], where: str
+) -> family.SqlMade:
+    """A JOIN item as the SQL hooks of the families that make rows see it (`family.SqlMade`)."""
+    return family.SqlMade(join, declared, lambda node: _sql(node, aliases), where, _at)
+
+
 def _source_name(table: exp.Expr) -> str:
     return table.name if isinstance(table, exp.Table) else ""
 
@@ -913,14 +899,14 @@ def _sql(node: exp.Expr, aliases: dict[str, str]) -> str:
     return node.transform(rename).sql(dialect="spark")
 
 
-def _settings(create: exp.Create, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
+def statement_settings(create: exp.Create, allowed: tuple[str, ...], where: str) -> dict[str, Any]:
     """The statement's WITH (key=value, ...) settings, as YAML values."""
     properties = create.args.get("properties")
     settings: dict[str, Any] = {}
     for prop in properties.expressions if properties else []:
         if isinstance(prop, exp.MaterializedProperty | exp.TemporaryProperty):  # MATERIALIZED VIEW, TEMPORARY
             continue
-        key = _property_key(prop)
+        key = property_key(prop)
         if key == "connector" and "path" in allowed:
             raise JobError(
                 f"{where}: {_at(prop)}a source here is a Delta table: replace the connector and its options with "
@@ -928,52 +914,23 @@ def _settings(create: exp.Create, allowed: tuple[str, ...], where: str) -> dict[
             )
         if key not in allowed:
             raise JobError(f"{where}: {_at(prop)}unknown setting {key!r}; settings are {', '.join(allowed)}")
-        settings[key] = _value(prop.args.get("value"), f"{where}: {key}")
+        settings[key] = setting_value(prop.args.get("value"), f"{where}: {key}")
     return settings
 
 
-def _property_key(prop: exp.Expr) -> str:
+def property_key(prop: exp.Expr) -> str:
     """A WITH setting's name, bare (path=...) or quoted as Flink writes them ('table-name' = ...)."""
     key = prop.name or (prop.this.this if isinstance(prop.this, exp.Literal) else "")
     return str(key).lower()
 
 
-def _jdbc_table(create: exp.Create) -> bool:
-    """A declaration of Flink's JDBC connector: a database table for lookup joins, not a source."""
-    properties = create.args.get("properties")
-    return any(
-        _property_key(p) == "connector" and _value(p.args.get("value"), "connector") == "jdbc"
-        for p in (properties.expressions if properties else [])
-    )
-
-
-def _lookup_settings(create: exp.Create, where: str) -> dict[str, Any]:
-    """Flink's JDBC connector options as a lookup join's settings: 'url', 'table-name',
-    'username', 'driver'; the password only by the name of an environment variable."""
-    allowed = ("connector", "url", "table-name", "username", "password", "password_env", "driver")
-    settings = _settings(create, allowed, where)
-    if "password" in settings:
-        raise JobError(
-            f"{where}: {_at(create)}a password does not belong in a job file; put it in an environment variable and "
-            "name that: 'password_env' = 'SHOP_PASSWORD'"
-        )
-    names = {
-        "url": "url",
-        "table-name": "table",
-        "username": "user",
-        "password_env": "password_env",
-        "driver": "driver",
-    }
-    return {names[key]: value for key, value in settings.items() if key in names}
-
-
-def _value(node: exp.Expr | None, where: str) -> Any:
+def setting_value(node: exp.Expr | None, where: str) -> Any:
     if isinstance(node, exp.Boolean):
         return node.this
     if isinstance(node, exp.Literal):
         return node.this if node.is_string else float(node.this) if "." in node.this else int(node.this)
     if isinstance(node, exp.Array | exp.Tuple):
-        return [_value(e, where) for e in node.expressions]
+        return [setting_value(e, where) for e in node.expressions]
     if isinstance(node, exp.Interval):
         return _duration(node)
     if isinstance(node, exp.Column | exp.Var | exp.Identifier):  # a bare word: path=orders

@@ -34,9 +34,15 @@ TABLES_YAML: dict[str, Any] = {
 TABLES_SQL = "CREATE TABLE a WITH (path='a', key='id');\nCREATE TABLE b WITH (path='b', key='id');\n"
 TABLES = ("table-table",)
 
+# A lateral family's item (rows made for each row: no `join`) joins the first stream alone.
+STREAM_YAML: dict[str, Any] = {**STREAMS_YAML, "sources": {"a": {"path": "a", "time": "t"}}}
+STREAM_SQL = "CREATE STREAM a WITH (path='a', time='t');\n"
+URL = "jdbc:postgresql://127.0.0.1:5432/shop"
+
 # Per registered family: a join item of a YAML job over STREAMS_YAML's sources (TABLES_YAML's for
-# the families in TABLES), the same join in
-# SQL, and the link settings both compile to. A new family adds its example here.
+# the families in TABLES, STREAM_YAML's for a lateral item), the same join in SQL (after the
+# statements it needs, each ending in ";\n"), and the link settings both compile to. A new family
+# adds its example here.
 EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
     "interval": (
         {"join": "b", "on": "a.id = b.id", "between": ["-4h", "0s"], "type": "left"},
@@ -59,6 +65,18 @@ EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         " JOIN HOP(b, t, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE) ON a.id = b.id",
         {"kind": "window", "source": "b", "on": "a.id = b.id", "window": {"hop": "1m", "size": "5m"}},
     ),
+    "lookup": (
+        {"lookup": {"url": URL, "table": "customers"}, "as": "c", "on": "a.customer = c.id", "type": "left"},
+        f"CREATE TABLE customers (id INT) WITH ('connector' = 'jdbc', 'url' = '{URL}', 'table-name' = "
+        "'customers');\nSELECT * FROM a LEFT JOIN customers FOR SYSTEM_TIME AS OF a.t AS c ON a.customer = c.id",
+        {
+            "kind": "lookup",
+            "source": "c",
+            "type": "left",
+            "on": "a.customer = c.id",
+            "lookup": {"table": "customers", "url": URL},
+        },
+    ),
 }
 
 
@@ -78,9 +96,13 @@ def test_a_familys_yaml_and_sql_compile_to_its_link(name):
     item, query, settings = EXAMPLES[name]
     plugin = family.of(settings["kind"])
     assert plugin is not None and plugin.name == name
+    lateral = "join" not in item
     yaml, sql = (TABLES_YAML, TABLES_SQL) if name in TABLES else (STREAMS_YAML, STREAMS_SQL)
+    yaml, sql = (STREAM_YAML, STREAM_SQL) if lateral else (yaml, sql)
     (from_yaml,) = spec_from_dict({**yaml, "joins": [item]}).joins
-    (from_sql,) = spec_from_sql(sql + OUTPUT_SQL + query + ";").joins
+    statements, _, select = query.rpartition(";\n")
+    sources = sql + (statements + ";\n" if statements else "")
+    (from_sql,) = spec_from_sql(sources + OUTPUT_SQL + select + ";").joins
     assert type(from_yaml) in plugin.links
     assert from_yaml == from_sql
     assert {k: v for k, v in from_yaml.settings().items() if k in settings} == settings

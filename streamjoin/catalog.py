@@ -59,6 +59,16 @@ class CallsJava(Exception):
         super().__init__(expression, function)
         self.expression, self.function = expression, function
 
+    def refusal(self, what: str) -> JobError:
+        """The job's refusal, `what` naming where the expression stands: a job file may run Spark's
+        functions and the table functions installed with it, never any Java code it names."""
+        return JobError(
+            f"{what}: {self.expression!r} calls {self.function}, which runs any Java method it is given; a job "
+            "file may not call arbitrary Java code (reflect, java_method and try_reflect are refused): compute "
+            "the value with Spark's built-in functions, or with a table function (function: module:udtf) "
+            "installed with the job"
+        )
+
 
 class Catalog(Protocol):
     """The answers binding needs; each implementation reads them from its own world."""

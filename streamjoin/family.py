@@ -220,12 +220,13 @@ class Family:
     explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
     json_keys: tuple[str, ...] = ()
     operator: Builder | None = None
+    order: int = 1_000  # its precedence when it has no claims (a lateral family: the order of its words)
 
     @property
     def precedence(self) -> int:
         """Where it stands among the families: its first claim's precedence (its hooks are called
         in this order too)."""
-        return min((claim.precedence for claim in self.claims), default=1_000)
+        return min((claim.precedence for claim in self.claims), default=self.order)
 
     @property
     def kinds(self) -> tuple[str, ...]:

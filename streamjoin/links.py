@@ -2,10 +2,10 @@
 
 A job joins its first source with each link in turn. What a link means depends on its kind: two
 streams within time bounds (`IntervalLink`); a stream looking a table up as each row arrived
-(`StreamTableLink`), at an event time (`TemporalLink`) or by an inequality (`AsofLink`); rows made
-from each row (`UnnestLink`, `FunctionLink`) or looked up in a database (`LookupLink`). A family
+(`StreamTableLink`), at an event time (`TemporalLink`) or by an inequality (`AsofLink`). A family
 that is a plug-in holds its link classes in its own module (streamjoin/family.py; e.g. two
-streams in time or ROWS windows or bounds, two tables: streamjoin/joins/).
+streams in time or ROWS windows or bounds, two tables, rows made from each row or looked up in a
+database: streamjoin/joins/).
 The kind is decided by the job, since its sources declare stream or table (`link_class`); the
 plan's family of a link is its kind (streamjoin/plan.py). Settings shared by several kinds live in
 small bases (`Conditioned`: on/using/natural; `Graced`: grace; `LooksUp`: as_of).
@@ -265,76 +265,6 @@ class AsofLink(Enriching):
                 "nearest row that had arrived before it"
             )
         super().check_pair(left, right, where)
-
-
-# ---------------------------------------------------------------------------- rows made for each row
-
-
-@dataclass(frozen=True)
-class Made(Link):
-    """A lateral link: each row joined with rows made from it (Flink's UNNEST and LATERAL TABLE),
-    INNER (a row that makes none is dropped) or LEFT (kept, padded); `columns` names the made rows'
-    columns (default: the element's, or the function's)."""
-
-    columns: tuple[str, ...] = ()
-
-    lateral = True
-
-    def _check(self, where: str) -> None:
-        super()._check(where)
-        object.__setattr__(self, "columns", tuple(self.columns))
-        if self.type not in (JoinType.INNER, JoinType.LEFT, JoinType.CROSS):
-            raise JobError(
-                f"{where}: {self.what} join is INNER (CROSS JOIN UNNEST, a row with no element is dropped) or LEFT "
-                f"(the row kept, padded); type {self.type} has no meaning for rows made from the row itself"
-            )
-        if self.type == JoinType.CROSS:
-            object.__setattr__(self, "type", JoinType.INNER)  # CROSS JOIN UNNEST(...) is Flink's inner form
-        for name in self.columns:
-            if not NAME.match(name):
-                raise JobError(f"{where}: column name {name!r} must be an identifier (letters, digits, _)")
-        if len(set(self.columns)) != len(self.columns):
-            raise JobError(f"{where}: columns {list(self.columns)} name a column twice")
-
-    @property
-    def what(self) -> str:
-        """The kind of join in messages: "an UNNEST", "a table-function"."""
-        return "an UNNEST" if self.kind == LinkKind.UNNEST else "a table-function"
-
-
-@dataclass(frozen=True, kw_only=True)
-class UnnestLink(Made):
-    """Each row joined with the elements of an array (or the entries of a map) it holds."""
-
-    unnest: str
-
-    kind = LinkKind.UNNEST
-
-    def expressions(self) -> list[tuple[str, str]]:
-        return [("unnest", self.unnest)]
-
-
-@dataclass(frozen=True, kw_only=True)
-class FunctionLink(Made):
-    """Each row joined with the rows a Python table function (a Spark UDTF, `module:attribute`)
-    returns for `args`, expressions over the row."""
-
-    function: str
-    args: tuple[str, ...] = ()
-
-    kind = LinkKind.FUNCTION
-
-    def _check(self, where: str) -> None:
-        super()._check(where)
-        object.__setattr__(self, "args", tuple(self.args))
-        if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", self.function):
-            raise JobError(
-                f"{where}: function {self.function!r} should name a Spark Python UDTF as module:attribute, e.g. "
-                "function: mypackage.functions:split_words"
-            )
-
-    def expressions(self) -> list[tuple[str, str]]:
-        return [(f"argument {n + 1}", arg) for n, arg in enumerate(self.args)]
 
 
 # ---------------------------------------------------------------------------- which kind a job's link is

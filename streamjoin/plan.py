@@ -6,6 +6,7 @@ The result, a `Plan`, is what the runners execute and what `streamjoin explain` 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -14,10 +15,8 @@ import sqlglot
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    ArrayType,
     BooleanType,
     DataType,
-    MapType,
     StringType,
     StructField,
     StructType,
@@ -36,12 +35,9 @@ from streamjoin.links import (
     AsofLink,
     Conditioned,
     Enriching,
-    FunctionLink,
     Graced,
     Link,
     LooksUp,
-    Made,
-    UnnestLink,
 )
 from streamjoin.spec import COMMIT_TIME, JoinSpec, Source
 from streamjoin.sql import and_terms
@@ -233,7 +229,7 @@ def _bind_joins(catalog: Catalog, spec: JoinSpec, schemas: dict[str, StructType]
         left_names = spec.names[: index + 1]
         link = f"job {spec.name!r}, join with {join.source!r}"
         if not isinstance(join, Conditioned):  # rows made for each row: UNNEST, a function, a lookup
-            bound = _bind_lateral(catalog, spec, join, left_names, schemas, link)
+            bound = _bind_made(catalog, spec, join, left_names, schemas, link)
             assert bound.made is not None  # a lateral join's made rows have a schema
             schemas[join.source] = bound.made
             joins.append(bound)
@@ -324,7 +320,7 @@ def _check_columns(spec: JoinSpec, source: Source, schema: StructType) -> None:
         )
 
 
-def qualify(expression: str, names: tuple[str, ...], schemas: dict[str, StructType], where: str) -> str:
+def qualify(expression: str, names: tuple[str, ...], schemas: Mapping[str, StructType], where: str) -> str:
     """`expression` with each bare column named by the one source among `names` that has it, so
     RisingWave's `ON product_id = id` binds as `sales.product_id = products.id`; a bare name that
     two of them have is refused. Unchanged when nothing is bare (or it does not parse: Spark's
@@ -600,7 +596,7 @@ def _bind_as_of(
     return NamedTime(source, field.name, field.dataType, stream.time_format if declared else None)
 
 
-def _bind_lateral(
+def _bind_made(
     catalog: Catalog,
     spec: JoinSpec,
     join: Link,
@@ -608,53 +604,12 @@ def _bind_lateral(
     schemas: dict[str, StructType],
     where: str,
 ) -> BoundJoin:
-    """An UNNEST or table-function join: its expression or arguments resolved against the row, and
-    the columns of the rows it makes (an array's elements, or a struct element's fields; a map's
-    key and value; the function's return type), renamed by `columns`. A plug-in family's lateral
-    link is bound by its family (`family.Family.bind`)."""
-    (name,) = left_names  # the job's only join (spec)
+    """A lateral link (rows made for each row), bound whole by its family (`family.Family.bind`):
+    its expressions resolved against the row, the columns of the rows it makes."""
     plugin = family.of(join.kind)
-    if plugin is not None and plugin.bind is not None:  # a lateral family that binds itself
-        binding = family.Binding(catalog, spec, join, left_names, schemas, (), (), (), where)
-        return BoundJoin(join, left_names, join.source, join.kind, **plugin.bind(binding))
-    assert isinstance(join, Made)  # a lateral link unnests, calls a function or is a plug-in's
-
-    def resolved(what: str, expressions: list[str]) -> StructType:
-        try:
-            return catalog.analyse({name: schemas[name]}, expressions)
-        except Unresolved as exc:
-            raise JobError(f"{where}: {what} does not resolve against {name!r}'s columns: {exc}") from None
-        except CallsJava as call:
-            raise _calls_java(where, call) from None
-
-    if isinstance(join, UnnestLink):
-        expression = qualify(join.unnest, left_names, schemas, where)
-        kind = resolved(f"unnest {join.unnest!r}", [expression])[0].dataType
-        if isinstance(kind, ArrayType) and isinstance(kind.elementType, StructType):
-            fields = list(kind.elementType.fields)
-        elif isinstance(kind, ArrayType):
-            fields = [StructField("element", kind.elementType)]
-        elif isinstance(kind, MapType):
-            fields = [StructField("key", kind.keyType), StructField("value", kind.valueType)]
-        else:
-            raise JobError(
-                f"{where}: unnest {join.unnest!r} is a {kind.simpleString()}; UNNEST expands an array or a map"
-            )
-        lateral: tuple[str, ...] = (expression,)
-    else:
-        assert isinstance(join, FunctionLink)  # a lateral link unnests or calls a function (spec)
-        returned = catalog.function_columns(join.function, where)
-        lateral = tuple(qualify(a, left_names, schemas, where) for a in join.args)
-        resolved(f"the arguments of {join.function}", list(lateral))
-        fields = list(returned.fields)
-    names = join.columns or tuple(f.name for f in fields)
-    if len(names) != len(fields):
-        raise JobError(
-            f"{where}: columns names {len(names)} column(s) but the rows made have {len(fields)} "
-            f"({', '.join(f'{f.name} {f.dataType.simpleString()}' for f in fields)}); name each once"
-        )
-    made = StructType([StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)])
-    return BoundJoin(join, left_names, join.source, join.kind, (), None, lateral=lateral, made=made)
+    assert plugin is not None and plugin.bind is not None  # every lateral family binds its links
+    binding = family.Binding(catalog, spec, join, left_names, schemas, (), (), (), where)
+    return BoundJoin(join, left_names, join.source, join.kind, **plugin.bind(binding))
 
 
 def _check_asof_over_history(
@@ -761,7 +716,7 @@ def _check_expressions(
                 f"job {spec.name!r}: {what} does not resolve against the sources' columns: {exc}"
             ) from None
         except CallsJava as call:
-            raise _calls_java(f"job {spec.name!r}, {place}", call) from None
+            raise call.refusal(f"job {spec.name!r}, {place}") from None
 
     for step, (join, on) in enumerate(zip(spec.joins, conditions, strict=True), 2):
         if on:
@@ -773,16 +728,6 @@ def _check_expressions(
     columns = analyse("the select list", "select", everything, select, False).fieldNames()
     _check_output_columns(spec, columns)
     return tuple(columns)
-
-
-def _calls_java(what: str, call: CallsJava) -> JobError:
-    """The refusal of an expression that calls a Java method by reflection: a job file may run
-    Spark's functions and the table functions installed with it, never any Java code it names."""
-    return JobError(
-        f"{what}: {call.expression!r} calls {call.function}, which runs any Java method it is given; a job file may "
-        "not call arbitrary Java code (reflect, java_method and try_reflect are refused): compute the value "
-        "with Spark's built-in functions, or with a table function (function: module:udtf) installed with the job"
-    )
 
 
 def _check_output_columns(spec: JoinSpec, columns: list[str]) -> None:
@@ -1080,30 +1025,8 @@ def _family_json(join: BoundJoin) -> dict[str, Any]:
 def _describe_made(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     """A lateral link as `explain` prints it: its family's text, header included."""
     plugin = family.of(join.family)
-    if plugin is not None and plugin.explain is not None:
-        return plugin.explain(plan, join, step)
-    return _describe_lateral(plan, join, step)
-
-
-def _describe_lateral(plan: Plan, join: BoundJoin, step: int) -> list[str]:
-    """An UNNEST or table-function join as `explain` prints it (Flink's forms)."""
-    assert join.made is not None  # only lateral joins make rows
-    columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in join.made.fields)
-    call = (
-        f"UNNEST({join.lateral[0]})"
-        if join.family == "unnest"
-        else f"LATERAL TABLE({join.link(FunctionLink).function}({', '.join(join.lateral)}))"
-    )
-    kind = "CROSS JOIN" if join.spec.type == "inner" else "LEFT JOIN"
-    kept = (
-        "a row that makes none is dropped (counted unmatched_dropped)"
-        if join.spec.type == "inner"
-        else "a row that makes none is kept once, padded with NULLs"
-    )
-    return [
-        f"  {step}. {kind} {call} AS {join.right}({columns}) [{join.family}]",
-        f"     each row joined with the rows made from it, decided as it arrives (nothing late, no state); {kept}",
-    ]
+    assert plugin is not None and plugin.explain is not None  # every lateral family explains its links
+    return plugin.explain(plan, join, step)
 
 
 def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:

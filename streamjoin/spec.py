@@ -22,10 +22,8 @@ from streamjoin.family import only as _only
 from streamjoin.limits import check_nesting
 from streamjoin.links import (
     NAME,
-    FunctionLink,
     Link,
     LooksUp,
-    UnnestLink,
     build_link,
 )
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
@@ -489,7 +487,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
                 table=body.get("table"),
                 time=body.get("time"),
                 time_format=body.get("time_format"),
-                key=_names(body.get("key")),
+                key=name_list(body.get("key")),
                 changelog=bool(body.get("changelog", False)),
                 deleted=body.get("deleted"),
                 clock_skew=skew,
@@ -512,8 +510,8 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
         path=output_doc.get("path"),
         table=output_doc.get("table"),
         time=output_doc.get("time", "event_time"),
-        partition_by=_names(output_doc.get("partition_by")),
-        key=_names(output_doc.get("key")),
+        partition_by=name_list(output_doc.get("partition_by")),
+        key=name_list(output_doc.get("key")),
     )
     spec = JoinSpec(
         name=str(document.get("name")),
@@ -550,7 +548,7 @@ def _meta_from_dict(document: dict[str, Any], origin: str) -> JobMeta:
     quality = Quality(
         match_column=quality_doc.get("match_column"),
         min_match_rate=float(quality_doc.get("min_match_rate", 0.0)),
-        not_null=_names(quality_doc.get("not_null")),
+        not_null=name_list(quality_doc.get("not_null")),
         link_history=int(quality_doc.get("link_history", Quality.link_history)),
         link_min_history=int(quality_doc.get("link_min_history", Quality.link_min_history)),
         link_tolerance=float(quality_doc.get("link_tolerance", Quality.link_tolerance)),
@@ -596,7 +594,7 @@ def _join_from_dict(
     With it, why it refuses a setting it does not take (`links.build_link`)."""
     if isinstance(item, dict) and True in item:
         item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
-    if isinstance(item, dict) and "join" not in item and any(key in item for key, _ in _makers()):
+    if isinstance(item, dict) and "join" not in item and any(key in item for key, _ in family.made_by()):
         return _lateral_from_dict(item, origin), None
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(
@@ -607,7 +605,7 @@ def _join_from_dict(
     _only(item, (*_JOIN_KEYS, *family.join_keys()), where)
     given: dict[str, Any] = {key: item[key] for key in ("type", "on", "as_of") if item.get(key) is not None}
     if "using" in item:
-        given["using"] = _names(item["using"])
+        given["using"] = name_list(item["using"])
     given |= {key: True for key in ("natural", "asof") if item.get(key)}
     given |= family.settings(item, where)  # e.g. bounds, windows, ROWS windows
     if "grace" in item:
@@ -628,23 +626,13 @@ _JOIN_KEYS = (
 )  # and the keys of the families that are plug-ins (streamjoin/family.py)
 
 
-# The lateral join items whose family is not yet a plug-in (streamjoin/family.py): the key that
-# makes each, with how a refusal names it, and the other keys they take.
-_MADE_BY = (("unnest", "'unnest' (an array column)"), ("function", "'function'"))
-_MADE_KEYS = ("args", "columns")
-
-
-def _makers() -> tuple[tuple[str, str], ...]:
-    return (*_MADE_BY, *family.made_by())
-
-
 def _lateral_from_dict(item: dict, origin: str) -> Link:
-    """`unnest: orders.tags`, `function: pkg.mod:udtf` with `args`, or a plug-in family's item
-    (`lookup: {url, table}` with `on`), named by `as`."""
-    makers = _makers()
+    """A join item that makes rows for each row (`unnest: orders.tags`, `function: pkg.mod:udtf`,
+    `lookup: {url, table}`: `family.Family.made_by`), named by `as`; its family builds the link."""
+    makers = family.made_by()
     kind = next(k for k, _ in makers if k in item)
     where = f"{origin}: join {kind} {item[kind]!r}"
-    _only(item, {*(k for k, _ in makers), *_MADE_KEYS, *family.made_keys(), "as", "type", "on"}, where)
+    _only(item, {*(k for k, _ in makers), *family.made_keys(), "as", "type", "on"}, where)
     alias = item.get("as")
     if not isinstance(alias, str) or not NAME.match(alias):
         raise JobError(
@@ -654,31 +642,14 @@ def _lateral_from_dict(item: dict, origin: str) -> Link:
     if sum(k in item for k, _ in makers) > 1:
         named = [words for _, words in makers]
         raise JobError(f"{link}: give one of {', '.join(named[:-1])} or {named[-1]}")
-    args = item.get("args", [])
-    if not isinstance(args, list):
+    if not isinstance(item.get("args", []), list):
         raise JobError(f"{where}: 'args' is a list of expressions, e.g. args: [orders.comment]")
     plugin = family.maker(item)
-    if plugin is not None and plugin.made is not None:
-        return plugin.made(item, where)
-    kind_type = item.get("type", "inner")
-    what = "an UNNEST" if kind == "unnest" else "a table-function"
-    on = item.get("on")
-    if on is not None and str(on).strip().lower() != "true":
-        raise JobError(
-            f"{link}: {what} join pairs each row with the rows made from it and takes no condition "
-            "(Flink: ON TRUE); remove 'on'/'using'/'natural' and filter in 'where'"
-        )
-    columns = _names(item.get("columns"))
-    if kind == "unnest":
-        if args:
-            raise JobError(f"{link}: 'args' are a table function's; UNNEST takes its array in 'unnest'")
-        return UnnestLink(alias, kind_type, columns, unnest=str(item["unnest"]))
-    return FunctionLink(
-        alias, kind_type, columns, function=str(item["function"]), args=tuple(str(a) for a in args)
-    )
+    assert plugin is not None and plugin.made is not None  # the family whose key the item gives
+    return plugin.made(item, where)
 
 
-def _names(value: Any) -> tuple[str, ...]:
+def name_list(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):

@@ -264,20 +264,20 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             f"parse: {_first_line(error.get('description') or str(exc))}"
         ) from None
     declarations: dict[str, exp.Create] = {}
-    functions: dict[str, str] = {}  # Flink's CREATE FUNCTION name AS 'module.attr' LANGUAGE PYTHON
+    declared: dict[str, dict[str, dict[str, Any]]] = {}  # a family's declarations: family -> name -> settings
     views: dict[str, tuple[str, str, exp.Expr]] = {}  # Lenses' view -> (the source it reads, as what, where)
     queries: list[tuple[str, exp.Create | None, exp.Expr]] = []  # (output, its settings' statement, query)
     for statement in statements:
         if isinstance(statement, exp.Command):  # sqlglot could not read it past its first word
             raise JobError(
-                f"{origin}: {_where_command_fails(statement, text)}the statement {_head(statement)!r} does not parse: "
+                f"{origin}: {_where_command_fails(statement, text)}the statement {statement_head(statement)!r} does not parse: "
                 'check it against docs/job-spec.md, "Jobs in SQL" (CREATE STREAM|TABLE <name> WITH (...) [AS SELECT '
                 "... FROM ... JOIN ...])"
             )
         if isinstance(statement, exp.With):
             views.update(_views(statement, origin))
         elif isinstance(statement, exp.Create) and statement.args.get("kind") == "FUNCTION":
-            functions.update(_function(statement, origin))
+            _declare(declared, created_name(statement), family.SqlDeclaration(statement, origin, _at))
         elif isinstance(statement, exp.Insert) and isinstance(statement.this, exp.Table):
             queries.append((statement.this.name, None, statement.expression))
         elif isinstance(statement, exp.Create) and statement.args.get("kind") in (
@@ -286,14 +286,14 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
             "VIEW",
         ):
             if isinstance(statement.expression, exp.Query):  # VIEW: RisingWave's CREATE MATERIALIZED VIEW
-                queries.append((_created_name(statement), statement, statement.expression))
+                queries.append((created_name(statement), statement, statement.expression))
             else:
-                declarations[_created_name(statement)] = statement
+                declarations[created_name(statement)] = statement
         else:
             raise JobError(
                 f"{origin}: {_at(statement)}a job file holds CREATE STREAM / CREATE TABLE statements only (the "
                 f"sources, then one CREATE STREAM <output> WITH (path=...) AS SELECT ..., or Lenses' WITH views "
-                f"and INSERT INTO <output> SELECT ...), not {_head(statement)}"
+                f"and INSERT INTO <output> SELECT ...), not {statement_head(statement)}"
             )
     if len(queries) != 1:
         raise JobError(
@@ -309,14 +309,11 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
                 "WITH (path='...')"
             )
     sources: dict[str, dict[str, Any]] = {}
-    declared: dict[str, dict[str, dict[str, Any]]] = {}  # a family's declarations: family -> name -> settings
     delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
     for source, statement in declarations.items():
         where = f"{origin}: source {source!r}"
-        claimed = family.sql_declaration(family.SqlDeclaration(statement, f"{origin}: table {source!r}", _at))
-        if claimed is not None:
-            declared.setdefault(claimed[0], {})[source] = claimed[1]
-            continue
+        if _declare(declared, source, family.SqlDeclaration(statement, f"{origin}: table {source!r}", _at)):
+            continue  # e.g. a JDBC table
         settings = statement_settings(statement, SOURCE_SETTINGS, where)
         delay = _declared_columns(statement, settings, where)
         if delay is not None:
@@ -325,7 +322,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
     _read_through_views(sources, delays, views, origin)
     finishers = family.statement(family.SqlStatement(query, sources, origin, _at, _duration))  # e.g. TUMBLE
     _split_self_joins(query, sources, delays, origin)
-    document = _compile_query(name, create, query, sources, functions, declared, origin)
+    document = _compile_query(name, create, query, sources, declared, origin)
     for finish in finishers:
         finish(document)
     _grace_from_watermarks(document, delays)
@@ -416,7 +413,6 @@ def _compile_query(
     create: exp.Create,
     query: exp.Expr,
     sources: dict[str, dict[str, Any]],
-    functions: dict[str, str],
     declared: dict[str, dict[str, dict[str, Any]]],
     origin: str,
 ) -> dict[str, Any]:
@@ -433,7 +429,7 @@ def _compile_query(
         if settings:
             job[section] = settings
     if not isinstance(query, exp.Select):
-        raise JobError(f"{where}: {_at(query)}the query must be one SELECT, not {_head(query)}")
+        raise JobError(f"{where}: {_at(query)}the query must be one SELECT, not {statement_head(query)}")
     _refuse_unsupported(query, where)
     start = query.args.get("from_") or query.args.get("from")
     if start is None:
@@ -443,17 +439,12 @@ def _compile_query(
     joined = query.args.get("joins") or []
     # Every joined source and its alias first: WHERE may name any of them.
     plugins = [family.sql_made(_sql_made(join, declared, aliases, where)) for join in joined]
-    made = [
-        isinstance(j.this, (exp.Unnest, exp.Lateral)) or p is not None
-        for j, p in zip(joined, plugins, strict=True)
-    ]
-    for join, lateral, plugin in zip(joined, made, plugins, strict=True):
-        if lateral:
-            called = plugin[1] if plugin is not None else join.this.alias
-            aliases[called] = called  # the rows it makes go by it, in the statement as in the job
+    for plugin in plugins:
+        if plugin is not None:
+            aliases[plugin[1]] = plugin[1]  # the rows it makes go by it, in the statement as in the job
     names = [
-        None if lateral else _source_of(join.this, sources, aliases, where)
-        for join, lateral in zip(joined, made, strict=True)
+        None if plugin else _source_of(join.this, sources, aliases, where)
+        for join, plugin in zip(joined, plugins, strict=True)
     ]
     overs = {
         aliases.get(t.alias or t.name, t.name): t.args["over"]
@@ -466,15 +457,12 @@ def _compile_query(
     filters = and_terms(query.args["where"].this) if query.args.get("where") is not None else []
     joins, seen = [], [first]
     for join, source, plugin in zip(joined, names, plugins, strict=True):
-        if source is None:
-            item = (
-                _compile_lateral(join, aliases, functions, where)
-                if plugin is None or plugin[0].sql.made_join is None
-                else plugin[0].sql.made_join(_sql_made(join, declared, aliases, where))
-            )
+        if plugin is not None and plugin[0].sql.made_join is not None:  # rows made for each row
+            item = plugin[0].sql.made_join(_sql_made(join, declared, aliases, where))
             joins.append(item)
             seen.append(item["as"])
             continue
+        assert source is not None  # no family claimed it: a declared source
         item, filters = _compile_join(join, source, compiling, seen, filters, sole=len(joined) == 1)
         joins.append(item)
         seen.append(item["join"])
@@ -807,7 +795,9 @@ def _source_of(
 ) -> str:
     """The declared source a FROM or JOIN item names; records its alias."""
     if not isinstance(table, exp.Table) or not table.name:
-        raise JobError(f"{where}: {_at(table)}FROM and JOIN take declared sources, not {_head(table)}")
+        raise JobError(
+            f"{where}: {_at(table)}FROM and JOIN take declared sources, not {statement_head(table)}"
+        )
     name = table.name
     if name not in sources:
         declared = ", ".join(sources) or "none"
@@ -820,61 +810,15 @@ def _source_of(
     return name
 
 
-def _compile_lateral(
-    join: exp.Join, aliases: dict[str, str], functions: dict[str, str], where: str
-) -> dict[str, Any]:
-    """Flink's `CROSS JOIN UNNEST(tags) AS t (tag)`, `, LATERAL TABLE(f(x)) t(res)` and `LEFT JOIN
-    LATERAL TABLE(f(x)) t(res) ON TRUE` as a join entry (`f` declared by CREATE FUNCTION)."""
-    item = join.this
-    alias = item.args.get("alias")
-    if alias is None or not alias.name:
-        raise JobError(f"{where}: {_at(item)}name the rows {_head(item)} makes: ... AS t (column, ...)")
-    entry: dict[str, Any] = {"as": alias.name}
-    columns = [c.name for c in alias.args.get("columns") or []]
-    if columns:
-        entry["columns"] = columns
-    if isinstance(item, exp.Unnest):
-        if len(item.expressions) != 1 or item.args.get("offset"):
-            raise JobError(f"{where}: {_at(item)}UNNEST takes one array or map column, without WITH OFFSET")
-        entry["unnest"] = _sql(item.expressions[0], aliases)
-    else:
-        call = item.this
-        if isinstance(call, exp.Anonymous) and call.name.upper() == "TABLE" and len(call.expressions) == 1:
-            call = call.expressions[0]  # Flink's LATERAL TABLE(f(x))
-        if not isinstance(call, exp.Anonymous) or call.name.lower() not in functions:
-            called = call.name if isinstance(call, exp.Func) else _head(call)
-            raise JobError(
-                f"{where}: {_at(item)}{called} is no declared table function; declare it first: CREATE TEMPORARY "
-                f"FUNCTION {called} AS 'module.udtf' LANGUAGE PYTHON (a Spark Python UDTF)"
-            )
-        entry["function"] = functions[call.name.lower()]
-        entry["args"] = [_sql(arg, aliases) for arg in call.expressions]
-    side = (join.args.get("side") or "").upper()
-    on = join.args.get("on")
-    if side not in ("", "LEFT") or (on is not None and not (isinstance(on, exp.Boolean) and on.this is True)):
-        raise JobError(
-            f"{where}: {_at(item)}{_head(item)} is joined INNER (a comma or CROSS JOIN) or LEFT JOIN ... ON TRUE "
-            "(Flink); filter in WHERE"
-        )
-    entry["type"] = "left" if side == "LEFT" else "inner"
-    return entry
-
-
-def _function(statement: exp.Create, origin: str) -> dict[str, str]:
-    """Flink's `CREATE [TEMPORARY] FUNCTION name AS 'module.attribute' LANGUAGE PYTHON`: the name
-    -> `module:attribute`."""
-    name, target = _created_name(statement), statement.expression
-    language = next(
-        (p.this.name.upper() for p in statement.find_all(exp.LanguageProperty) if p.this is not None), None
-    )
-    path = target.this if isinstance(target, exp.Literal) and target.is_string else ""
-    module, _, attribute = path.rpartition(".")
-    if language != "PYTHON" or not module:
-        raise JobError(
-            f"{origin}: {_at(statement)}function {name}: declare a Spark Python UDTF as CREATE TEMPORARY FUNCTION "
-            f"{name} AS 'module.udtf' LANGUAGE PYTHON"
-        )
-    return {name.lower(): f"{module}:{attribute}"}
+def _declare(
+    declared: dict[str, dict[str, dict[str, Any]]], name: str, statement: family.SqlDeclaration
+) -> bool:
+    """Record what a family makes of a declaration it claims (`declared`: family -> name ->
+    settings); False when no family claims it."""
+    claimed = family.sql_declaration(statement)
+    if claimed is not None:
+        declared.setdefault(claimed[0], {})[name] = claimed[1]
+    return claimed is not None
 
 
 def _sql_made(
@@ -945,7 +889,7 @@ def _duration(span: exp.Interval) -> str:
     return f"{value} {unit.name}" if unit is not None else str(value)  # INTERVAL '1 minute'
 
 
-def _created_name(create: exp.Create) -> str:
+def created_name(create: exp.Create) -> str:
     target = create.this
     return (target.this if isinstance(target, exp.Schema) else target).name
 
@@ -1003,7 +947,8 @@ def _place(text: str, offset: int, near: str | None) -> str:
     )
 
 
-def _head(node: exp.Expr) -> str:
+def statement_head(node: exp.Expr) -> str:
+    """A statement or expression's text, cut to 60 characters, for messages."""
     text = node.sql()
     return text if len(text) <= 60 else text[:57] + "..."
 

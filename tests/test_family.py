@@ -65,6 +65,17 @@ EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         " JOIN HOP(b, t, INTERVAL '1' MINUTE, INTERVAL '5' MINUTE) ON a.id = b.id",
         {"kind": "window", "source": "b", "on": "a.id = b.id", "window": {"hop": "1m", "size": "5m"}},
     ),
+    "unnest": (
+        {"unnest": "a.tags", "as": "t", "columns": ["tag"]},
+        "SELECT * FROM a CROSS JOIN UNNEST(a.tags) AS t (tag)",
+        {"kind": "unnest", "source": "t", "type": "inner", "unnest": "a.tags", "columns": ["tag"]},
+    ),
+    "function": (
+        {"function": "words:split", "args": ["a.note"], "as": "w", "type": "left"},
+        "CREATE TEMPORARY FUNCTION tokens AS 'words.split' LANGUAGE PYTHON;\n"
+        "SELECT * FROM a LEFT JOIN LATERAL TABLE(tokens(a.note)) AS w ON TRUE",
+        {"kind": "function", "source": "w", "type": "left", "function": "words:split", "args": ["a.note"]},
+    ),
     "lookup": (
         {"lookup": {"url": URL, "table": "customers"}, "as": "c", "on": "a.customer = c.id", "type": "left"},
         f"CREATE TABLE customers (id INT) WITH ('connector' = 'jdbc', 'url' = '{URL}', 'table-name' = "

@@ -378,6 +378,7 @@ family.register(
         bind=_bind,
         explain=_explain,
         operator=LookupJoin.build,
+        order=920,  # after the UNNEST and table-function families (joins/lateral.py)
     )
 )
 

@@ -32,12 +32,9 @@ from streamjoin.errors import JobError
 from streamjoin.frames import local_frame
 from streamjoin.limits import check_output_names
 from streamjoin.links import (
-    AsofLink,
     Conditioned,
-    Enriching,
     Graced,
     Link,
-    LooksUp,
 )
 from streamjoin.spec import COMMIT_TIME, JoinSpec, Source
 from streamjoin.sql import and_terms
@@ -380,7 +377,7 @@ def _check_named_columns(
     was dropped or renamed is said so, with the version (drift.missing_column)."""
     for what, expression in named:
         for name, column in _source_columns(expression, spec.names):
-            if name not in schemas or _spelt_as(schemas[name], column) is not None:
+            if name not in schemas or spelt_as(schemas[name], column) is not None:
                 continue
             source = next((s for s in spec.sources if s.name == name), None)
             location = None if source is None else source.location
@@ -409,7 +406,7 @@ def _used_columns(
         named += [(source.name, column) for column in own if column]
     used: dict[str, list[str]] = {name: [] for name in stored}
     for name, column in named:
-        spelt = _spelt_as(stored[name], column) if name in stored else None
+        spelt = spelt_as(stored[name], column) if name in stored else None
         if spelt is not None:
             used[name].append(spelt)
     return {name: tuple(dict.fromkeys(columns)) for name, columns in used.items()}
@@ -421,7 +418,7 @@ def _split_column(qualified: str) -> tuple[str, str]:
     return source, column
 
 
-def _spelt_as(schema: StructType, column: str) -> str | None:
+def spelt_as(schema: StructType, column: str) -> str | None:
     """`column` as `schema` spells it, letter case aside (Spark's resolution); None when no column,
     or more than one, has that name."""
     spelt = [name for name in schema.fieldNames() if name.lower() == column.lower()]
@@ -443,7 +440,7 @@ def _as_spelled(expression: str, schemas: dict[str, StructType]) -> str:
         nonlocal changed
         if not isinstance(node, exp.Column) or node.args.get("db") or node.table not in schemas:
             return node
-        spelt = _spelt_as(schemas[node.table], node.name)
+        spelt = spelt_as(schemas[node.table], node.name)
         if spelt is None or spelt == node.name:
             return node
         changed = True
@@ -505,7 +502,7 @@ def _bind_join(
                 c
                 for n in left_names
                 for c in schemas[n].fieldNames()
-                if _spelt_as(schemas[right], c) and c.lower() not in family.columns()
+                if spelt_as(schemas[right], c) and c.lower() not in family.columns()
             ]
             if not columns:
                 raise JobError(
@@ -514,8 +511,8 @@ def _bind_join(
         else:
             columns = list(join.using)
         for column in dict.fromkeys(columns):
-            owners = [n for n in left_names if _spelt_as(schemas[n], column)]
-            right_column = _spelt_as(schemas[right], column)
+            owners = [n for n in left_names if spelt_as(schemas[n], column)]
+            right_column = spelt_as(schemas[right], column)
             if right_column is None or not owners:
                 raise JobError(
                     f"{where}: USING column {column!r} must exist on both sides; check its spelling"
@@ -524,25 +521,12 @@ def _bind_join(
                 raise JobError(
                     f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which"
                 )
-            equi.append((f"{owners[0]}.{_spelt_as(schemas[owners[0]], column)}", f"{right}.{right_column}"))
+            equi.append((f"{owners[0]}.{spelt_as(schemas[owners[0]], column)}", f"{right}.{right_column}"))
     if not equi and join.type != "cross":
         raise JobError(
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
             f"{right}; this {kind} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
         )
-    if join.asof and len(inequalities) != 1:
-        found = (
-            "none"
-            if not inequalities
-            else f"{len(inequalities)} ({', '.join(' '.join(i) for i in inequalities)})"
-        )
-        raise JobError(
-            f"{where}: an ASOF join needs exactly one inequality (<=, <, >=, >) between a column of "
-            f"{' / '.join(left_names)} and a column of {right}, which says which rows are candidates and which is "
-            f"nearest; found {found}. Example: on: {left_names[0]}.sym = {right}.sym AND {right}.ts <= {left_names[0]}.ts"
-        )
-    if isinstance(join, AsofLink) and join.as_of == "event_time":
-        _check_asof_over_history(spec, join, inequalities[0], where)
     binding = family.Binding(
         catalog, spec, join, left_names, schemas, tuple(equi), tuple(residual), tuple(inequalities), where
     )
@@ -554,46 +538,9 @@ def _bind_join(
         kind,
         tuple(equi),
         " AND ".join(residual) or None,
-        inequalities[0] if join.asof else None,
-        on,
-        as_of=_bind_as_of(spec, join, left_names, schemas, where),
+        condition=on,
         **added,
     )
-
-
-def _bind_as_of(
-    spec: JoinSpec, join: Link, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
-) -> NamedTime | None:
-    """The column `as_of` names, checked against its stream's schema: a timestamp (or
-    timestamp_ntz) column, or the stream's declared time column. None when it is the time the row
-    carries anyway: the declared time of the one stream before the link."""
-    if not isinstance(join, LooksUp) or join.as_of_column is None:
-        return None
-    source, named = join.as_of_column  # the spec checked it names a stream before the link
-    stream = spec.source(source)
-    spelt = _spelt_as(schemas[source], named)
-    if spelt is None:
-        raise JobError(
-            f"{where}: as_of {join.as_of} names no column of {source}; its columns are "
-            f"{', '.join(schemas[source].fieldNames())} (for the table as each row arrived, Flink's PROCTIME(), "
-            "write as_of: arrival)"
-        )
-    field = schemas[source][spelt]
-    declared = field.name == stream.time
-    if not (isinstance(field.dataType, TimestampType | TimestampNTZType) or declared):
-        raise JobError(
-            f"{where}: as_of {join.as_of} is a column of type {field.dataType.simpleString()}, not a time; name a "
-            f"timestamp column of {source}"
-            + (
-                f" or its time column {source}.{stream.time}"
-                if stream.time not in (None, COMMIT_TIME)
-                else ""
-            )
-        )
-    streams = [s.name for s in spec.sources if s.name in left_names and s.kind == "stream"]
-    if declared and streams == [source]:
-        return None  # the rows are that stream's own (enriched), at its event time
-    return NamedTime(source, field.name, field.dataType, stream.time_format if declared else None)
 
 
 def _bind_made(
@@ -612,27 +559,6 @@ def _bind_made(
     return BoundJoin(join, left_names, join.source, join.kind, **plugin.bind(binding))
 
 
-def _check_asof_over_history(
-    spec: JoinSpec, join: AsofLink, inequality: tuple[str, str, str], where: str
-) -> None:
-    """An ASOF join over the table's whole history orders by the table's version time: only its
-    watermark says that no nearer row can still come."""
-    table = spec.source(join.source)
-    compared = inequality[2]
-    if table.time is None or compared.split(".", 1)[1].strip("`") != table.time:
-        fix = (
-            f"compare {join.source}.{table.time} in the inequality"
-            if table.time
-            else f"declare the version-time column of {join.source!r} (time: <column>)"
-        )
-        raise JobError(
-            f"{where}: an ASOF join with as_of: event_time (nearest row over the table's whole history) "
-            f"orders by the table's version time, whose watermark tells when no nearer row can come; "
-            f"the inequality compares {compared}. {fix}, or drop as_of to pick the nearest row that "
-            "had arrived before the stream row"
-        )
-
-
 def _inequality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str, str] | None:
     """`a.x <op> b.y` between a left and the right source, as (left column, op, right column)."""
     op = _COMPARISONS.get(type(term))
@@ -645,12 +571,6 @@ def _inequality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tupl
     if b_src in left_names and a_src == right:
         return f"{b_src}.{b_col}", _MIRROR[op], f"{a_src}.{a_col}"
     return None
-
-
-def looks_back(op: str) -> bool:
-    """ASOF `stream <op> table` with >= or >: the table's values lie at or below the stream's, so
-    the nearest is the largest (nearest preceding); with <= or < the smallest (nearest following)."""
-    return op in (">=", ">")
 
 
 def equality(term: exp.Expr, left_names: tuple[str, ...], right: str) -> tuple[str, str] | None:
@@ -950,8 +870,6 @@ def _describe_link(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     plugin = family.of(join.family)
     if plugin is not None and plugin.explain is not None:
         lines += plugin.explain(plan, join, step)
-    if isinstance(j, Enriching):
-        lines += [f"     {line}" for line in _describe_lookup(plan, join)]
     return lines
 
 
@@ -1027,66 +945,3 @@ def _describe_made(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     plugin = family.of(join.family)
     assert plugin is not None and plugin.explain is not None  # every lateral family explains its links
     return plugin.explain(plan, join, step)
-
-
-def _describe_lookup(plan: Plan, join: BoundJoin) -> list[str]:
-    """How an enrichment join resolves the table's versions (docs/semantics.md)."""
-    table, link = plan.source(join.right).spec, join.link(Enriching)
-    stream = join.left[0]
-    if plan.joins[0].family == "interval":  # after stream-stream links: their rows, each at its emission
-        stream = f"joined ({' + '.join(join.left)})"
-    if table.changelog:
-        tombstone = f"{table.deleted} = true" if table.deleted else "every value column NULL"
-        form = f"append-only changelog (each row a new value of its key; tombstone: {tombstone})"
-    else:
-        form = "updated in place (inserts, update post-images and deletes from its change data feed)"
-    wait = (
-        f"the table's log is known up to the row's commit: a table commit at or after it, or a stream "
-        f"commit {format_duration(table.clock_skew)} (clock_skew) later"
-    )
-    lines = [f"table {table.name}: {form}, primary key {', '.join(table.key)}"]
-    if join.family == "temporal":
-        versions = f"version time {table.time}" if table.time else "version time = commit timestamp"
-        point = "the row's event time" if join.as_of is None else f"{join.as_of.source}.{join.as_of.column}"
-        lines.append(
-            f"versions: per key, ordered by {versions}; each {stream} row joins the version valid at {point}"
-        )
-        if table.time:
-            lines.append(
-                f"decided once the table's watermark (largest version time - grace {format_duration(link.grace)}) "
-                f"is above {point}; changes below the watermark at their arrival are late"
-            )
-        else:
-            lines.append(f"decided once {wait}")
-    elif join.family == "asof" and link.as_of == "event_time":
-        assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
-        left_col, op, right_col = join.inequality
-        preceding = looks_back(op)
-        lines.append(
-            f"ASOF over the table's history: among every version of the table (each a row at its version time "
-            f"{table.time}) with equal keys and {left_col} {op} {right_col}, the one with the "
-            f"{'largest' if preceding else 'smallest'} {right_col}, whenever it arrived"
-        )
-        lines.append(
-            f"decided once the table's watermark (largest version time - grace {format_duration(link.grace)}) "
-            + (
-                f"is above {left_col}"
-                if preceding
-                else "is above the nearest row's version time (a row without one waits for it, or for a closed input)"
-            )
-            + "; changes below the watermark at their arrival are late"
-        )
-    else:
-        lines.append(
-            f"versions: each {stream} row sees the table as committed at or before the row's commit timestamp "
-            "(what Delta time travel to that instant returns)"
-        )
-        if join.family == "asof":
-            assert join.inequality is not None  # _bind_join gives every ASOF join its one inequality
-            left_col, op, right_col = join.inequality
-            nearest = "largest" if looks_back(op) else "smallest"
-            lines.append(
-                f"ASOF: among those rows with equal keys and {left_col} {op} {right_col}, the one with the {nearest} {right_col}"
-            )
-        lines.append(f"decided once {wait}")
-    return lines

@@ -38,9 +38,18 @@ TABLES = ("table-table",)
 STREAM_YAML: dict[str, Any] = {**STREAMS_YAML, "sources": {"a": {"path": "a", "time": "t"}}}
 STREAM_SQL = "CREATE STREAM a WITH (path='a', time='t');\n"
 URL = "jdbc:postgresql://127.0.0.1:5432/shop"
+# An enrichment family's item joins the stream with a table.
+TABLE_YAML: dict[str, Any] = {
+    **STREAMS_YAML,
+    "sources": {**STREAMS_YAML["sources"], "b": {"path": "b", "kind": "table", "key": ["id"], "time": "t"}},
+}
+TABLE_SQL = (
+    "CREATE STREAM a WITH (path='a', time='t');\nCREATE TABLE b WITH (path='b', key='id', time='t');\n"
+)
 
 # Per registered family: a join item of a YAML job over STREAMS_YAML's sources (TABLES_YAML's for
-# the families in TABLES, STREAM_YAML's for a lateral item), the same join in SQL (after the
+# the families in TABLES, STREAM_YAML's for a lateral item, TABLE_YAML's for an enrichment of the
+# stream), the same join in SQL (after the
 # statements it needs, each ending in ";\n"), and the link settings both compile to. A new family
 # adds its example here.
 EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
@@ -76,6 +85,21 @@ EXAMPLES: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         "SELECT * FROM a LEFT JOIN LATERAL TABLE(tokens(a.note)) AS w ON TRUE",
         {"kind": "function", "source": "w", "type": "left", "function": "words:split", "args": ["a.note"]},
     ),
+    "stream-table": (
+        {"join": "b", "on": "a.id = b.id", "type": "left", "as_of": "arrival"},
+        "SELECT * FROM a LEFT JOIN b FOR SYSTEM_TIME AS OF PROCTIME() ON a.id = b.id",
+        {"kind": "stream-table", "source": "b", "type": "left", "on": "a.id = b.id", "as_of": "arrival"},
+    ),
+    "temporal": (
+        {"join": "b", "on": "a.id = b.id", "as_of": "event_time"},
+        "SELECT * FROM a JOIN b FOR SYSTEM_TIME AS OF a.t ON a.id = b.id",
+        {"kind": "temporal", "source": "b", "type": "inner", "on": "a.id = b.id", "as_of": "event_time"},
+    ),
+    "asof": (
+        {"join": "b", "on": "a.id = b.id AND b.t <= a.t", "asof": True},
+        "SELECT * FROM a ASOF JOIN b ON a.id = b.id AND b.t <= a.t",
+        {"kind": "asof", "source": "b", "type": "inner", "on": "a.id = b.id AND b.t <= a.t"},
+    ),
     "lookup": (
         {"lookup": {"url": URL, "table": "customers"}, "as": "c", "on": "a.customer = c.id", "type": "left"},
         f"CREATE TABLE customers (id INT) WITH ('connector' = 'jdbc', 'url' = '{URL}', 'table-name' = "
@@ -107,9 +131,11 @@ def test_a_familys_yaml_and_sql_compile_to_its_link(name):
     item, query, settings = EXAMPLES[name]
     plugin = family.of(settings["kind"])
     assert plugin is not None and plugin.name == name
-    lateral = "join" not in item
+    lateral, enriching = "join" not in item, name in ("stream-table", "temporal", "asof")
     yaml, sql = (TABLES_YAML, TABLES_SQL) if name in TABLES else (STREAMS_YAML, STREAMS_SQL)
-    yaml, sql = (STREAM_YAML, STREAM_SQL) if lateral else (yaml, sql)
+    yaml, sql = (
+        (STREAM_YAML, STREAM_SQL) if lateral else (TABLE_YAML, TABLE_SQL) if enriching else (yaml, sql)
+    )
     (from_yaml,) = spec_from_dict({**yaml, "joins": [item]}).joins
     statements, _, select = query.rpartition(";\n")
     sources = sql + (statements + ";\n" if statements else "")

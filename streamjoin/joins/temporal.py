@@ -51,14 +51,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StructField
+from pyspark.sql.types import BooleanType, LongType, StructField, TimestampNTZType, TimestampType
 
-from streamjoin import arrival, changelog
+from streamjoin import arrival, changelog, family
 from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, watermarks
 from streamjoin.changelog import TableInput
+from streamjoin.errors import JobError
 from streamjoin.joins.base import (
     CLOCK,
     MATCHED,
@@ -69,15 +71,15 @@ from streamjoin.joins.base import (
     SideCounts,
     StepInput,
     StepResult,
-    register,
     tally_by_slice,
 )
 from streamjoin.joins.chain import Chain
 from streamjoin.joins.chaining import Accepts, LinkInput, LinkRun, Upstream, declare
-from streamjoin.links import Enriching
+from streamjoin.links import AsofLink, Enriching, StreamTableLink, TemporalLink
 from streamjoin.metrics import LinkCounts, SourceCounts
-from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, looks_back
-from streamjoin.timeutil import to_micros
+from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, spelt_as
+from streamjoin.spec import COMMIT_TIME
+from streamjoin.timeutil import format_duration, to_micros
 
 DECIDED = "_sj_decided"
 _NEAREST = "_sj_nearest"
@@ -85,6 +87,175 @@ _ROW = "_sj_row"  # a stream row's number within one step
 _COMPLETE = "_sj_complete"  # emitted, and matched at every link
 _ALIVE = "_sj_alive"  # not dropped by an INNER link
 _HELD = "_sj_held"  # an ASOF link over the history cannot answer the row yet
+
+
+def looks_back(op: str) -> bool:
+    """ASOF `stream <op> table` with >= or >: the table's values lie at or below the stream's, so
+    the nearest is the largest (nearest preceding); with <= or < the smallest (nearest following)."""
+    return op in (">=", ">")
+
+
+def _bind(binding: family.Binding) -> dict[str, Any]:
+    """An ASOF link's one inequality (and over the table's history, one on its version time); a
+    time an `as_of` names, checked against its stream's schema."""
+    link, left, right, where = binding.link, binding.left, binding.link.source, binding.where
+    inequalities = binding.inequalities
+    if link.asof and len(inequalities) != 1:
+        found = (
+            "none"
+            if not inequalities
+            else f"{len(inequalities)} ({', '.join(' '.join(i) for i in inequalities)})"
+        )
+        raise JobError(
+            f"{where}: an ASOF join needs exactly one inequality (<=, <, >=, >) between a column of "
+            f"{' / '.join(left)} and a column of {right}, which says which rows are candidates and which is "
+            f"nearest; found {found}. Example: on: {left[0]}.sym = {right}.sym AND {right}.ts <= {left[0]}.ts"
+        )
+    if isinstance(link, AsofLink) and link.as_of == "event_time":
+        _check_asof_over_history(binding, inequalities[0])
+    return {"inequality": inequalities[0] if link.asof else None, "as_of": _bind_as_of(binding)}
+
+
+def _bind_as_of(binding: family.Binding) -> NamedTime | None:
+    """The column `as_of` names, checked against its stream's schema: a timestamp (or
+    timestamp_ntz) column, or the stream's declared time column. None when it is the time the row
+    carries anyway: the declared time of the one stream before the link."""
+    spec, join, schemas, where = binding.spec, binding.link, binding.schemas, binding.where
+    if not isinstance(join, Enriching) or join.as_of_column is None:
+        return None
+    source, named = join.as_of_column  # the spec checked it names a stream before the link
+    stream = spec.source(source)
+    spelt = spelt_as(schemas[source], named)
+    if spelt is None:
+        raise JobError(
+            f"{where}: as_of {join.as_of} names no column of {source}; its columns are "
+            f"{', '.join(schemas[source].fieldNames())} (for the table as each row arrived, Flink's PROCTIME(), "
+            "write as_of: arrival)"
+        )
+    field = schemas[source][spelt]
+    declared = field.name == stream.time
+    if not (isinstance(field.dataType, TimestampType | TimestampNTZType) or declared):
+        raise JobError(
+            f"{where}: as_of {join.as_of} is a column of type {field.dataType.simpleString()}, not a time; name a "
+            f"timestamp column of {source}"
+            + (
+                f" or its time column {source}.{stream.time}"
+                if stream.time not in (None, COMMIT_TIME)
+                else ""
+            )
+        )
+    streams = [s.name for s in spec.sources if s.name in binding.left and s.kind == "stream"]
+    if declared and streams == [source]:
+        return None  # the rows are that stream's own (enriched), at its event time
+    return NamedTime(source, field.name, field.dataType, stream.time_format if declared else None)
+
+
+def _check_asof_over_history(binding: family.Binding, inequality: tuple[str, str, str]) -> None:
+    """An ASOF join over the table's whole history orders by the table's version time: only its
+    watermark says that no nearer row can still come."""
+    name = binding.link.source
+    table = binding.spec.source(name)
+    compared = inequality[2]
+    if table.time is None or compared.split(".", 1)[1].strip("`") != table.time:
+        fix = (
+            f"compare {name}.{table.time} in the inequality"
+            if table.time
+            else f"declare the version-time column of {name!r} (time: <column>)"
+        )
+        raise JobError(
+            f"{binding.where}: an ASOF join with as_of: event_time (nearest row over the table's whole history) "
+            f"orders by the table's version time, whose watermark tells when no nearer row can come; "
+            f"the inequality compares {compared}. {fix}, or drop as_of to pick the nearest row that "
+            "had arrived before the stream row"
+        )
+
+
+def _explain(plan: Plan, join: BoundJoin, step: int) -> list[str]:
+    """How an enrichment join resolves the table's versions (docs/semantics.md), under its header."""
+    table = plan.source(join.right).spec
+    if table.changelog:
+        tombstone = f"{table.deleted} = true" if table.deleted else "every value column NULL"
+        form = f"append-only changelog (each row a new value of its key; tombstone: {tombstone})"
+    else:
+        form = "updated in place (inserts, update post-images and deletes from its change data feed)"
+    lines = [f"table {table.name}: {form}, primary key {', '.join(table.key)}"]
+    if join.family == "temporal":
+        lines += _explain_event_time(plan, join)
+    elif join.family == "asof" and join.link(Enriching).as_of == "event_time":
+        lines += _explain_history(plan, join)
+    else:
+        lines += _explain_arrival(plan, join)
+    return [f"     {line}" for line in lines]
+
+
+def _stream_words(plan: Plan, join: BoundJoin) -> str:
+    """The rows the table enriches: the stream's, or (after stream-stream links) theirs, each at its emission."""
+    if plan.joins[0].family == "interval":
+        return f"joined ({' + '.join(join.left)})"
+    return join.left[0]
+
+
+def _waits(plan: Plan, join: BoundJoin) -> str:
+    table = plan.source(join.right).spec
+    return (
+        f"the table's log is known up to the row's commit: a table commit at or after it, or a stream "
+        f"commit {format_duration(table.clock_skew)} (clock_skew) later"
+    )
+
+
+def _explain_event_time(plan: Plan, join: BoundJoin) -> list[str]:
+    """A temporal link: the version valid at the row's event time (or a named time)."""
+    table, grace = plan.source(join.right).spec, join.link(Enriching).grace
+    versions = f"version time {table.time}" if table.time else "version time = commit timestamp"
+    point = "the row's event time" if join.as_of is None else f"{join.as_of.source}.{join.as_of.column}"
+    lines = [
+        f"versions: per key, ordered by {versions}; each {_stream_words(plan, join)} row joins the version valid at {point}"
+    ]
+    if table.time:
+        lines.append(
+            f"decided once the table's watermark (largest version time - grace {format_duration(grace)}) "
+            f"is above {point}; changes below the watermark at their arrival are late"
+        )
+    else:
+        lines.append(f"decided once {_waits(plan, join)}")
+    return lines
+
+
+def _explain_history(plan: Plan, join: BoundJoin) -> list[str]:
+    """An ASOF link over the table's whole history, decided by its watermark."""
+    table, grace = plan.source(join.right).spec, join.link(Enriching).grace
+    assert join.inequality is not None  # every ASOF join binds its one inequality
+    left_col, op, right_col = join.inequality
+    preceding = looks_back(op)
+    return [
+        f"ASOF over the table's history: among every version of the table (each a row at its version time "
+        f"{table.time}) with equal keys and {left_col} {op} {right_col}, the one with the "
+        f"{'largest' if preceding else 'smallest'} {right_col}, whenever it arrived",
+        f"decided once the table's watermark (largest version time - grace {format_duration(grace)}) "
+        + (
+            f"is above {left_col}"
+            if preceding
+            else "is above the nearest row's version time (a row without one waits for it, or for a closed input)"
+        )
+        + "; changes below the watermark at their arrival are late",
+    ]
+
+
+def _explain_arrival(plan: Plan, join: BoundJoin) -> list[str]:
+    """A stream-table link, or an ASOF one, over the table as committed when the row arrived."""
+    lines = [
+        f"versions: each {_stream_words(plan, join)} row sees the table as committed at or before the row's "
+        "commit timestamp (what Delta time travel to that instant returns)"
+    ]
+    if join.family == "asof":
+        assert join.inequality is not None  # every ASOF join binds its one inequality
+        left_col, op, right_col = join.inequality
+        nearest = "largest" if looks_back(op) else "smallest"
+        lines.append(
+            f"ASOF: among those rows with equal keys and {left_col} {op} {right_col}, the one with the {nearest} {right_col}"
+        )
+    lines.append(f"decided once {_waits(plan, join)}")
+    return lines
 
 
 def _reached(link: int) -> str:
@@ -706,7 +877,12 @@ def _user_columns(joined: DataFrame, alias: str) -> list[str]:
 
 
 ENRICHMENTS = ("stream-table", "temporal", "asof")
-register(*ENRICHMENTS)(Enrichment.build)
+for _link in (StreamTableLink, TemporalLink, AsofLink):
+    family.register(
+        family.Family(
+            name=str(_link.kind), links=(_link,), bind=_bind, explain=_explain, operator=Enrichment.build
+        )
+    )
 declare(
     *ENRICHMENTS,
     accepts=(

@@ -288,6 +288,19 @@ def settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     return given
 
 
+def _first_answer(
+    hook: Callable[[Family], Callable[[Any], Any] | None], asked: Any
+) -> tuple[Family, Any] | None:
+    """The first family whose hook (`hook(family)`, None: it has none) answers `asked` with
+    something, and that answer; None when no family does."""
+    for family in families():
+        answers = hook(family)
+        found = answers(asked) if answers is not None else None
+        if found is not None:
+            return family, found
+    return None
+
+
 def sql_query(query: SqlQuery) -> dict[str, Any] | None:
     """The first join's settings from the first family, by precedence, whose syntax the whole
     query uses; it claims the OVER windows, which the families after it do not see."""
@@ -366,22 +379,13 @@ def maker(item: Mapping[str, Any]) -> Family | None:
 
 def sql_declaration(declaration: SqlDeclaration) -> tuple[str, dict[str, Any]] | None:
     """(family name, settings) of a CREATE statement a family claims; None when none does."""
-    for family in families():
-        hook = family.sql.declaration
-        found = hook(declaration) if hook is not None else None
-        if found is not None:
-            return family.name, found
-    return None
+    found = _first_answer(lambda family: family.sql.declaration, declaration)
+    return None if found is None else (found[0].name, found[1])
 
 
 def sql_made(join: SqlMade) -> tuple[Family, str] | None:
     """The family that claims a JOIN item as rows it makes, and their name; None: a source."""
-    for family in families():
-        hook = family.sql.made
-        called = hook(join) if hook is not None else None
-        if called is not None:
-            return family, called
-    return None
+    return _first_answer(lambda family: family.sql.made, join)
 
 
 def json_keys() -> tuple[str, ...]:

@@ -475,58 +475,20 @@ def _bind_join(
     left_names: tuple[str, ...],
     schemas: dict[str, StructType],
 ) -> BoundJoin:
+    """A link with a source: its condition split into key equalities, an ASOF inequality and
+    residual terms (or its USING/NATURAL columns as keys), then bound by its family (`Family.bind`)."""
     where = f"job {spec.name!r}, join with {join.source!r}"
-    kind = join.kind  # the spec checked that the kind fits the sources it joins
-    plugin = family.of(kind)
-    own_equality = plugin.own_equality if plugin is not None else None
-    right = join.source
-    equi: list[tuple[str, str]] = []
-    residual: list[str] = []
-    inequalities: list[tuple[str, str, str]] = []
+    kind, right = join.kind, join.source  # the spec checked that the kind fits the sources it joins
     if on:
-        check_qualifiers(on, (*left_names, right), schemas, where)
-        for term in conjuncts(on, f"{where}: the condition"):
-            pair = equality(term, left_names, right)
-            inequality = _inequality(term, left_names, right) if join.asof else None
-            if pair and own_equality is not None and own_equality(pair, where):
-                continue  # the family's own (a window join's equal windows), not a key
-            if pair:
-                equi.append(pair)
-            elif inequality:
-                inequalities.append(inequality)
-            else:
-                residual.append(f"({term.sql(dialect='spark')})")
+        equi, residual, inequalities = _split_condition(join, on, left_names, schemas, where)
     else:
-        if join.natural:
-            columns = [
-                c
-                for n in left_names
-                for c in schemas[n].fieldNames()
-                if spelt_as(schemas[right], c) and c.lower() not in family.columns()
-            ]
-            if not columns:
-                raise JobError(
-                    f"{where}: NATURAL finds no column name shared by {', '.join(left_names)} and {right}; use 'on'"
-                )
-        else:
-            columns = list(join.using)
-        for column in dict.fromkeys(columns):
-            owners = [n for n in left_names if spelt_as(schemas[n], column)]
-            right_column = spelt_as(schemas[right], column)
-            if right_column is None or not owners:
-                raise JobError(
-                    f"{where}: USING column {column!r} must exist on both sides; check its spelling"
-                )
-            if len(owners) > 1:
-                raise JobError(
-                    f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which"
-                )
-            equi.append((f"{owners[0]}.{spelt_as(schemas[owners[0]], column)}", f"{right}.{right_column}"))
+        equi, residual, inequalities = _shared_columns(join, left_names, schemas, where), [], []
     if not equi and join.type != "cross":
         raise JobError(
             f"{where}: the condition has no equality between a column of {' / '.join(left_names)} and a column of "
             f"{right}; this {kind} join needs one, e.g. on: {left_names[0]}.id = {right}.id (other predicates may follow with AND)"
         )
+    plugin = family.of(kind)
     binding = family.Binding(
         catalog, spec, join, left_names, schemas, tuple(equi), tuple(residual), tuple(inequalities), where
     )
@@ -541,6 +503,65 @@ def _bind_join(
         condition=on,
         **added,
     )
+
+
+def _split_condition(
+    join: Conditioned, on: str, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
+) -> tuple[list[tuple[str, str]], list[str], list[tuple[str, str, str]]]:
+    """`on`'s terms as key equalities, inequalities (an ASOF link's) and residual terms; an
+    equality its family says is its own (a window join's equal windows) is no key."""
+    plugin = family.of(join.kind)
+    own_equality = plugin.own_equality if plugin is not None else None
+    right = join.source
+    equi: list[tuple[str, str]] = []
+    residual: list[str] = []
+    inequalities: list[tuple[str, str, str]] = []
+    check_qualifiers(on, (*left_names, right), schemas, where)
+    for term in conjuncts(on, f"{where}: the condition"):
+        pair = equality(term, left_names, right)
+        inequality = _inequality(term, left_names, right) if join.asof else None
+        if pair and own_equality is not None and own_equality(pair, where):
+            continue  # the family's own, not a key
+        if pair:
+            equi.append(pair)
+        elif inequality:
+            inequalities.append(inequality)
+        else:
+            residual.append(f"({term.sql(dialect='spark')})")
+    return equi, residual, inequalities
+
+
+def _shared_columns(
+    join: Conditioned, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
+) -> list[tuple[str, str]]:
+    """USING's columns, or NATURAL's (every column name both sides have but those a family adds),
+    as key equalities, each of the one source before the link that has it."""
+    right = join.source
+    if join.natural:
+        columns = [
+            c
+            for n in left_names
+            for c in schemas[n].fieldNames()
+            if spelt_as(schemas[right], c) and c.lower() not in family.columns()
+        ]
+        if not columns:
+            raise JobError(
+                f"{where}: NATURAL finds no column name shared by {', '.join(left_names)} and {right}; use 'on'"
+            )
+    else:
+        columns = list(join.using)
+    equi = []
+    for column in dict.fromkeys(columns):
+        owners = [n for n in left_names if spelt_as(schemas[n], column)]
+        right_column = spelt_as(schemas[right], column)
+        if right_column is None or not owners:
+            raise JobError(f"{where}: USING column {column!r} must exist on both sides; check its spelling")
+        if len(owners) > 1:
+            raise JobError(
+                f"{where}: USING column {column!r} exists in {', '.join(owners)}; use 'on' to say which"
+            )
+        equi.append((f"{owners[0]}.{spelt_as(schemas[owners[0]], column)}", f"{right}.{right_column}"))
+    return equi
 
 
 def _bind_made(

@@ -418,16 +418,7 @@ def _compile_query(
 ) -> dict[str, Any]:
     """The job mapping of the query that writes output `name` (its settings in `create`'s WITH)."""
     where = f"{origin}: {name}"
-    output = statement_settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
-    if "path" not in output and "table" not in output:  # ksqlDB's CREATE STREAM x AS SELECT: a folder x
-        output["path"] = name
-    job: dict[str, Any] = {key: output.pop(key) for key in ("description", "start_at") if key in output}
-    for section in ("schedule", "quality"):
-        settings = {
-            k.removeprefix(f"{section}_"): output.pop(k) for k in list(output) if k.startswith(f"{section}_")
-        }
-        if settings:
-            job[section] = settings
+    output, job = _output_settings(name, create, where)
     if not isinstance(query, exp.Select):
         raise JobError(f"{where}: {_at(query)}the query must be one SELECT, not {statement_head(query)}")
     _refuse_unsupported(query, where)
@@ -446,11 +437,7 @@ def _compile_query(
         None if plugin else _source_of(join.this, sources, aliases, where)
         for join, plugin in zip(joined, plugins, strict=True)
     ]
-    overs = {
-        aliases.get(t.alias or t.name, t.name): t.args["over"]
-        for t in (start.this, *(j.this for j in joined))
-        if isinstance(t, exp.Table) and t.args.get("over") is not None
-    }
+    overs = _overs([start.this, *(j.this for j in joined)], aliases)
     # Each family's syntax over the whole query, e.g. ROWS frames, which claim the OVER windows.
     claimed = family.sql_query(family.SqlQuery(query, first, overs, len(joined), where, _at, _duration))
     compiling = _Compiling(sources, aliases, {} if claimed else overs, where)
@@ -471,20 +458,38 @@ def _compile_query(
     if claimed:
         joins[0].update(claimed)
     first = _stream_first(first, joins, sources)
-    document: dict[str, Any] = {
-        "name": name,
-        "sources": sources,
-        "from": first,
-        "joins": joins,
-        "output": output,
-        **job,
-    }
+    document = {"name": name, "sources": sources, "from": first, "joins": joins, "output": output, **job}
     items = _without_rowtime(query.expressions)
     if items and not any(isinstance(e, exp.Star) for e in items):
         document["select"] = [_sql(e, aliases) for e in items]
     if filters:
         document["where"] = _sql(exp.and_(*filters), aliases)
     return document
+
+
+def _output_settings(name: str, create: exp.Create, where: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The output's settings in the query's WITH (by default, ksqlDB's CREATE STREAM x AS SELECT:
+    a folder x), and the job's own among them (description, start_at, schedule_*, quality_*)."""
+    output = statement_settings(create, OUTPUT_SETTINGS, f"{where} (its WITH settings)")
+    if "path" not in output and "table" not in output:
+        output["path"] = name
+    job: dict[str, Any] = {key: output.pop(key) for key in ("description", "start_at") if key in output}
+    for section in ("schedule", "quality"):
+        settings = {
+            k.removeprefix(f"{section}_"): output.pop(k) for k in list(output) if k.startswith(f"{section}_")
+        }
+        if settings:
+            job[section] = settings
+    return output, job
+
+
+def _overs(tables: list[exp.Expr], aliases: dict[str, str]) -> dict[str, exp.Expr]:
+    """SQLstream's `<source> OVER (...)` windows of the FROM and JOIN items, by source name."""
+    return {
+        aliases.get(t.alias or t.name, t.name): t.args["over"]
+        for t in tables
+        if isinstance(t, exp.Table) and t.args.get("over") is not None
+    }
 
 
 def _declared_columns(create: exp.Create, settings: dict[str, Any], where: str) -> timedelta | None:

@@ -252,17 +252,7 @@ def spec_document_from_sql(text: str, origin: str = "job") -> dict[str, Any]:
 def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[str, str]]:
     """`spec_document_from_sql`, and where each joined source stands in the text (`line L, column
     C: `), for the checks made on the mapping to point at the statement."""
-    check_nesting(text, f"{origin}: the job's SQL", StreamSQL)
-    try:
-        parsed = sqlglot.parse(text, read=StreamSQL)
-        statements = [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]  # comments
-    except sqlglot.errors.ParseError as exc:
-        error = exc.errors[0] if exc.errors else {}
-        near = f" (near {error['highlight']!r})" if error.get("highlight") else ""
-        raise JobError(
-            f"{origin}: line {error.get('line', '?')}, column {error.get('col', '?')}{near}: the statement does not "
-            f"parse: {_first_line(error.get('description') or str(exc))}"
-        ) from None
+    statements = _statements(text, origin)
     declarations: dict[str, exp.Create] = {}
     declared: dict[str, dict[str, dict[str, Any]]] = {}  # a family's declarations: family -> name -> settings
     views: dict[str, tuple[str, str, exp.Expr]] = {}  # Lenses' view -> (the source it reads, as what, where)
@@ -295,6 +285,40 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
                 f"sources, then one CREATE STREAM <output> WITH (path=...) AS SELECT ..., or Lenses' WITH views "
                 f"and INSERT INTO <output> SELECT ...), not {statement_head(statement)}"
             )
+    name, create, query = _the_query(queries, declarations, origin)
+    sources, delays = _sources(declarations, declared, origin)
+    _read_through_views(sources, delays, views, origin)
+    finishers = family.statement(family.SqlStatement(query, sources, origin, _at, _duration))  # e.g. TUMBLE
+    _split_self_joins(query, sources, delays, origin)
+    document = _compile_query(name, create, query, sources, declared, origin)
+    for finish in finishers:
+        finish(document)
+    _grace_from_watermarks(document, delays)
+    places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
+    return document, {name: place for name, place in places.items() if name and place}
+
+
+def _statements(text: str, origin: str) -> list[exp.Expr]:
+    """The job file's statements, parsed (comments left out); a statement that does not parse is
+    refused at its line and column."""
+    check_nesting(text, f"{origin}: the job's SQL", StreamSQL)
+    try:
+        parsed = sqlglot.parse(text, read=StreamSQL)
+    except sqlglot.errors.ParseError as exc:
+        error = exc.errors[0] if exc.errors else {}
+        near = f" (near {error['highlight']!r})" if error.get("highlight") else ""
+        raise JobError(
+            f"{origin}: line {error.get('line', '?')}, column {error.get('col', '?')}{near}: the statement does not "
+            f"parse: {_first_line(error.get('description') or str(exc))}"
+        ) from None
+    return [s for s in parsed if s is not None and not isinstance(s, exp.Semicolon)]  # comments
+
+
+def _the_query(
+    queries: list[tuple[str, exp.Create | None, exp.Expr]], declarations: dict[str, exp.Create], origin: str
+) -> tuple[str, exp.Create, exp.Expr]:
+    """The file's one query: its output's name, the statement holding the output's settings (for
+    INSERT INTO <name>, its declaration, taken from `declarations`) and the query."""
     if len(queries) != 1:
         raise JobError(
             f"{origin}: a job file holds exactly one query, CREATE STREAM <output> WITH (path=...) AS SELECT ... "
@@ -308,8 +332,16 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
                 f"{origin}: {_at(query.parent)}INSERT INTO {name}: declare the output first, CREATE STREAM {name} "
                 "WITH (path='...')"
             )
+    return name, create, query
+
+
+def _sources(
+    declarations: dict[str, exp.Create], declared: dict[str, dict[str, dict[str, Any]]], origin: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, timedelta]]:
+    """The declared sources' settings by name, and each one's declared WATERMARK delay; a
+    declaration a family takes (e.g. a JDBC table) goes to `declared` instead."""
     sources: dict[str, dict[str, Any]] = {}
-    delays: dict[str, timedelta] = {}  # source -> its declared WATERMARK delay
+    delays: dict[str, timedelta] = {}
     for source, statement in declarations.items():
         where = f"{origin}: source {source!r}"
         if _declare(declared, source, family.SqlDeclaration(statement, f"{origin}: table {source!r}", _at)):
@@ -319,15 +351,7 @@ def compile_sql(text: str, origin: str = "job") -> tuple[dict[str, Any], dict[st
         if delay is not None:
             delays[source] = delay
         sources[source] = {"kind": _declared_kind(statement, settings, delay), **settings}
-    _read_through_views(sources, delays, views, origin)
-    finishers = family.statement(family.SqlStatement(query, sources, origin, _at, _duration))  # e.g. TUMBLE
-    _split_self_joins(query, sources, delays, origin)
-    document = _compile_query(name, create, query, sources, declared, origin)
-    for finish in finishers:
-        finish(document)
-    _grace_from_watermarks(document, delays)
-    places = {_source_name(join.this): _at(join.this) for join in query.args.get("joins") or []}
-    return document, {name: place for name, place in places.items() if name and place}
+    return sources, delays
 
 
 def _views(statement: exp.With, origin: str) -> dict[str, tuple[str, str, exp.Expr]]:

@@ -251,20 +251,7 @@ def preserves(join_type: str, side: str, left: str, right: str) -> bool:
     )
 
 
-Builder = Callable[[Plan, BoundJoin], JoinOperator]
 FAMILIES = family.OPERATORS  # plan family name -> builder, of every family (streamjoin/family.py)
-
-
-def register(*names: str) -> Callable[[Builder], Builder]:
-    """Register an operator builder under the plan's family names (`BoundJoin.family`), for a
-    family not yet registered as a whole (`family.register`)."""
-
-    def add(builder: Builder) -> Builder:
-        for name in names:
-            FAMILIES[name] = builder
-        return builder
-
-    return add
 
 
 def tally_by_slice(rows: DataFrame, owner: Column, **aggregates: Column) -> dict[int, dict[str, int]]:

@@ -12,6 +12,8 @@ package once, so whatever registers there is found. What a `Family` holds:
   place among the others without editing them).
 - `keys` and `settings`: the join-item keys it reads in a YAML job (besides `join`, `type`, `on`,
   `using`, `natural`, `grace`, read for every link) and how it turns them into link settings.
+  `refused_elsewhere`: why a link of another family refuses one of its keys, when that link does
+  not say (after "join with 'x': ").
   A lateral family's items carry no `join` (`unnest: ...`, `function: ...`, `lookup: ...`):
   it lists them in `made_by` (with how a refusal names each), the other keys its items take in
   `made_keys`, and `made` builds its link from the whole item.
@@ -165,7 +167,8 @@ class SqlSyntax:
     join's time bounds) and returns the rest, which become `on`. `declaration`: the settings of a
     CREATE statement it claims (e.g. Flink's JDBC table), else None. `made`: the name of the rows
     a JOIN item makes when the family claims it (UNNEST, a declared table it looks rows up in),
-    else None; `made_join`: that item's join entry."""
+    else None; `made_join`: that item's join entry. `methods`: the words before JOIN (`ASOF JOIN`)
+    its `join` hook reads; sql.py refuses any other but NATURAL."""
 
     statement: Callable[[SqlStatement], Finish | None] | None = None
     query: Callable[[SqlQuery], dict[str, Any] | None] | None = None
@@ -174,6 +177,7 @@ class SqlSyntax:
     declaration: Callable[[SqlDeclaration], dict[str, Any] | None] | None = None
     made: Callable[[SqlMade], str | None] | None = None
     made_join: Callable[[SqlMade], dict[str, Any]] | None = None
+    methods: tuple[str, ...] = ()  # JOIN methods its `join` hook reads (`ASOF JOIN`), besides NATURAL
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,7 @@ class Family:
     links: tuple[type[Link], ...]
     claims: tuple[Claim, ...] = ()
     keys: tuple[str, ...] = ()
+    refused_elsewhere: Mapping[str, str] = field(default_factory=dict)
     settings: Callable[[Mapping[str, Any], str], dict[str, Any]] | None = None
     made_by: tuple[tuple[str, str], ...] = ()  # (item key, how a refusal names it)
     made_keys: tuple[str, ...] = ()
@@ -279,6 +284,11 @@ def join_keys() -> tuple[str, ...]:
     return tuple(key for family in families() for key in family.keys)
 
 
+def refused_elsewhere(key: str) -> str | None:
+    """Why a link refuses another family's join-item `key`, in that family's words (None: it has none)."""
+    return next((f.refused_elsewhere[key] for f in families() if key in f.refused_elsewhere), None)
+
+
 def settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The link settings the families read from the keys `item` gives them."""
     given: dict[str, Any] = {}
@@ -317,6 +327,11 @@ def sql_join(join: SqlJoin) -> None:
     for family in families():
         if family.sql.join is not None:
             family.sql.join(join)
+
+
+def sql_methods() -> tuple[str, ...]:
+    """The JOIN methods (`ASOF`) the families' join hooks read, in upper case."""
+    return tuple(method.upper() for family in families() for method in family.sql.methods)
 
 
 def sql_terms(join: SqlJoin, terms: list[exp.Expr]) -> list[exp.Expr]:

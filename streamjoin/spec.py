@@ -20,12 +20,7 @@ from streamjoin.enums import SourceKind
 from streamjoin.errors import JobError
 from streamjoin.family import only as _only
 from streamjoin.limits import check_nesting
-from streamjoin.links import (
-    NAME,
-    Link,
-    LooksUp,
-    build_link,
-)
+from streamjoin.links import NAME, Link, build_link
 from streamjoin.timeutil import format_duration, parse_duration, parse_instant
 
 COMMIT_TIME = "commit"  # `time: commit`: a source's event time is its commit timestamp (docs/semantics.md)
@@ -363,8 +358,7 @@ def _check_links(spec: JoinSpec) -> None:
                 f"{link}: {article} {join.type.upper()} join of a {left_kind} with a {right_kind} is refused: {reason}. Supported: {allowed}"
             )
         join.check_pair(left_kind, right_kind, link)
-        if isinstance(join, LooksUp) and join.as_of_column is not None:
-            _check_as_of_source(spec, join, link)
+        join.check_job(spec, link)
         table = spec.source(join.source)
         if right_kind == SourceKind.TABLE and not table.key:
             what = "an ASOF" if join.asof else ("an event-time temporal" if join.at_event_time else "a")
@@ -384,33 +378,6 @@ def _expressions(spec: JoinSpec) -> list[tuple[str, Any]]:
     found += [(f"select item {n + 1}", item) for n, item in enumerate(spec.select)]
     found.append(("where", spec.where))
     return [(what, expression) for what, expression in found if expression is not None]
-
-
-def _check_as_of_source(spec: JoinSpec, join: LooksUp, link: str) -> None:
-    """`as_of: <source>.<column>` names a stream joined before this link: the table is looked up
-    at a time its rows carry (the plan checks the column against the schema)."""
-    assert join.as_of_column is not None  # called for a named column only
-    source, column = join.as_of_column
-    before = spec.names[: spec.names.index(join.source)]
-    declared = {s.name: s for s in spec.sources}
-    streams = [n for n in before if n in declared and declared[n].kind == "stream"]
-    if source in before and source in streams:
-        return
-    if source == join.source:
-        why = f"{source!r} is the table this link looks up, whose versions are chosen by the time"
-    elif source in before:
-        why = f"{source!r} is a table; its columns say nothing of when the stream row happened"
-    elif source in spec.names:
-        why = f"{source!r} is joined after this link"
-    else:
-        why = f"no source is named {source!r}"
-    times = ", ".join(
-        f"{n}.{declared[n].time}" for n in streams if declared[n].time not in (None, COMMIT_TIME)
-    )
-    raise JobError(
-        f"{link}: as_of {join.as_of} cannot be honoured: {why}. Name a time column of a stream joined before "
-        f"it ({times or 'none declared'}), or write as_of: event_time (the row's event time)"
-    )
 
 
 # ---------------------------------------------------------------------------- job files
@@ -603,11 +570,11 @@ def _join_from_dict(
         )
     where = f"{origin}: join with {item['join']!r}"
     _only(item, (*_JOIN_KEYS, *family.join_keys()), where)
-    given: dict[str, Any] = {key: item[key] for key in ("type", "on", "as_of") if item.get(key) is not None}
+    given: dict[str, Any] = {key: item[key] for key in ("type", "on") if item.get(key) is not None}
     if "using" in item:
         given["using"] = name_list(item["using"])
-    given |= {key: True for key in ("natural", "asof") if item.get(key)}
-    given |= family.settings(item, where)  # e.g. bounds, windows, ROWS windows
+    given |= {"natural": True} if item.get("natural") else {}
+    given |= family.settings(item, where)  # e.g. bounds, windows, ROWS windows, as_of
     if "grace" in item:
         given["grace"] = parse_duration(item["grace"], f"{where}: grace")
     source = str(item["join"])
@@ -621,8 +588,6 @@ _JOIN_KEYS = (
     "using",
     "natural",
     "grace",
-    "as_of",
-    "asof",
 )  # and the keys of the families that are plug-ins (streamjoin/family.py)
 
 

@@ -647,22 +647,6 @@ def _compile_join(
     grace = table.args.get("grace")
     if grace is not None:
         item["grace"] = _duration(grace)
-    version = table.args.get("version")
-    if version is not None:  # FOR SYSTEM_TIME AS OF <time>
-        point = version.args.get("expression")
-        if (
-            isinstance(point, exp.Anonymous)
-            and point.name.upper() == "PROCTIME"
-            or (isinstance(point, exp.Func) and point.sql().upper() == "PROCTIME()")
-        ):
-            item["as_of"] = "arrival"
-        elif isinstance(point, exp.Column):
-            item["as_of"] = _as_of(point, seen, name, query.sources, query.aliases, where)
-        else:
-            raise JobError(
-                f"{where}: {_at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
-                f"PROCTIME() (as the row arrived), not {point.sql()}"
-            )
     on = join.args.get("on")
     if isinstance(on, exp.Boolean) and on.this is True and not item.get("natural"):  # JOIN without ON
         on = _key_equality(table, seen, name, query.sources, where)
@@ -684,7 +668,8 @@ def _compile_join(
 
 
 def _join_item(join: exp.Join, name: str, where: str) -> dict[str, Any]:
-    """A JOIN's item with its type and method (ASOF, NATURAL) read."""
+    """A JOIN's item with its type and NATURAL read; the families' join hooks read their methods
+    (`family.SqlSyntax.methods`: ASOF), any other is refused."""
     side, kind, method = (join.args.get(k) or "" for k in ("side", "kind", "method"))
     item: dict[str, Any] = {"join": name}
     if kind.upper() == "CROSS":
@@ -693,13 +678,13 @@ def _join_item(join: exp.Join, name: str, where: str) -> dict[str, Any]:
         item["type"] = side.lower()
     elif kind.upper() == "OUTER":  # ksqlDB's and Lenses' OUTER JOIN: FULL OUTER
         item["type"] = "full"
-    if method.upper() == "ASOF":
-        item["asof"] = True
-    elif method.upper() == "NATURAL":
+    methods = family.sql_methods()
+    if method.upper() == "NATURAL":
         item["natural"] = True
-    elif method:
+    elif method and method.upper() not in methods:
         raise JobError(
-            f"{where}: {_at(join.this)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ... or ASOF JOIN"
+            f"{where}: {_at(join.this)}{method} JOIN is not supported; write JOIN, LEFT JOIN, ..."
+            + "".join(f" or {words} JOIN" for words in methods)
         )
     return item
 
@@ -724,45 +709,6 @@ def _key_equality(
         )
     pairs = zip(left, right, strict=True)
     return exp.and_(*(exp.column(lc, table=seen[0]).eq(exp.column(rc, table=name)) for lc, rc in pairs))
-
-
-def _as_of(
-    point: exp.Column,
-    seen: list[str],
-    table: str,
-    sources: dict[str, dict[str, Any]],
-    aliases: dict[str, str],
-    where: str,
-) -> str:
-    """`FOR SYSTEM_TIME AS OF o.order_time`, Flink's named time attribute: `event_time` when it is
-    the declared time of the one stream before the join (the row's own event time), else the
-    column by its source's declared name (`impressions.ts` after an interval join), which the plan
-    checks against the schema. A column of the table looked up, or of no source before the join,
-    is refused."""
-    streams = [s for s in seen if sources[s]["kind"] == "stream"]
-    if point.table:
-        owner = aliases.get(point.table, point.table)
-    else:  # a bare name: the stream before the join whose time column it is, else the first source
-        timed = [s for s in streams if sources[s].get("time") == point.name]
-        owner = timed[0] if len(timed) == 1 else seen[0]
-    if owner not in seen:
-        times = (
-            ", ".join(f"{s}.{sources[s]['time']}" for s in streams if sources[s].get("time"))
-            or "none declared"
-        )
-        what = (
-            f"a column of {table}, the table looked up"
-            if owner == table
-            else "no column of a source before it"
-        )
-        raise JobError(
-            f"{where}: {_at(point)}FOR SYSTEM_TIME AS OF {point.sql()} is {what}: write FOR SYSTEM_TIME AS OF "
-            f"<a time column of a stream before the join> (event time: {times}) or PROCTIME() (the table as each "
-            "row arrived)"
-        )
-    if streams == [owner] and sources[owner].get("time") == point.name:
-        return "event_time"
-    return f"{owner}.{point.name}"
 
 
 def interval_micros(node: exp.Expr) -> int | None:

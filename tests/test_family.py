@@ -11,6 +11,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 from streamjoin import family
 from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
+from streamjoin.joins.temporal import StreamTableLink
 from streamjoin.plan import as_json, bind, describe
 from streamjoin.spec import spec_from_dict
 from streamjoin.sql import spec_from_sql
@@ -152,6 +153,24 @@ def test_a_familys_keys_are_the_ones_a_job_may_give_and_unknown_keys_name_them()
         spec_from_dict({**STREAMS_YAML, "joins": [{"join": "b", "on": "a.id = b.id", "roows": 1}]})
     for key in family.join_keys():
         assert key in str(refused.value)
+
+
+def test_the_enrichment_families_words_are_theirs_through_the_registry():
+    """`as_of`, `asof`, ASOF JOIN and FOR SYSTEM_TIME AS OF are the enrichment families' own
+    (joins/temporal.py): the registry lists their keys and JOIN method, a link of another family
+    given `as_of` refuses it in their words, and a link no family claims is theirs (stream-table,
+    the last claim)."""
+    assert {"as_of", "asof"} <= set(family.join_keys()) and "ASOF" in family.sql_methods()
+    assert (
+        family.refused_elsewhere("as_of")
+        == "'as_of' and 'asof' apply to stream-table joins only; remove them"
+    )
+    window = {"join": "b", "on": "a.id = b.id", "window": {"tumble": "5m"}, "as_of": "arrival"}
+    with pytest.raises(JobError, match=r"join with 'b': 'as_of' and 'asof' apply to stream-table joins only"):
+        spec_from_dict({**STREAMS_YAML, "joins": [window]})
+    last = family.claims()[-1]
+    assert family.of("stream-table") is not None and last in family.of("stream-table").claims
+    assert last.test({}, None, None) is StreamTableLink
 
 
 SCHEMA = StructType([StructField("id", StringType()), StructField("t", TimestampType())])

@@ -15,12 +15,8 @@ from streamjoin.jobfile import load_job
 from streamjoin.joins.interval import IntervalLink
 from streamjoin.joins.rows import RowsLink
 from streamjoin.joins.table_table import TableTableLink
+from streamjoin.joins.temporal import AsofLink, StreamTableLink, TemporalLink
 from streamjoin.joins.window import WindowLink
-from streamjoin.links import (
-    AsofLink,
-    StreamTableLink,
-    TemporalLink,
-)
 from streamjoin.plan import bind, describe, split_conjuncts
 from streamjoin.runners.options import RunOptions
 from streamjoin.spec import spec_from_dict

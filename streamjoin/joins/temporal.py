@@ -48,7 +48,8 @@ every link, so each link decides as it would alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
@@ -56,10 +57,12 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, TimestampNTZType, TimestampType
+from sqlglot import exp
 
 from streamjoin import arrival, changelog, family
 from streamjoin.arrival import ALL_TIME, REJECT, SRC, TS, Slices, T, V, watermarks
 from streamjoin.changelog import TableInput
+from streamjoin.enums import LinkKind, SourceKind
 from streamjoin.errors import JobError
 from streamjoin.joins.base import (
     CLOCK,
@@ -75,10 +78,10 @@ from streamjoin.joins.base import (
 )
 from streamjoin.joins.chain import Chain
 from streamjoin.joins.chaining import Accepts, LinkInput, LinkRun, Upstream, declare
-from streamjoin.links import AsofLink, Enriching, StreamTableLink, TemporalLink
+from streamjoin.links import STREAMS, Conditioned, Graced, Link
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, BoundSource, NamedTime, Plan, spelt_as
-from streamjoin.spec import COMMIT_TIME
+from streamjoin.spec import COMMIT_TIME, JoinSpec
 from streamjoin.timeutil import format_duration, to_micros
 
 DECIDED = "_sj_decided"
@@ -87,6 +90,244 @@ _ROW = "_sj_row"  # a stream row's number within one step
 _COMPLETE = "_sj_complete"  # emitted, and matched at every link
 _ALIVE = "_sj_alive"  # not dropped by an INNER link
 _HELD = "_sj_held"  # an ASOF link over the history cannot answer the row yet
+
+
+# ---------------------------------------------------------------------------- the links
+
+
+# A stream-table join's point in time: `arrival` (the row's commit), `event_time` (the row's event
+# time) or a named time column of a stream before the join, `source.column` (Flink's `FOR
+# SYSTEM_TIME AS OF o.order_time`; docs/job-spec.md, "Event-time temporal").
+AS_OF_WORDS = ("arrival", "event_time")
+_AS_OF_COLUMN = re.compile(r"^`?([A-Za-z_][A-Za-z0-9_]*)`?\.`?([A-Za-z_][A-Za-z0-9_]*)`?$")
+_STREAM_TABLE = (SourceKind.STREAM, SourceKind.TABLE)
+_AS_OF_STREAM_TABLE_ONLY = "'as_of' and 'asof' apply to stream-table joins only; remove them"
+
+
+@dataclass(frozen=True)
+class LooksUp(Link):
+    """A stream row looking its table up, at `as_of`: `arrival` (the table as it was when the row
+    arrived; the default), `event_time` or a named time column `<source>.<column>`."""
+
+    as_of: str | None = None
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.as_of is not None and self.as_of not in AS_OF_WORDS and self.as_of_column is None:
+            raise JobError(
+                f"{where}: as_of is {self.as_of!r}; write 'arrival' (the table as it was when the row arrived), "
+                "'event_time' (the version valid at the row's event time) or a time column of a stream before "
+                "the join, <source>.<column> (the version valid at that time)"
+            )
+
+    @property
+    def as_of_column(self) -> tuple[str, str] | None:
+        """The (source, column) `as_of` names, e.g. `impressions.ts`; None for arrival/event_time."""
+        named = _AS_OF_COLUMN.match(str(self.as_of)) if self.as_of is not None else None
+        return (named.group(1), named.group(2)) if named else None
+
+    @property
+    def at_event_time(self) -> bool:
+        return self.as_of == "event_time" or self.as_of_column is not None
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        if (left, right) != _STREAM_TABLE:
+            raise JobError(f"{where}: {_AS_OF_STREAM_TABLE_ONLY} from this {left}-{right} join")
+
+    def check_job(self, spec: JoinSpec, where: str) -> None:
+        """`as_of: <source>.<column>` names a stream joined before this link: the table is looked
+        up at a time its rows carry (the plan checks the column against the schema)."""
+        if self.as_of_column is None:
+            return
+        source, _ = self.as_of_column
+        before = spec.names[: spec.names.index(self.source)]
+        declared = {s.name: s for s in spec.sources}
+        streams = [n for n in before if n in declared and declared[n].kind == "stream"]
+        if source in before and source in streams:
+            return
+        if source == self.source:
+            why = f"{source!r} is the table this link looks up, whose versions are chosen by the time"
+        elif source in before:
+            why = f"{source!r} is a table; its columns say nothing of when the stream row happened"
+        elif source in spec.names:
+            why = f"{source!r} is joined after this link"
+        else:
+            why = f"no source is named {source!r}"
+        times = ", ".join(
+            f"{n}.{declared[n].time}" for n in streams if declared[n].time not in (None, COMMIT_TIME)
+        )
+        raise JobError(
+            f"{where}: as_of {self.as_of} cannot be honoured: {why}. Name a time column of a stream joined before "
+            f"it ({times or 'none declared'}), or write as_of: event_time (the row's event time)"
+        )
+
+
+@dataclass(frozen=True)
+class Enriching(LooksUp, Graced, Conditioned):
+    """A stream row enriched from a table (the three kinds below, one join operator: `Enrichment`)."""
+
+
+@dataclass(frozen=True)
+class StreamTableLink(Enriching):
+    """Each stream row joined with the table as committed when the row arrived (ksqlDB's
+    stream-table join; as_of: arrival, Flink's FOR SYSTEM_TIME AS OF PROCTIME())."""
+
+    kind = LinkKind.STREAM_TABLE
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.as_of not in (None, "arrival"):
+            raise JobError(
+                f"{where}: a stream-table link looks its table up at arrival; for {self.as_of} "
+                "use a temporal link"
+            )
+
+
+@dataclass(frozen=True)
+class TemporalLink(Enriching):
+    """Each stream row joined with the table's version valid at its event time or at a named time
+    column (Flink's event-time temporal join), decided once the table's watermark passed."""
+
+    as_of: str | None = "event_time"
+
+    kind = LinkKind.TEMPORAL
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if not self.at_event_time:
+            raise JobError(
+                f"{where}: a temporal link looks its table up at an event time: as_of: event_time or "
+                "<source>.<column>; for arrival use a stream-table link"
+            )
+
+
+@dataclass(frozen=True)
+class AsofLink(Enriching):
+    """Each stream row joined with the nearest table row by one inequality (RisingWave's ASOF
+    JOIN): among the rows that had arrived before it, or (as_of: event_time) over the table's whole
+    history."""
+
+    kind = LinkKind.ASOF
+    asof = True
+    marks = ("asof",)
+
+    def _check(self, where: str) -> None:
+        super()._check(where)
+        if self.as_of_column is not None:
+            raise JobError(
+                f"{where}: an ASOF join picks its row by its inequality; as_of takes 'event_time' (the nearest "
+                f"row over the table's whole history) or 'arrival', not a column ({self.as_of}): compare that "
+                "column in the inequality instead"
+            )
+
+    def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
+        if (left, right) == STREAMS:
+            raise JobError(
+                f"{where}: ASOF between two streams is not supported yet (RisingWave's ASOF JOIN of two "
+                f"append-only relations); declare {self.source!r} as a table (kind: table, key: [...], time: "
+                "<column>) and add as_of: event_time for RisingWave's result, the nearest row over its whole "
+                "history, final once its watermark has passed; without as_of each stream row gets the "
+                "nearest row that had arrived before it"
+            )
+        super().check_pair(left, right, where)
+
+
+# ---------------------------------------------------------------------------- which link a job's item is
+
+
+def _claim_nearest(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    """`asof: true`: the nearest row by an inequality, whatever the kinds joined (it refuses two streams)."""
+    return AsofLink if given.get("asof") else None
+
+
+def _claim_point_in_time(
+    given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None
+) -> type[Link] | None:
+    """An `as_of`: arrival is a stream-table link, any other point in time a temporal one."""
+    as_of = given.get("as_of")
+    return None if as_of is None else StreamTableLink if as_of == "arrival" else TemporalLink
+
+
+def _claim_rest(given: Mapping[str, Any], left: SourceKind | None, right: SourceKind | None) -> type[Link]:
+    """What no other family claims: a stream and a table (the last claim, taking every link)."""
+    return StreamTableLink
+
+
+def _asof_settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`asof: true` (false: not given)."""
+    return {"asof": True} if item.get("asof") else {}
+
+
+def _as_of_settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`as_of: arrival | event_time | <source>.<column>` (the link checks which)."""
+    return {"as_of": item["as_of"]} if item.get("as_of") is not None else {}
+
+
+# ---------------------------------------------------------------------------- SQL: ASOF JOIN, FOR SYSTEM_TIME AS OF
+
+
+def _sql_asof(join: family.SqlJoin) -> None:
+    """RisingWave's `ASOF JOIN` (or `ASOF LEFT JOIN`): `asof: true`."""
+    if (join.join.args.get("method") or "").upper() == "ASOF":
+        join.item["asof"] = True
+
+
+def _sql_point_in_time(join: family.SqlJoin) -> None:
+    """Flink's `FOR SYSTEM_TIME AS OF <time>`: PROCTIME() is `as_of: arrival`, a column the time it
+    names (`_named_time`)."""
+    table = join.join.this
+    version = table.args.get("version")
+    if version is None:
+        return
+    point = version.args.get("expression")
+    if (
+        isinstance(point, exp.Anonymous)
+        and point.name.upper() == "PROCTIME"
+        or (isinstance(point, exp.Func) and point.sql().upper() == "PROCTIME()")
+    ):
+        join.item["as_of"] = "arrival"
+    elif isinstance(point, exp.Column):
+        join.item["as_of"] = _named_time(join, point)
+    else:
+        raise JobError(
+            f"{join.where}: {join.at(table)}FOR SYSTEM_TIME AS OF takes the stream's time column (event time) or "
+            f"PROCTIME() (as the row arrived), not {point.sql()}"
+        )
+
+
+def _named_time(join: family.SqlJoin, point: exp.Column) -> str:
+    """`FOR SYSTEM_TIME AS OF o.order_time`, Flink's named time attribute: `event_time` when it is
+    the declared time of the one stream before the join (the row's own event time), else the
+    column by its source's declared name (`impressions.ts` after an interval join), which the plan
+    checks against the schema. A column of the table looked up, or of no source before the join,
+    is refused."""
+    seen, sources, table = join.seen, join.sources, join.name
+    streams = [s for s in seen if sources[s]["kind"] == "stream"]
+    if point.table:
+        owner = join.aliases.get(point.table, point.table)
+    else:  # a bare name: the stream before the join whose time column it is, else the first source
+        timed = [s for s in streams if sources[s].get("time") == point.name]
+        owner = timed[0] if len(timed) == 1 else seen[0]
+    if owner not in seen:
+        times = (
+            ", ".join(f"{s}.{sources[s]['time']}" for s in streams if sources[s].get("time"))
+            or "none declared"
+        )
+        what = (
+            f"a column of {table}, the table looked up"
+            if owner == table
+            else "no column of a source before it"
+        )
+        raise JobError(
+            f"{join.where}: {join.at(point)}FOR SYSTEM_TIME AS OF {point.sql()} is {what}: write FOR SYSTEM_TIME AS OF "
+            f"<a time column of a stream before the join> (event time: {times}) or PROCTIME() (the table as each "
+            "row arrived)"
+        )
+    if streams == [owner] and sources[owner].get("time") == point.name:
+        return "event_time"
+    return f"{owner}.{point.name}"
 
 
 def looks_back(op: str) -> bool:
@@ -877,12 +1118,40 @@ def _user_columns(joined: DataFrame, alias: str) -> list[str]:
 
 
 ENRICHMENTS = ("stream-table", "temporal", "asof")
-for _link in (StreamTableLink, TemporalLink, AsofLink):
-    family.register(
-        family.Family(
-            name=str(_link.kind), links=(_link,), bind=_bind, explain=_explain, operator=Enrichment.build
-        )
+_ENRICHING: dict[str, Any] = {"bind": _bind, "explain": _explain, "operator": Enrichment.build}
+family.register(
+    family.Family(
+        name="asof",
+        links=(AsofLink,),
+        claims=(family.Claim(40, _claim_nearest),),
+        keys=("asof",),
+        refused_elsewhere={"asof": _AS_OF_STREAM_TABLE_ONLY},
+        settings=_asof_settings,
+        sql=family.SqlSyntax(join=_sql_asof, methods=("ASOF",)),
+        **_ENRICHING,
     )
+)
+family.register(
+    family.Family(
+        name="temporal",
+        links=(TemporalLink,),
+        claims=(family.Claim(50, _claim_point_in_time),),
+        keys=("as_of",),
+        refused_elsewhere={"as_of": _AS_OF_STREAM_TABLE_ONLY},
+        settings=_as_of_settings,
+        sql=family.SqlSyntax(join=_sql_point_in_time),
+        **_ENRICHING,
+    )
+)
+# A link no other family claims is a stream and a table: the last claim, after every family's.
+family.register(
+    family.Family(
+        name="stream-table",
+        links=(StreamTableLink,),
+        claims=(family.Claim(10_000, _claim_rest),),
+        **_ENRICHING,
+    )
+)
 declare(
     *ENRICHMENTS,
     accepts=(

@@ -24,11 +24,14 @@ package once, so whatever registers there is found. What a `Family` holds:
   the schemas the job's expressions see when the family adds `columns` to its sides' rows (a
   window join's window_start/window_end; NATURAL never joins on them), and `own_equality` says
   whether an equality of the condition is the family's own, not a key (`a.window_start =
-  b.window_start`). A lateral link (rows made for each row) has no generic split: its hook binds
+  b.window_start`), and `inequalities` whether the split takes the condition's inequalities
+  between the two sides apart from the residual (an ASOF link's nearest-row one). A lateral link (rows made for each row) has no generic split: its hook binds
   the whole link, asking the `Binding.catalog` what it needs, and returns every `BoundJoin` field
   past the first four (`made` at least).
 - `check`: refuses what a whole bound job with its links cannot be (e.g. output columns its
-  result reserves); `warnings`: what it warns of a bound job (`validate-job` and `explain`).
+  result reserves); `warnings`: what it warns of a bound job (`validate-job` and `explain`);
+  `graced`: the sources of a link whose rows its grace judges late (`sides`: both; a temporal
+  link: its table's versions), which the grace warning checks against their commits' lag.
 - `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header (a
   lateral link: its header too) and the keys its JSON adds (`json_keys`: keys every join's JSON
   carries, None for other families).
@@ -219,8 +222,12 @@ class Family:
     schemas: Callable[[JoinSpec, Link, str, dict[str, StructType]], dict[str, StructType]] | None = None
     columns: tuple[str, ...] = ()
     own_equality: Callable[[tuple[str, str], str], bool] | None = None
+    inequalities: bool = (
+        False  # its binding takes the condition's inequalities apart (`Binding.inequalities`)
+    )
     check: Callable[[Plan], None] | None = None
     warnings: Callable[[Plan], list[str]] | None = None
+    graced: Callable[[BoundJoin], tuple[str, ...]] | None = None
     explain: Callable[[Plan, BoundJoin, int], list[str]] | None = None
     explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
     json_keys: tuple[str, ...] = ()
@@ -242,6 +249,11 @@ class Family:
 _REGISTERED: dict[str, Family] = {}
 OPERATORS: dict[str, Builder] = {}  # plan family name (a link's kind) -> operator builder
 _discovered = False
+
+
+def sides(join: BoundJoin) -> tuple[str, ...]:
+    """Every source a link joins: what is joined before it and its own (`Family.graced`)."""
+    return (*join.left, join.right)
 
 
 def register(family: Family) -> Family:

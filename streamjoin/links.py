@@ -59,7 +59,6 @@ class Link:
 
     kind: ClassVar[str]  # its family's word: a LinkKind for the built-in families, any word for a new one
     lateral: ClassVar[bool] = False  # joined with rows made for each row, not with a source
-    asof: ClassVar[bool] = False  # picks the nearest row by an inequality
     # Settings a job gives only to choose this kind (ASOF's `asof: true`): taken, not held.
     marks: ClassVar[tuple[str, ...]] = ()
     # Settings a job file may give that this kind refuses, with why (after "join with 'x': ").
@@ -75,6 +74,11 @@ class Link:
 
     def _check(self, where: str) -> None:
         """This kind's own settings; each base and kind adds its checks after its parents'."""
+
+    @property
+    def described(self) -> str:
+        """How a message names a join of this kind, before "join" (`a`, `an ASOF`)."""
+        return "a"
 
     @property
     def at_event_time(self) -> bool:

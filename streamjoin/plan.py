@@ -508,10 +508,12 @@ def _bind_join(
 def _split_condition(
     join: Conditioned, on: str, left_names: tuple[str, ...], schemas: dict[str, StructType], where: str
 ) -> tuple[list[tuple[str, str]], list[str], list[tuple[str, str, str]]]:
-    """`on`'s terms as key equalities, inequalities (an ASOF link's) and residual terms; an
-    equality its family says is its own (a window join's equal windows) is no key."""
+    """`on`'s terms as key equalities, inequalities (when its family takes them apart:
+    `Family.inequalities`) and residual terms; an equality its family says is its own (a window
+    join's equal windows) is no key."""
     plugin = family.of(join.kind)
     own_equality = plugin.own_equality if plugin is not None else None
+    takes_inequalities = plugin is not None and plugin.inequalities
     right = join.source
     equi: list[tuple[str, str]] = []
     residual: list[str] = []
@@ -519,7 +521,7 @@ def _split_condition(
     check_qualifiers(on, (*left_names, right), schemas, where)
     for term in conjuncts(on, f"{where}: the condition"):
         pair = equality(term, left_names, right)
-        inequality = _inequality(term, left_names, right) if join.asof else None
+        inequality = _inequality(term, left_names, right) if takes_inequalities else None
         if pair and own_equality is not None and own_equality(pair, where):
             continue  # the family's own, not a key
         if pair:
@@ -702,11 +704,9 @@ def grace_warnings(spark: SparkSession, plan: Plan) -> list[str]:
 
     warnings = family.warnings(plan)
     for step, join in enumerate(plan.joins, 1):
-        if join.family in ("interval", "window"):
-            judged = [*join.left, join.right]
-        elif join.family == "temporal":
-            judged = [join.right]  # its versions can be late; the stream's rows cannot
-        else:
+        plugin = family.of(join.family)
+        judged = plugin.graced(join) if plugin is not None and plugin.graced is not None else ()
+        if not judged:
             continue
         grace = join.link(Graced).grace
         for name in judged:

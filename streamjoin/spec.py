@@ -361,9 +361,8 @@ def _check_links(spec: JoinSpec) -> None:
         join.check_job(spec, link)
         table = spec.source(join.source)
         if right_kind == SourceKind.TABLE and not table.key:
-            what = "an ASOF" if join.asof else ("an event-time temporal" if join.at_event_time else "a")
             raise JobError(
-                f"{link}: {what} join against table {table.name!r} needs the table's primary key, which identifies "
+                f"{link}: {join.described} join against table {table.name!r} needs the table's primary key, which identifies "
                 f"the versions of a row: add key: [<column>, ...] to source {table.name!r}"
             )
         # The result of joining a stream with anything is a stream; table-table stays a table.

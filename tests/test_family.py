@@ -195,6 +195,21 @@ def test_a_familys_link_binds_and_explains_through_the_registry(name):
     assert set(family.json_keys()) <= set(described)
 
 
+@pytest.mark.parametrize(
+    "name, judged",
+    [("interval", ("a", "b")), ("window", ("a", "b")), ("temporal", ("b",)), ("asof", ()), ("rows", ())],
+)
+def test_a_familys_grace_judges_the_sources_it_names(name, judged):
+    """The grace warning checks the sources a link's family says its grace judges late: both
+    sides of an interval or window join, a temporal link's table (its stream's rows never are
+    late), none for the others."""
+    item, _, _ = EXAMPLES[name]
+    yaml = TABLE_YAML if name in ("temporal", "asof") else STREAMS_YAML
+    (join,) = bind(CATALOG, spec_from_dict({**yaml, "joins": [item]})).joins
+    plugin = family.of(join.family)
+    assert plugin is not None and (plugin.graced(join) if plugin.graced else ()) == judged
+
+
 def test_a_table_table_result_reserves_its_change_columns_and_explains_its_key():
     item = {"join": "b", "on": "a.id = b.id"}
     reserved = spec_from_dict({**TABLES_YAML, "joins": [item], "select": ["a.id AS op", "b.t"]})

@@ -848,6 +848,7 @@ family.register(
         settings=_settings,
         sql=family.SqlSyntax(query=_sql_query, join=_sql_join, terms=_sql_terms),
         warnings=chain_grace_warnings,
+        graced=family.sides,
         explain=_explain,
         explain_json=_explain_json,
         json_keys=("bounds_s", "emit"),

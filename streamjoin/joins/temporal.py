@@ -130,6 +130,10 @@ class LooksUp(Link):
     def at_event_time(self) -> bool:
         return self.as_of == "event_time" or self.as_of_column is not None
 
+    @property
+    def described(self) -> str:
+        return "an event-time temporal" if self.at_event_time else "a"
+
     def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
         if (left, right) != _STREAM_TABLE:
             raise JobError(f"{where}: {_AS_OF_STREAM_TABLE_ONLY} from this {left}-{right} join")
@@ -208,7 +212,6 @@ class AsofLink(Enriching):
     history."""
 
     kind = LinkKind.ASOF
-    asof = True
     marks = ("asof",)
 
     def _check(self, where: str) -> None:
@@ -219,6 +222,10 @@ class AsofLink(Enriching):
                 f"row over the table's whole history) or 'arrival', not a column ({self.as_of}): compare that "
                 "column in the inequality instead"
             )
+
+    @property
+    def described(self) -> str:
+        return "an ASOF"
 
     def check_pair(self, left: SourceKind, right: SourceKind, where: str) -> None:
         if (left, right) == STREAMS:
@@ -341,7 +348,8 @@ def _bind(binding: family.Binding) -> dict[str, Any]:
     time an `as_of` names, checked against its stream's schema."""
     link, left, right, where = binding.link, binding.left, binding.link.source, binding.where
     inequalities = binding.inequalities
-    if link.asof and len(inequalities) != 1:
+    nearest = isinstance(link, AsofLink)
+    if nearest and len(inequalities) != 1:
         found = (
             "none"
             if not inequalities
@@ -354,7 +362,7 @@ def _bind(binding: family.Binding) -> dict[str, Any]:
         )
     if isinstance(link, AsofLink) and link.as_of == "event_time":
         _check_asof_over_history(binding, inequalities[0])
-    return {"inequality": inequalities[0] if link.asof else None, "as_of": _bind_as_of(binding)}
+    return {"inequality": inequalities[0] if nearest else None, "as_of": _bind_as_of(binding)}
 
 
 def _bind_as_of(binding: family.Binding) -> NamedTime | None:
@@ -1117,6 +1125,11 @@ def _user_columns(joined: DataFrame, alias: str) -> list[str]:
     return [f.name for f in joined.select(f"{alias}.*").schema.fields if not f.name.startswith("_sj_")]
 
 
+def _table_versions(join: BoundJoin) -> tuple[str, ...]:
+    """A temporal link's grace judges its table's versions late; its stream's rows never are."""
+    return (join.right,)
+
+
 ENRICHMENTS = ("stream-table", "temporal", "asof")
 _ENRICHING: dict[str, Any] = {"bind": _bind, "explain": _explain, "operator": Enrichment.build}
 family.register(
@@ -1128,6 +1141,7 @@ family.register(
         refused_elsewhere={"asof": _AS_OF_STREAM_TABLE_ONLY},
         settings=_asof_settings,
         sql=family.SqlSyntax(join=_sql_asof, methods=("ASOF",)),
+        inequalities=True,
         **_ENRICHING,
     )
 )
@@ -1140,6 +1154,7 @@ family.register(
         refused_elsewhere={"as_of": _AS_OF_STREAM_TABLE_ONLY},
         settings=_as_of_settings,
         sql=family.SqlSyntax(join=_sql_point_in_time),
+        graced=_table_versions,
         **_ENRICHING,
     )
 )

@@ -498,6 +498,7 @@ family.register(
         schemas=_schemas,
         columns=WINDOW_COLUMNS,
         own_equality=_window_equality,
+        graced=family.sides,
         explain=_explain,
         explain_json=_explain_json,
         json_keys=("window_s",),

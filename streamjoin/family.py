@@ -20,7 +20,7 @@ package once, so whatever registers there is found. What a `Family` holds:
 - `sql`: its SQL syntax, hooks sql.py's generic join compiler calls (`SqlSyntax`).
 - `bind`: its binding, called by plan.py's generic binder after the generic condition split, with
   the catalog, the schemas and the split (`Binding`); it refuses what its link cannot join and
-  returns the `BoundJoin` fields it adds (e.g. an `as_of` time). Before the split, `schemas` gives
+  returns the `BoundJoin` fields it adds (e.g. `named_time`, the time an `as_of` names). Before the split, `schemas` gives
   the schemas the job's expressions see when the family adds `columns` to its sides' rows (a
   window join's window_start/window_end; NATURAL never joins on them), and `own_equality` says
   whether an equality of the condition is the family's own, not a key (`a.window_start =

@@ -58,7 +58,7 @@ class Link:
     type: JoinType = JoinType.INNER
 
     kind: ClassVar[str]  # its family's word: a LinkKind for the built-in families, any word for a new one
-    lateral: ClassVar[bool] = False  # joined with rows made for each row, not with a source
+    makes_rows: ClassVar[bool] = False  # joined with rows made for each row, not with a source
     # Settings a job gives only to choose this kind (ASOF's `asof: true`): taken, not held.
     marks: ClassVar[tuple[str, ...]] = ()
     # Settings a job file may give that this kind refuses, with why (after "join with 'x': ").

@@ -135,12 +135,13 @@ class BoundJoin:
     residual: str | None
     inequality: tuple[str, str, str] | None = None  # ASOF: (left column, operator, right column)
     condition: str | None = None  # the whole ON condition, bare columns named by their source
-    # Lateral joins: the UNNEST expression or the function's arguments, qualified (none for a
-    # lookup), and the columns of the rows made for each row (a lookup: the database table's).
-    lateral: tuple[str, ...] = ()
+    # A link that makes rows for each row: the expressions it makes them from, qualified (an
+    # UNNEST's array, a function's arguments; none for a lookup), and the made rows' columns.
+    made_from: tuple[str, ...] = ()
     made: StructType | None = None
-    # `as_of: <source>.<column>`: the time its table is looked up at; None: the row's own event time
-    as_of: NamedTime | None = None
+    # A time column of a source before the link that its family reads (an enrichment's `as_of:
+    # <source>.<column>`, the time its table is looked up at); None: the row's own event time
+    named_time: NamedTime | None = None
 
     def link(self, kind: type[L]) -> L:
         """The link as the class of its kind, for the family that reads that kind's settings."""
@@ -394,13 +395,13 @@ def _used_columns(
 ) -> dict[str, tuple[str, ...]]:
     """Per source, the columns the job depends on, as its schema spells them: those its select,
     filter and conditions name (USING and NATURAL keys too), its primary key, time and tombstone
-    columns, and a column an `as_of` names."""
+    columns, and a time column a link names (`BoundJoin.named_time`)."""
     named = [pair for e in expressions for pair in _source_columns(e, tuple(stored))]
     for bound in joins:
         named += [_split_column(side) for pair in bound.equi for side in pair]
-        named += [pair for e in bound.lateral for pair in _source_columns(e, tuple(stored))]
-        if bound.as_of is not None:
-            named.append((bound.as_of.source, bound.as_of.column))
+        named += [pair for e in bound.made_from for pair in _source_columns(e, tuple(stored))]
+        if bound.named_time is not None:
+            named.append((bound.named_time.source, bound.named_time.column))
     for source in spec.sources:
         own = (*source.key, source.deleted, None if source.time == COMMIT_TIME else source.time)
         named += [(source.name, column) for column in own if column]
@@ -937,7 +938,7 @@ def as_json(
                 **_family_json(j),
                 "lateral": None
                 if j.made is None
-                else {"expressions": list(j.lateral), "columns": j.made.fieldNames()},
+                else {"expressions": list(j.made_from), "columns": j.made.fieldNames()},
             }
             for step, j in enumerate(plan.joins, 1)
         ],

@@ -305,7 +305,7 @@ def _validate(spec: JoinSpec) -> None:
         raise JobError(f"{where}: source names must be unique; {', '.join(duplicates)} appear twice")
     if not spec.joins:
         raise JobError(f"{where}: 'joins' is empty; a join job needs at least one join")
-    made = [j.source for j in spec.joins if j.lateral]
+    made = [j.source for j in spec.joins if j.makes_rows]
     for name in made:
         if name in names:
             raise JobError(
@@ -341,7 +341,7 @@ def _check_links(spec: JoinSpec) -> None:
     left_kind = spec.source(spec.start).kind
     for join in spec.joins:
         link = f"job {spec.name!r}, join with {join.source!r}"
-        if join.lateral:
+        if join.makes_rows:
             if left_kind != SourceKind.STREAM:
                 raise JobError(
                     f"{link}: UNNEST, table functions and lookups take the rows of a stream; {spec.start!r} is a table, "
@@ -561,7 +561,7 @@ def _join_from_dict(
     if isinstance(item, dict) and True in item:
         item = {("on" if k is True else k): v for k, v in item.items()}  # YAML 1.1 reads `on:` as true
     if isinstance(item, dict) and "join" not in item and any(key in item for key, _ in family.made_by()):
-        return _lateral_from_dict(item, origin), None
+        return _made_from_dict(item, origin), None
     if not isinstance(item, dict) or "join" not in item:
         raise JobError(
             f"{origin}: each entry of 'joins' needs 'join: <source name>' (or 'unnest: <array column>' or "
@@ -590,7 +590,7 @@ _JOIN_KEYS = (
 )  # and the keys of the families that are plug-ins (streamjoin/family.py)
 
 
-def _lateral_from_dict(item: dict, origin: str) -> Link:
+def _made_from_dict(item: dict, origin: str) -> Link:
     """A join item that makes rows for each row (`unnest: orders.tags`, `function: pkg.mod:udtf`,
     `lookup: {url, table}`: `family.Family.made_by`), named by `as`; its family builds the link."""
     makers = family.made_by()

@@ -64,7 +64,7 @@ def test_unnest_and_function_joins_make_the_columns_the_catalog_types():
     (nothing imported)."""
     unnest = one_join({"unnest": "tags", "as": "m", "columns": ["tag"]}, ["orders.id", "m.tag"])
     (join,) = bind(CATALOG, unnest).joins
-    assert join.made == StructType([StructField("tag", StringType())]) and join.lateral == ("orders.tags",)
+    assert join.made == StructType([StructField("tag", StringType())]) and join.made_from == ("orders.tags",)
     called = one_join({"function": "words:split", "args": ["id"], "as": "w"}, ["w.word", "w.position"])
     plan = bind(CATALOG, called)
     assert plan.joins[0].made == WORDS and plan.output_columns == ("word", "position")

@@ -182,7 +182,7 @@ def test_as_of_the_streams_own_time_column_is_its_event_time(spark, paths):
     `event_time` (the plan binds no other time)."""
     table = {"key": ["k"], "time": "t", "changelog": True}
     plan = bind(spark, enrichment_job(*paths, "left", table, {"on": "l.k = r.k", "as_of": "l.T"}))
-    assert (plan.joins[0].family, plan.joins[0].as_of) == ("temporal", None)
+    assert (plan.joins[0].family, plan.joins[0].named_time) == ("temporal", None)
 
 
 def test_columns_in_another_letter_case_bind_to_the_tables_spelling(spark, paths):

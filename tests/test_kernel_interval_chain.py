@@ -253,7 +253,7 @@ def test_a_table_looked_up_at_the_left_sides_time_decides_as_the_reference(spark
     l's or r's time at random too.)"""
     case = data.draw(at_random(chain_cases("l")))
     plan = chain_plan(spark, paths, case)
-    assert (plan.joins[1].as_of.source, plan.joins[1].as_of.column) == ("l", "t")
+    assert (plan.joins[1].named_time.source, plan.joins[1].named_time.column) == ("l", "t")
     whole = replayed_in_slices(spark, plan, case.laid, "exact", slices(data.draw, STACK), False)
     check(whole, case, "exact", False)
     live = enrichment_live(spark, plan, case.laid, data.draw(cuts(case.laid), label="cuts"))

@@ -682,7 +682,7 @@ def test_every_sql_example_of_the_job_spec_compiles():
     for block in blocks:
         spec = spec_from_sql(block)
         for join in spec.joins:
-            if join.lateral:
+            if join.makes_rows:
                 families.add(("lateral", join.type))
                 continue
             kinds = (spec.source(spec.start).kind, spec.source(join.source).kind)

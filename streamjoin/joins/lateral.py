@@ -58,7 +58,7 @@ class Made(Link):
 
     columns: tuple[str, ...] = ()
 
-    lateral = True
+    makes_rows = True
 
     def _check(self, where: str) -> None:
         super()._check(where)
@@ -253,7 +253,7 @@ def _bind(binding: family.Binding) -> dict[str, Any]:
             f"({', '.join(f'{f.name} {f.dataType.simpleString()}' for f in fields)}); name each once"
         )
     made = StructType([StructField(n, f.dataType, True) for n, f in zip(names, fields, strict=True)])
-    return {"equi": (), "residual": None, "lateral": lateral, "made": made}
+    return {"equi": (), "residual": None, "made_from": lateral, "made": made}
 
 
 def _elements(kind: DataType, join: UnnestLink, where: str) -> list[StructField]:
@@ -274,9 +274,9 @@ def _explain(plan: Plan, join: BoundJoin, step: int) -> list[str]:
     assert join.made is not None  # only lateral joins make rows
     columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in join.made.fields)
     call = (
-        f"UNNEST({join.lateral[0]})"
+        f"UNNEST({join.made_from[0]})"
         if join.family == "unnest"
-        else f"LATERAL TABLE({join.link(FunctionLink).function}({', '.join(join.lateral)}))"
+        else f"LATERAL TABLE({join.link(FunctionLink).function}({', '.join(join.made_from)}))"
     )
     kind = "CROSS JOIN" if join.spec.type == "inner" else "LEFT JOIN"
     kept = (
@@ -400,7 +400,7 @@ class LateralJoin(JoinOperator):
     def build(cls, plan: Plan, join: BoundJoin) -> LateralJoin:
         assert join.made is not None  # the plan gives a lateral join the schema of its made rows
         function = join.spec.function if isinstance(join.spec, FunctionLink) else None
-        expansion = Expansion(join.left[0], join.right, join.family, join.lateral, join.made, function)
+        expansion = Expansion(join.left[0], join.right, join.family, join.made_from, join.made, function)
         return cls(expansion, join.spec.type)
 
     def reads_rows_once(self) -> bool:

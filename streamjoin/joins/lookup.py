@@ -66,7 +66,7 @@ class LookupLink(Link):
     on: str | None = None
 
     kind = LinkKind.LOOKUP
-    lateral = True
+    makes_rows = True
 
     def _check(self, where: str) -> None:
         super()._check(where)

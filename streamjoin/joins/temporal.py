@@ -362,7 +362,7 @@ def _bind(binding: family.Binding) -> dict[str, Any]:
         )
     if isinstance(link, AsofLink) and link.as_of == "event_time":
         _check_asof_over_history(binding, inequalities[0])
-    return {"inequality": inequalities[0] if nearest else None, "as_of": _bind_as_of(binding)}
+    return {"inequality": inequalities[0] if nearest else None, "named_time": _bind_as_of(binding)}
 
 
 def _bind_as_of(binding: family.Binding) -> NamedTime | None:
@@ -456,7 +456,8 @@ def _explain_event_time(plan: Plan, join: BoundJoin) -> list[str]:
     """A temporal link: the version valid at the row's event time (or a named time)."""
     table, grace = plan.source(join.right).spec, join.link(Enriching).grace
     versions = f"version time {table.time}" if table.time else "version time = commit timestamp"
-    point = "the row's event time" if join.as_of is None else f"{join.as_of.source}.{join.as_of.column}"
+    named = join.named_time
+    point = "the row's event time" if named is None else f"{named.source}.{named.column}"
     lines = [
         f"versions: per key, ordered by {versions}; each {_stream_words(plan, join)} row joins the version valid at {point}"
     ]
@@ -563,7 +564,7 @@ class TemporalJoin:
             residual=join.residual,
             inequality=join.inequality,
             over_history=join.family == "asof" and spec.as_of == "event_time",
-            named_time=join.as_of,
+            named_time=join.named_time,
         )
 
     @property

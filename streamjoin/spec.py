@@ -317,17 +317,17 @@ def _validate(spec: JoinSpec) -> None:
             f"{where}: an UNNEST, table-function or lookup join runs as the job's only join for now; split the job: "
             "write the expanded rows to a table in one job and join that table in a second"
         )
-    chain = [n for n in spec.names if n not in made]
-    for name in chain:
+    joined = [n for n in spec.names if n not in made]
+    for name in joined:
         if name not in names:
             raise JobError(
                 f"{where}: the join chain names source {name!r}, which is not declared; sources are {', '.join(names)}"
             )
-    if len(set(chain)) != len(chain):
+    if len(set(joined)) != len(joined):
         raise JobError(
             f"{where}: each source may appear once in the join chain; to self-join, declare the table twice under two names"
         )
-    unused = [n for n in names if n not in chain]
+    unused = [n for n in names if n not in joined]
     if unused:
         raise JobError(
             f"{where}: source(s) {', '.join(unused)} are declared but never joined; remove them or add a join"

@@ -171,7 +171,9 @@ class SqlSyntax:
     CREATE statement it claims (e.g. Flink's JDBC table), else None. `made`: the name of the rows
     a JOIN item makes when the family claims it (UNNEST, a declared table it looks rows up in),
     else None; `made_join`: that item's join entry. `methods`: the words before JOIN (`ASOF JOIN`)
-    its `join` hook reads; sql.py refuses any other but NATURAL."""
+    its `join` hook reads; sql.py refuses any other but NATURAL. `words`: its links' advice in a
+    YAML job's words (`add as_of: event_time`), each with the SQL statement's nearest form, which
+    a SQL job's messages say instead."""
 
     statement: Callable[[SqlStatement], Finish | None] | None = None
     query: Callable[[SqlQuery], dict[str, Any] | None] | None = None
@@ -181,6 +183,7 @@ class SqlSyntax:
     made: Callable[[SqlMade], str | None] | None = None
     made_join: Callable[[SqlMade], dict[str, Any]] | None = None
     methods: tuple[str, ...] = ()  # JOIN methods its `join` hook reads (`ASOF JOIN`), besides NATURAL
+    words: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -344,6 +347,11 @@ def sql_join(join: SqlJoin) -> None:
 def sql_methods() -> tuple[str, ...]:
     """The JOIN methods (`ASOF`) the families' join hooks read, in upper case."""
     return tuple(method.upper() for family in families() for method in family.sql.methods)
+
+
+def sql_words() -> dict[str, str]:
+    """Every family's advice in a YAML job's words, with the SQL statement's form of each."""
+    return {yaml: sql for family in families() for yaml, sql in family.sql.words.items()}
 
 
 def sql_terms(join: SqlJoin, terms: list[exp.Expr]) -> list[exp.Expr]:

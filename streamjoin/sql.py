@@ -198,7 +198,7 @@ class StreamSQL(Spark):
 
 
 # The job checks (spec.py) say what to change in a YAML job's words; said of a SQL job, each
-# becomes the statement's nearest form.
+# becomes the statement's nearest form (and the families' own: `family.SqlSyntax.words`).
 _STATEMENT_WORDS = {
     "add 'within: 1h' (|right.time - left.time| <= 1h) or 'between: [-1h, 2h]' (right.time - left.time)": (
         "write WITHIN 1 HOUR after the joined stream, WITHIN (1 HOUR, 2 HOURS) (up to 1 hour before, 2 after), "
@@ -209,17 +209,6 @@ _STATEMENT_WORDS = {
     ),
     "'within'/'between' apply to stream-stream joins only; remove them": (
         "WITHIN, OVER windows and interval conditions apply to stream-stream joins only; remove them"
-    ),
-    "as a table (kind: table, key: [...], time: <column>) and add as_of: event_time": (
-        "as a table (CREATE TABLE ... WITH (path='...', key='...', time='...')) and join it with ASOF JOIN ... "
-        "FOR SYSTEM_TIME AS OF <the stream's time column>"
-    ),
-    "; without as_of each stream row": "; without FOR SYSTEM_TIME AS OF each stream row",
-    "or write as_of: event_time (the row's event time)": (
-        "in FOR SYSTEM_TIME AS OF (the stream's own time column: its event time)"
-    ),
-    "'as_of' and 'asof' apply to stream-table joins only; remove them": (
-        "FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only; remove them"
     ),
 }
 
@@ -239,7 +228,7 @@ def spec_from_sql(text: str, origin: str = "job") -> JoinSpec:
 
 def in_statement_words(message: str) -> str:
     """A job check's message with its YAML advice in the words of a SQL statement."""
-    for yaml_words, statement_words in _STATEMENT_WORDS.items():
+    for yaml_words, statement_words in {**_STATEMENT_WORDS, **family.sql_words()}.items():
         message = message.replace(yaml_words, statement_words)
     return message
 

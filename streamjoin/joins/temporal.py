@@ -304,6 +304,22 @@ def _sql_point_in_time(join: family.SqlJoin) -> None:
         )
 
 
+# What the links' refusals advise in a YAML job's words, and in a SQL statement's (`SqlSyntax.words`).
+_ASOF_WORDS = {
+    "as a table (kind: table, key: [...], time: <column>) and add as_of: event_time": (
+        "as a table (CREATE TABLE ... WITH (path='...', key='...', time='...')) and join it with ASOF JOIN ... "
+        "FOR SYSTEM_TIME AS OF <the stream's time column>"
+    ),
+    "; without as_of each stream row": "; without FOR SYSTEM_TIME AS OF each stream row",
+}
+_POINT_IN_TIME_WORDS = {
+    "or write as_of: event_time (the row's event time)": (
+        "in FOR SYSTEM_TIME AS OF (the stream's own time column: its event time)"
+    ),
+    _AS_OF_STREAM_TABLE_ONLY: "FOR SYSTEM_TIME AS OF and ASOF apply to stream-table joins only; remove them",
+}
+
+
 def _named_time(join: family.SqlJoin, point: exp.Column) -> str:
     """`FOR SYSTEM_TIME AS OF o.order_time`, Flink's named time attribute: `event_time` when it is
     the declared time of the one stream before the join (the row's own event time), else the
@@ -1141,7 +1157,7 @@ family.register(
         keys=("asof",),
         refused_elsewhere={"asof": _AS_OF_STREAM_TABLE_ONLY},
         settings=_asof_settings,
-        sql=family.SqlSyntax(join=_sql_asof, methods=("ASOF",)),
+        sql=family.SqlSyntax(join=_sql_asof, methods=("ASOF",), words=_ASOF_WORDS),
         inequalities=True,
         **_ENRICHING,
     )
@@ -1154,7 +1170,7 @@ family.register(
         keys=("as_of",),
         refused_elsewhere={"as_of": _AS_OF_STREAM_TABLE_ONLY},
         settings=_as_of_settings,
-        sql=family.SqlSyntax(join=_sql_point_in_time),
+        sql=family.SqlSyntax(join=_sql_point_in_time, words=_POINT_IN_TIME_WORDS),
         graced=_table_versions,
         **_ENRICHING,
     )

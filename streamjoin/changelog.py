@@ -17,7 +17,7 @@ key, NULL or unparseable version time).
 
 `versions` turns accepted changes into validity intervals per primary key, ordered either by
 arrival (what the table held when a row arrived) or by version time (what was valid at an event
-time): the versioned table that the temporal join family (`joins/temporal.py`) looks up.
+time): the versioned table that the temporal join family (`joins/temporal/`) looks up.
 """
 
 from __future__ import annotations

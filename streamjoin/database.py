@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import ArrayType, StructType
-
-from streamjoin import delta_io
 from streamjoin.errors import JobError
 from streamjoin.links import NAME
+
+if TYPE_CHECKING:  # `Lookup` is read with the job, without Spark; the functions run with it
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 # The driver class of the databases whose JDBC URL names them (jdbc:<name>:...).
 JDBC_DRIVERS = {
@@ -106,6 +107,10 @@ def columns(spark: SparkSession, lookup: Lookup, where: str, journal: str) -> St
     """The database table's columns as the job sees them: those of the rows its journal recorded
     (no connection: a replay of recorded commits runs while the database is down), else read from
     the database now (a connection, refused when it cannot be reached)."""
+    from pyspark.sql.types import ArrayType, StructType
+
+    from streamjoin import delta_io
+
     if delta_io.exists(spark, journal):
         recorded = delta_io.schema(spark, journal)["rows"].dataType
         if isinstance(recorded, ArrayType) and isinstance(recorded.elementType, StructType):

@@ -35,7 +35,11 @@ package once, so whatever registers there is found. What a `Family` holds:
 - `explain` and `explain_json`: the lines `streamjoin explain` prints under the link's header (a
   lateral link: its header too) and the keys its JSON adds (`json_keys`: keys every join's JSON
   carries, None for other families).
-- `operator`: its join operator's builder (`Plan`, `BoundJoin` -> `JoinOperator`), what the
+- `operator`: where its join operator's builder is (`"<module>:<attribute>"`; `Plan`, `BoundJoin`
+  -> `JoinOperator`), imported when a run first needs an operator. A family is a package under
+  `streamjoin.joins`: its `__init__` declares it and imports no Spark (a job file is read, checked
+  and compiled without Spark, as an Airflow DAG file does), its `step` module runs it on Spark. What
+  the
   kernel runs for links of its kinds.
 
 Families not yet moved here are still named by the generic layers (infra/shape-baseline.txt).
@@ -234,7 +238,10 @@ class Family:
     explain: Callable[[Plan, BoundJoin, int], list[str]] | None = None
     explain_json: Callable[[BoundJoin], dict[str, Any]] | None = None
     json_keys: tuple[str, ...] = ()
-    operator: Builder | None = None
+    operator: str | None = None  # "<module>:<attribute>" of its builder (module docstring)
+    # "<module>:<attribute>" of `(spark, plan, join) -> None`, called before a live run's first batch:
+    # the systems outside Spark its link asks for every new commit answer now (a lookup's database)
+    reach: str | None = None
     order: int = 1_000  # its precedence when it has no claims (a lateral family: the order of its words)
 
     @property
@@ -250,7 +257,7 @@ class Family:
 
 
 _REGISTERED: dict[str, Family] = {}
-OPERATORS: dict[str, Builder] = {}  # plan family name (a link's kind) -> operator builder
+OPERATORS: dict[str, Builder] = {}  # plan family name (a link's kind) -> operator builder, once loaded
 _discovered = False
 
 
@@ -262,13 +269,10 @@ def sides(join: BoundJoin) -> tuple[str, ...]:
 def register(family: Family) -> Family:
     """Add `family` (a family module calls this once, at import); a second family claiming one of
     its kinds or names is a programming error."""
-    taken = [kind for kind in family.kinds if kind in OPERATORS]
+    taken = [kind for kind in family.kinds for other in _REGISTERED.values() if kind in other.kinds]
     if family.name in _REGISTERED or taken:
         raise ValueError(f"join family {family.name!r} registered twice (or its kinds {taken} taken)")
     _REGISTERED[family.name] = family
-    if family.operator is not None:
-        for kind in family.kinds:
-            OPERATORS[kind] = family.operator
     return family
 
 
@@ -280,7 +284,8 @@ def families() -> tuple[Family, ...]:
         _discovered = True
         package = importlib.import_module("streamjoin.joins")
         for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
-            importlib.import_module(module.name)
+            if module.ispkg:  # a family; the package's plain modules are the families' shared machinery
+                importlib.import_module(module.name)
     return tuple(sorted(_REGISTERED.values(), key=lambda family: (family.precedence, family.name)))
 
 
@@ -428,7 +433,25 @@ def json_keys() -> tuple[str, ...]:
     return tuple(key for family in families() for key in family.json_keys)
 
 
+def operators() -> dict[str, Builder]:
+    """Every family's operator builder by kind, their step modules imported (once): what a run
+    executes, and what a chain asks of each family (`joins.chaining.declare`, in those modules)."""
+    if not OPERATORS:
+        for plugin in families():
+            if plugin.operator is not None:
+                OPERATORS.update(dict.fromkeys(plugin.kinds, resolved(plugin.operator)))
+    return OPERATORS
+
+
+def resolved(path: str) -> Any:
+    """What `"<module>:<attribute>"` names (a family's step module imported for it)."""
+    where, _, attribute = path.partition(":")
+    found: Any = importlib.import_module(where)
+    for name in attribute.split("."):
+        found = getattr(found, name)
+    return found
+
+
 def operator(kind: str) -> Builder:
     """The operator builder of links of `kind`."""
-    families()
-    return OPERATORS[kind]
+    return operators()[kind]

@@ -14,11 +14,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamjoin import arrival, delta_io
+from streamjoin import family as registry
 from streamjoin.arrival import REJECT
-from streamjoin.joins import FAMILIES
 from streamjoin.joins.base import END_OF_INPUT, JoinOperator, StepInput, StepResult, Write
 from streamjoin.joins.chaining import refusal
-from streamjoin.joins.lookup import check_databases
 from streamjoin.plan import Plan
 from streamjoin.spec import Output
 
@@ -41,7 +40,7 @@ def family(plan: Plan) -> JoinOperator:
     fold over its links); refuses, before any data moves, a link the one before does not take
     (what each family declares, `joins.chaining`)."""
     first, *rest = plan.joins
-    operator = FAMILIES[first.family](plan, first)
+    operator = registry.operator(first.family)(plan, first)
     for step, join in enumerate(rest, 2):
         extended = operator.then(plan, join)
         if extended is None:
@@ -62,8 +61,12 @@ def runnable(spark: SparkSession, plan: Plan) -> JoinOperator:
 
 def reach_external(spark: SparkSession, plan: Plan) -> None:
     """Before a live run's first batch: the external systems its joins ask for every new commit
-    answer now (lookup joins' databases), so one that is down is refused in one line at the start."""
-    check_databases(spark, plan)
+    answer now (a family's `reach`: a lookup join's database), so one that is down is refused in
+    one line at the start."""
+    for join in plan.joins:
+        plugin = registry.of(join.family)
+        if plugin is not None and plugin.reach is not None:
+            registry.resolved(plugin.reach)(spark, plan, join)
 
 
 def split_rejected(rows: DataFrame) -> tuple[DataFrame, DataFrame]:

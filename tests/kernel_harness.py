@@ -34,8 +34,7 @@ from reference import LINK_BUCKETS, STREAM_BUCKETS, TABLE_BUCKETS, Change, Event
 from streamjoin import arrival, changelog, kernel
 from streamjoin.delta_io import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.frames import local_frame
-from streamjoin.joins.base import Write
-from streamjoin.joins.interval import MATCHED
+from streamjoin.joins.base import MATCHED, Write
 from streamjoin.metrics import LinkCounts, SourceCounts, links_balanced
 from streamjoin.plan import Plan
 from streamjoin.runners.live import PENDING, Batch, Progress, batch_commits, decide, table_input

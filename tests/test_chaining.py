@@ -8,7 +8,8 @@ import ast
 import re
 from pathlib import Path
 
-from streamjoin.joins import FAMILIES, chain, chaining
+from streamjoin import family
+from streamjoin.joins import chain, chaining
 from streamjoin.joins.base import JoinOperator
 
 
@@ -61,7 +62,7 @@ def test_the_chain_names_no_family_and_no_family_extends_another():
         if isinstance(name, str) and family_name.search(name)
     }
     assert named == set()
-    operators = {builder.__self__ for builder in FAMILIES.values()}  # each registers its `build`
+    operators = {builder.__self__ for builder in family.operators().values()}  # each registers its `build`
     for operator in operators:
         assert [base for base in operator.__mro__[1:] if base in operators] == [], operator
         assert JoinOperator in operator.__mro__

@@ -3,6 +3,8 @@ using it, written in YAML or in SQL, compiles to its link through the registry a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from streamjoin.catalog import MemoryCatalog
 from streamjoin.errors import JobError
 from streamjoin.joins.temporal import StreamTableLink
 from streamjoin.plan import as_json, bind, describe
+from streamjoin.session import PROJECT_ROOT
 from streamjoin.spec import spec_from_dict
 from streamjoin.sql import spec_from_sql
 
@@ -124,7 +127,25 @@ def test_every_module_of_the_joins_package_that_registers_a_family_is_found_and_
     assert set(found) <= set(EXAMPLES), "a registered family needs an example in EXAMPLES"
     for plugin in found.values():
         assert plugin.kinds and all(family.of(kind) is plugin for kind in plugin.kinds)
-        assert all(family.operator(kind) is plugin.operator for kind in plugin.kinds)
+        builders = [family.operator(kind) for kind in plugin.kinds]  # its step module, imported now
+        assert all(b.__self__.__module__.endswith(".step") for b in builders), plugin.operator
+
+
+def test_job_files_are_read_checked_and_compiled_without_spark():
+    """A family's package declares it without Spark (its step module runs it): every job file of
+    the repository, YAML and SQL, loads in a process that never imports pyspark or py4j, as an
+    Airflow DAG file does at every parse."""
+    probe = (
+        "import sys; from streamjoin.jobfile import job_files, load_job; from streamjoin import family\n"
+        "jobs = [load_job(f).name for f in job_files('jobs')]\n"
+        "print(len(jobs), len(family.families()), sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'py4j'}))"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    jobs, families, heavy = ran.stdout.split(maxsplit=2)
+    assert int(jobs) >= 4 and int(families) == len(EXAMPLES) and heavy.strip() == "[]"
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -157,7 +178,7 @@ def test_a_familys_keys_are_the_ones_a_job_may_give_and_unknown_keys_name_them()
 
 def test_the_enrichment_families_words_are_theirs_through_the_registry():
     """`as_of`, `asof`, ASOF JOIN and FOR SYSTEM_TIME AS OF are the enrichment families' own
-    (joins/temporal.py): the registry lists their keys and JOIN method, a link of another family
+    (joins/temporal/): the registry lists their keys and JOIN method, a link of another family
     given `as_of` refuses it in their words, and a link no family claims is theirs (stream-table,
     the last claim)."""
     assert {"as_of", "asof"} <= set(family.join_keys()) and "ASOF" in family.sql_methods()

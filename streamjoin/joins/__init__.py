@@ -1,10 +1,7 @@
-"""One module per join family, each holding that family's whole semantics behind the operator
-interface of `streamjoin.joins.base`; importing this package registers them all (every module of
-the package is imported once: `streamjoin.family.families`)."""
+"""The join families, one package each, and the machinery they share (the plain modules).
 
-from streamjoin import family
-from streamjoin.joins.base import FAMILIES
-
-family.families()
-
-__all__ = ["FAMILIES"]
+A family's package declares it in its `__init__`, which imports no Spark: its link, the keys and
+SQL syntax that give it, its binding and explain text, registered with `streamjoin.family`, which
+imports every package here once. Its `step` module runs it on Spark behind the operator
+interface of `streamjoin.joins.base`, imported when a run first needs an operator.
+"""

@@ -25,7 +25,6 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-from streamjoin import family
 from streamjoin.arrival import ALL_TIME, Slices, Timeline
 from streamjoin.changelog import TableInput
 from streamjoin.metrics import LinkCounts, SourceCounts
@@ -249,9 +248,6 @@ def preserves(join_type: str, side: str, left: str, right: str) -> bool:
         or (join_type == "left" and side == left)
         or (join_type == "right" and side == right)
     )
-
-
-FAMILIES = family.OPERATORS  # plan family name -> builder, of every family (streamjoin/family.py)
 
 
 def tally_by_slice(rows: DataFrame, owner: Column, **aggregates: Column) -> dict[int, dict[str, int]]:

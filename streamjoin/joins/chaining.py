@@ -23,8 +23,9 @@ from typing import Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructField
 
+from streamjoin import family
 from streamjoin.errors import UnsupportedJobError
-from streamjoin.joins.base import FAMILIES, JoinOperator, StepInput
+from streamjoin.joins.base import JoinOperator, StepInput
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -220,7 +221,7 @@ def chains() -> str:
         f"after {_names(names)}, {', or '.join(_rule_text(rule) for rule in accepts)}"
         for accepts, names in sorted(groups.items(), key=lambda group: group[1])
     ]
-    closed = sorted(name for name in FAMILIES if not (name in DECLARED and DECLARED[name].accepts))
+    closed = sorted(name for name in family.operators() if not (name in DECLARED and DECLARED[name].accepts))
     if closed:
         rules.append(f"after {_names(closed)}, none yet")
     return "; ".join(rules)

@@ -122,10 +122,10 @@ def waiting_at_links(links: Sequence[LinkCounts | dict]) -> int:
 def links_balanced(links: list[LinkCounts]) -> bool:
     """Every link adds up, and each takes what the one before passed on (with the rows waiting at
     it: reached + open = before's passed + carried_in)."""
-    chained = all(
+    handed_on = all(
         b.reached + b.open == a.passed + b.carried_in for a, b in zip(links, links[1:], strict=False)
     )
-    return chained and all(link.balanced() for link in links)
+    return handed_on and all(link.balanced() for link in links)
 
 
 @dataclass

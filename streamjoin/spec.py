@@ -435,32 +435,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     sources_doc = document["sources"]
     if not isinstance(sources_doc, dict) or not sources_doc:
         raise JobError(f"{origin}: 'sources' must map source names to their settings")
-    sources = []
-    for name, body in sources_doc.items():
-        body = body or {}
-        where = f"{origin}: source {name!r}"
-        _only(body, SOURCE_KEYS, where)
-        skew = (
-            parse_duration(body["clock_skew"], f"{where}: clock_skew")
-            if "clock_skew" in body
-            else DEFAULT_CLOCK_SKEW
-        )
-        sources.append(
-            Source(
-                name=str(name),
-                kind=body.get("kind", "stream"),
-                path=body.get("path"),
-                table=body.get("table"),
-                time=body.get("time"),
-                time_format=body.get("time_format"),
-                key=name_list(body.get("key")),
-                changelog=bool(body.get("changelog", False)),
-                deleted=body.get("deleted"),
-                clock_skew=skew,
-                start_at=_start_value(body.get("start_at")),
-                max_future=_max_future(body, where),
-            )
-        )
+    sources = [_source_from_dict(str(name), body or {}, origin) for name, body in sources_doc.items()]
     joins_doc = document["joins"]
     if not isinstance(joins_doc, list):
         raise JobError(f"{origin}: 'joins' must be a list of joins, in the order they apply")
@@ -470,15 +445,7 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     select = document.get("select") or ()
     if isinstance(select, str):
         select = [select]
-    output_doc = document["output"] or {}
-    _only(output_doc, OUTPUT_KEYS, f"{origin}: output")
-    output = Output(
-        path=output_doc.get("path"),
-        table=output_doc.get("table"),
-        time=output_doc.get("time", "event_time"),
-        partition_by=name_list(output_doc.get("partition_by")),
-        key=name_list(output_doc.get("key")),
-    )
+    output = _output_from_dict(document["output"] or {}, origin)
     spec = JoinSpec(
         name=str(document.get("name")),
         sources=tuple(sources),
@@ -493,6 +460,43 @@ def spec_from_dict(document: dict[str, Any], origin: str = "job") -> JoinSpec:
     if refusals:  # after the links were checked against the kinds they join
         raise JobError(refusals[0])
     return spec
+
+
+def _source_from_dict(name: str, body: dict[str, Any], origin: str) -> Source:
+    """One entry of `sources`."""
+    where = f"{origin}: source {name!r}"
+    _only(body, SOURCE_KEYS, where)
+    skew = (
+        parse_duration(body["clock_skew"], f"{where}: clock_skew")
+        if "clock_skew" in body
+        else DEFAULT_CLOCK_SKEW
+    )
+    return Source(
+        name=name,
+        kind=body.get("kind", "stream"),
+        path=body.get("path"),
+        table=body.get("table"),
+        time=body.get("time"),
+        time_format=body.get("time_format"),
+        key=name_list(body.get("key")),
+        changelog=bool(body.get("changelog", False)),
+        deleted=body.get("deleted"),
+        clock_skew=skew,
+        start_at=_start_value(body.get("start_at")),
+        max_future=_max_future(body, where),
+    )
+
+
+def _output_from_dict(output_doc: dict[str, Any], origin: str) -> Output:
+    """The `output` section."""
+    _only(output_doc, OUTPUT_KEYS, f"{origin}: output")
+    return Output(
+        path=output_doc.get("path"),
+        table=output_doc.get("table"),
+        time=output_doc.get("time", "event_time"),
+        partition_by=name_list(output_doc.get("partition_by")),
+        key=name_list(output_doc.get("key")),
+    )
 
 
 def _meta_from_dict(document: dict[str, Any], origin: str) -> JobMeta:

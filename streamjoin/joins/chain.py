@@ -3,7 +3,7 @@
 join or by a temporal join.
 
 A chain is a fold over links (`joins/chaining.py`). The first link decides its part of the step as it
-would alone, over sources; the rows it emits become the rows of one stream (`Link.as_rows`): each
+would alone, over sources; the rows it emits become the rows of one stream (`ChainLink.as_rows`): each
 source's columns in a struct named after it, the output event time, and the position at which the
 row became known. Each later link takes those rows as it would a source's, and emits rows of the
 same form; the last link's rows are the output. Every position is a function of the Delta log, so
@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from streamjoin.joins.base import Counters, JoinOperator, StepInput, StepResult
-from streamjoin.joins.chaining import Link, LinkInput, LinkRun, Upstream, accepted, derived, later_link
+from streamjoin.joins.chaining import ChainLink, LinkInput, LinkRun, Upstream, accepted, derived, later_link
 from streamjoin.metrics import LinkCounts, SourceCounts
 from streamjoin.plan import BoundJoin, Plan
 
@@ -32,15 +32,15 @@ class Chain(JoinOperator):
     """Links in turn, each after the first taking the rows the one before emitted. `ended`: the
     last link's declaration said nothing may follow it."""
 
-    links: tuple[Link, ...]
+    links: tuple[ChainLink, ...]
     ended: bool = False
 
     @classmethod
-    def of(cls, first: Link) -> Chain:
+    def of(cls, first: ChainLink) -> Chain:
         return cls((first,))
 
     def then(self, plan: Plan, join: BoundJoin) -> JoinOperator | None:
-        """The chain with `join` decided by its last link (`Link.absorb`) or as one more link, if
+        """The chain with `join` decided by its last link (`ChainLink.absorb`) or as one more link, if
         the last link's family declares it takes `join` (`chaining.accepted`); None otherwise (the
         job is refused). A chain of one link is that link."""
         last = self.links[-1]
@@ -78,7 +78,7 @@ class Chain(JoinOperator):
         return 0, 0
 
     def state_fields(self) -> tuple[StructField, ...]:
-        """The first link's, and the columns any link's rows carry (`Link.carries`)."""
+        """The first link's, and the columns any link's rows carry (`ChainLink.carries`)."""
         fields: dict[str, StructField] = {}
         for f in (*self.links[0].state_fields(), *(f for link in self.links for f in link.carries())):
             fields.setdefault(f.name, f)

@@ -2,7 +2,7 @@
 
 A chain (`joins/chain.py`) is a fold over links. Each link decides one part of the job over the
 rows of one stream: a source's, or the rows the link before emitted, each at the position where it
-became known (its emission position). The `Link` interface is what the fold calls, with one
+became known (its emission position). The `ChainLink` interface is what the fold calls, with one
 signature for every family: run the link over its input (`run_link`, giving the rows it emits in
 its own joined form, its counts per slice, what it keeps open, what it keeps waiting), turn those
 rows into the next link's input (`as_rows`) or into output rows (`output`), and say which sources
@@ -90,7 +90,7 @@ class LinkRun:
     watermark: int | None = None
 
 
-class Link(JoinOperator, Protocol):
+class ChainLink(JoinOperator, Protocol):
     """A join operator that can be a link of a chain."""
 
     @property
@@ -133,11 +133,11 @@ class Link(JoinOperator, Protocol):
         it does not read `side` as a stream."""
         ...
 
-    def reaching(self, reach: tuple[int, int]) -> Link:
+    def reaching(self, reach: tuple[int, int]) -> ChainLink:
         """This link emitting `reach` around the slices (what the links after it read there)."""
         ...
 
-    def absorb(self, plan: Plan, join: BoundJoin) -> Link | None:
+    def absorb(self, plan: Plan, join: BoundJoin) -> ChainLink | None:
         """This link deciding `join` too (several tables looked up in turn are one link); None:
         `join` is a link of its own."""
         ...
@@ -158,7 +158,7 @@ class Link(JoinOperator, Protocol):
         ...
 
 
-LaterLink = Callable[[Plan, BoundJoin, Upstream], Link]
+LaterLink = Callable[[Plan, BoundJoin, Upstream], ChainLink]
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def accepted(family: str, join: BoundJoin, at_start: bool) -> Accepts | None:
     return None
 
 
-def later_link(plan: Plan, join: BoundJoin, upstream: Upstream) -> Link | None:
+def later_link(plan: Plan, join: BoundJoin, upstream: Upstream) -> ChainLink | None:
     """`join` as a link after another (`upstream`), or None if its family is never a later link."""
     declared = DECLARED.get(join.family)
     return None if declared is None or declared.after is None else declared.after(plan, join, upstream)

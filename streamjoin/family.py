@@ -1,9 +1,9 @@
-"""A join family is a plug-in: one module of `streamjoin.joins` registers a `Family` at import.
+"""A join family is a plug-in: one package of `streamjoin.joins` registers a `Family` at import.
 
 The generic layers (spec.py, sql.py, plan.py, links.py, kernel.py) call this registry and import
-no family module, so adding a family is one new module plus its tests. A family module builds one
-`Family` and passes it to `register`; `families()` imports every module of the `streamjoin.joins`
-package once, so whatever registers there is found. What a `Family` holds:
+no family module, so adding a family is one new package plus its tests. A family's `__init__`
+builds one `Family` and passes it to `register`; `families()` imports every package of
+`streamjoin.joins` once, so whatever registers there is found. What a `Family` holds:
 
 - `name`, and `links`: its link classes (each a frozen `links.Link` with its `kind`, the plan's
   family of a link of that class).
@@ -38,11 +38,9 @@ package once, so whatever registers there is found. What a `Family` holds:
 - `operator`: where its join operator's builder is (`"<module>:<attribute>"`; `Plan`, `BoundJoin`
   -> `JoinOperator`), imported when a run first needs an operator. A family is a package under
   `streamjoin.joins`: its `__init__` declares it and imports no Spark (a job file is read, checked
-  and compiled without Spark, as an Airflow DAG file does), its `step` module runs it on Spark. What
-  the
-  kernel runs for links of its kinds.
-
-Families not yet moved here are still named by the generic layers (infra/shape-baseline.txt).
+  and compiled without Spark, as an Airflow DAG file does), its `step` module runs it on Spark: what
+  the kernel runs for links of its kinds. `reach`, the same way: what checks, before a live run's
+  first batch, the systems outside Spark its link asks for every new commit (a lookup's database).
 """
 
 from __future__ import annotations
@@ -277,7 +275,7 @@ def register(family: Family) -> Family:
 
 
 def families() -> tuple[Family, ...]:
-    """Every registered family, after importing each module of `streamjoin.joins` once, in order
+    """Every registered family, after importing each package of `streamjoin.joins` once, in order
     of precedence."""
     global _discovered
     if not _discovered:

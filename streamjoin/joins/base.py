@@ -1,12 +1,12 @@
 """The join-operator interface: what a join family implements and the runners call.
 
-A family module holds one operator class. Built from a bound plan (`build`), it tells a replay
+A family's step module holds one operator class. Built from a bound plan (`build`), it tells a replay
 how far around a slice each source must be read (`margins`) and decides one step
 (`step`): given the settled rows of the step, its timeline, what an earlier step left (live
 state) and what is known of the table sources, it returns what to write and how every input row
 was accounted for (`StepResult`). A family registers its builder as the `operator` of its
 `family.Family` (streamjoin/family.py); `streamjoin.kernel.family` looks it up, so adding a family
-is one module (docs/architecture.md, "A family is a plug-in").
+is one package (docs/architecture.md, "A family is a plug-in").
 """
 
 from __future__ import annotations

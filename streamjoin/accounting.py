@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from streamjoin.arrival import Slice
 from streamjoin.joins.base import StepResult
-from streamjoin.metrics import RunMetrics, SourceCounts
+from streamjoin.metrics import RunMetrics, SourceCounts, named_totals
 from streamjoin.timeutil import from_micros
 
 # The buckets a step decides; the runner counts rows_in, carried_in, rejected (and unsettled).
@@ -100,12 +100,10 @@ def decided(part: Part, decisions: dict[str, SourceCounts]) -> dict[str, SourceC
 
 
 def with_totals(metrics: RunMetrics, totals: dict[str, int]) -> RunMetrics:
-    """The run with an operator's named totals (`Counters.totals`) in the count fields of their
-    names; a name that is no count field of `RunMetrics` is a fault of the operator's."""
-    counts = {f.name for f in fields(RunMetrics) if f.type in ("int", int)}
-    unknown = sorted(set(totals) - counts)
+    """The run with an operator's named totals (`Counters.totals`); a name no family declares
+    (`family.Total`) is a fault of the operator's."""
+    unknown = sorted(set(totals) - set(named_totals()))
     if unknown:
-        raise ValueError(f"an operator counted {unknown}, which RunMetrics has no count field of")
-    for name, count in totals.items():
-        setattr(metrics, name, count)
+        raise ValueError(f"an operator counted {unknown}, which no join family declares as a total")
+    metrics.totals.update(totals)
     return metrics

@@ -210,6 +210,15 @@ Builder = Callable[["Plan", "BoundJoin"], Any]  # -> the family's JoinOperator (
 
 
 @dataclass(frozen=True)
+class Total:
+    """A count a family's step reports beyond its sources' buckets (`Counters.totals`): kept in the
+    metrics table's column of its name, said in a run's summary and headed so in the report."""
+
+    said: str  # the summary's words before the count
+    label: str  # the report's column heading
+
+
+@dataclass(frozen=True)
 class Family:
     """One join family's plug-in (see the module's docstring for what each part is for)."""
 
@@ -241,6 +250,7 @@ class Family:
     # the systems outside Spark its link asks for every new commit answer now (a lookup's database)
     reach: str | None = None
     order: int = 1_000  # its precedence when it has no claims (a lateral family: the order of its words)
+    totals: Mapping[str, Total] = field(default_factory=dict)  # by name: what its step counts
 
     @property
     def precedence(self) -> int:
@@ -267,9 +277,16 @@ def sides(join: BoundJoin) -> tuple[str, ...]:
 def register(family: Family) -> Family:
     """Add `family` (a family module calls this once, at import); a second family claiming one of
     its kinds or names is a programming error."""
-    taken = [kind for kind in family.kinds for other in _REGISTERED.values() if kind in other.kinds]
+    taken = [
+        name
+        for other in _REGISTERED.values()
+        for name in (*family.kinds, *family.totals)
+        if name in other.kinds or name in other.totals
+    ]
     if family.name in _REGISTERED or taken:
-        raise ValueError(f"join family {family.name!r} registered twice (or its kinds {taken} taken)")
+        raise ValueError(
+            f"join family {family.name!r} registered twice (or its kinds or totals {taken} taken)"
+        )
     _REGISTERED[family.name] = family
     return family
 
@@ -429,6 +446,11 @@ def sql_made(join: SqlMade) -> tuple[Family, str] | None:
 def json_keys() -> tuple[str, ...]:
     """The keys every join's JSON carries for some family (None where another family's)."""
     return tuple(key for family in families() for key in family.json_keys)
+
+
+def totals() -> dict[str, Total]:
+    """Every family's named totals by name, in order of precedence (the metrics table's columns)."""
+    return {name: total for family in families() for name, total in family.totals.items()}
 
 
 def operators() -> dict[str, Builder]:

@@ -43,6 +43,7 @@ from streamjoin.timeutil import END_OF_INPUT, format_duration, from_micros, from
 
 if TYPE_CHECKING:
     from streamjoin.arrival import Slice
+    from streamjoin.family import Total
     from streamjoin.plan import Plan
 
 BUCKETS = (
@@ -150,7 +151,7 @@ class RunMetrics:
     deletes: int = 0  # table-table joins: result rows removed (output tombstones)
     links: list[LinkCounts] = field(default_factory=list)  # per link of a chain (enrichment joins)
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (Stopwatch)
-    lookups: int = 0  # lookup joins: answers fetched from the database in this run, not the journal
+    totals: dict[str, int] = field(default_factory=dict)  # a family's named counts (`family.Total`)
     # When many rows were late: the commit whose row set the clock behind the watermark most of
     # them missed (`explain_late`), as the summary names it. Not a column of the metrics table.
     late_cause: str | None = None
@@ -221,7 +222,11 @@ class RunMetrics:
                 else ""
             )
             + self._link_note()
-            + (f", looked up in the database (not yet in the journal) {self.lookups}" if self.lookups else "")
+            + "".join(
+                f", {total.said} {self.totals[name]}"
+                for name, total in named_totals().items()
+                if self.totals.get(name)
+            )
             + " "
             f"| adds up: {'yes' if self.balanced() else 'NO'}" + self._late_note() + self._time_note()
         )
@@ -270,8 +275,9 @@ class RunMetrics:
         values = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("versions", "sources", "links", "phases", "late_cause")
+            if f.name not in ("versions", "sources", "links", "phases", "late_cause", "totals")
         }
+        values.update({name: self.totals.get(name, 0) for name in named_totals()})
         values["versions"] = json.dumps(self.versions, sort_keys=True)
         values["by_source"] = json.dumps({k: asdict(v) for k, v in self.sources.items()}, sort_keys=True)
         values["by_link"] = json.dumps([asdict(link) for link in self.links])
@@ -329,7 +335,9 @@ def combine(runs: list[RunMetrics]) -> RunMetrics:
         duration_s=sum(r.duration_s for r in runs),
         upserts=sum(r.upserts for r in runs),
         deletes=sum(r.deletes for r in runs),
-        lookups=sum(r.lookups for r in runs),
+        totals={
+            name: sum(r.totals.get(name, 0) for r in runs) for name in {n for r in runs for n in r.totals}
+        },
         late_cause=next((r.late_cause for r in reversed(runs) if r.late_cause), None),
         links=links,
         phases=phases,
@@ -399,35 +407,45 @@ def _late_cause(spark: SparkSession, index: str, late: DataFrame) -> str | None:
     )
 
 
-SCHEMA = StructType(
-    [
-        StructField("job", StringType()),
-        StructField("runner", StringType()),
-        StructField("mode", StringType()),
-        StructField("run_id", StringType()),
-        StructField("started_at", TimestampType()),
-        StructField("batch", LongType()),
-        StructField("slice_start", TimestampType()),
-        StructField("slice_end", TimestampType()),
-        StructField("versions", StringType()),
-        StructField("frontier", StringType()),
-        StructField("watermark", TimestampType()),
-        StructField("rows_in", LongType()),
-        StructField("carried_in", LongType()),
-        *[StructField(b, LongType()) for b in BUCKETS],
-        StructField("rows_out", LongType()),
-        StructField("by_source", StringType()),
-        StructField("duration_s", DoubleType()),
-        StructField("upserts", LongType()),
-        StructField("deletes", LongType()),
-        StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
-        StructField("by_phase", StringType()),  # JSON {phase: seconds}; added later still
-        StructField("lookups", LongType()),  # lookup joins (RunMetrics.lookups); added with them
-        # A replay row: the run_id of a later replay in the same mode whose slice overlaps this
-        # one's (its rows replaced this slice's output); NULL while the row is current. Added later.
-        StructField("superseded_by", StringType()),
-    ]
+def named_totals() -> dict[str, Total]:
+    """The families' named totals, each a column of the metrics table (`family.totals`)."""
+    from streamjoin import family
+
+    return family.totals()
+
+
+def schema() -> StructType:
+    """The metrics table's columns: the runs' counts, then a column per family total, then whether
+    a later replay superseded the row."""
+    return StructType([*_COLUMNS, *(StructField(name, LongType()) for name in named_totals()), _SUPERSEDED])
+
+
+_COLUMNS = (
+    StructField("job", StringType()),
+    StructField("runner", StringType()),
+    StructField("mode", StringType()),
+    StructField("run_id", StringType()),
+    StructField("started_at", TimestampType()),
+    StructField("batch", LongType()),
+    StructField("slice_start", TimestampType()),
+    StructField("slice_end", TimestampType()),
+    StructField("versions", StringType()),
+    StructField("frontier", StringType()),
+    StructField("watermark", TimestampType()),
+    StructField("rows_in", LongType()),
+    StructField("carried_in", LongType()),
+    *[StructField(b, LongType()) for b in BUCKETS],
+    StructField("rows_out", LongType()),
+    StructField("by_source", StringType()),
+    StructField("duration_s", DoubleType()),
+    StructField("upserts", LongType()),
+    StructField("deletes", LongType()),
+    StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
+    StructField("by_phase", StringType()),  # JSON {phase: seconds}; added later still
 )
+# A replay row: the run_id of a later replay in the same mode whose slice overlaps this one's (its
+# rows replaced this slice's output); NULL while the row is current. Added later.
+_SUPERSEDED = StructField("superseded_by", StringType())
 
 
 # How often a replay's metrics write is tried when another replay's commit conflicts with it.
@@ -487,8 +505,9 @@ def _write_superseding(spark: SparkSession, runs: list[RunMetrics], location: st
                 if spark_value(run.slice_start) < from_spark(row["slice_end"])
                 and spark_value(run.slice_end) > from_spark(row["slice_start"])
             )
+    columns = schema()
     frame = local_frame(
-        spark, [tuple(row.get(f.name) for f in SCHEMA.fields) for row in earlier + rows], SCHEMA
+        spark, [tuple(row.get(f.name) for f in columns.fields) for row in earlier + rows], columns
     )
     delta_io.replace_where(frame, location, region)
 
@@ -516,7 +535,8 @@ def to_frame(spark: SparkSession, metrics: RunMetrics | list[RunMetrics]):
     """The metrics (one run, or several) as a DataFrame of the metrics table's schema, a row each."""
     runs = metrics if isinstance(metrics, list) else [metrics]
     rows = [run.row() for run in runs]
-    return local_frame(spark, [tuple(row[f.name] for f in SCHEMA.fields) for row in rows], SCHEMA)
+    columns = schema()
+    return local_frame(spark, [tuple(row[f.name] for f in columns.fields) for row in rows], columns)
 
 
 def untimed_elsewhere(

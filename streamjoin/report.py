@@ -22,7 +22,7 @@ from pathlib import Path
 import pendulum
 from pyspark.sql import SparkSession
 
-from streamjoin import atomic, delta_io, index
+from streamjoin import atomic, delta_io, family, index
 from streamjoin.arrival import BAD_TIME, FUTURE_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
 from streamjoin.metrics import LINK_BUCKETS, waiting_at_links
@@ -43,7 +43,7 @@ COUNTS = (
     "applied",
     "upserts",
     "deletes",
-    "lookups",
+    *family.totals(),
 )
 OPTIONAL = (
     "open",
@@ -51,7 +51,7 @@ OPTIONAL = (
     "applied",
     "upserts",
     "deletes",
-    "lookups",
+    *family.totals(),
 )  # table columns shown only when not all zero
 LABELS = {
     "rows_in": "rows in",
@@ -66,7 +66,7 @@ LABELS = {
     "applied": "table changes",
     "upserts": "upserts",
     "deletes": "deletes",
-    "lookups": "looked up (not in the journal)",
+    **{name: total.label for name, total in family.totals().items()},
     "match_rate": "match rate",
     "lateness_cost": "lateness cost",
     "missing": "missing",
@@ -680,7 +680,7 @@ SLICE_COLUMNS = (
     ("rejected",),
     ("open", "unsettled"),
     ("applied", "upserts", "deletes"),
-    ("lookups",),
+    *((name,) for name in family.totals()),
 )
 
 

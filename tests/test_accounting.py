@@ -58,7 +58,7 @@ def test_a_replay_slice_and_a_live_batch_are_accounted_alike():
             "s": SourceCounts(rows_in=6, joined=3, unmatched_emitted=1, open=2),
             "t": SourceCounts(rows_in=5, applied=4, late=1),
         }
-        assert metrics.balanced() and metrics.rows_out == 4 and metrics.lookups == 2
+        assert metrics.balanced() and metrics.rows_out == 4 and metrics.totals["lookups"] == 2
         assert [link.matched for link in metrics.links] == [3]
         assert metrics.watermark == from_micros(WATERMARK)
     assert (replayed.slice_start, replayed.batch, live.slice_start, live.batch) == (START, None, None, 7)

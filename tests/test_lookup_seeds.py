@@ -130,7 +130,7 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
     metrics = replay(spark, live, at(0), at(3600), RunOptions(mode="exact"))
     assert rows_of(spark, live) == expected  # the journal's answers, not today's database
     assert source_counts(metrics) == {"orders": balance}
-    assert metrics.lookups == 0
+    assert metrics.totals.get("lookups", 0) == 0
     closed = database.url.replace(str(database.port), str(database.port + 1))
     down = job(tmp_path, "live", closed, "left")  # the database down; the same output, so the same journal
     assert source_counts(replay(spark, down, at(0), at(3600), RunOptions(mode="exact"))) == {
@@ -150,12 +150,12 @@ def test_each_row_sees_the_database_of_its_time_and_replays_see_the_same(spark, 
         {(101, "SE", "111 20"): 1, (102, None, None): 1, (103, "SE", "111 20"): 1, (104, None, None): 1}
     )
     assert rows_of(spark, fresh) == today
-    assert metrics.lookups == 4
+    assert metrics.totals["lookups"] == 4
     assert "looked up in the database (not yet in the journal) 4" in metrics.summary()
     page = build_report(spark, fresh).read_text()  # the slice's accounting, and what it asked
     assert "<th>looked up (not in the journal)</th>" in page and "data-field='lookups'>4<" in page
     assert (
-        replay(spark, fresh, at(0), at(3600), RunOptions(mode="exact")).lookups == 0
+        replay(spark, fresh, at(0), at(3600), RunOptions(mode="exact")).totals.get("lookups", 0) == 0
     )  # now from its journal
     assert rows_of(spark, fresh) == today
     for how, spec in (("left", live), ("inner", job(tmp_path, "inner", database.url, "inner"))):
@@ -205,7 +205,7 @@ def test_a_lookup_job_on_a_forty_day_old_table_before_and_after_its_aging(spark,
     age_table(spark, path, log_retention="interval 5 days")
     metrics = replay(spark, spec, now - timedelta(days=60), now + timedelta(days=1), RunOptions(mode="exact"))
     assert rows_of(spark, spec) == live
-    assert metrics.lookups == 0
+    assert metrics.totals.get("lookups", 0) == 0
 
 
 def test_the_other_terms_of_the_condition_filter_the_database_rows(spark, tmp_path, database):
@@ -241,7 +241,7 @@ def test_flinks_statement_runs_as_printed(spark, tmp_path, database):
     assert got == Counter(
         {(101, 10, *moved): 1, (102, 20, *cem): 1, (103, 30, *moved): 1, (104, 40, *cem): 1}
     )
-    assert metrics.lookups == 2  # one commit, customers 1 and 3
+    assert metrics.totals["lookups"] == 2  # one commit, customers 1 and 3
 
 
 def test_a_lookup_join_is_checked_against_the_database(spark, tmp_path, database, monkeypatch):

@@ -12,12 +12,12 @@ from harness import create_tables, job
 from streamjoin import delta_io
 from streamjoin.frames import local_frame
 from streamjoin.metrics import (
-    SCHEMA,
     RunMetrics,
     SourceCounts,
     Stopwatch,
     combine,
     record_replays,
+    schema,
     to_frame,
 )
 from streamjoin.report import collect_slices
@@ -57,7 +57,7 @@ def test_combined_batches_add_inflows_and_phases_and_keep_the_last_open_rows():
 def test_the_metrics_row_holds_every_column_and_the_phases_as_json():
     run = batch(0, 3, 2, 1, {"read": 0.25, "join": 1.0})
     row = run.row()
-    assert set(row) == {f.name for f in SCHEMA.fields}
+    assert set(row) == {f.name for f in schema().fields} and row["lookups"] == 0  # a family's total
     assert json.loads(row["by_phase"]) == {"read": 0.25, "join": 1.0}
     assert row["rows_in"] == 3 and row["open"] == 1
     assert batch(0, 1, 1, 0, {}).summary().endswith("| adds up: yes")  # no phases, no time note

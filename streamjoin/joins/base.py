@@ -64,8 +64,8 @@ class Evaluation:
 class Counters:
     """What an operator counts in one slice beyond its sources' buckets, stored with that slice's
     (or micro-batch's) metrics row by `streamjoin.accounting.account`: per link of a chain, and
-    named totals, each stored in the `RunMetrics` field of its name (`lookups`: answers fetched
-    from a database rather than a journal)."""
+    named totals, each one its family declares (`family.Total`), kept in `RunMetrics.totals` and
+    the metrics table's column of its name."""
 
     links: tuple[LinkCounts, ...] = ()
     totals: dict[str, int] = field(default_factory=dict)

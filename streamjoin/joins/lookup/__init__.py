@@ -11,7 +11,7 @@ key of the commit and appends the answers; every later run of that commit (a rep
 `verify`, a restarted batch) reads them back, so it writes the rows the live run wrote. A run
 that meets commits the journal does not hold (a backfill of history no live run processed) asks
 the database as it is now, records those answers too, and says how many it fetched
-(`RunMetrics.lookups`, in its summary). Rows of one commit with one key share one answer; if two
+(the `lookups` total of its metrics, in its summary). Rows of one commit with one key share one answer; if two
 runs raced to record one, the first recorded wins for everyone.
 
 INNER drops a row without a database row (or none passing the condition's other terms), LEFT
@@ -201,5 +201,11 @@ family.register(
         operator="streamjoin.joins.lookup.step:LookupJoin.build",
         reach="streamjoin.joins.lookup.step:check_database",
         order=920,  # after the UNNEST and table-function families (joins/lateral/)
+        totals={
+            "lookups": family.Total(
+                said="looked up in the database (not yet in the journal)",
+                label="looked up (not in the journal)",
+            )
+        },
     )
 )

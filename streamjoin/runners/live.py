@@ -55,7 +55,7 @@ from streamjoin.delta_io import COMMIT_TIMESTAMP, COMMIT_VERSION
 from streamjoin.errors import CheckpointError, JobError
 from streamjoin.joins.base import SliceCounts, counted_pass
 from streamjoin.metrics import RunMetrics, SourceCounts, Stopwatch, explain_late, to_frame
-from streamjoin.plan import Plan, bind
+from streamjoin.plan import BoundSource, Plan, bind
 from streamjoin.runners import hooks
 from streamjoin.spec import JoinSpec, Output
 from streamjoin.timeutil import from_micros, parse_duration
@@ -436,10 +436,7 @@ class LiveRunner:
         self._save_marker(
             starting_versions={name: version + 1 for name, version in versions.items()}, owns_output=True
         )
-        if self.plan.streams:
-            self._process_streams(self._arrivals({s.name: versions[s.name] for s in self.plan.streams}), step)
-        else:
-            self._process_tables(step)
+        self._pipeline(self._arrivals(versions), step)
 
     def _catch_up(self) -> None:
         """A new checkpoint's first step, unless every source starts at version 0 and still holds
@@ -456,13 +453,9 @@ class LiveRunner:
         self.positions = index.update(self.spark, self.plan, known=self.positions)
         versions = dict(self.positions.versions)
         self._save_marker(starting_versions={name: version + 1 for name, version in versions.items()})
-        step = _Step(SEED_BATCH, None, table_versions=versions)
-        if not self.plan.streams:
-            self._process_tables(step)
-            return
-        batch = self._arrivals({s.name: versions[s.name] for s in self.plan.streams})
-        if not batch.isEmpty():
-            self._process_streams(batch, step)
+        batch = self._arrivals(versions)
+        if batch is None or not batch.isEmpty():  # stream sources without a row yet: nothing to do
+            self._pipeline(batch, _Step(SEED_BATCH, None, table_versions=versions))
 
     def _at_start(self, rows: DataFrame, source: str) -> DataFrame:
         """Rows of `source` with their commit time; the history's (its start version's rows, which
@@ -473,8 +466,11 @@ class LiveRunner:
         )
         return rows.withColumn(COMMIT_TIMESTAMP, at_start.otherwise(F.col(COMMIT_TIMESTAMP)))
 
-    def _arrivals(self, versions: dict[str, int]) -> DataFrame:
-        """Every row of the stream sources up to `versions`, in the micro-batches' shape."""
+    def _arrivals(self, versions: dict[str, int]) -> DataFrame | None:
+        """Every row of the stream sources up to `versions`, in the micro-batches' shape (None: the
+        job has no stream source)."""
+        if not self.plan.streams:
+            return None
         return reduce(
             DataFrame.unionByName,
             [
@@ -503,84 +499,39 @@ class LiveRunner:
         previous = self._progress()
         if previous is not None and previous.batch >= batch_id:
             return  # this batch completed before a restart; Spark is only re-committing it
-        step = _Step(batch_id, previous)
         if self.plan.streams:
             index.refuse_rewrites_after(self.spark, self.plan, self.positions.versions)
-            with counted_pass(self.spark):
-                self._process_streams(batch, step)
-        else:
-            self._process_tables(step)
+        with counted_pass(self.spark):
+            self._pipeline(batch, _Step(batch_id, previous))
 
     def _locations(self) -> list[str]:
         """The tables this runner reads and writes (a storage fault's message names the one it hit;
         a fault in the checkpoint is named by its file)."""
         return [*(s.location for s in self.spec.sources), self.spec.output.location]
 
-    def _process_streams(self, batch: DataFrame, step: _Step) -> None:
-        """One batch of a job with stream sources; a step without outputs (a seed) decides and keeps
-        the state but writes no output, side table or metrics."""
-        batch = batch.persist()
-        step.cached.append(batch)
+    def _pipeline(self, batch: DataFrame | None, step: _Step) -> None:
+        """One micro-batch, or the catch-up or seed step, as every job runs it: prepare (the rows that
+        arrived, the state the previous batch left, the table sources: `_prepare`), step (`decide`:
+        the kernel over the rows the batch settles) and commit (`_commit`). `batch`: the stream
+        sources' rows in the micro-batches' shape (None: a job without stream sources)."""
         try:
-            arrived = self._arrived(batch, step.previous)
+            prepared = self._prepare(batch, step)
             step.watch.lap("read")
-            decision = self._decide(arrived, step)
+            decision = self._decide(prepared, step)
             step.cached += decision.cached
             step.watch.lap("join")
-            written = (
-                self._write_step(decision.result, decision.counts, decision.rejected, step)
-                if step.outputs
-                else {}
-            )
-            left_over = self._write_state(decision, step.batch_id)
-            step.watch.lap("write")
-            metrics = self._stream_metrics(decision, step, written, left_over)
-            carried = {
-                name: metrics.sources[name].open + metrics.sources[name].unsettled for name in left_over
-            }
-            if step.outputs:
-                explain_late(self.spark, self.spec.output.side("index"), [metrics], decision.result.late)
-                self._write(
-                    to_frame(self.spark, metrics), self.spec.output.side("metrics"), step.batch_id, "metrics"
-                )
-            settling, tables = decision.settling, decision.tables
-            self._save_progress(
-                Progress(
-                    step.batch_id,
-                    decision.result.max_event,
-                    settling.newest,
-                    carried,
-                    settling.partial,
-                    {self.plan.source(name).index: t.version for name, t in tables.items()},
-                    decision.result.marks,
-                )
-            )
-            if step.outputs:
-                self._finished(metrics)
+            self._commit(decision, step)
         finally:
             step.release()
 
-    def _arrived(self, batch: DataFrame, previous: Progress | None) -> Batch:
+    def _prepare(self, batch: DataFrame | None, step: _Step) -> Batch:
         """The batch's new rows tagged per stream source, the state the previous batch left, and
         their commits; the arrival index extended to the commits the batch holds whole."""
-        new = {
-            source.name: arrival.prepare(
-                self._at_start(
-                    batch.where(F.col(_IDX) == source.index).select(
-                        f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
-                    ),
-                    source.name,
-                ),
-                source.index,
-                source.raw_time(),
-                source.event_time(),
-                source.keys,
-                source.max_future(),
-                source.commit_time,
-            )
-            for source in self.plan.streams
-        }
-        stored = self._state(previous)
+        if batch is not None:
+            batch = batch.persist()
+            step.cached.append(batch)
+        new = {s.name: self._tagged(batch, s) for s in self.plan.streams if batch is not None}
+        stored = self._state(step.previous) if self.parts else None
         state = (
             None
             if stored is None
@@ -593,15 +544,30 @@ class LiveRunner:
                 for s in self.plan.streams
             }
         )
-        return Batch(new, commits, state, previous)
+        return Batch(new, commits, state, step.previous)
 
-    def _decide(self, arrived: Batch, step: _Step) -> Decision:
+    def _tagged(self, batch: DataFrame, source: BoundSource) -> DataFrame:
+        """A stream source's rows of the batch, prepared (`arrival.prepare`)."""
+        rows = batch.where(F.col(_IDX) == source.index).select(
+            f"_sj_s{source.index}.*", COMMIT_VERSION, COMMIT_TIMESTAMP
+        )
+        return arrival.prepare(
+            self._at_start(rows, source.name),
+            source.index,
+            source.raw_time(),
+            source.event_time(),
+            source.keys,
+            source.max_future(),
+            source.commit_time,
+        )
+
+    def _decide(self, prepared: Batch, step: _Step) -> Decision:
         """`decide` over what arrived, with the arrival index's commit sizes and this runner's tables."""
         names = {s.index: s.name for s in self.plan.streams}
         return decide(
             self.spark,
             self.plan,
-            arrived,
+            prepared,
             lambda source, version: self.positions.rows(names[source], version),
             lambda newest, counts, rejected, held: self._tables(
                 step.previous, newest, counts, rejected, held, step.table_versions
@@ -609,19 +575,48 @@ class LiveRunner:
             self.positions.history_end,
         )
 
-    def _write_step(
-        self,
-        result: kernel.StepResult,
-        counts: dict[str, SourceCounts],
-        rejected: list[DataFrame],
-        step: _Step,
-    ) -> dict[str, int]:
+    def _commit(self, decision: Decision, step: _Step) -> None:
+        """Carry the batch's decision out: its writes, each exactly once with the batch (none for a
+        seed), the next state, its metrics row, then the progress record that completes it."""
+        written = self._write_step(decision, step) if step.outputs else {}
+        left_over = self._write_state(decision, step.batch_id)
+        step.watch.lap("write")
+        metrics = self._account(decision, step, written, left_over)
+        if step.outputs:
+            if self.plan.streams:  # the clock late rows missed is the stream sources' event time
+                explain_late(self.spark, self.spec.output.side("index"), [metrics], decision.result.late)
+            self._write(
+                to_frame(self.spark, metrics), self.spec.output.side("metrics"), step.batch_id, "metrics"
+            )
+        self._save_progress(self._progress_of(decision, step.batch_id, metrics, left_over))
+        if step.outputs:
+            self._finished(metrics)
+
+    def _progress_of(
+        self, decision: Decision, batch_id: int, metrics: RunMetrics, left_over: dict[str, tuple[int, int]]
+    ) -> Progress:
+        """The record the batch leaves: its clocks, the rows it carries over, the table versions it
+        read and the operator's marks."""
+        carried = {name: metrics.sources[name].open + metrics.sources[name].unsettled for name in left_over}
+        settling, tables = decision.settling, decision.tables
+        return Progress(
+            batch_id,
+            decision.result.max_event,
+            settling.newest,
+            carried,
+            settling.partial,
+            {self.plan.source(name).index: t.version for name, t in tables.items()},
+            decision.result.marks,
+        )
+
+    def _write_step(self, decision: Decision, step: _Step) -> dict[str, int]:
         """A batch's writes, each exactly once with the batch: the tables the step appends to
         (first: a batch run again reads them back), its output (its pass first: the step's counts
         are observed in it; a keyed result's changes to <output>_changes, then the output updated
-        as the step asks), its late rows and the rejected rows (`rejected`, when `counts` count
-        any). Returns what the output pass wrote (`accounting.Part.written`)."""
+        as the step asks), its late rows and its rejected rows (when it counted any). Returns what
+        the output pass wrote (`accounting.Part.written`)."""
         out, batch_id = self.spec.output, step.batch_id
+        result, counts, rejected = decision.result, decision.counts, decision.rejected
         kernel.append_writes(result, lambda rows, at: self._write(rows, at, batch_id, _role(out, at)))
         output = result.output.persist()
         step.cached.append(output)
@@ -645,7 +640,10 @@ class LiveRunner:
 
     def _write_state(self, decision: Decision, batch_id: int) -> dict[str, tuple[int, int]]:
         """The next state, packed into one parquet folder for the batch; per stream source its open
-        rows and its rows still waiting, counted as they are written."""
+        rows and its rows still waiting, counted as they are written. A job that
+        keeps no rows (table sources only) writes none."""
+        if not self.parts:
+            return {}
         parts = [
             decision.next_state[name].select(*self._payloads(index), *self._state_meta())
             for name, (index, _) in self.parts.items()
@@ -664,7 +662,7 @@ class LiveRunner:
             s.name: (counted[f"open_{s.index}"], counted[f"unsettled_{s.index}"]) for s in self.plan.streams
         }
 
-    def _stream_metrics(
+    def _account(
         self, decision: Decision, step: _Step, written: dict[str, int], left_over: dict[str, tuple[int, int]]
     ) -> RunMetrics:
         """The batch's metrics row (`accounting.account`)."""
@@ -675,39 +673,6 @@ class LiveRunner:
         part = accounting.Part(read=decision.counts, written=written, left=left_over)
         (metrics,) = accounting.account(self._ran(step, versions, said), decision.result, [part])
         return metrics
-
-    def _process_tables(self, step: _Step) -> None:
-        """A batch of a job of table sources only: the step over every table as of its newest
-        version (or the seed's), with the marks the previous batch kept, its writes carried out
-        (`_write_step`). A step without outputs (a seed) records only its marks and versions."""
-        counts: dict[str, SourceCounts] = {}
-        rejected_parts: list[DataFrame] = []
-        try:
-            tables = self._tables(step.previous, {}, counts, rejected_parts, step.cached, step.table_versions)
-            step.watch.lap("read")
-            marks = step.previous.marks if step.previous else {}
-            inputs = kernel.StepInput(
-                tables, arrival.Timeline({}, None), "exact", keep_state=True, marks=marks
-            )
-            result = kernel.step(self.spark, self.plan, inputs)
-            step.watch.lap("join")
-            read = {self.plan.source(name).index: t.version for name, t in tables.items()}
-            progress = Progress(step.batch_id, None, {}, {}, {}, read, result.marks)
-            if not step.outputs:
-                self._save_progress(progress)
-                return
-            written = self._write_step(result, counts, rejected_parts, step)
-            step.watch.lap("write")
-            versions = {name: t.version for name, t in tables.items()}
-            part = accounting.Part(read=counts, written=written)
-            (metrics,) = accounting.account(self._ran(step, versions, None), result, [part])
-            self._write(
-                to_frame(self.spark, metrics), self.spec.output.side("metrics"), step.batch_id, "metrics"
-            )
-            self._save_progress(progress)
-            self._finished(metrics)
-        finally:
-            step.release()
 
     def _ran(self, step: _Step, versions: dict[str, int], frontier: str | None) -> accounting.Run:
         """What this runner knows of one micro-batch beside its step's result (`accounting.account`)."""
@@ -957,6 +922,8 @@ def batch_commits(
     for rows in (state or {}).values():
         waiting = rows.where(F.col(PENDING)).withColumn(arrival.REJECT, F.lit(None).cast("string"))
         parts.append(waiting.select(*columns, F.lit(False).alias("_sj_new")))
+    if not parts:  # a job without stream sources
+        return []
     return arrival.commit_stats(reduce(DataFrame.unionByName, parts), counted=F.col("_sj_new"))
 
 
@@ -1023,7 +990,8 @@ def decide(
     tables_for: TablesFor | None = None,
     history_end: arrival.Position | None = None,
 ) -> Decision:
-    """One micro-batch of a job with stream sources, as a function of its inputs (`Batch`).
+    """One micro-batch, as a function of its inputs (`Batch`; a job without stream sources has
+    neither rows nor commits in it, only its tables).
 
     Moves the clocks (`settle`), settles the waiting and new rows at or before the frontier, takes
     their watermarks from this batch's Timeline, and runs the kernel with the open state; the rows
@@ -1104,9 +1072,11 @@ def _split(plan: Plan, batch: Batch, settling: Settling) -> _Split:
 
 def _next_state(plan: Plan, result: kernel.StepResult, waiting: dict[str, DataFrame]) -> dict[str, DataFrame]:
     """What the next batch starts from: per stream source its open rows and its rows still
-    waiting (PENDING); the operator's derived rows."""
-    assert result.state is not None  # a stream join's step keeps its open rows when asked to (keep_state)
+    waiting (PENDING); the operator's derived rows (none for a job without stream sources)."""
     operator = kernel.family(plan)
+    if not waiting and not operator.derived_state(plan):
+        return {}
+    assert result.state is not None  # a stream join's step keeps its open rows when asked to (keep_state)
     return {
         name: result.state[name]
         .withColumn(PENDING, F.lit(False))

@@ -44,6 +44,9 @@ ever held.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
@@ -183,8 +186,33 @@ def update(
     )
 
 
+_DEFERRED: ContextVar[list[Entry] | None] = ContextVar("streamjoin_index_deferred", default=None)
+
+
+@contextmanager
+def deferred() -> Iterator[list[Entry]]:
+    """While inside, `update` appends none of the entries it makes: it adds them to the list this
+    yields, for the caller to append later with others (`append_entries`). The live runner keeps
+    its micro-batches' entries so, in its checkpoint, and appends them between batches."""
+    made: list[Entry] = []
+    token = _DEFERRED.set(made)
+    try:
+        yield made
+    finally:
+        _DEFERRED.reset(token)
+
+
 def _append(spark: SparkSession, plan: Plan, new: list[Entry]) -> None:
-    """Append the new entries in one commit; compact the index every COMPACT_EVERY commits."""
+    """Append `update`'s new entries, or keep them while `deferred` is entered."""
+    kept = _DEFERRED.get()
+    if kept is None:
+        append_entries(spark, plan, new)
+    else:
+        kept.extend(new)
+
+
+def append_entries(spark: SparkSession, plan: Plan, new: list[Entry]) -> None:
+    """Append entries in one commit; compact the index every COMPACT_EVERY commits."""
     if new:
         where = location(plan)
         delta_io.append(local_frame(spark, [_row(e) for e in new], SCHEMA).coalesce(1), where, _APPEND)

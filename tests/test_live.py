@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from conftest import append, at
+from harness import create_tables, job, read, write_commit
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from streamjoin import delta_io
 from streamjoin.joins.interval import IntervalLink, TimeBounds
 from streamjoin.lease import CheckpointInUseError
+from streamjoin.runners.hooks import after_write
 from streamjoin.runners.live import LiveRunner
 from streamjoin.spec import JoinSpec, Output, Source
 
@@ -103,3 +106,46 @@ def test_state_stays_bounded_as_history_grows(spark, tmp_path):
     assert sizes[-1] <= sizes[1] + 2, sizes  # flat, not growing with history
     total_in = sum(r.total("rows_in") for r in runner.runs)
     assert total_in == 120
+
+
+def test_a_micro_batch_commits_its_output_and_metrics_only_and_its_index_entries_outlive_a_failure(
+    spark, tmp_path
+):
+    """Each micro-batch with output rows makes two Delta commits (its output, its metrics row); the
+    index entries of its commits are kept in the checkpoint and appended together. A run whose
+    query fails leaves them in its last progress record: the next run appends them before it reads
+    the index, so the index ends with one entry for every commit read, none lost."""
+    paths = create_tables(spark, tmp_path)
+    for n in range(3):
+        write_commit(spark, paths[0], [(f"l{n}", "a", 10 * n, 0)])
+        write_commit(spark, paths[1], [(f"r{n}", "a", 10 * n + 1, 0)])
+    job_spec = job(tmp_path, paths, "inner", -5, 5, 0)
+    tables = [
+        job_spec.output.location,
+        *(job_spec.output.side(s) for s in ("late", "rejected", "metrics", "index")),
+    ]
+
+    def commits() -> int:
+        return sum(len(list(Path(t, "_delta_log").glob("*.json"))) for t in tables if Path(t).exists())
+
+    made: dict[int, int] = {}  # batch -> commits of the job's tables once its metrics row is written
+    failed: list[int] = []
+
+    def watch(table: str, batch: int | None) -> None:
+        if table == "metrics" and batch is not None and batch not in made:
+            made[batch] = commits()
+            if batch == 2 and not failed:  # the query fails after batch 2's writes, before its record
+                failed.append(batch)
+                raise RuntimeError("injected failure after batch 2's metrics row")
+
+    checkpoint = str(tmp_path / "ck")
+    with after_write(watch):
+        with pytest.raises(Exception, match="injected failure"):
+            LiveRunner(spark, job_spec, checkpoint, max_files_per_trigger=1).run(600)
+        LiveRunner(spark, job_spec, checkpoint, max_files_per_trigger=1).run(600)
+    assert sorted(made) == [0, 1, 2] and failed == [2]
+    assert [made[1] - made[0], made[2] - made[1]] == [2, 2]
+    entries = spark.read.format("delta").load(job_spec.output.side("index")).select("source", "version")
+    assert {tuple(r) for r in entries.distinct().collect()} == {(s, v) for s in ("l", "r") for v in range(4)}
+    lids = [r["lid"] for r in read(spark, job_spec.output.location)]
+    assert {"l0", "l1"} <= set(lids) and len(lids) == len(set(lids))  # each pair once, across the failure

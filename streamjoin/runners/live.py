@@ -23,7 +23,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from functools import reduce
 from pathlib import Path
@@ -63,6 +63,9 @@ from streamjoin.timeutil import from_micros, parse_duration
 PENDING = "_sj_pending"  # arrived after the frontier: lateness not decided yet
 SEED_BATCH = -1  # the step before the first micro-batch: a new checkpoint's catch-up, or a hand-off's seed
 _IDX = "_sj_source"
+# A run appends the index entries of its micro-batches' commits together (`LiveRunner._append_index`):
+# with a batch that writes no output rows or has late rows, when it stops, or once this many are kept.
+INDEX_EVERY = 256
 _DERIVED = 1000  # the first tag of rows an operator derives and keeps (beside the sources' indices)
 MARKER = "streamjoin.json"  # in the checkpoint folder: the checkpoint's identity (`LiveRunner._marker`)
 # What to do when a checkpoint cannot go on (the commits it has to read are gone, a file of it is lost).
@@ -85,6 +88,8 @@ class Progress:
     partial: dict[int, tuple[arrival.Position, int]] = field(default_factory=dict)
     tables: dict[int, int] = field(default_factory=dict)  # table source -> the version this batch read
     marks: dict[str, int] = field(default_factory=dict)  # what the operator keeps (`StepResult.marks`)
+    # the arrival index entries of the commits read so far that are not appended yet (`index.deferred`)
+    unindexed: tuple[index.Entry, ...] = ()
 
     def to_json(self) -> str:
         """The record a batch leaves in <checkpoint>/streamjoin/progress (JSON keys are strings)."""
@@ -97,13 +102,14 @@ class Progress:
                 "partial": {str(k): [list(p), n] for k, (p, n) in self.partial.items()},
                 "tables": {str(k): v for k, v in self.tables.items()},
                 "marks": self.marks,
+                "unindexed": [asdict(entry) for entry in self.unindexed],
             }
         )
 
     @classmethod
     def from_json(cls, text: str) -> Progress:
-        """The inverse of `to_json`; records written before `partial`, `tables` or `marks` existed read
-        as empty, except that the one mark kept before marks existed (`bound`) reads as that mark."""
+        """The inverse of `to_json`; records written before `partial`, `tables`, `marks` or `unindexed`
+        existed read as empty, except that the one mark kept before marks existed (`bound`) reads as that mark."""
         body = json.loads(text)
         before_marks = {} if body.get("bound") is None else {"bound": body["bound"]}
         return cls(
@@ -114,6 +120,7 @@ class Progress:
             partial={int(k): (_position(v[0]), v[1]) for k, v in body.get("partial", {}).items()},
             tables={int(k): v for k, v in body.get("tables", {}).items()},
             marks=body.get("marks", before_marks),
+            unindexed=tuple(index.Entry(**entry) for entry in body.get("unindexed", [])),
         )
 
 
@@ -171,6 +178,7 @@ class LiveRunner:
             for n, (name, schema) in enumerate(self.join.derived_state(self.plan).items())
         }
         self._lease: str | None = None  # the token of the checkpoint's lease, while this runner holds it
+        self._unindexed: list[index.Entry] = []  # entries its batches made, not appended yet
         self._query: StreamingQuery | None = None
         self._failure: errors.StreamJoinError | None = None  # what stopped the query, raised by `run`
 
@@ -221,6 +229,12 @@ class LiveRunner:
         if self._opened:
             return
         self._check_definition()
+        # The entries a run that stopped without appending them kept (killed, say), before the index
+        # is read; an unreadable record is refused here, in one line, rather than inside a micro-batch.
+        previous = self._progress()
+        if previous is not None and previous.unindexed:
+            self._unindexed = list(previous.unindexed)
+            self._append_index(previous)
         self.positions = index.update(self.spark, self.plan, start_at=self.start_at, extend=False)
         stored = self._marker()  # another runner may have made it since this one read it
         if stored is None:
@@ -230,8 +244,6 @@ class LiveRunner:
         if "definition" not in self.marker:  # a checkpoint made before definitions were hashed
             self._save_marker(definition=definition.definition_hash(self.spec))
         definition.stamp(self.spark, self.spec)
-        # Unreadable records are refused here, in one line, rather than inside a micro-batch.
-        self._progress()
         self._write_record()
         self._opened = True
 
@@ -326,7 +338,11 @@ class LiveRunner:
         finally:
             if query.isActive:
                 query.stop()
-            self._release_lease()
+            try:
+                if query.exception() is None:
+                    self._append_index(self._progress())
+            finally:
+                self._release_lease()
         error = query.exception()
         if error is None:
             return False
@@ -411,6 +427,7 @@ class LiveRunner:
         with contextlib.nullcontext() if self._lease is not None else self.leased():
             self._open()
             self._seed(versions)
+            self._append_index(self._progress())
 
     @contextlib.contextmanager
     def leased(self) -> Iterator[None]:
@@ -568,7 +585,7 @@ class LiveRunner:
             self.spark,
             self.plan,
             prepared,
-            lambda source, version: self.positions.rows(names[source], version),
+            lambda source, version: self._commit_rows(names[source], version),
             lambda newest, counts, rejected, held: self._tables(
                 step.previous, newest, counts, rejected, held, step.table_versions
             ),
@@ -582,6 +599,9 @@ class LiveRunner:
         left_over = self._write_state(decision, step.batch_id)
         step.watch.lap("write")
         metrics = self._account(decision, step, written, left_over)
+        late = any(c.late for c in decision.result.counts.values())  # explained from the index, below
+        if not written.get("rows") or late or len(self._unindexed) >= INDEX_EVERY:
+            self._append_index()
         if step.outputs:
             if self.plan.streams:  # the clock late rows missed is the stream sources' event time
                 explain_late(self.spark, self.spec.output.side("index"), [metrics], decision.result.late)
@@ -607,6 +627,7 @@ class LiveRunner:
             settling.partial,
             {self.plan.source(name).index: t.version for name, t in tables.items()},
             decision.result.marks,
+            tuple(self._unindexed),
         )
 
     def _write_step(self, decision: Decision, step: _Step) -> dict[str, int]:
@@ -618,14 +639,18 @@ class LiveRunner:
         out, batch_id = self.spec.output, step.batch_id
         result, counts, rejected = decision.result, decision.counts, decision.rejected
         kernel.append_writes(result, lambda rows, at: self._write(rows, at, batch_id, _role(out, at)))
-        output = result.output.persist()
-        step.cached.append(output)
         keyed = self.join.keyed_output(self.plan)
         if keyed is None:
-            written = {"rows": output.count()}
+            # One pass: the rows counted as they are written. A tagged append of no rows records no
+            # commit (Delta skips an empty commit), so a batch without output rows adds none.
+            counted = SliceCounts(result.output, 1, rows=(F.lit(0), F.lit(True)))
+            self._write(counted.rows, out.location, batch_id, "output", out.partition_by, announce=False)
+            written = counted.get()[0]
             if written["rows"]:
-                self._write(output, out.location, batch_id, "output", out.partition_by)
+                hooks.wrote("output", batch_id)
         else:
+            output = result.output.persist()
+            step.cached.append(output)
             ops = keyed.count(output)
             written = {"rows": sum(ops.values()), "upserts": ops["upsert"], "deletes": ops["delete"]}
             if written["rows"]:
@@ -725,8 +750,16 @@ class LiveRunner:
     # ---------------------------------------------------------------- state
 
     def _write(
-        self, df: DataFrame, location: str, batch_id: int, table: str, partition_by: tuple[str, ...] = ()
+        self,
+        df: DataFrame,
+        location: str,
+        batch_id: int,
+        table: str,
+        partition_by: tuple[str, ...] = (),
+        announce: bool = True,
     ) -> None:
+        """Append `df` to `location` exactly once with the batch (`delta_io.write_once`); `table`: its
+        role, told to the write hook (`hooks`) unless not `announce` (the caller tells it)."""
         # Delta skips a transaction whose version is not above the last one of its app id (-1 before
         # any), so the catch-up step (batch -1) writes under an app id of its own, as version 0.
         app, version = (f"{self.app_id}-start", 0) if batch_id == SEED_BATCH else (self.app_id, batch_id)
@@ -741,7 +774,8 @@ class LiveRunner:
             partition_by=partition_by,
             merge_schema=table not in ("output", "changes", "late", "rejected"),
         )
-        hooks.wrote(table, batch_id)
+        if announce:
+            hooks.wrote(table, batch_id)
 
     def _written_after(self, batch_id: int, location: str) -> int | None:
         """The newest version of `location` before this batch's first attempt wrote it: kept in the
@@ -769,9 +803,12 @@ class LiveRunner:
 
     def _index_upto(self, held: dict[str, dict[int, arrival.CommitStats]]) -> None:
         """Extend the arrival index to the newest commits this batch holds (if it is behind), from
-        the batch's own stats of the commits it holds whole (`held`: per stream source, by version)."""
+        the batch's own stats of the commits it holds whole (`held`: per stream source, by version);
+        the new entries are kept, to be appended with others (`_append_index`)."""
         versions = {name: max(commits, default=-1) for name, commits in held.items()}
-        if any(v > self.positions.versions.get(name, -1) for name, v in versions.items()):
+        if not any(v > self.positions.versions.get(name, -1) for name, v in versions.items()):
+            return
+        with index.deferred() as made:
             self.positions = index.update(
                 self.spark,
                 self.plan,
@@ -782,6 +819,23 @@ class LiveRunner:
                 known=self.positions,
                 held=held,
             )
+        self._unindexed += made
+
+    def _commit_rows(self, source: str, version: int) -> int:
+        """How many rows a stream source's commit inserted, from the entries kept or the index."""
+        kept = [e.rows for e in self._unindexed if (e.source, e.version) == (source, version)]
+        return kept[-1] if kept else self.positions.rows(source, version)
+
+    def _append_index(self, record: Progress | None = None) -> None:
+        """Append the index entries kept since the last append in one commit (a micro-batch keeps
+        the entries of its commits, `index.deferred`: it then commits its output and its metrics
+        row only). `record`: the newest progress record, rewritten without them."""
+        if not self._unindexed:
+            return
+        index.append_entries(self.spark, self.plan, self._unindexed)
+        self._unindexed = []
+        if record is not None and record.unindexed:
+            self._save_progress(replace(record, unindexed=()))
 
     def _payloads(self, index: int) -> list:
         """The source index and a struct column per source, filled only for `index`: one schema

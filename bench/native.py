@@ -6,7 +6,10 @@ Structured Streaming query joining the two streams itself (watermarks, an interv
 append mode), each on its own checkpoint. A step's latency is the sum of Spark's
 `triggerExecution` over the micro-batches the run made (its progress reports; Spark's own query
 may add a batch without data that advances its watermark). Ratios are taken within a step; the
-first step of each round (a cold query) is left out. Both must write the same pairs.
+first step of each round (a cold query) is left out. Both must write the same pairs. Beside the
+times, each step's Spark jobs (load-independent) and the Delta commits streamjoin's micro-batches
+made to the job's tables (output, side tables, metrics, index), per micro-batch (up to each one's
+metrics row), and those its run made after its batches (the index entries they kept).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from bench.run import BENCH, machine
+from streamjoin.runners import hooks
 from streamjoin.runners.live import LiveRunner
 from streamjoin.session import get_spark
 from streamjoin.spec import JoinSpec, spec_from_dict
@@ -90,6 +94,17 @@ def commit(spark: SparkSession, root: Path, side: str, step: int, rows: int, see
     frame.write.format("delta").mode("append").save(str(root / side))
 
 
+def _jobs(spark: SparkSession) -> int:
+    """How many Spark jobs the application has started so far (the scheduler's job counter)."""
+    return spark.sparkContext._jsc.sc().dagScheduler().numTotalJobs()
+
+
+def _commits(root: Path) -> int:
+    """The Delta commits of streamjoin's output and its side tables under `root` so far."""
+    tables = [p for p in root.glob("streamjoin_out*") if (p / "_delta_log").is_dir()]
+    return sum(len(list((p / "_delta_log").glob("*.json"))) for p in tables)
+
+
 def _latency(progress: list[dict]) -> float:
     """Seconds of `triggerExecution` over a run's micro-batches."""
     return sum(p["durationMs"].get("triggerExecution", 0) for p in progress) / 1000
@@ -102,16 +117,27 @@ def measure_round(spark: SparkSession, root: Path, rows: int, steps: int, seed: 
     for n, side in enumerate(("l", "r")):
         commit(spark, root, side, 0, rows, seed + n)
     runner = LiveRunner(spark, job(root), str(root / "streamjoin_checkpoint"))
-    ours, theirs = [], []
+    ours, theirs, jobs, commits = [], [], [], []
     for step in range(steps):
         if step:
             for n, side in enumerate(("l", "r")):
                 commit(spark, root, side, step, rows, seed + 2 * step + n)
-        runner.run(1800)
+        began, written, batches = _jobs(spark), _commits(root), []
+
+        def batch_written(table: str, batch: int | None, batches: list[int] = batches) -> None:
+            if table == "metrics":  # a micro-batch's last write
+                batches.append(_commits(root))
+
+        with hooks.after_write(batch_written):
+            runner.run(1800)
         ours.append(_latency(runner.progress()))
+        ran = _jobs(spark)
+        made = [b - a for a, b in zip([written, *batches], batches, strict=False)]
+        commits.append([max(made, default=0), _commits(root) - (batches[-1] if batches else written)])
         query = native_query(spark, root)
         query.awaitTermination()
         theirs.append(_latency([json.loads(p.json) for p in query.recentProgress]))
+        jobs.append([ran - began, _jobs(spark) - ran])
     last = steps + 60  # an hour later: every row before it is settled in both; its own may not be
     for n, side in enumerate(("l", "r")):
         commit(spark, root, side, last, rows, seed + n)
@@ -126,7 +152,14 @@ def measure_round(spark: SparkSession, root: Path, rows: int, steps: int, seed: 
     }
     a, b = pairs["streamjoin_out"], pairs["native_out"]
     same = a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
-    return {"streamjoin": ours, "native": theirs, "same_pairs": same, "pairs": a.count()}
+    return {
+        "streamjoin": ours,
+        "native": theirs,
+        "jobs": jobs,  # per step: [streamjoin's run, Spark's query]
+        "commits": commits,  # per step: [most Delta commits of one micro-batch, those after its batches]
+        "same_pairs": same,
+        "pairs": a.count(),
+    }
 
 
 def summarize(rounds: list[dict]) -> dict:
@@ -139,6 +172,9 @@ def summarize(rounds: list[dict]) -> dict:
         "streamjoin_median_s": round(statistics.median(t for r in rounds for t in r["streamjoin"][1:]), 2),
         "native_median_s": round(statistics.median(t for r in rounds for t in r["native"][1:]), 2),
         "same_pairs": all(r["same_pairs"] for r in rounds),
+        "jobs_median": [statistics.median(j[side] for r in rounds for j in r["jobs"][1:]) for side in (0, 1)],
+        "commits_per_batch_max": max(c[0] for r in rounds for c in r["commits"][1:]),
+        "commits_after_batches_max": max(c[1] for r in rounds for c in r["commits"][1:]),
     }
 
 
@@ -147,15 +183,17 @@ def write_report(path: Path, saved: dict) -> None:
         f"Run finished {saved['run']['finished']} ({saved['run']['minutes']} min) on {saved['run']['machine']}; "
         f"{saved['run']['rounds']} rounds of {saved['run']['steps']} steps (the first step of each left out).",
         "",
-        "| rows per commit | streamjoin s per step | Spark native s per step | streamjoin / native (median, min-max) | same pairs |",
-        "|---|---|---|---|---|",
+        "| rows per commit | streamjoin s per step | Spark native s per step | streamjoin / native (median, min-max) "
+        "| Spark jobs per step, streamjoin / native | Delta commits per micro-batch (max), per run after it | same pairs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for rows, s in saved["summary"].items():
         ratio = s["ratio_median"]
         mark = f"**{ratio}** (missed)" if ratio > 1.5 else f"{ratio}"
         lines.append(
             f"| {int(rows):,} | {s['streamjoin_median_s']} | {s['native_median_s']} | {mark} "
-            f"({s['ratio_min']}-{s['ratio_max']}) | {'yes' if s['same_pairs'] else 'NO'} |"
+            f"({s['ratio_min']}-{s['ratio_max']}) | {s['jobs_median'][0]:g} / {s['jobs_median'][1]:g} "
+            f"| {s['commits_per_batch_max']:g}, {s['commits_after_batches_max']:g} | {'yes' if s['same_pairs'] else 'NO'} |"
         )
     path.write_text("\n".join(lines) + "\n")
 

@@ -26,8 +26,9 @@ a different declared start is refused with `reset_command`.
 
 **Appending.** `update` extends the index up to given versions. New commits are read from the change
 feed of those versions only; if Delta no longer keeps their change files, from the latest snapshot
-with row tracking (`_metadata.row_commit_version`). The live runner calls it after each
-micro-batch, the replay before it reads, `streamjoin index JOB` on demand. A micro-batch already
+with row tracking (`_metadata.row_commit_version`). The live runner calls it in each micro-batch
+(and keeps the new entries, to append them with others' later: `deferred`), the replay before it
+reads, `streamjoin index JOB` on demand. A micro-batch already
 holds its commits' rows, tagged: a commit the log says appended exactly the rows the batch holds
 of it (Delta's `numOutputRows`) is indexed from them, and the change feed is read only for the
 others (a commit cut by maxFilesPerTrigger, an operation whose log entry does not tell). Appends

@@ -1,15 +1,19 @@
 """The live runner: Spark Structured Streaming over the sources' change data feeds, exactly once.
 
-Control flow of one micro-batch (foreachBatch):
+Every job (stream sources, table sources, or both) runs one micro-batch (foreachBatch), the
+catch-up and a hand-off's seed through the same pipeline, prepare -> step -> commit:
   1. If a progress record exists for this batch, it completed before a restart: do nothing.
-  2. Read the state the previous batch left (rows still open, rows not yet settled): a parquet
-     folder per batch under <checkpoint>/streamjoin/state, trusted only once its record exists.
-  3. Tag the new rows, move the frontier, and hand the rows it settles, with the open state, to
-     the kernel (the same `kernel.step` the replay calls).
-  4. Write rejected rows, late rows, output and metrics exactly once (`delta_io.write_once`: each
-     commit tagged with this checkpoint's id and the batch id, and the table's version before the
-     batch's first attempt kept in <checkpoint>/streamjoin/writes.json), then the new state, then
-     the progress record (<checkpoint>/streamjoin/progress/<batch>.json, by atomic rename).
+  2. Prepare: tag the new rows, read the state the previous batch left (rows still open, rows not
+     yet settled: a parquet folder per batch under <checkpoint>/streamjoin/state, trusted only
+     once its record exists), extend the arrival index to the batch's commits (entries kept).
+  3. Step: move the frontier, read the table sources, and hand the rows it settles, with the open
+     state and the marks kept, to the kernel (the same `kernel.step` the replay calls).
+  4. Commit: write the output, late and rejected rows and the metrics row exactly once
+     (`delta_io.write_once`: each commit tagged with this checkpoint's id and the batch id, and
+     the table's version before the batch's first attempt kept in
+     <checkpoint>/streamjoin/writes.json), then the new state, then the progress record
+     (<checkpoint>/streamjoin/progress/<batch>.json, by atomic rename), which also holds the index
+     entries kept; they are appended together (`_append_index`).
 A batch that fails anywhere is re-run by Spark from the checkpoint with the same input; the writes
 that already committed are found by their tags and skipped, the rest are recomputed from the same
 state.

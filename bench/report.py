@@ -148,4 +148,8 @@ def write_report(path: Path, results, run: dict) -> None:
                 f"| {query} | {extra['replay']:.1f} | {extra['handwritten']:.1f} | {extra['floor']:.1f} | "
                 f"{ratio['handwritten']} | {ratio['floor']} |"
             )
+    if run.get("fixed_cost"):  # bench/fixed_cost.py's measurements
+        from bench.fixed_cost import report_lines
+
+        lines += ["", *report_lines(run["fixed_cost"])]
     path.write_text("\n".join(lines) + "\n")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from bench import handwritten, nexmark
+from bench import fixed_cost, handwritten, nexmark
 from bench.chart import scaling_svg
 from bench.report import write_report
 from streamjoin import delta_io
@@ -280,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         f"the smallest, {','.join(STATEFUL)} at the others)",
     )
     parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB (the bench extra)")
+    parser.add_argument(
+        "--no-fixed-cost",
+        action="store_true",
+        help="skip the fixed cost of a slice of a thousand rows (bench/fixed_cost.py)",
+    )
     parser.add_argument("--work", default="build/bench", help="scratch folder for the Delta tables")
     parser.add_argument(
         "--out", default=str(BENCH / "results"), help="where report.md, scaling.svg and results.json go"
@@ -311,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             live = list(STATEFUL)
         results += bench_scale(spark, scale, root, args.rounds, queries, live, not args.no_duckdb)
+    fixed = None
+    if not args.no_fixed_cost:
+        fixed = fixed_cost.measure(spark, Path(args.work).resolve(), args.rounds, queries, "q20")
     out.mkdir(parents=True, exist_ok=True)
     run = {
+        "fixed_cost": fixed,
         "finished": f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         "minutes": round((time.perf_counter() - began) / 60),
         "machine": machine(),

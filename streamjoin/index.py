@@ -158,8 +158,7 @@ def update(
     if known is not None:
         starts, lasts = dict(known.starts), dict(known.lasts)
     else:
-        stored = _read(spark, plan)
-        starts, lasts = stored.heads() if stored else ({}, {})
+        starts, lasts = (dict(heads) for heads in _heads(spark, plan))
     targets = _targets(spark, plan, upto, lasts, extend)
     declared = _declared(plan, start_at)
     if starts:
@@ -182,9 +181,9 @@ def update(
     # any more is refused before the index pins it.
     journal.update(spark, plan, starts, targets)
     _append(spark, plan, new)
-    return Index(
-        spark, plan, starts, targets, _newest(lasts, new), {(e.source, e.version): e.rows for e in new}
-    )
+    newest = _newest(lasts, new)
+    _remember(plan, (starts | {e.source: e for e in new if e.start}, newest))
+    return Index(spark, plan, starts, targets, newest, {(e.source, e.version): e.rows for e in new})
 
 
 _DEFERRED: ContextVar[list[Entry] | None] = ContextVar("streamjoin_index_deferred", default=None)
@@ -346,8 +345,7 @@ def start_of(
 ) -> tuple[int, dict[str, int], dict[str, int]]:
     """The job's start instant, its sources' start versions and their start times (`job_start`):
     as its index pinned them, or as a first run would pin them now (nothing is written)."""
-    stored = _read(spark, plan)
-    starts = stored.heads()[0] if stored else {}
+    starts = _heads(spark, plan)[0]
     declared = _declared(plan, start_at)
     if not starts:
         return job_start(spark, plan, declared)
@@ -1024,11 +1022,13 @@ class Index:
             & (F.col("commit_ts") < F.lit(owned[1]))
         )
         needed = sorted(
-            r["version"]
-            for r in self._frame()
-            .where((F.col("source") == source.name) & (F.col("rows") > 0) & (meets | untimed))
-            .select("version")
-            .collect()
+            {
+                r["version"]
+                for r in self._frame()
+                .where((F.col("source") == source.name) & (F.col("rows") > 0) & (meets | untimed))
+                .select("version")
+                .collect()
+            }
         )
         parts = []
         if needed and needed[0] == start.version:
@@ -1136,6 +1136,10 @@ def _runs(versions: list[int], gap: int = 8) -> list[tuple[int, int]]:
 
 @dataclass
 class _Stored:
+    """The stored index as read. A retried append may have stored an entry twice (identical rows):
+    `frame` keeps such copies, which cost a shuffle to drop in Spark, and its readers drop them
+    where they collect (`_entries`) or where a copy cannot change their answer."""
+
     frame: DataFrame
 
     def heads(self) -> tuple[dict[str, Entry], dict[str, Entry]]:
@@ -1154,6 +1158,41 @@ def _read(spark: SparkSession, plan: Plan) -> _Stored | None:
     return _read_at(spark, location(plan))
 
 
+# While a run is inside `heads_read_once`: each index's heads (start and newest entries), by location.
+_HEADS: ContextVar[dict[str, tuple[dict[str, Entry], dict[str, Entry]]] | None] = ContextVar(
+    "streamjoin_index_heads", default=None
+)
+
+
+@contextmanager
+def heads_read_once() -> Iterator[None]:
+    """While inside (one run), an index's heads are read from the stored table once: the run's
+    checks and its update ask for them in turn, and the update keeps them current as it appends."""
+    token = _HEADS.set({})
+    try:
+        yield
+    finally:
+        _HEADS.reset(token)
+
+
+def _heads(spark: SparkSession, plan: Plan) -> tuple[dict[str, Entry], dict[str, Entry]]:
+    """Each source's start entry and newest entry of the stored index (none before it exists)."""
+    memo, where = _HEADS.get(), location(plan)
+    if memo is not None and where in memo:
+        return memo[where]
+    stored = _read(spark, plan)
+    heads = stored.heads() if stored else ({}, {})
+    _remember(plan, heads)
+    return heads
+
+
+def _remember(plan: Plan, heads: tuple[dict[str, Entry], dict[str, Entry]]) -> None:
+    """Keep `heads` as the index's current heads for the rest of the run (`heads_read_once`)."""
+    memo = _HEADS.get()
+    if memo is not None:
+        memo[location(plan)] = heads
+
+
 def _read_at(spark: SparkSession, where: str) -> _Stored | None:
     frame = delta_io.read_own(spark, where, SCHEMA)
     if frame is None:
@@ -1161,7 +1200,7 @@ def _read_at(spark: SparkSession, where: str) -> _Stored | None:
     for column in SCHEMA:  # an index written before a column was added
         if column.name not in frame.columns:
             frame = frame.withColumn(column.name, F.lit(None).cast(column.dataType))
-    return _Stored(frame.dropDuplicates(["source", "version"]))
+    return _Stored(frame)
 
 
 def _newest(lasts: dict[str, Entry], entries: list[Entry]) -> dict[str, Entry]:
@@ -1174,9 +1213,11 @@ def _newest(lasts: dict[str, Entry], entries: list[Entry]) -> dict[str, Entry]:
 
 
 def _entries(frame: DataFrame) -> list[Entry]:
+    """The entries `frame` holds, each once (`_Stored`)."""
+    rows = {(r["source"], r["version"]): r for r in frame.collect()}
     return [
         Entry(**{k: r[k] for k in SCHEMA.fieldNames() if k != "commit_ts"}, commit_ts=r["commit_ts"])
-        for r in frame.collect()
+        for r in rows.values()
     ]
 
 
@@ -1208,7 +1249,8 @@ def clock_jumps(spark: SparkSession, where: str, count: int = 10) -> list[dict]:
         return []
     so_far = Window.orderBy("commit_ts", "source", "version")
     clock = (
-        stored.frame.where(F.col("max_event").isNotNull())
+        stored.frame.dropDuplicates(["source", "version"])
+        .where(F.col("max_event").isNotNull())
         .withColumn("before", F.max("max_event").over(so_far.rowsBetween(Window.unboundedPreceding, -1)))
         .where(F.col("max_event") > F.col("before"))
         .select("source", "version", "commit_ts", "before", F.col("max_event").alias("after"))

@@ -476,10 +476,10 @@ def record_replays(spark: SparkSession, runs: list[RunMetrics], location: str) -
 
 
 def _write_superseding(spark: SparkSession, runs: list[RunMetrics], location: str) -> None:
-    """The earlier rows of the runs' range (few: a slice is replayed again now and then) read, the
-    current ones marked, and written back with the new rows over that range (`replaceWhere`); a
-    plain append when the range has none, as for a backfill's next group (told from the files'
-    statistics where the table's checksum lists them, else by a query)."""
+    """The runs' rows written over their range together with its earlier rows (few: a slice is
+    replayed again now and then), the current ones marked (`_superseded`), in one `replaceWhere`
+    whose own pass reads them; a plain append when the range has none, as for a backfill's next
+    group (told from the files' statistics where the table's checksum lists them)."""
     from streamjoin import delta_io
 
     start, end = spark_value(runs[0].slice_start), spark_value(runs[-1].slice_end)
@@ -487,29 +487,30 @@ def _write_superseding(spark: SparkSession, runs: list[RunMetrics], location: st
         f"runner = 'replay' AND mode = '{runs[0].mode}' AND slice_start < TIMESTAMP '{end:%Y-%m-%d %H:%M:%S.%f}' "
         f"AND slice_end > TIMESTAMP '{start:%Y-%m-%d %H:%M:%S.%f}'"
     )
-    later_end = delta_io.holds_rows(spark, location, "slice_end", start, datetime.max.replace(tzinfo=UTC))
-    earlier = (
-        [r.asDict() for r in delta_io.read_snapshot(spark, location).where(region).collect()]
-        if later_end  # the files' statistics leave it open that a slice ends after the runs' start
-        else []
-    )
-    rows = [run.row() for run in runs]
-    if not earlier:
+    if not delta_io.holds_rows(spark, location, "slice_end", start, datetime.max.replace(tzinfo=UTC)):
         delta_io.append(to_frame(spark, runs), location, merge_schema=True)
         return
-    for row in earlier:
-        if not row.get("superseded_by"):
-            row["superseded_by"] = next(
-                run.run_id
-                for run in runs
-                if spark_value(run.slice_start) < from_spark(row["slice_end"])
-                and spark_value(run.slice_end) > from_spark(row["slice_start"])
-            )
-    columns = schema()
-    frame = local_frame(
-        spark, [tuple(row.get(f.name) for f in columns.fields) for row in earlier + rows], columns
-    )
-    delta_io.replace_where(frame, location, region)
+    earlier = _superseded(delta_io.read_snapshot(spark, location).where(region), runs)
+    delta_io.replace_where(earlier.unionByName(to_frame(spark, runs)), location, region)
+
+
+def _superseded(earlier: DataFrame, runs: list[RunMetrics]) -> DataFrame:
+    """`earlier` metrics rows in the table's schema (a column added since they were written: NULL),
+    each current one marked as superseded by the first of `runs` whose slice overlaps its own."""
+    by = None
+    for run in runs:
+        overlaps = (F.col("slice_start") < F.lit(spark_value(run.slice_end))) & (
+            F.col("slice_end") > F.lit(spark_value(run.slice_start))
+        )
+        by = F.when(overlaps, run.run_id) if by is None else by.when(overlaps, run.run_id)
+    assert by is not None  # a replay writes at least one slice
+    columns = []
+    for f in schema().fields:
+        value = F.col(f.name) if f.name in earlier.columns else F.lit(None)
+        if f.name == "superseded_by":
+            value = F.coalesce(value, by)
+        columns.append(value.cast(f.dataType).alias(f.name))
+    return earlier.select(*columns)
 
 
 class Stopwatch:

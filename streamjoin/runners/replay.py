@@ -154,6 +154,7 @@ def _translated(spark: SparkSession, spec: JoinSpec, out: Output) -> Iterator[No
             delta_io.translated_storage_faults([*locations, out.location]),
             delta_io.translated_errors(", ".join(locations), "the files this replay reads"),
             counted_pass(spark),
+            index.heads_read_once(),
         ):
             yield
     except HistoryNotRetainedError as error:

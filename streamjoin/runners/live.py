@@ -151,7 +151,7 @@ class LiveRunner:
         start_at: dict[str, index.StartAt] | None = None,
         on_batch: Callable[[RunMetrics], None] | None = None,
     ) -> None:
-        self.spark = spark
+        self.spark = _micro_batch_session(spark)
         self.spec = spec
         self.plan: Plan = bind(spark, spec)
         self.join = kernel.runnable(spark, self.plan)
@@ -1209,6 +1209,19 @@ def _role(out: Output, location: str) -> str:
 
 def _newest_version(newest: dict[int, arrival.Position], index: int) -> int:
     return newest[index].version if index in newest else -1
+
+
+def _micro_batch_session(spark: SparkSession) -> SparkSession:
+    """A session of its own for the runner: `spark`'s settings, without adaptive query execution,
+    as Spark runs its own streaming queries. A micro-batch is small: adaptive execution would make
+    each of its shuffles a Spark job of its own and re-plan the rest, which costs more than it
+    saves there."""
+    session = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if spark.conf.isModifiable(key):
+            session.conf.set(key, value)
+    session.conf.set("spark.sql.adaptive.enabled", "false")
+    return session
 
 
 def _trigger(text: str) -> dict:

@@ -248,11 +248,14 @@ def run_slices(
     so no slice over them can run) still raises, and nothing is recorded. `on_stage` is told what
     starts: the replay, each slice's validation, the record."""
     stage = on_stage or (lambda text: None)
-    span = Slice(pieces[0].start, pieces[-1].end).short_label()
-    stage(f"replaying {len(pieces)} slice(s) {span} UTC")
+    span = Slice(pieces[0].start, pieces[-1].end)
+    stage(f"replaying {len(pieces)} slice(s) {span.short_label()} UTC")
     runs, outcomes = _replayed(spark, spec, pieces, options)
-    for piece, metrics in zip(pieces, runs, strict=False):
-        outcomes.append(_outcome(spark, spec, piece, metrics, options, stage))
+    if runs:
+        stage(
+            f"validating {len(pieces)} slice(s) {span.short_label()} UTC" if options.validate else "counting"
+        )
+        outcomes = _outcomes(spark, spec, pieces, runs, options)
     pinned = runs[0].versions if runs else dict(options.versions or {})
     stage(f"recording {len(outcomes)} attempt(s)")
     _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), options.mode, pinned)
@@ -274,34 +277,38 @@ def _replayed(
         return [], [SliceOutcome(p, FAILED, error=error, duration_s=share) for p in pieces]
 
 
-def _outcome(
-    spark: SparkSession,
-    spec: JoinSpec,
-    piece: Slice,
-    metrics: RunMetrics,
-    options: RunOptions,
-    stage: Callable[[str], None],
-) -> SliceOutcome:
-    """A replayed slice's outcome: failed when its rows do not add up, else as its validation says."""
+def _outcomes(
+    spark: SparkSession, spec: JoinSpec, pieces: list[Slice], runs: list[RunMetrics], options: RunOptions
+) -> list[SliceOutcome]:
+    """The replayed slices' outcomes: a slice whose rows do not add up failed, whatever validation
+    would say; the others are as their validation says (all of them validated together, in one
+    pass over their rows: `validation.validate_slices`), or failed when it cannot run."""
     checking = time.monotonic()
-    result, status, problem = None, SUCCEEDED, None
-    unbalanced = metrics.unbalanced()
-    if unbalanced is not None:  # its rows do not add up: failed, whatever validation would say
-        status, problem = FAILED, str(unbalanced)
-    elif options.validate:
-        stage(f"validating {piece.short_label()} UTC")
+    problems = [metrics.unbalanced() for metrics in runs]
+    results: list[ValidationResult | None] = [None] * len(pieces)
+    error: str | None = None
+    if options.validate and any(problem is None for problem in problems):
         try:
-            from streamjoin.validation import validate_slice
+            from streamjoin.validation import validate_slices
 
-            output = slice_output(spark, spec, piece)
-            result = validate_slice(spark, spec, output, piece.start, piece.end, options.site)
-            status = SUCCEEDED if result.success else INVALID
+            rows = slice_output(spark, spec, Slice(pieces[0].start, pieces[-1].end))
+            results = list(validate_slices(spark, spec, rows, pieces, options.site))
         except JobError:
             raise
         except Exception as exc:
-            status, problem = FAILED, _short_error(exc)
-    took = metrics.duration_s + time.monotonic() - checking
-    return SliceOutcome(piece, status, metrics, result, problem, round(took, 3))
+            error = _short_error(exc)
+    share = (time.monotonic() - checking) / len(pieces)
+    outcomes = []
+    for piece, metrics, problem, result in zip(pieces, runs, problems, results, strict=True):
+        status, text = SUCCEEDED if result is None or result.success else INVALID, None
+        if problem is not None:  # its rows do not add up: failed, whatever validation says
+            status, text, result = FAILED, str(problem), None
+        elif options.validate and result is None:
+            status, text = FAILED, error
+        outcomes.append(
+            SliceOutcome(piece, status, metrics, result, text, round(metrics.duration_s + share, 3))
+        )
+    return outcomes
 
 
 def batches(pieces: list[Slice], size: int) -> list[list[Slice]]:

@@ -21,7 +21,8 @@ import math
 import os
 import statistics
 import warnings
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,13 @@ from pyspark.sql import DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from streamjoin import datadocs, delta_io
+from streamjoin.arrival import Slice
 from streamjoin.errors import JobError
 from streamjoin.jars import checkout
 from streamjoin.metrics import spark_value
-from streamjoin.spec import JoinSpec
-from streamjoin.timeutil import parse_instant
+from streamjoin.slice_profile import NOT_NULL, PROFILED, Observed, profile
+from streamjoin.spec import JoinSpec, Quality
+from streamjoin.timeutil import from_spark, parse_instant, to_micros
 
 SLICE_START, SLICE_END = "slice_start", "slice_end"  # the suite parameters a validation is given
 _SITE = "streamjoin"  # the Data Docs site's name inside the ephemeral context
@@ -191,47 +194,185 @@ def validate_slice(
 
     An empty output is valid. A suite naming a column the output lacks raises JobError: every slice
     would fail alike, and the fix is in the job or the suite. Each link of the job is also judged
-    against its recent slices (`link_rates`) when the slice's replay wrote its metrics.
+    against its recent slices (`link_rates`) when the slice's replay wrote its metrics. Great
+    Expectations evaluates every expectation over `output` (a backfill's slices: `validate_slices`).
     """
-    suite = load_suite(spec)
-    _check_columns(suite, output, suite_path(spec))
-    site = site or default_site(spec)
     start, end = parse_instant(start, "slice start"), parse_instant(end, "slice end")
-    context = _context(site)
-    checkpoint = _checkpoint(context, suite, suite_path(spec))
-    from great_expectations.core.run_identifier import RunIdentifier
+    batch = _Batch.open(spark, spec, output, site, [(start, end)])
+    (result,) = batch.publish([batch.validated(0, output)])
+    return result
 
-    run = RunIdentifier(run_name=f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}")
-    output.persist()
-    try:
-        result = checkpoint.run(
-            batch_parameters={"dataframe": output},
-            expectation_parameters={SLICE_START: spark_value(start), SLICE_END: spark_value(end)},
-            run_id=run,
-        )
-    finally:
-        output.unpersist()
-    identifier, validation = next(iter(result.run_results.items()))  # one validation definition, one result
-    checks = [(bool(r.success), _describe(r)) for r in validation.results]
-    _publish(context, identifier, validation, site)
-    evaluated = int(validation.statistics["evaluated_expectations"])
-    found = _slice_runs(spark, spec, start, end)  # read once: the assumed rows and the link rates
-    checks += _assumed_checks(spec, json.loads(found[1]["by_link"])) if found else []
-    rates = _rates(spark, spec, found[0], found[1], start) if found and spec.meta.quality.link_history else []
-    if any(rate.floor is not None for rate in rates):
-        judged = _validate_links(spark, context, spec, rates, run, site)
-        checks += [(ok, rate.line()) for ok, rate in zip(judged, rates, strict=True)]
-        evaluated += 1
-    else:
-        checks += [(True, rate.line()) for rate in rates]
-    return ValidationResult(
-        suite=suite["name"],
-        success=all(ok for ok, _ in checks),
-        failed=tuple(line for ok, line in checks if not ok),
-        evaluated=evaluated,
-        docs=_page(context, identifier, site),
-        checks=tuple(checks),
+
+def validate_slices(
+    spark: SparkSession,
+    spec: JoinSpec,
+    rows: DataFrame,
+    pieces: Sequence[Slice],
+    site: str | None = None,
+) -> list[ValidationResult]:
+    """Validate consecutive slices together: `rows` holds their output (a slice's rows are those
+    whose event time lies in it). Each slice gets the result, the checks and the Data Docs page
+    `validate_slice` would give it, at the cost of one aggregation over `rows` for all of them
+    (streamjoin.slice_profile), one read of the job's metrics and one Data Docs build: a slice
+    that every expectation passes gets Great Expectations' result made from that aggregation; a
+    slice that fails one, or whose suite has expectations the aggregation does not compute, is
+    validated by Great Expectations over its own rows, as `validate_slice` does (docs/backfills.md)."""
+    bounds = [(parse_instant(p.start, "slice start"), parse_instant(p.end, "slice end")) for p in pieces]
+    batch = _Batch.open(spark, spec, rows, site, bounds)
+    expectations = batch.suite["expectations"]
+    found = profile(rows, spec.output.time, pieces, expectations, batch.parameters)
+    results = []
+    for k, observed in enumerate(found):
+        known = [o for o in observed if o is not None]
+        if _assembles(known, expectations):
+            results.append(batch.assembled(k, known))
+        elif known and not known[0].element_count:  # an empty slice: Great Expectations over no rows
+            results.append(batch.validated(k, rows.where(F.lit(False))))
+        else:
+            time, (start, end) = F.col(f"`{spec.output.time}`"), batch.bounds[k]
+            output = rows.where((time >= F.lit(spark_value(start))) & (time < F.lit(spark_value(end))))
+            results.append(batch.validated(k, output))
+    return batch.publish(results)
+
+
+def _assembles(found: list[Observed], expectations: list[dict]) -> bool:
+    """Whether a slice's result is made from what the aggregation `found`: every expectation was
+    profiled and passed, over rows (Great Expectations words an empty slice's results apart)."""
+    return (
+        len(found) == len(expectations)
+        and (not found or found[0].element_count > 0)
+        and all(o.passes(e) for o, e in zip(found, expectations, strict=True))
     )
+
+
+@dataclass
+class _Batch:
+    """What validating one or more slices of a job shares: the suite, its checkpoint in one
+    Great Expectations context, the slices' bounds and parameters, the job's link history read
+    once, and the validations stored so far (their Data Docs are built once, `publish`)."""
+
+    spark: SparkSession
+    spec: JoinSpec
+    suite: dict
+    site: str
+    context: Any
+    checkpoint: Any
+    bounds: list[tuple[datetime, datetime]]
+    links: _LinkHistory | None
+    stored: list[Any] = field(default_factory=list)
+    pages: list[Any] = field(default_factory=list)  # each result's own validation, in order
+    links_checkpoint: Any = None
+
+    @classmethod
+    def open(
+        cls,
+        spark: SparkSession,
+        spec: JoinSpec,
+        rows: DataFrame,
+        site: str | None,
+        bounds: list[tuple[datetime, datetime]],
+    ) -> _Batch:
+        """The suite loaded and checked against the rows' columns, the context and checkpoint made."""
+        suite = load_suite(spec)
+        _check_columns(suite, rows, suite_path(spec))
+        site = site or default_site(spec)
+        context = _context(site)
+        checkpoint = _checkpoint(context, suite, suite_path(spec))
+        links = _LinkHistory.read(spark, spec, bounds)
+        return cls(spark, spec, suite, site, context, checkpoint, bounds, links)
+
+    @property
+    def parameters(self) -> list[dict[str, Any]]:
+        """Each slice's suite parameters: its bounds."""
+        return [{SLICE_START: spark_value(a), SLICE_END: spark_value(b)} for a, b in self.bounds]
+
+    def run_id(self, k: int):
+        from great_expectations.core.run_identifier import RunIdentifier
+
+        start, end = self.bounds[k]
+        return RunIdentifier(run_name=f"{start:%Y%m%dT%H%M%SZ}-{end:%Y%m%dT%H%M%SZ}")
+
+    def validated(self, k: int, output: DataFrame) -> ValidationResult:
+        """Slice k validated by Great Expectations over its rows `output`."""
+        output.persist()
+        try:
+            result = self.checkpoint.run(
+                batch_parameters={"dataframe": output},
+                expectation_parameters=self.parameters[k],
+                run_id=self.run_id(k),
+            )
+        finally:
+            output.unpersist()
+        identifier, validation = next(iter(result.run_results.items()))  # one definition, one result
+        return self._judged(k, identifier, validation)
+
+    def assembled(self, k: int, observed: list[Observed]) -> ValidationResult:
+        """Slice k's result made from what each expectation found in it (all passed)."""
+        identifier, validation = _result_of(
+            self.suite, observed, self.parameters[k], self.run_id(k), "streamjoin"
+        )
+        return self._judged(k, identifier, validation)
+
+    def _judged(self, k: int, identifier, validation) -> ValidationResult:
+        """The slice's result: the suite's checks, then its links' (assumed rows, match rates)."""
+        checks = [(bool(r.success), _describe(r)) for r in validation.results]
+        self._store(identifier, validation)
+        self.pages.append(identifier)
+        evaluated = int(validation.statistics["evaluated_expectations"])
+        this = self.links.this(self.bounds[k]) if self.links else None
+        checks += _assumed_checks(self.spec, json.loads(this["by_link"])) if this else []
+        judging = self.links and this and self.spec.meta.quality.link_history
+        rates = self.links.rates(self.spec, self.bounds[k]) if judging and self.links else []
+        if any(rate.floor is not None for rate in rates):
+            judged = self._links_judged(k, rates)
+            checks += [(ok, rate.line()) for ok, rate in zip(judged, rates, strict=True)]
+            evaluated += 1
+        else:
+            checks += [(True, rate.line()) for rate in rates]
+        return ValidationResult(
+            suite=self.suite["name"],
+            success=all(ok for ok, _ in checks),
+            failed=tuple(line for ok, line in checks if not ok),
+            evaluated=evaluated,
+            docs=None,  # its page, once built (`publish`)
+            checks=tuple(checks),
+        )
+
+    def _links_judged(self, k: int, rates: list[LinkRate]) -> list[bool]:
+        """Per rate, whether it passed: Great Expectations' verdict over the judged links when one
+        falls below its floor, else a result made from the rates (all at or above)."""
+        judged = [r for r in rates if r.floor is not None]
+        if self.links_checkpoint is None:
+            self.links_checkpoint = _checkpoint(
+                self.context,
+                _links_suite(self.spec),
+                Path("(derived from the job's metrics)"),
+                "streamjoin_links",
+            )
+        if all(r.rate >= r.floor for r in judged if r.floor is not None):
+            observed = [Observed(len(judged), 0, 0)]
+            identifier, validation = _result_of(
+                _links_suite(self.spec), observed, {}, self.run_id(k), "streamjoin_links"
+            )
+            self._store(identifier, validation)
+            return [True] * len(rates)
+        return _validate_links(self.spark, self.links_checkpoint, rates, self.run_id(k), self._store)
+
+    def _store(self, identifier, validation) -> None:
+        """Store the validation, every value taken from the data HTML-escaped (`_publish`)."""
+        for item in validation.results:
+            item.result = _escaped(item.result)
+        self.context.validation_results_store.set(identifier, validation)
+        self.stored.append(identifier)
+
+    def publish(self, results: list[ValidationResult]) -> list[ValidationResult]:
+        """Build the Data Docs pages of every validation stored, and the index, once; `results`
+        (in the order they were made) with their pages."""
+        _build_docs(self.context, self.stored, self.site)
+        return [
+            replace(result, docs=_page(self.context, identifier, self.site))
+            for result, identifier in zip(results, self.pages, strict=True)
+        ]
 
 
 def _assumed_checks(spec: JoinSpec, links: list[dict]) -> list[tuple[bool, str]]:
@@ -292,95 +433,109 @@ def link_rates(spark: SparkSession, spec: JoinSpec, start: datetime, end: dateti
     Empty when the job has no metrics of the slice or `link_history` is 0."""
     if not spec.meta.quality.link_history:
         return []
-    found = _slice_runs(spark, spec, start, end)
-    if found is None:
-        return []
-    return _rates(spark, spec, found[0], found[1], parse_instant(start, "slice start"))
+    bounds = (parse_instant(start, "slice start"), parse_instant(end, "slice end"))
+    history = _LinkHistory.read(spark, spec, [bounds])
+    return history.rates(spec, bounds) if history and history.this(bounds) else []
 
 
-def _slice_runs(
-    spark: SparkSession, spec: JoinSpec, start: datetime, end: datetime
-) -> tuple[DataFrame, Row] | None:
-    """The job's replays of slices ending by `end` (each slice's latest run) and this slice's row
-    (its mode and `by_link`); None when the metrics hold no links for the slice."""
-    metrics = spec.output.side("metrics")
-    if not delta_io.exists(spark, metrics):
-        return None
-    start, end = parse_instant(start, "slice start"), parse_instant(end, "slice end")
-    latest = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("started_at").desc())
-    table = delta_io.read_snapshot(spark, metrics)
-    if "by_link" not in table.columns:  # written before runs counted links: nothing to judge by
-        return None
-    runs = (
-        table.where((F.col("job") == spec.name) & (F.col("runner") == "replay"))
-        .where(F.col("slice_end") <= F.lit(spark_value(end)))
-        .withColumn("_attempt", F.row_number().over(latest))
-        .where(F.col("_attempt") == 1)
-    )
-    here = (F.col("slice_start") == F.lit(spark_value(start))) & (
-        F.col("slice_end") == F.lit(spark_value(end))
-    )
-    this = runs.where(here).select("mode", "by_link").first()
-    if this is None or not this["by_link"]:
-        return None
-    return runs, this
+@dataclass(frozen=True)
+class _LinkHistory:
+    """The job's replays that links are judged by, read once for consecutive slices: each slice's
+    own metrics row (its latest replay: mode, `by_link`), and the earlier slices' rows that may be
+    a baseline (same modes, with links, none recorded invalid or failed by a backfill), newest
+    first; rows hold their bounds as UTC microseconds."""
 
+    own: dict[tuple[int, int], dict]
+    earlier: list[dict]
 
-def _rates(
-    spark: SparkSession, spec: JoinSpec, runs: DataFrame, this: Row, start: datetime
-) -> list[LinkRate]:
-    """`link_rates` from the job's replays (`_slice_runs`) and this slice's row."""
-    quality = spec.meta.quality
-    before = runs.where(
-        (F.col("slice_end") <= F.lit(spark_value(start)))
-        & (F.col("mode") == this["mode"])
-        & F.col("by_link").isNotNull()
-    )
-    record = spec.output.side("backfill")
-    if delta_io.exists(spark, record):  # slices a backfill found invalid (or could not run) are no baseline
-        last = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("finished_at").desc())
-        refused = (
-            delta_io.read_snapshot(spark, record)
-            .withColumn("_attempt", F.row_number().over(last))
-            .where((F.col("_attempt") == 1) & (F.col("status") != "succeeded"))
-            .select("slice_start", "slice_end")
+    @classmethod
+    def read(
+        cls, spark: SparkSession, spec: JoinSpec, bounds: list[tuple[datetime, datetime]]
+    ) -> _LinkHistory | None:
+        """From the job's metrics (None: none written, or written before runs counted links)."""
+        metrics = spec.output.side("metrics")
+        if not delta_io.exists(spark, metrics):
+            return None
+        table = delta_io.read_snapshot(spark, metrics)
+        if "by_link" not in table.columns:
+            return None
+        first, last = spark_value(bounds[0][0]), spark_value(bounds[-1][1])
+        latest = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("started_at").desc())
+        runs = (
+            table.where((F.col("job") == spec.name) & (F.col("runner") == "replay"))
+            .where(F.col("slice_end") <= F.lit(last))
+            .withColumn("_attempt", F.row_number().over(latest))
+            .where(F.col("_attempt") == 1)
+            .select("slice_start", "slice_end", "mode", "by_link")
         )
-        before = before.join(refused, ["slice_start", "slice_end"], "left_anti")
-    earlier = [
-        json.loads(r["by_link"])
-        for r in before.orderBy(F.col("slice_start").desc())
-        .select("by_link")
-        .limit(10 * quality.link_history)
-        .collect()
-    ]
-    rates = []
-    for link in json.loads(this["by_link"]):
-        reached, matched = _decided(link), int(link["matched"])
-        past = [
-            p["matched"] / _decided(p)
-            for links in earlier
-            for p in links
-            if p["link"] == link["link"] and _decided(p) >= max(quality.link_min_rows, 1)
-        ][: quality.link_history]
-        rate = LinkRate(link["link"], reached, matched, history=len(past))
-        if reached < max(quality.link_min_rows, 1):
-            rates.append(
-                replace(rate, why_not=f"{reached} rows reached it, fewer than {quality.link_min_rows}")
-            )
-        elif len(past) < max(quality.link_min_history, 1):
-            rates.append(
-                replace(
-                    rate,
-                    why_not=f"{len(past)} earlier valid slice(s) known, {quality.link_min_history} needed",
-                )
-            )
-        else:
-            baseline = statistics.median(past)
-            noise = 3 * math.sqrt(baseline * (1 - baseline) / reached)
-            rates.append(
-                replace(rate, baseline=baseline, floor=baseline - max(quality.link_tolerance, noise))
-            )
-    return rates
+        own = {
+            (r["start"], r["end"]): r
+            for r in map(_bounded, runs.where(F.col("slice_start") >= F.lit(first)).collect())
+        }
+        modes = sorted({r["mode"] for r in own.values()})
+        before = runs.where(F.col("mode").isin(modes) & F.col("by_link").isNotNull())
+        before = _valid(spark, spec, before.where(F.col("slice_end") <= F.lit(spark_value(bounds[-1][0]))))
+        limit = 10 * spec.meta.quality.link_history + len(bounds)
+        earlier = before.orderBy(F.col("slice_start").desc()).limit(limit).collect() if modes else []
+        return cls(own, [_bounded(r) for r in earlier])
+
+    def this(self, bounds: tuple[datetime, datetime]) -> dict | None:
+        """The slice's own row, if its replay counted links."""
+        row = self.own.get((to_micros(bounds[0]), to_micros(bounds[1])))
+        return row if row and row["by_link"] else None
+
+    def rates(self, spec: JoinSpec, bounds: tuple[datetime, datetime]) -> list[LinkRate]:
+        """`link_rates` of the slice, judged by the rows before it."""
+        this, start = self.this(bounds), to_micros(bounds[0])
+        assert this is not None
+        quality = spec.meta.quality
+        earlier = [
+            json.loads(r["by_link"]) for r in self.earlier if r["end"] <= start and r["mode"] == this["mode"]
+        ][: 10 * quality.link_history]
+        return [_rate(quality, link, earlier) for link in json.loads(this["by_link"])]
+
+
+def _bounded(row: Row) -> dict:
+    """A metrics row with its bounds as UTC microseconds."""
+    values = row.asDict()
+    values["start"], values["end"] = (to_micros(from_spark(row[c])) for c in ("slice_start", "slice_end"))
+    return values
+
+
+def _valid(spark: SparkSession, spec: JoinSpec, runs: DataFrame) -> DataFrame:
+    """`runs` less the slices a backfill found invalid or could not run (their latest attempt)."""
+    record = spec.output.side("backfill")
+    if not delta_io.exists(spark, record):
+        return runs
+    last = Window.partitionBy("slice_start", "slice_end").orderBy(F.col("finished_at").desc())
+    refused = (
+        delta_io.read_snapshot(spark, record)
+        .withColumn("_attempt", F.row_number().over(last))
+        .where((F.col("_attempt") == 1) & (F.col("status") != "succeeded"))
+        .select("slice_start", "slice_end")
+    )
+    return runs.join(refused, ["slice_start", "slice_end"], "left_anti")
+
+
+def _rate(quality: Quality, link: dict, earlier: list[list[dict]]) -> LinkRate:
+    """One link of the slice (`by_link`'s entry), judged by the earlier slices' links."""
+    reached, matched = _decided(link), int(link["matched"])
+    past = [
+        p["matched"] / _decided(p)
+        for links in earlier
+        for p in links
+        if p["link"] == link["link"] and _decided(p) >= max(quality.link_min_rows, 1)
+    ][: quality.link_history]
+    rate = LinkRate(link["link"], reached, matched, history=len(past))
+    if reached < max(quality.link_min_rows, 1):
+        return replace(rate, why_not=f"{reached} rows reached it, fewer than {quality.link_min_rows}")
+    if len(past) < max(quality.link_min_history, 1):
+        return replace(
+            rate, why_not=f"{len(past)} earlier valid slice(s) known, {quality.link_min_history} needed"
+        )
+    baseline = statistics.median(past)
+    noise = 3 * math.sqrt(baseline * (1 - baseline) / reached)
+    return replace(rate, baseline=baseline, floor=baseline - max(quality.link_tolerance, noise))
 
 
 def _decided(link: dict) -> int:
@@ -389,21 +544,9 @@ def _decided(link: dict) -> int:
     return int(link["reached"]) - int(link.get("assumed") or 0)
 
 
-def _validate_links(
-    spark: SparkSession, context, spec: JoinSpec, rates: list[LinkRate], run, site: str
-) -> list[bool]:
-    """Great Expectations' verdict on the judged links (`expect_column_pair_values_a_to_be_greater_than_b`:
-    each link's match rate at or above its floor), stored with its own Data Docs page; per rate,
-    whether it passed (True for a link not judged)."""
-    from streamjoin.frames import local_frame
-
-    judged = [r for r in rates if r.floor is not None]
-    frame = local_frame(
-        spark,
-        [(r.link, r.reached, r.matched, r.rate, r.floor) for r in judged],
-        "link string, reached long, matched long, match_rate double, floor double",
-    )
-    suite = {
+def _links_suite(spec: JoinSpec) -> dict:
+    """The derived suite a slice's judged links are validated by: each match rate at or above its floor."""
+    return {
         "name": f"{spec.name}_links",
         "expectations": [
             _expectation(
@@ -413,12 +556,22 @@ def _validate_links(
             )
         ],
     }
-    checkpoint = _checkpoint(
-        context, suite, Path("(derived from the job's metrics)"), source="streamjoin_links"
+
+
+def _validate_links(spark: SparkSession, checkpoint, rates: list[LinkRate], run, store) -> list[bool]:
+    """Great Expectations' verdict on the judged links (`_links_suite`), its result handed to
+    `store` (it gets its own Data Docs page); per rate, whether it passed (True for a link not judged)."""
+    from streamjoin.frames import local_frame
+
+    judged = [r for r in rates if r.floor is not None]
+    frame = local_frame(
+        spark,
+        [(r.link, r.reached, r.matched, r.rate, r.floor) for r in judged],
+        "link string, reached long, matched long, match_rate double, floor double",
     )
     result = checkpoint.run(batch_parameters={"dataframe": frame}, run_id=run)
     identifier, validation = next(iter(result.run_results.items()))
-    _publish(context, identifier, validation, site)
+    store(identifier, validation)
     below = {r.link for r in judged if r.floor is not None and r.rate < r.floor}
     if not validation.success and not below:  # GE found what the rates did not: fail them all
         below = {r.link for r in judged}
@@ -517,23 +670,141 @@ def _checkpoint(context, suite: dict, path: Path, source: str = "streamjoin"):
     )
 
 
-def _publish(context, identifier, validation, site: str) -> None:
-    """Store the validation with every value taken from the data HTML-escaped, then build its Data
-    Docs page and point it and the index at the site's own copies of their styles and scripts
-    (`streamjoin.datadocs`). Great Expectations writes some of those values (the unexpected values
-    of a failed expectation) into its pages as they are, so a value such as `<script>...</script>`
-    in the output would run in the reader's browser."""
-    for item in validation.results:
-        item.result = _escaped(item.result)
-    context.validation_results_store.set(identifier, validation)
-    context.build_data_docs(site_names=[_SITE], resource_identifiers=[identifier])
-    pages = {Path(site) / "index.html", Path(_page(context, identifier, site) or Path(site) / "index.html")}
+def _build_docs(context, identifiers: list, site: str) -> None:
+    """Build the Data Docs pages of the stored validations `identifiers` (their values were
+    HTML-escaped as stored: Great Expectations writes some of them, the unexpected values of a
+    failed expectation, into its pages as they are, so a value such as `<script>...</script>` in
+    the output would run in the reader's browser), and the index; then point them at the site's
+    own copies of their styles and scripts (`streamjoin.datadocs`)."""
+    context.build_data_docs(site_names=[_SITE], resource_identifiers=identifiers)
+    pages = {Path(site) / "index.html"}
+    pages |= {
+        Path(_page(context, identifier, site) or Path(site) / "index.html") for identifier in identifiers
+    }
     if not datadocs.localize(site, sorted(p for p in pages if p.is_file())):
         warnings.warn(
             "Data Docs pages load their styles and scripts from public CDNs and show empty or unstyled "
             "offline: run `streamjoin setup-docs-assets` once to serve them from the site",
             stacklevel=2,
         )
+
+
+def _result_of(suite: dict, observed: list[Observed], parameters: dict[str, Any], run, source: str):
+    """Great Expectations' result of `suite` over a slice whose expectations all passed with the
+    numbers `observed` (streamjoin.slice_profile), as its checkpoint stores it: its identifier and
+    the validation result, ready for the store and Data Docs."""
+    from great_expectations.core.expectation_validation_result import (
+        ExpectationSuiteValidationResult,
+        ExpectationValidationResult,
+    )
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    batch_id = f"{source}-slice"
+    results = [
+        ExpectationValidationResult(
+            success=True,
+            expectation_config=ExpectationConfiguration(
+                type=item["type"],
+                kwargs={"batch_id": batch_id, **_bound_kwargs(item["kwargs"], parameters)},
+                notes=item.get("notes"),
+            ),
+            result=_numbers(item["type"], found),
+            exception_info={
+                "raised_exception": False,
+                "exception_traceback": None,
+                "exception_message": None,
+            },
+        )
+        for item, found in zip(suite["expectations"], observed, strict=True)
+    ]
+    count = len(results)
+    validation = ExpectationSuiteValidationResult(
+        success=True,
+        results=results,
+        suite_name=suite["name"],
+        suite_parameters=parameters,
+        statistics={
+            "evaluated_expectations": count,
+            "successful_expectations": count,
+            "unsuccessful_expectations": 0,
+            "success_percent": 100.0 if count else None,
+        },
+        meta={
+            "great_expectations_version": _ge_version(),
+            "batch_spec": {"batch_data": "SparkDataFrame"},
+            "active_batch_definition": {
+                "datasource_name": source,
+                "data_connector_name": "fluent",
+                "data_asset_name": "slice",
+                "batch_identifiers": {"dataframe": "<DATAFRAME>"},
+            },
+            "run_id": run,
+            "validation_time": run.run_time,
+        },
+        batch_id=batch_id,
+    )
+    identifier = ValidationResultIdentifier(ExpectationSuiteIdentifier(suite["name"]), run, batch_id)
+    return identifier, validation
+
+
+def _ge_version() -> str:
+    import great_expectations as gx
+
+    return gx.__version__
+
+
+def _bound_kwargs(kwargs: dict[str, Any], parameters: dict[str, Any]) -> dict[str, Any]:
+    """The expectation's arguments with each suite parameter replaced by its value."""
+    return {
+        name: parameters[value["$PARAMETER"]] if isinstance(value, dict) and "$PARAMETER" in value else value
+        for name, value in kwargs.items()
+    }
+
+
+def _numbers(kind: str, found: Observed) -> dict[str, Any]:
+    """The `result` Great Expectations reports for an expectation of type `kind` that passed with
+    the numbers `found` (a NULL is the only value a not-NULL expectation may find unexpected)."""
+    rows, missing, unexpected = found.element_count, found.missing_count, found.unexpected_count
+    nulls = [None] * min(unexpected, 20)
+    if kind == NOT_NULL:
+        return {
+            "element_count": rows,
+            "unexpected_count": unexpected,
+            "unexpected_percent": _percent(unexpected, rows),
+            "partial_unexpected_list": nulls,
+            "partial_unexpected_counts": [{"value": None, "count": unexpected}] if unexpected else [],
+        }
+    if kind not in PROFILED:  # the links' derived suite: a column pair, no missing values
+        return {
+            "element_count": rows,
+            "unexpected_count": 0,
+            "unexpected_percent": _percent(0, rows),
+            "partial_unexpected_list": [],
+            "missing_count": 0,
+            "missing_percent": _percent(0, rows),
+            "unexpected_percent_total": _percent(0, rows),
+            "unexpected_percent_nonmissing": _percent(0, rows),
+            "partial_unexpected_counts": [],
+        }
+    return {
+        "element_count": rows,
+        "unexpected_count": unexpected,
+        "unexpected_percent": _percent(unexpected, rows - missing),
+        "partial_unexpected_list": [],
+        "missing_count": missing,
+        "missing_percent": _percent(missing, rows),
+        "unexpected_percent_total": _percent(unexpected, rows),
+        "unexpected_percent_nonmissing": _percent(unexpected, rows - missing),
+        "partial_unexpected_counts": [],
+    }
+
+
+def _percent(part: int, whole: int) -> float | None:
+    return 100.0 * part / whole if whole else None
 
 
 def _escaped(value: Any) -> Any:

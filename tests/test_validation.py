@@ -506,3 +506,95 @@ def test_the_floor_leaves_room_for_chance_in_a_small_slice(spark, tmp_path):
     assert large.history == 5  # the earlier slices, the small one among them: no backfill found it invalid
     (assumed,) = link_rates(spark, spec, *hours[6])
     assert (assumed.reached, assumed.matched) == (300, 256) and assumed.rate >= assumed.floor
+
+
+# ---------------------------------------------------------------- many slices validated in one pass
+
+
+def hours_of(hours: int) -> list[Slice]:
+    return [
+        Slice(pendulum.instance(datetime(2024, 5, 1, h)), pendulum.instance(datetime(2024, 5, 1, h + 1)))
+        for h in range(hours)
+    ]
+
+
+def three_hours() -> list[tuple]:
+    """Hour 0 valid (one order unpaid: a match rate of 0.75, allowed), hour 1 with a NULL key and a
+    duplicated one (and a NULL customer), hour 2 empty, hour 3 valid again."""
+    at = lambda h, m: datetime(2024, 5, 1, h, m)  # noqa: E731
+    return [
+        ("o1", "c1", "p1", 10.0, at(0, 0)),
+        ("o2", "c2", "p2", 20.0, at(0, 10)),
+        ("o3", "c1", "p3", 30.0, at(0, 20)),
+        ("o4", "c3", None, None, at(0, 59)),
+        (None, "c1", "p5", 1.0, at(1, 0)),
+        ("o6", None, "p6", 1.0, at(1, 5)),
+        ("o6", "c2", "p7", 1.0, at(1, 6)),
+        ("o8", "c2", "p8", 1.0, at(1, 7)),
+        ("o9", "c4", "p9", 1.0, at(3, 30)),
+    ]
+
+
+@pytest.mark.parametrize("key", [("order_id",), ("order_id", "customer_id")])
+def test_slices_validated_together_read_as_each_validated_alone(spark, tmp_path, key):
+    """The same statuses, failure messages (Great Expectations' own, with example values) and
+    check lines as validating each slice over its own rows, and a Data Docs page per slice."""
+    from streamjoin.validation import validate_slices
+
+    spec, pieces = shop_job(tmp_path, output=Output(path=str(tmp_path / "out"), key=key)), hours_of(4)
+    rows = spark.createDataFrame(three_hours(), OUTPUT)
+    together = validate_slices(spark, spec, rows, pieces, str(tmp_path / "together"))
+    alone = [
+        validate_slice(
+            spark,
+            spec,
+            rows.where((rows.event_time >= p.start) & (rows.event_time < p.end)),
+            p.start,
+            p.end,
+            str(tmp_path / "alone"),
+        )
+        for p in pieces
+    ]
+
+    assert [r.success for r in together] == [True, False, True, True]
+    assert [r.checks for r in together] == [r.checks for r in alone]
+    assert [(r.failed, r.evaluated, r.suite) for r in together] == [
+        (r.failed, r.evaluated, r.suite) for r in alone
+    ]
+    duplicated = "2 of 4 rows duplicated (66.7%), e.g. 'o6'" if len(key) == 1 else "0 of 4 rows duplicated"
+    assert f"unique({', '.join(key)}): {duplicated}" in " ".join(line for _, line in together[1].checks)
+    assert (
+        "payment_id, mostly=0.75): 1 of 4 rows NULL (25.0%), at most 25.0% allowed"
+        in together[0].checks[-1][1]
+    )
+    pages = [Path(r.docs) for r in together]
+    assert len(set(pages)) == 4 and all(
+        p.is_file() and p.is_relative_to(tmp_path / "together") for p in pages
+    )
+    assert "20240501T000000Z-20240501T010000Z" in str(pages[0]) and "shop_orders" in pages[0].read_text()
+    assert "shop_orders" in (tmp_path / "together" / "index.html").read_text()
+
+
+def test_validating_more_slices_together_costs_no_more_spark_jobs(spark, tmp_path):
+    """One aggregation over the slices' rows, whatever their number: no Spark job per slice."""
+    from streamjoin.validation import validate_slices
+
+    spec = shop_job(tmp_path)
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs_to_validate(hours: int) -> int:
+        rows = [
+            (f"o{h}-{n}", "c1", "p1", 1.0, datetime(2024, 5, 1, h, n)) for h in range(hours) for n in range(3)
+        ]
+        before = max(tracker.getJobIdsForGroup(None), default=-1)
+        results = validate_slices(
+            spark,
+            spec,
+            spark.createDataFrame(rows, OUTPUT),
+            hours_of(hours),
+            str(tmp_path / f"s{hours}"),
+        )
+        assert all(r.success for r in results) and len(results) == hours
+        return max(tracker.getJobIdsForGroup(None)) - before
+
+    assert jobs_to_validate(8) == jobs_to_validate(2)

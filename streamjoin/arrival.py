@@ -172,11 +172,19 @@ class Slices:
         """The number of the slice `time` lies in (0, 1, ...); NULL outside them all."""
         if self.bounds is None:
             return F.lit(0)
-        pairs = list(zip(self.bounds, self.bounds[1:], strict=False))
-        chosen = F.when((time >= F.lit(pairs[0][0])) & (time < F.lit(pairs[0][1])), F.lit(0))
-        for k, (low, high) in enumerate(pairs[1:], start=1):
-            chosen = chosen.when((time >= F.lit(low)) & (time < F.lit(high)), F.lit(k))
-        return chosen
+        inside = (time >= F.lit(self.bounds[0])) & (time < F.lit(self.bounds[-1]))
+        return F.when(inside, self._search(time, 0, len(self) - 1))
+
+    def _search(self, time: Column, first: int, last: int) -> Column:
+        """The number of the slice among `first`..`last` that `time` (inside them) lies in: a
+        binary search, so a row costs a few comparisons however many slices there are."""
+        if first == last:
+            return F.lit(first)
+        middle = (first + last + 1) // 2
+        assert self.bounds is not None
+        return F.when(time < F.lit(self.bounds[middle]), self._search(time, first, middle - 1)).otherwise(
+            self._search(time, middle, last)
+        )
 
     def owner(self) -> Column:
         """The slice that owns a row (by `slice_time`); NULL when no slice does."""

@@ -19,7 +19,7 @@ def jobs_so_far(spark) -> int:
 @settings(max_examples=30, deadline=None)
 @given(
     times=st.lists(st.integers(min_value=-5, max_value=35), max_size=40),
-    bounds=st.lists(st.integers(min_value=0, max_value=30), min_size=2, max_size=5, unique=True),
+    bounds=st.lists(st.integers(min_value=0, max_value=30), min_size=2, max_size=12, unique=True),
 )
 def test_counts_observed_in_the_write_equal_those_counted_apart(spark, tmp_path_factory, times, bounds):
     """Rows counted by slice and condition as a Delta write passes equal the same counts taken by
@@ -51,6 +51,16 @@ def test_counts_observed_in_the_write_equal_those_counted_apart(spark, tmp_path_
 def bounds_of(slices: Slices, k: int) -> tuple[int, int]:
     assert slices.bounds is not None
     return slices.bounds[k], slices.bounds[k + 1]
+
+
+def test_counts_of_more_slices_than_an_observation_carries_are_one_aggregation_by_slice(spark):
+    """A backfill's group of 600 slices: counted apart, grouped by slice, each slice found by a
+    binary search over the bounds."""
+    slices = Slices(tuple(range(0, 1201, 2)))
+    rows = spark.range(1200).select(F.col("id").alias("t"))
+    number = slices.number(F.col("t"))
+    counts = SliceCounts(rows, len(slices), every=(number, F.lit(True)), even=(number, F.col("t") % 2 == 0))
+    assert counts.get() == {k: {"every": 2, "even": 1} for k in range(600)}
 
 
 def test_counts_read_before_any_pass_or_pruned_away_are_counted_apart(spark):

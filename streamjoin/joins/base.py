@@ -398,6 +398,7 @@ class SliceCounts:
             for name, (column, condition) in conditions.items()
         ] or [F.count(F.lit(1)).alias("_sj_rows")]
         self._numbered = numbered
+        self._conditions = conditions
         self._observation: Observation | None = None
         self._pass = _PASS.get()
         speculative = frame.sparkSession.conf.get("spark.speculation", "false") == "true"
@@ -413,13 +414,24 @@ class SliceCounts:
         if self._values is None:
             observed = self._observed()
             if observed is None:
-                row = self._numbered.agg(*self._aggregates).first()
-                assert row is not None  # an aggregate without grouping returns one row
-                observed = row.asDict()
+                observed = self._counted()
             self._values = {
                 k: {name: observed[f"{name}#{k}"] for name in self._names} for k in range(self._slices)
             }
         return self._values
+
+    def _counted(self) -> dict[str, int]:
+        """The counts by an aggregation of their own, grouped by slice: a counter per name, not per
+        slice, for each row (a backfill's group may hold hundreds of slices)."""
+        values = {f"{name}#{k}": 0 for k in range(self._slices) for name in self._names}
+        by_owner: dict[str, list[Column]] = {}
+        for name, (column, condition) in self._conditions.items():
+            by_owner.setdefault(column, []).append(F.count_if(condition).alias(name))
+        for column, aggregates in by_owner.items():
+            owned = self._numbered.where(F.col(column).isNotNull()).groupBy(column).agg(*aggregates)
+            for row in owned.collect():
+                values.update({f"{name}#{row[column]}": row[name] for name in row.asDict() if name != column})
+        return values
 
     def _observed(self) -> dict[str, int] | None:
         """The observation's values, if a pass over the rows ran with it."""

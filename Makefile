@@ -44,6 +44,9 @@ lint:
 # Not a test: the benchmarks (about 30 minutes on 2 cores; bench/README.md). Writes bench/results/.
 bench: setup
 	.venv/bin/python -m bench.run
+	.venv/bin/python -m bench.slices --hours 24
+	.venv/bin/python -m bench.slices --hours 720 --bids-per-hour 300 --commit-hours 24 --grace 2d
+	.venv/bin/python -m bench.run --report-only
 
 # After changing pyproject.toml's dependencies: install them without the pins (what is installed
 # and still fits stays), then pin what is installed.

@@ -152,4 +152,7 @@ def write_report(path: Path, results, run: dict) -> None:
         from bench.fixed_cost import report_lines
 
         lines += ["", *report_lines(run["fixed_cost"])]
+    slices = path.parent / "slices.md"  # `python -m bench.slices`, run by `make bench` after this report
+    if slices.exists():
+        lines += ["", "## " + slices.read_text().removeprefix("# ")]
     path.write_text("\n".join(lines) + "\n")

@@ -12,8 +12,10 @@ warnings) so the other jobs' DAGs still load. See docs/airflow.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 import warnings
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,6 +32,7 @@ from airflow.sdk import (
 )
 from airflow.sdk.exceptions import AirflowFailException
 
+import streamjoin
 from streamjoin.enums import Mode
 from streamjoin.errors import JobError
 from streamjoin.job import Job
@@ -38,8 +41,14 @@ from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import parse_duration
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SUBMITTED_CLI = (
+    Path(streamjoin.__file__).parent / "resources" / "submitted_cli.py"
+)  # spark-submit's application
 DEFAULT_START = "2024-01-01"  # first data interval when a job's schedule has no start (local midnight)
 MASTER_VARIABLE = "streamjoin_master"  # Airflow Variable naming the Spark master; beats $STREAMJOIN_MASTER
+# Airflow Variable naming a Spark connection (Apache Spark provider): when set, the backfill DAGs'
+# tasks are submitted through it by spark-submit, each with a driver of its own (docs/airflow.md).
+SPARK_CONN_VARIABLE = "streamjoin_spark_conn_id"
 log = logging.getLogger(__name__)
 
 
@@ -120,6 +129,64 @@ def job_of(spec: JoinSpec) -> Job:
     )
 
 
+def spark_conn_id() -> str | None:
+    """The Spark connection the backfill tasks are submitted through (Variable
+    streamjoin_spark_conn_id, read when the DAGs are made), else None: they run in the task's process."""
+    from airflow.sdk import Variable
+
+    return Variable.get(SPARK_CONN_VARIABLE, default=None) or None
+
+
+@functools.cache
+def submit_operator() -> type:
+    """SparkSubmitOperator running a streamjoin CLI command (the provider is imported only when a
+    DAG submits): Delta's jars passed to spark-submit, the slice's arguments made from the run, and
+    the CLI's refusal (exit 2) or invalid slices (exit 3) failing the task without retries."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from streamjoin import jars
+    from streamjoin.errors import EXIT_INVALID
+
+    class StreamjoinSubmitOperator(SparkSubmitOperator):
+        def __init__(self, *, spec: JoinSpec, job_file: Path, command: str, **kwargs: Any) -> None:
+            super().__init__(
+                application=str(SUBMITTED_CLI),
+                name=f"streamjoin-{spec.name}-{command}",
+                env_vars={"STREAMJOIN_ROOT": str(data_root()), "PYSPARK_PYTHON": sys.executable},
+                **kwargs,
+            )
+            self.spec, self.job_file, self.command = spec, str(job_file), command
+
+        def execute(self, context: Any) -> None:
+            self.jars = ",".join(jars.delta_jars())
+            self.application_args = [self.command, self.job_file, *self._arguments(context)]
+            try:
+                super().execute(context)
+            except Exception:
+                code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
+                if code in (2, EXIT_INVALID):  # a refusal, or rows that failed validation: a retry repeats it
+                    raise AirflowFailException(
+                        f"job {self.spec.name}: `streamjoin {self.command}` exited {code} "
+                        f"({'refused' if code == 2 else 'a slice is invalid'}); its log above says why"
+                    ) from None
+                raise
+
+        def _arguments(self, context: Any) -> list[str]:
+            if self.command != "backfill":
+                return []
+            mode, versions = slice_options(context["params"])
+            run = context["dag_run"]
+            return [
+                *("--start", context["data_interval_start"].isoformat()),
+                *("--end", context["data_interval_end"].isoformat()),
+                *("--every", self.spec.meta.schedule.every, "--timezone", self.spec.meta.schedule.timezone),
+                *("--mode", mode, "--backfill-id", f"airflow:{run.dag_id}:{run.run_id}"),
+                *(("--versions", ",".join(f"{k}={v}" for k, v in versions.items())) if versions else ()),
+            ]
+
+    return StreamjoinSubmitOperator
+
+
 def outcome_summary(outcome) -> dict[str, Any]:
     """A SliceOutcome as plain values (XCom holds JSON)."""
     metrics, validation = outcome.metrics, outcome.validation
@@ -146,10 +213,11 @@ def failure_message(job: str, summary: dict[str, Any]) -> str:
     return f"{where}: replay failed: {summary['error']}"
 
 
-def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
+def backfill_dag(spec: JoinSpec, job_file: Path, conn_id: str | None = None) -> DAG:
     """`streamjoin_<job>`: one slice per data interval, on the job's local calendar schedule; catches
     up from schedule.start only when the job declares one (a job without a start would otherwise
-    run every interval since DEFAULT_START on unpausing)."""
+    run every interval since DEFAULT_START on unpausing). With `conn_id` (a Spark connection), its
+    tasks are `streamjoin index` and `streamjoin backfill` of the interval, submitted through it."""
     asset = output_asset(spec)
     schedule = spec.meta.schedule
     with DAG(
@@ -178,6 +246,20 @@ def backfill_dag(spec: JoinSpec, job_file: Path) -> DAG:
         },
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     ) as made:
+        if conn_id:
+            submitted = submit_operator()
+            index = submitted(
+                task_id="index_sources", spec=spec, job_file=job_file, command="index", conn_id=conn_id
+            )
+            index >> submitted(
+                task_id="replay_slice",
+                spec=spec,
+                job_file=job_file,
+                command="backfill",
+                conn_id=conn_id,
+                outlets=[asset],
+            )
+            return made
 
         @task
         def index_sources(params=None) -> str:
@@ -293,6 +375,7 @@ def live_dag(spec: JoinSpec, job_file: Path) -> DAG:
 def build_dags(folder: Path) -> dict[str, DAG]:
     """Every job file's DAGs by id; a job file that fails to load is skipped with a warning."""
     dags: dict[str, DAG] = {}
+    conn_id = spark_conn_id()
     for job_file in job_files(folder):
         try:
             spec = Job.load(job_file, root=data_root()).spec
@@ -312,7 +395,7 @@ def build_dags(folder: Path) -> dict[str, DAG]:
             log.error(message)
             warnings.warn(message, stacklevel=1)
             continue
-        dags[ids[0]] = backfill_dag(spec, job_file)
+        dags[ids[0]] = backfill_dag(spec, job_file, conn_id)
         if spec.meta.schedule.live_every:
             dags[ids[1]] = live_dag(spec, job_file)
     return dags

@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv --without-pip .venv
 fi
 stamp=.venv/.streamjoin-installed
-want="$(cat pyproject.toml infra/constraints.txt | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml infra/constraints.txt infra/overrides.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # uv installs the 167 packages in about 30 s once its cache holds them, where pip took 68 s at
   # every set-up of a clone; infra/constraints.txt fixes every version, so the set is the same
@@ -29,8 +29,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Installed files are hard links into uv's cache (uv's default), not copies: 2.4 s instead of
   # 10.4 s for a fresh clone (twice a CI run). Nothing writes to an installed file in place:
   # installers replace files, and compiled bytecode goes to new files beside them.
+  # infra/overrides.txt drops what a dependency declares but must not be installed (pyspark-client,
+  # which would overwrite pyspark's own files).
   UV_LINK_MODE=hardlink .venv/bin/uv pip install --quiet --python .venv/bin/python "${pins[@]}" \
-    -e ".[airflow,quality,dev,bench]"
+    --overrides infra/overrides.txt -e ".[airflow,quality,dev,bench]"
   # uv keeps every revision of a source distribution it builds, and where the package index's
   # answers cannot be cached it makes a new one at each set-up of a clone: a 1.4 GB pyspark build
   # each time (64 of them, 58 GB, filled this machine's disk on 2026-11-29, and mypy then failed

@@ -204,6 +204,8 @@ def cmd_backfill(args) -> int:
         versions=_versions(args.versions),
         assume_earliest_known=args.assume_earliest_known,
     )
+    if args.backfill_id:
+        backfill = replace(backfill, id=args.backfill_id)
     slices = list(backfill.slices)
     if args.only_failed:
         slices, recorded = job.unfinished(backfill)
@@ -238,8 +240,18 @@ def _dry_run(args, backfill: Backfill, slices: list) -> int:
     return 0
 
 
+def _backfill_exit(outcomes: list) -> int:
+    """0 when every slice succeeded; EXIT_INVALID when the others are invalid; 1 when one failed."""
+    from streamjoin.backfill import INVALID
+    from streamjoin.errors import EXIT_INVALID
+
+    statuses = {o.status for o in outcomes if not o.ok}
+    return 0 if not statuses else EXIT_INVALID if statuses == {INVALID} else 1
+
+
 def _backfilled(args, job: Job, backfill: Backfill, slices: list, outcomes: list) -> int:
-    """What a backfill prints once run: each slice's outcome, what failed and why; exit 1 if any failed."""
+    """What a backfill prints once run: each slice's outcome, what failed and why; its exit code
+    (`_backfill_exit`)."""
     from streamjoin.metrics import untimed_elsewhere
     from streamjoin.progress import outcome_table, problems
 
@@ -256,7 +268,7 @@ def _backfilled(args, job: Job, backfill: Backfill, slices: list, outcomes: list
                 "warnings": elsewhere,
             }
         )
-        return 1 if failed else 0
+        return _backfill_exit(outcomes)
     _console().print(outcome_table(backfill, outcomes))
     for line in problems(backfill, outcomes):  # below the table, whole: what failed and why
         print(line)
@@ -269,7 +281,7 @@ def _backfilled(args, job: Job, backfill: Backfill, slices: list, outcomes: list
     )
     for line in _advice(job, outcomes):
         print(line, file=sys.stderr)
-    return 1 if failed else 0
+    return _backfill_exit(outcomes)
 
 
 def _advice(job: Job, outcomes: list) -> list[str]:
@@ -684,7 +696,11 @@ def build_parser() -> argparse.ArgumentParser:
         "backfill", "replay [start, end) slice by slice over versions pinned once, validate each slice"
     )
     backfill.add_argument("job", help=_JOB_HELP)
-    backfill.add_argument("--json", action="store_true", help=_JSON_HELP + "; exit code 1 if a slice failed")
+    backfill.add_argument(
+        "--json",
+        action="store_true",
+        help=_JSON_HELP + "; exit code 1 if a slice failed, 3 if one is invalid",
+    )
     backfill.add_argument("--start", required=True, help="ISO date or datetime (no zone: UTC)")
     backfill.add_argument("--end", required=True, help="exclusive end, same formats as --start")
     backfill.add_argument(
@@ -722,6 +738,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-validate", action="store_true", help="skip the Great Expectations validation of each slice"
     )
     backfill.add_argument("--site", help="folder for Data Docs (default <output>_quality/data_docs)")
+    backfill.add_argument(
+        "--backfill-id",
+        help="the id its attempts are recorded under (default: a new UUID; Airflow's tasks "
+        "give airflow:<dag_id>:<run_id>)",
+    )
     backfill.add_argument(
         "--batch",
         type=int,

@@ -42,3 +42,8 @@ class UnbalancedRunError(StreamJoinError):
     (exit 1), though what it wrote stays written until it is run again."""
 
     exit_code = 1
+
+
+# A backfill's exit code when no slice failed but some are invalid (their rows were written and failed
+# validation): running them again would validate the same rows, so a scheduler does not retry it.
+EXIT_INVALID = 3

@@ -57,6 +57,18 @@ def check_java() -> None:
     )
 
 
+def submitted_master() -> str | None:
+    """The master `spark-submit` gave this driver when it launched this program (an Airflow
+    SparkSubmitOperator task, dags/streamjoin_dags.py), else None: its JVM is running already, and
+    the session must join its master rather than start a local one."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # set by spark-submit for a Python application
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, whose settings SparkConf reads
+    return SparkConf().get("spark.master", None)
+
+
 def check_master_answers(master: str, timeout: float = 5.0) -> None:
     """Fail at once, with what to do, when no master of a spark:// URL accepts a connection.
 
@@ -140,7 +152,8 @@ def get_spark(
 ) -> SparkSession:
     """Return the active session, or build one with Delta, UTC and small local defaults.
 
-    `master` defaults to $STREAMJOIN_MASTER, then `local[*]`; a `spark://` URL runs the same jobs
+    `master` defaults to $STREAMJOIN_MASTER, then the one spark-submit launched this program with,
+    then `local[*]`; a `spark://` URL runs the same jobs
     on a standalone cluster. Spark settings of one's own: $STREAMJOIN_SPARK_CONF
     (`key=value,key=value`), then `extra_conf`, each over the defaults here.
     """
@@ -151,10 +164,13 @@ def get_spark(
     # Spark's Python workers must run this interpreter, or they miss pandas and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    master = master or os.environ.get("STREAMJOIN_MASTER", DEFAULT_MASTER)
+    submitted = submitted_master()
+    master = master or os.environ.get("STREAMJOIN_MASTER") or submitted or DEFAULT_MASTER
     check_master_answers(master)
     settings = {**_defaults(master, shuffle_partitions), **conf_from_env(), **(extra_conf or {})}
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.master(master)
+    if submitted is None:  # else the name spark-submit gave it (--name) stays
+        builder = builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

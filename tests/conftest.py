@@ -220,3 +220,12 @@ def browser(tmp_path_factory):
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env={**os.environ, **scratch}), options=options)
     yield driver
     driver.quit()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A Spark standalone master and worker on loopback for the module (tests/spark_cluster.py)."""
+    from spark_cluster import running_cluster
+
+    with running_cluster(tmp_path_factory.mktemp("spark-cluster")) as started:
+        yield started

@@ -6,18 +6,14 @@ The test process holds a local session, so the cluster run is the real CLI in a 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from conftest import SHORT_LIVED_JVM
 from harness import create_tables, read_output, read_side, with_output, write_commit
+from spark_cluster import ONE_SMALL_REPLAY, cluster_script, finished_apps, free_ports, master_view
 
 from streamjoin.jobfile import load_job
 from streamjoin.runners.options import RunOptions
@@ -26,21 +22,9 @@ from streamjoin.timeutil import parse_instant
 
 pytestmark = pytest.mark.slow  # a standalone master and worker of their own
 
-PROJECT = Path(__file__).resolve().parent.parent
-SCRIPT = PROJECT / "infra" / "spark-cluster.sh"
 CLI = Path(sys.executable).with_name("streamjoin")
 START, END = "2023-12-31", "2100-01-01"  # one slice holding every row
 PINNED = {"l": 3, "r": 3}  # l's fourth commit is left out by both runs
-
-# Delta rebuilds a table's state with 50 tasks by default (get_spark lowers it for local masters
-# only); on a small test worker that is much of the run. The executor lives for one small replay,
-# too briefly for C2's code to repay its compilation, so it compiles with C1 alone, as the tests'
-# short-lived drivers do (conftest.SHORT_LIVED_JVM): the test took 132 CPU-seconds instead of 150.
-ONE_SMALL_REPLAY = {
-    **os.environ,
-    "PYSPARK_SUBMIT_ARGS": "--conf spark.databricks.delta.snapshotPartitions=2 "
-    f"--conf spark.executor.defaultJavaOptions={SHORT_LIVED_JVM} pyspark-shell",
-}
 
 JOB = """\
 name: cluster_eq
@@ -67,65 +51,6 @@ COMMITS = [  # (side, rows (id, key, seconds after BASE, v)), in commit order
     (1, [("r5", "a", 205, 1)]),
     (0, [("l7", "a", 200, 1)]),  # r5's partner too, but after the pinned version l=3
 ]
-
-
-def free_ports(count: int) -> list[int]:
-    """Distinct loopback ports nobody listens on (held open together so they differ)."""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-
-
-def cluster_script(command: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(SCRIPT), command], env=env, check=False, capture_output=True, text=True, timeout=180
-    )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One master and one worker on free loopback ports for the module, stopped even if a test fails."""
-    master, master_ui, worker, worker_ui = free_ports(4)
-    state = tmp_path_factory.mktemp("spark-cluster")
-    env = {
-        **os.environ,
-        "STREAMJOIN_MASTER_PORT": str(master),
-        "STREAMJOIN_MASTER_WEBUI_PORT": str(master_ui),
-        "STREAMJOIN_WORKER_PORT": str(worker),
-        "STREAMJOIN_WORKER_WEBUI_PORT": str(worker_ui),
-        "STREAMJOIN_WORKER_CORES": "2",
-        "STREAMJOIN_WORKER_MEMORY": "1g",
-        "STREAMJOIN_CLUSTER_DIR": str(state),
-    }
-    try:
-        started = cluster_script("start", env)
-        assert started.returncode == 0, started.stdout + started.stderr
-        url = started.stdout.strip().splitlines()[-1]
-        assert url == f"spark://127.0.0.1:{master}"
-        yield {"url": url, "status": f"http://127.0.0.1:{master_ui}/json/", "state": state, "env": env}
-    finally:
-        stopped = cluster_script("stop", env)
-        assert stopped.returncode == 0, stopped.stderr
-        assert not list(state.glob("*.pid"))
-        again = cluster_script("stop", env)  # nothing left to stop: still fine
-        assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
-
-
-def master_view(cluster) -> dict:
-    with urllib.request.urlopen(cluster["status"], timeout=5) as answer:
-        return json.load(answer)
-
-
-def finished_apps(cluster, wait_s: float = 30.0) -> list[dict]:
-    """The master's completed applications, waiting a little for a just-ended driver to be filed."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        apps = master_view(cluster)["completedapps"]
-        if apps or time.monotonic() > deadline:
-            return apps
-        time.sleep(1)
 
 
 def test_status_reports_a_running_cluster_and_start_is_idempotent(cluster):

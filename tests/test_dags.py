@@ -21,6 +21,7 @@ from pathlib import Path
 import pendulum
 import pytest
 from harness import create_tables, write_commit
+from spark_cluster import finished_apps
 
 from streamjoin.jobfile import job_files, load_job
 from streamjoin.runners.options import RunOptions
@@ -453,3 +454,57 @@ def test_live_dag_processes_what_is_committed_once(spark, project):
     }
     sixth = [c for c in consistency(spark, spec) if c["slice_start"].day == 5]  # 6 January, Berlin
     assert [(c["extra"], c["missing"], c["rows_live"], c["rows_replayed"]) for c in sixth] == [(1, 0, 3, 2)]
+
+
+@pytest.mark.slow  # a standalone master and worker of its own
+def test_a_slice_submitted_through_sparks_airflow_provider_runs_on_the_cluster(
+    spark, project, cluster, tmp_path, monkeypatch
+):
+    """With the Variable streamjoin_spark_conn_id naming a Spark connection, the backfill DAG's tasks
+    are the provider's SparkSubmitOperator running the streamjoin CLI: the slice's driver is a process
+    of its own on the standalone cluster, and it writes, validates and records what the in-process
+    task writes for the same day."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from streamjoin.backfill import attempts
+    from streamjoin.runners.replay import replay
+
+    root, _ = project
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    write_job(jobs, "airflow_submitted", JOB.format(name="airflow_submitted", rate=0.5, extra=""))
+    monkeypatch.setenv("STREAMJOIN_JOBS", str(jobs))
+    monkeypatch.setenv("AIRFLOW_VAR_STREAMJOIN_SPARK_CONN_ID", "streamjoin_cluster")
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMJOIN_CLUSTER", cluster["url"])
+    monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")  # the worker's spark-submit
+    # Delta rebuilds a table's state with 50 tasks on a cluster by default: much of a small slice's time
+    monkeypatch.setenv(
+        "STREAMJOIN_SPARK_CONF",
+        os.environ["STREAMJOIN_SPARK_CONF"] + ",spark.databricks.delta.snapshotPartitions=2",
+    )
+    bag = DagBag(dag_folder=str(DAG_FILE))
+    assert bag.import_errors == {} and not bag.captured_warnings
+    dag = bag.get_dag("streamjoin_airflow_submitted")
+    assert {type(t).__name__ for t in dag.tasks} == {"StreamjoinSubmitOperator"}
+
+    run = run_day(dag, DAYS[1])
+    assert run.state == "success", [(t.task_id, t.state) for t in run.get_task_instances()]
+    apps = finished_apps(cluster, named="streamjoin-airflow_submitted-backfill")
+    assert sorted((a["name"], a["state"]) for a in apps) == [
+        ("streamjoin-airflow_submitted-backfill", "FINISHED"),
+        ("streamjoin-airflow_submitted-index", "FINISHED"),
+    ], apps
+
+    spec = load_job(jobs / "airflow_submitted.yaml", root=root / "data")
+    alone = replace(spec, output=replace(spec.output, path=str(tmp_path / "alone")))
+    replay(spark, alone, DAYS[0], DAYS[1], RunOptions(mode="exact"))
+    assert output_rows(spark, spec.output.location) == output_rows(spark, alone.output.location)
+    (recorded,) = attempts(spark, spec).collect()
+    assert recorded.status == "succeeded" and recorded.backfill_id == f"airflow:{dag.dag_id}:{run.run_id}"
+
+    strict = JOB.format(name="airflow_submitted", rate=1.0, extra="")  # every row matched; l2 is not
+    write_job(jobs, "airflow_submitted", strict)
+    failed = run_day(DagBag(dag_folder=str(DAG_FILE)).get_dag("streamjoin_airflow_submitted"), DAYS[1])
+    tasks = {t.task_id: t for t in failed.get_task_instances()}
+    assert failed.state == "failed" and tasks["replay_slice"].state == "failed"
+    assert tasks["replay_slice"].try_number == 1  # invalid rows are not submitted again

@@ -139,41 +139,41 @@ def spark_conn_id() -> str | None:
 
 @functools.cache
 def submit_operator() -> type:
-    """SparkSubmitOperator running a streamjoin CLI command (the provider is imported only when a
-    DAG submits): Delta's jars passed to spark-submit, the slice's arguments made from the run, and
-    the CLI's refusal (exit 2) or invalid slices (exit 3) failing the task without retries."""
+    """SparkSubmitOperator running `streamjoin backfill` over the run's data interval (the provider is
+    imported only when a DAG submits): Delta's jars passed to spark-submit, the slice's arguments
+    made from the run, and the CLI's refusal (exit 2) or an invalid slice (exit 3) failing the task
+    without retries."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from streamjoin import jars
     from streamjoin.errors import EXIT_INVALID
 
     class StreamjoinSubmitOperator(SparkSubmitOperator):
-        def __init__(self, *, spec: JoinSpec, job_file: Path, command: str, **kwargs: Any) -> None:
+        def __init__(self, *, spec: JoinSpec, job_file: Path, **kwargs: Any) -> None:
             super().__init__(
                 application=str(SUBMITTED_CLI),
-                name=f"streamjoin-{spec.name}-{command}",
+                name=f"streamjoin-{spec.name}",
                 env_vars={"STREAMJOIN_ROOT": str(data_root()), "PYSPARK_PYTHON": sys.executable},
                 **kwargs,
             )
-            self.spec, self.job_file, self.command = spec, str(job_file), command
+            self.spec, self.job_file = spec, str(job_file)
 
         def execute(self, context: Any) -> None:
             self.jars = ",".join(jars.delta_jars())
-            self.application_args = [self.command, self.job_file, *self._arguments(context)]
+            self.application_args = ["backfill", self.job_file, *self._arguments(context)]
             try:
                 super().execute(context)
             except Exception:
                 code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
                 if code in (2, EXIT_INVALID):  # a refusal, or rows that failed validation: a retry repeats it
                     raise AirflowFailException(
-                        f"job {self.spec.name}: `streamjoin {self.command}` exited {code} "
+                        f"job {self.spec.name}: `streamjoin backfill` exited {code} "
                         f"({'refused' if code == 2 else 'a slice is invalid'}); its log above says why"
                     ) from None
                 raise
 
         def _arguments(self, context: Any) -> list[str]:
-            if self.command != "backfill":
-                return []
+            """The run's slice: its data interval cut as the schedule cuts it, its mode and versions."""
             mode, versions = slice_options(context["params"])
             run = context["dag_run"]
             return [
@@ -217,7 +217,7 @@ def backfill_dag(spec: JoinSpec, job_file: Path, conn_id: str | None = None) -> 
     """`streamjoin_<job>`: one slice per data interval, on the job's local calendar schedule; catches
     up from schedule.start only when the job declares one (a job without a start would otherwise
     run every interval since DEFAULT_START on unpausing). With `conn_id` (a Spark connection), its
-    tasks are `streamjoin index` and `streamjoin backfill` of the interval, submitted through it."""
+    one task is `streamjoin backfill` of the interval, submitted through it."""
     asset = output_asset(spec)
     schedule = spec.meta.schedule
     with DAG(
@@ -246,18 +246,9 @@ def backfill_dag(spec: JoinSpec, job_file: Path, conn_id: str | None = None) -> 
         },
         default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
     ) as made:
-        if conn_id:
-            submitted = submit_operator()
-            index = submitted(
-                task_id="index_sources", spec=spec, job_file=job_file, command="index", conn_id=conn_id
-            )
-            index >> submitted(
-                task_id="replay_slice",
-                spec=spec,
-                job_file=job_file,
-                command="backfill",
-                conn_id=conn_id,
-                outlets=[asset],
+        if conn_id:  # one driver per run: `backfill` brings the index up to the versions it pins itself
+            submit_operator()(
+                task_id="replay_slice", spec=spec, job_file=job_file, conn_id=conn_id, outlets=[asset]
             )
             return made
 

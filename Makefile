@@ -45,7 +45,7 @@ lint:
 bench: setup
 	.venv/bin/python -m bench.run
 	.venv/bin/python -m bench.slices --hours 24
-	.venv/bin/python -m bench.slices --hours 720 --bids-per-hour 300 --commit-hours 24 --grace 2d
+	.venv/bin/python -m bench.slices --hours 720 --bids-per-hour 100 --commit-hours 24 --grace 2d --batch 720
 	.venv/bin/python -m bench.run --report-only
 
 # After changing pyproject.toml's dependencies: install them without the pins (what is installed

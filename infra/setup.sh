@@ -60,6 +60,14 @@ fi
 # driver class archive beside them (a minute, once; STREAMJOIN_NO_CLASS_ARCHIVE=1 skips it).
 .venv/bin/streamjoin setup-jars --dir "$root/.jars" ${STREAMJOIN_NO_CLASS_ARCHIVE:+--no-class-archive} >/dev/null
 
+# S3Proxy, the S3-compatible server the object storage tests start on loopback
+# (tests/s3server.py), one self-contained jar from Maven Central into .s3proxy/ (git-ignored).
+s3proxy=org.gaul:s3proxy:4.1.0:jar:jar-with-dependencies
+if [ "$(cat .s3proxy/.fetched 2>/dev/null)" != "$s3proxy" ]; then
+  mvn --batch-mode --quiet dependency:copy -Dartifact="$s3proxy" -DoutputDirectory="$root/.s3proxy" >/dev/null
+  echo "$s3proxy" > .s3proxy/.fetched
+fi
+
 # The styles and scripts Great Expectations' Data Docs pages load from CDNs, pinned, from npm's
 # registry into .docs-assets/ (streamjoin/datadocs.py), so the pages work offline.
 .venv/bin/streamjoin setup-docs-assets --dir "$root/.docs-assets" >/dev/null

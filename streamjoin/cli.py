@@ -553,9 +553,11 @@ def cmd_setup_jars(args) -> int:
 
     where = Path(args.dir).resolve() if args.dir else jars.folder()
     if jars.fetched(where) and not args.force:
-        print(f"Delta's jars are in {where} already (--force fetches them again)")
+        print(
+            f"Delta's jars and the object storage connector are in {where} already (--force fetches them again)"
+        )
     else:
-        kept = jars.fetch(where, offline=args.offline)
+        kept = jars.fetch(where, offline=args.offline, force=args.force)
         print(f"{len(kept)} jar(s) in {where}: {', '.join(p.name for p in kept)}")
     if args.class_archive and (args.force or not jars.archive_current(where)):
         try:
@@ -823,7 +825,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     setup_jars = commands.add(
         "setup-jars",
-        "fetch Delta's jars once with Maven and make the driver class archive (what an installed package needs before its first run)",
+        "fetch Delta's jars and the object storage connector (s3a) once with Maven and make the driver class archive (what an installed package needs before its first run)",
     )
     setup_jars.add_argument(
         "--dir",

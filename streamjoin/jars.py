@@ -3,7 +3,10 @@
 pyspark ships Spark's jars but not Delta's. Set-up resolves Delta and its runtime dependencies
 with Maven from the POM shipped in this package (resources/jvm-deps.xml) and keeps the jars
 pyspark does not already ship (by artifact name), so the classpath holds one version of each
-library: Spark's. Nothing is downloaded at run time; a session without the jars is refused.
+library: Spark's. The object storage connector (resources/object-storage.xml: hadoop-aws at
+pyspark's Hadoop version and the AWS SDK bundle) goes into the subfolder `object-storage/`,
+which the session puts on the class path rather than in `spark.jars` (`object_storage_jars`).
+Nothing is downloaded at run time; a session without Delta's jars is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from streamjoin.errors import SetupError
 
 RESOURCES = Path(__file__).resolve().parent / "resources"
 POM = RESOURCES / "jvm-deps.xml"
+OBJECT_STORAGE = "object-storage"  # the subfolder of the object storage connector's jars
+# What set-up fetches: each POM's runtime dependencies into a folder below the jars folder.
+PARTS = {".": POM, OBJECT_STORAGE: RESOURCES / "object-storage.xml"}
 LOG4J = RESOURCES / "log4j2.properties"  # quiet Spark: the session points driver and executors here
 CHECKOUT = Path(__file__).resolve().parent.parent  # the source checkout, when running from one
 STAMP = ".fetched"  # holds the POM's hash: a folder fetched for another POM is fetched again
@@ -62,40 +68,90 @@ def delta_jars() -> list[str]:
     return jars
 
 
+def object_storage_jars() -> list[str]:
+    """The object storage connector's jars set-up fetched (none if it fetched none). The session
+    adds them to the class path, not to `spark.jars`: the AWS SDK bundle alone is 650 MB, which
+    Spark would copy into each executor's work folder (a local session's too) at its first task."""
+    return sorted(str(p) for p in (folder() / OBJECT_STORAGE).glob("*.jar"))
+
+
 def fetched(where: Path) -> bool:
-    """The folder holds the jars of the shipped POM."""
+    """The folder holds the jars of every shipped POM."""
+    return all(_part_fetched(where / part, pom) for part, pom in PARTS.items())
+
+
+def _part_fetched(where: Path, pom: Path) -> bool:
     stamp = where / STAMP
-    return stamp.is_file() and stamp.read_text().strip() == _pom_hash()
+    return stamp.is_file() and stamp.read_text().strip() == _pom_hash(pom)
 
 
-def fetch(where: Path, offline: bool = False) -> list[Path]:
-    """Resolve the shipped POM's runtime dependencies with Maven (`offline`: from the local
-    repository only) into `where`, without the jars pyspark ships; returns the jars kept."""
+def fetch(where: Path, offline: bool = False, force: bool = False) -> list[Path]:
+    """Resolve each shipped POM's runtime dependencies with Maven (`offline`: from the local
+    repository only) into `where` (the object storage connector into its subfolder), without the
+    jars pyspark ships; parts already fetched are left alone unless `force`. Returns the jars kept."""
+    kept = []
+    for part, pom in PARTS.items():
+        if force or not _part_fetched(where / part, pom):
+            kept += _fetch_part(pom, (where / part).resolve(), offline)
+    return kept
+
+
+def _fetch_part(pom: Path, where: Path, offline: bool) -> list[Path]:
+    """One POM's jars into `where`: linked to Maven's local repository where it is on the same
+    disk (the AWS SDK bundle is 650 MB), else copied."""
+    provided = {_artifact(p.name) for p in _pyspark_jars()}
+    resolved = [Path(p) for p in _resolve(pom, offline) if _artifact(Path(p).name) not in provided]
+    where.mkdir(parents=True, exist_ok=True)
+    for stale in where.glob("*.jar"):  # jars of an earlier POM; nothing else in the folder is touched
+        stale.unlink()
+    kept = []
+    for jar in sorted(resolved, key=lambda p: p.name):
+        try:
+            os.link(jar, where / jar.name)
+        except OSError:
+            shutil.copy2(jar, where / jar.name)
+        kept.append(where / jar.name)
+    (where / STAMP).write_text(_pom_hash(pom))
+    return kept
+
+
+def _resolve(pom: Path, offline: bool) -> list[str]:
+    """The paths, in Maven's local repository, of `pom`'s runtime dependencies; Hadoop's version
+    is the one pyspark ships."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise SetupError(
             "setup-jars needs Maven (`mvn`) on PATH, e.g. `apt-get install maven`; or copy Delta's jars "
             f"(the dependencies of {POM}) into a folder and point STREAMJOIN_JARS at it"
         )
-    import pyspark
-
-    provided = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    with tempfile.TemporaryDirectory() as resolved:
-        command = [mvn, "--batch-mode", "--quiet", *(["--offline"] if offline else []), "-f", str(POM)]
-        command += ["dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={resolved}"]
+    with tempfile.TemporaryDirectory() as scratch:
+        listing = Path(scratch, "classpath")
+        command = [mvn, "--batch-mode", "--quiet", *(["--offline"] if offline else []), "-f", str(pom)]
+        command += [f"-Dhadoop.version={hadoop_version()}", "dependency:build-classpath"]
+        command += ["-DincludeScope=runtime", f"-Dmdep.outputFile={listing}"]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             output = (done.stdout + done.stderr)[-3000:]
-            raise SetupError(f"Maven could not resolve Delta's jars ({' '.join(command)}):\n{output}")
-        where.mkdir(parents=True, exist_ok=True)
-        for stale in where.glob("*.jar"):  # jars of an earlier POM; nothing else in the folder is touched
-            stale.unlink()
-        kept = []
-        for jar in sorted(Path(resolved).glob("*.jar")):
-            if _artifact(jar.name) not in provided:
-                kept.append(Path(shutil.copy2(jar, where / jar.name)))
-    (where / STAMP).write_text(_pom_hash())
-    return kept
+            raise SetupError(
+                f"Maven could not resolve the jars of {pom.name} ({' '.join(command)}):\n{output}"
+            )
+        return [p for p in listing.read_text().strip().split(os.pathsep) if p]
+
+
+def hadoop_version() -> str:
+    """The Hadoop version pyspark ships (its hadoop-client-api jar's): the object storage
+    connector must be exactly that version."""
+    for jar in _pyspark_jars():
+        match = re.fullmatch(r"hadoop-client-api-(.+)\.jar", jar.name)
+        if match:
+            return match.group(1)
+    raise SetupError("pyspark's jars hold no hadoop-client-api jar: reinstall pyspark")
+
+
+def _pyspark_jars() -> list[Path]:
+    import pyspark
+
+    return sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
 
 
 def class_archive() -> Path | None:
@@ -150,7 +206,7 @@ def _runtime_hash(where: Path) -> str:
     java = (
         Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
     )
-    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    jars = [p.name for p in _pyspark_jars()]
     jars += sorted(p.name for p in where.glob("*.jar"))
     facts = [os.path.realpath(java) if java else "no java", pyspark.__version__, *jars]
     return sha256("\n".join(facts).encode()).hexdigest()
@@ -161,5 +217,5 @@ def _artifact(file_name: str) -> str:
     return re.sub(r"-[0-9][A-Za-z0-9._-]*\.jar$", "", file_name)
 
 
-def _pom_hash() -> str:
-    return sha256(POM.read_bytes()).hexdigest()
+def _pom_hash(pom: Path) -> str:
+    return sha256(pom.read_bytes()).hexdigest()

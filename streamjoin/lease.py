@@ -5,9 +5,13 @@ rewritten state files the first then fails to read). So a live runner takes the 
 lease before it reads or writes anything there: a file that names the process holding it and
 since when, created with its content at once (`atomic.create_file`), so that no one ever reads it
 empty. The lease of a process that has died (killed, crashed) is taken over; a live one is
-refused with a message naming it. Checkpoints are local folders, so "has died" is a question the
-operating system answers. Taking a lease (over) and giving one back happen under a lock (`flock`
-on `<lease>.lock`), so that two processes that both find a dead holder's lease cannot both take it.
+refused with a message naming it: "has died" is a question the operating system answers for a
+process of this machine; one of another machine holds until it gives the lease back. In a local
+folder, taking a lease (over) and giving one back happen under a lock (`flock` on `<lease>.lock`),
+so that two processes that both find a dead holder's lease cannot both take it. On another Hadoop
+file system (a checkpoint on object storage) there is no such lock: the lease is created only if
+absent, and a dead holder's lease is replaced only while it is still the one read (S3's entity
+tag; `hadoop_files.create`), so there too exactly one of two such processes takes it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from pathlib import Path
 
 import pendulum
 
-from streamjoin import atomic
+from streamjoin import atomic, hadoop_files
+from streamjoin.atomic import Location
 from streamjoin.errors import JobError
+from streamjoin.hadoop_files import is_remote
 
 # Leases this process holds, by path: whether the runner holding each still runs (a runner that
 # stopped without releasing, e.g. a query started with `start()` that has ended, has let it go).
@@ -39,7 +45,7 @@ class CheckpointInUseError(JobError):
     """Another live runner holds the checkpoint's lease."""
 
 
-def acquire(path: Path, running: Callable[[], bool]) -> str:
+def acquire(path: Location, running: Callable[[], bool]) -> str:
     """Take the lease at `path` for a runner of this process (`running()`: whether it still runs);
     returns the token that releases it. Refuses while another live runner holds it."""
     token = str(uuid.uuid4())
@@ -51,33 +57,38 @@ def acquire(path: Path, running: Callable[[], bool]) -> str:
         "token": token,
     }
     with _locked(path):
-        for _ in range(3):  # a stale lease is removed and the creation tried again
+        for _ in range(3):  # a stale lease is removed (or replaced) and the creation tried again
             try:
                 atomic.create_file(path, json.dumps(holder), durable=False)  # void after a crash
             except FileExistsError:
-                _remove_stale(path)  # refuses while its holder lives
-                continue
+                if not _take_stale(path, json.dumps(holder)):  # refuses while its holder lives
+                    continue
             _HELD[str(path)] = running
             return token
     raise CheckpointInUseError(f"could not take the lease {path}: other runners keep taking it; try again")
 
 
-def release(path: Path, token: str) -> None:
+def release(path: Location, token: str) -> None:
     """Give the lease back, if `token` still holds it (nothing to give back once its checkpoint is
     gone: a run refused before it processed anything removes the checkpoint it made)."""
-    if not path.parent.exists():
+    if not is_remote(path) and not Path(path).parent.exists():
         _HELD.pop(str(path), None)
         return
     with _locked(path):
         holder = _read(path)
         if holder is not None and holder.get("token") == token:
-            path.unlink(missing_ok=True)
+            atomic.remove(path)
     _HELD.pop(str(path), None)
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold the lease's lock (an exclusive `flock` on `<lease>.lock`, let go when the process dies)."""
+def _locked(path: Location) -> Iterator[None]:
+    """Hold the lease's lock (an exclusive `flock` on `<lease>.lock`, let go when the process
+    dies); none on another file system, where the lease's own conditional writes decide."""
+    if is_remote(path):
+        yield
+        return
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path.with_name(f"{path.name}.lock"), os.O_CREAT | os.O_RDWR, 0o644)
     try:
@@ -87,41 +98,68 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(descriptor)  # also lets the lock go
 
 
-def _remove_stale(path: Path) -> None:
-    """Remove the lease at `path` if its holder is gone; refuse while it holds (or may: see
-    `_UNREADABLE_GRACE_S`)."""
+def _take_stale(path: Location, holder: str) -> bool:
+    """Take the lease at `path` over if its holder is gone: remove it (False: create it again), or
+    on a store with entity tags replace it while it is still the one read (True: taken). Refuses
+    while its holder holds (or may: see `_UNREADABLE_GRACE_S`)."""
+    found = hadoop_files.stat(str(path)) if is_remote(path) else _local_stat(Path(path))
+    if found is None:
+        return False  # given back since
+    written, entity_tag = found
+    _refuse_if_held(path, time.time() - written)
+    if entity_tag is None:
+        atomic.remove(path)
+        return False
+    try:
+        hadoop_files.create(str(path), holder.encode("utf-8"), replacing_tag=entity_tag)
+    except FileExistsError:
+        return False  # another process took it first: try again, and find it held
+    return True
+
+
+def _local_stat(path: Path) -> tuple[float, None] | None:
+    try:
+        return path.stat().st_mtime, None
+    except FileNotFoundError:
+        return None
+
+
+def _refuse_if_held(path: Location, age: float) -> None:
+    """Refuse while the lease's holder lives, or while a lease that names no holder is younger than
+    `_UNREADABLE_GRACE_S` (it may be being written)."""
     holder = _read(path)
+    checkpoint = _checkpoint_of(path)
     if holder is None:
-        try:
-            age = time.time() - path.stat().st_mtime
-        except FileNotFoundError:
-            return  # given back since
         if age < _UNREADABLE_GRACE_S:
             raise CheckpointInUseError(
-                f"checkpoint {path.parent.parent} has a lease {path} that names no holder yet (another runner "
+                f"checkpoint {checkpoint} has a lease {path} that names no holder yet (another runner "
                 f"may be taking it); try again in {_UNREADABLE_GRACE_S:.0f} seconds. A lease file that stays so "
                 "is taken for stale then"
             )
     elif _alive(path, holder):
         raise CheckpointInUseError(
-            f"checkpoint {path.parent.parent} is in use by process {holder['pid']} on {holder.get('host')} "
+            f"checkpoint {checkpoint} is in use by process {holder['pid']} on {holder.get('host')} "
             f"since {holder.get('since')}; wait for it to stop, or stop it (Ctrl-C, or kill {holder['pid']}): "
             "an output has one live writer. To run the job a second time at once, copy its job file and give "
             f"the copy another output. If that process is gone for good, delete {path}"
         )
-    path.unlink(missing_ok=True)
 
 
-def _read(path: Path) -> dict | None:
+def _checkpoint_of(path: Location) -> str:
+    """The checkpoint a lease file belongs to (<checkpoint>/streamjoin/lease.json)."""
+    return str(path).rsplit("/", 2)[0]
+
+
+def _read(path: Location) -> dict | None:
     """The holder a lease file names; None when it is gone or names none (empty, damaged)."""
     try:
-        holder = json.loads(path.read_text())
+        holder = json.loads(atomic.read_text(path))
     except (OSError, ValueError):
         return None
     return holder if isinstance(holder, dict) and isinstance(holder.get("pid"), int) else None
 
 
-def _alive(path: Path, holder: dict) -> bool:
+def _alive(path: Location, holder: dict) -> bool:
     """Whether the process a lease names still holds it."""
     if holder.get("host") != socket.gethostname():
         return True  # another machine's process: nothing here can tell, so it holds

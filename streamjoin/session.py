@@ -105,6 +105,7 @@ def _defaults(master: str, shuffle_partitions: int | None) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": driver_java_options(),
         "spark.executor.extraJavaOptions": _JAVA_OPTIONS,
+        **_object_storage_class_path(),
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.default.parallelism": str(shuffle_partitions),
         "spark.ui.enabled": "false",
@@ -142,6 +143,20 @@ def _defaults(master: str, shuffle_partitions: int | None) -> dict[str, str]:
             "STREAMJOIN_SNAPSHOT_PARTITIONS", "1"
         )
     return settings
+
+
+def _object_storage_class_path() -> dict[str, str]:
+    """The object storage connector (`jars.object_storage_jars`) on the executors' class path, and
+    on the driver's through $SPARK_DIST_CLASSPATH, which Spark's launcher appends after its own
+    jars: the driver class archive, made without them, still maps (`spark.driver.extraClassPath`
+    would come first and void it). Executors on other machines need the jars at the same path."""
+    connector = os.pathsep.join(jars.object_storage_jars())
+    if not connector:
+        return {}
+    given = os.environ.get("SPARK_DIST_CLASSPATH", "")
+    if connector not in given:
+        os.environ["SPARK_DIST_CLASSPATH"] = os.pathsep.join(filter(None, (given, connector)))
+    return {"spark.executor.extraClassPath": connector}
 
 
 def get_spark(

@@ -8,6 +8,7 @@ it and decide which data and when. Build one in Python or load a YAML job file (
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -249,18 +250,30 @@ class JoinSpec:
         return (self.start,) + tuple(j.source for j in self.joins)
 
     def with_root(self, root: str | os.PathLike) -> JoinSpec:
-        """The same job with relative Delta paths resolved against `root`."""
+        """The same job with relative Delta paths resolved against `root`: a local folder, or a
+        URL (`s3a://bucket/prefix`), under which they are joined as URL paths."""
 
         def absolute(path: str | None) -> str | None:
             if path is None or "://" in path or os.path.isabs(path):
                 return path
-            return str(Path(root, path).resolve())
+            return under_root(str(root), path)
 
         return replace(
             self,
             sources=tuple(replace(s, path=absolute(s.path)) for s in self.sources),
             output=replace(self.output, path=absolute(self.output.path)),
         )
+
+
+def under_root(root: str, path: str) -> str:
+    """`path` (relative) under `root`: a local folder's absolute path, or for a URL root the URL
+    with `path` joined to its path (`..` and `.` resolved, never above the URL's own root)."""
+    if "://" not in root:
+        return str(Path(root, path).resolve())
+    scheme, rest = root.split("://", 1)
+    authority, _, prefix = rest.partition("/")
+    joined = posixpath.normpath(posixpath.join("/", prefix, path))
+    return f"{scheme}://{authority}{joined}"
 
 
 def _max_future(body: dict, where: str) -> timedelta | None:

@@ -15,7 +15,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pendulum
@@ -31,7 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from streamjoin import arrival, delta_io, lease
+from streamjoin import arrival, atomic, delta_io, lease
 from streamjoin.arrival import Slice
 from streamjoin.backfill import cut, written_table
 from streamjoin.errors import HistoryNotRetainedError, JobError
@@ -235,14 +234,11 @@ def live_point(spark: SparkSession, spec: JoinSpec, table: str, checkpoint: str 
     lease is held while these are read, so no batch lands in between; when a live runner holds it,
     the output is taken as of that runner's last completed batch (edits made since are judged by
     the next verify). `table`: the live table compared (`backfill.written_table`)."""
-    home = (
-        Path((checkpoint or f"{spec.output.location}_checkpoint").removeprefix("file:")).resolve()
-        / "streamjoin"
-    )
+    home = atomic.under(atomic.resolve(checkpoint or f"{spec.output.location}_checkpoint"), "streamjoin")
     token, running = None, False
-    if home.is_dir():
+    if atomic.exists(home):
         try:
-            token = lease.acquire(home / "lease.json", lambda: True)
+            token = lease.acquire(atomic.under(home, "lease.json"), lambda: True)
         except lease.CheckpointInUseError:
             running = True
     try:
@@ -259,7 +255,7 @@ def live_point(spark: SparkSession, spec: JoinSpec, table: str, checkpoint: str 
                     output_version = None  # no live output commit before the batch ended
     finally:
         if token is not None:
-            lease.release(home / "lease.json", token)
+            lease.release(atomic.under(home, "lease.json"), token)
     versions = json.loads(last["versions"])
     unread = sorted(name for name, version in versions.items() if version < 0)
     if unread:

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from functools import reduce
-from pathlib import Path
 from typing import Any
 
 import pendulum
@@ -162,9 +160,7 @@ class LiveRunner:
         self.on_batch = on_batch or (lambda metrics: None)  # told of each micro-batch once it is recorded
         # told about once a second while the run waits for new data (heartbeat.py)
         self.on_wait: Callable[[], None] = lambda: None
-        if "://" in checkpoint and not checkpoint.startswith("file:"):
-            raise JobError("live checkpoints are local folders for now; give a path on this machine")
-        self.checkpoint = str(Path(checkpoint.removeprefix("file:")).resolve())
+        self.checkpoint = str(atomic.resolve(checkpoint))  # a local folder or a URL (atomic.py)
         self.home = f"{self.checkpoint}/streamjoin"
         new = {
             "job": spec.name,
@@ -196,7 +192,7 @@ class LiveRunner:
         commits after. Either way the output is the same: it does not depend on how commits are
         divided into batches (docs/architecture.md). Takes the checkpoint's lease first (released
         when `run` returns, or once the query has ended), before it writes anything."""
-        fresh = not Path(self.checkpoint).exists()
+        fresh = not atomic.exists(self.checkpoint)
         self._take_lease()
         try:
             self._open()
@@ -205,7 +201,7 @@ class LiveRunner:
             if fresh and not self.marker.get("owns_output") and not self.started():
                 # refused before it claimed the output (so before any write): leave nothing behind.
                 # Once claimed, its marker keys the exactly-once writes a retry must find.
-                shutil.rmtree(self.checkpoint, ignore_errors=True)
+                atomic.remove(self.checkpoint, recursive=True)
             self._release_lease()
             raise
         self._query = query
@@ -217,12 +213,12 @@ class LiveRunner:
         self._release_lease()  # held for a query this runner started earlier, which has ended
         self._query = None
         self._lease = lease.acquire(
-            Path(self.home, "lease.json"), lambda: self._query is None or self._query.isActive
+            atomic.under(self.home, "lease.json"), lambda: self._query is None or self._query.isActive
         )
 
     def _release_lease(self) -> None:
         if self._lease is not None:
-            lease.release(Path(self.home, "lease.json"), self._lease)
+            lease.release(atomic.under(self.home, "lease.json"), self._lease)
             self._lease = None
 
     def _open(self) -> None:
@@ -242,7 +238,7 @@ class LiveRunner:
         self.positions = index.update(self.spark, self.plan, start_at=self.start_at, extend=False)
         stored = self._marker()  # another runner may have made it since this one read it
         if stored is None:
-            atomic.replace_file(Path(self.checkpoint, MARKER), json.dumps(self.marker))
+            atomic.replace_file(atomic.under(self.checkpoint, MARKER), json.dumps(self.marker))
         else:
             self._adopt(stored)
         if "definition" not in self.marker:  # a checkpoint made before definitions were hashed
@@ -400,8 +396,10 @@ class LiveRunner:
     def started(self) -> bool:
         """Whether this checkpoint has processed (or been seeded with) anything: it holds a progress
         record or Spark's own checkpoint (told from the files alone, readable or not)."""
-        records = Path(self.home, "progress")
-        return (records.exists() and any(records.glob("*.json"))) or Path(self.checkpoint, "spark").exists()
+        records = atomic.names(atomic.under(self.home, "progress"))
+        return any(name.endswith(".json") for name in records) or atomic.exists(
+            atomic.under(self.checkpoint, "spark")
+        )
 
     def _claim_output(self) -> None:
         """A new checkpoint takes the job's output only if no other run has written rows to it:
@@ -797,13 +795,13 @@ class LiveRunner:
             if newest is None:
                 return None
             record["after"][location] = newest
-            atomic.replace_file(Path(self.home, "writes.json"), json.dumps(record))
+            atomic.replace_file(atomic.under(self.home, "writes.json"), json.dumps(record))
         return record["after"][location]
 
     def _write_record(self) -> dict:
         """The versions of the tables the current batch writes, as they were before its first attempt."""
-        path = Path(self.home, "writes.json")
-        return self._load(path, "write record") if path.exists() else {}
+        path = atomic.under(self.home, "writes.json")
+        return self._load(path, "write record") if atomic.exists(path) else {}
 
     def _index_upto(self, held: dict[str, dict[int, arrival.CommitStats]]) -> None:
         """Extend the arrival index to the newest commits this batch holds (if it is behind), from
@@ -859,28 +857,26 @@ class LiveRunner:
 
     def _progress(self) -> Progress | None:
         """The newest completed batch's record (state is only trusted once its record exists)."""
-        folder = Path(self.home, "progress")
-        records = sorted(folder.glob("*.json"), key=lambda p: int(p.stem)) if folder.exists() else []
-        if not records:
+        batches = _numbered(atomic.names(atomic.under(self.home, "progress")), ".json")
+        if not batches:
             return None
+        newest = atomic.under(self.home, "progress", f"{batches[-1]}.json")
         try:
-            return Progress.from_json(records[-1].read_text())
+            return Progress.from_json(atomic.read_text(newest))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise self._unreadable(
-                records[-1], "progress record", f"not a progress record: {exc!r}"
-            ) from None
+            raise self._unreadable(newest, "progress record", f"not a progress record: {exc!r}") from None
 
     def _save_progress(self, progress: Progress) -> None:
         """Write the batch's record atomically (rename), then drop state older than the previous batch."""
-        folder = Path(self.home, "progress")
-        atomic.replace_file(folder / f"{progress.batch}.json", progress.to_json())
-        states = Path(self.home, "state")
-        for old in sorted(states.iterdir() if states.exists() else [], key=lambda p: int(p.name)):
-            if int(old.name) < progress.batch - 1:
-                shutil.rmtree(old, ignore_errors=True)
-        for old in folder.glob("*.json"):
-            if int(old.stem) < progress.batch - 1:
-                old.unlink()
+        folder = atomic.under(self.home, "progress")
+        atomic.replace_file(atomic.under(folder, f"{progress.batch}.json"), progress.to_json())
+        states = atomic.under(self.home, "state")
+        for old in _numbered(atomic.names(states)):
+            if old < progress.batch - 1:
+                atomic.remove(atomic.under(states, str(old)), recursive=True)
+        for old in _numbered(atomic.names(folder), ".json"):
+            if old < progress.batch - 1:
+                atomic.remove(atomic.under(folder, f"{old}.json"))
 
     def _state(self, previous: Progress | None) -> DataFrame | None:
         if previous is None:
@@ -912,7 +908,7 @@ class LiveRunner:
     def _save_marker(self, **fields) -> None:
         """Add `fields` to the checkpoint's marker (the starting versions of its streaming query)."""
         self._adopt({**self.marker, **fields})
-        atomic.replace_file(Path(self.checkpoint, MARKER), json.dumps(self.marker))
+        atomic.replace_file(atomic.under(self.checkpoint, MARKER), json.dumps(self.marker))
 
     def _adopt(self, marker: dict) -> None:
         """Take `marker` as this checkpoint's (see `_marker`)."""
@@ -925,8 +921,8 @@ class LiveRunner:
         """The checkpoint's identity as stored (None: a new checkpoint): its job, a stable id (Delta's
         idempotent-write key for every table this query writes), whether it owns the output and,
         once it has started, the versions its sources' streams start from."""
-        path = Path(self.checkpoint, MARKER)
-        if not path.exists():
+        path = atomic.under(self.checkpoint, MARKER)
+        if not atomic.exists(path):
             return None
         stored = self._load(path, "marker")
         if not isinstance(stored.get("app_id"), str):
@@ -937,10 +933,10 @@ class LiveRunner:
             )
         return stored
 
-    def _load(self, path: Path, what: str) -> dict:
+    def _load(self, path: atomic.Location, what: str) -> dict:
         """A JSON object the checkpoint keeps in `path` (its `what`); refused with what to do when unreadable."""
         try:
-            body = json.loads(path.read_text())
+            body = json.loads(atomic.read_text(path))
         except (OSError, ValueError) as exc:
             raise self._unreadable(
                 path, what, f"not JSON: {exc}" if isinstance(exc, ValueError) else str(exc)
@@ -949,9 +945,12 @@ class LiveRunner:
             raise self._unreadable(path, what, "it holds no JSON object")
         return body
 
-    def _unreadable(self, path: Path, what: str, why: str) -> CheckpointError:
+    def _unreadable(self, path: atomic.Location, what: str, why: str) -> CheckpointError:
         """The error for a file of this checkpoint that cannot be read, saying what to do about it."""
-        empty = path.exists() and path.stat().st_size == 0
+        try:
+            empty = not atomic.read_text(path)
+        except (OSError, UnicodeDecodeError):
+            empty = False
         if not self.started():
             todo = (
                 f"It has not committed a micro-batch yet: delete the folder {self.checkpoint} and run again"
@@ -966,6 +965,15 @@ class LiveRunner:
             f"checkpoint {self.checkpoint}: its {what} {path} is unreadable ({'empty' if empty else why}): "
             f"cut short while it was written (a full disk, a crash) or damaged since. {todo}"
         )
+
+
+def _numbered(names: list[str], suffix: str = "") -> list[int]:
+    """The numbers of the entries named `<number><suffix>` among `names`, in order (batches)."""
+    return sorted(
+        int(name.removesuffix(suffix))
+        for name in names
+        if name.removesuffix(suffix).isdigit() and name.endswith(suffix)
+    )
 
 
 def batch_commits(

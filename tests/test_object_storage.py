@@ -1,0 +1,122 @@
+"""Jobs on object storage: a real S3 server on loopback (S3Proxy, tests/s3server.py), every table and
+the live checkpoint on `s3a://` paths, the same commands as on local folders and the same results."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections import Counter
+
+import pytest
+from conftest import append, at
+from s3server import BUCKET, server
+from test_verify import EVENTS, HOUR, hour_rows
+from test_verify import JOB as VERIFIED_JOB
+
+from streamjoin import atomic, delta_io, lease
+from streamjoin.cli import main
+from streamjoin.jobfile import load_job
+from streamjoin.runners.live import MARKER
+
+JOB = VERIFIED_JOB.replace("name: verified", "name: stored")
+
+
+@pytest.fixture(scope="module")
+def s3(spark):
+    """The S3 server, and the suite's session told how to reach it (Hadoop settings at run time)."""
+    with server() as running:
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        for key, value in running.hadoop_conf().items():
+            conf.set(key, value)
+        yield running
+
+
+def add_hours(spark, root: str, hours: range, closer: int) -> None:
+    """The rows of `hours`, then a left row at second `closer` that closes every window before it."""
+    for hour in hours:
+        left, right = hour_rows(hour)
+        left.append((None, f"N{hour}", at(hour * HOUR + 50)))  # no key: rejected
+        append(spark, f"{root}/l", left, EVENTS)
+        append(spark, f"{root}/r", right, EVENTS)
+    append(spark, f"{root}/l", [(f"z{closer}", f"Z{closer}", at(closer))], EVENTS)
+
+
+def rows(spark, location: str) -> Counter:
+    return Counter(tuple(r) for r in delta_io.read_snapshot(spark, location).collect())
+
+
+def test_a_job_on_object_storage_writes_what_it_writes_on_local_folders(spark, s3, tmp_path, capsys):
+    """Sources, output, side tables, index, journal, metrics and the live checkpoint all on the S3
+    server (`--root s3a://...`): a backfill of two hours, a hand-off to live there, live over the
+    commits since and verify of the last hour all succeed through the CLI, the output and side
+    tables hold what one replay of the same commits on local folders holds, and nothing of the run
+    lands on local disk."""
+    job_file, root, local = str(tmp_path / "stored.yaml"), f"s3a://{BUCKET}/stored", str(tmp_path / "local")
+    (tmp_path / "stored.yaml").write_text(JOB)
+    checkpoint = f"{root}/ck"
+    first, then = (range(2), 2 * HOUR + 2400), (range(2, 4), 6 * HOUR)
+    add_hours(spark, root, *first)
+    backfill = ["backfill", job_file, "--start", "2024-01-01", "--end", "2024-01-01T02:00", "--no-validate"]
+    assert main(["--root", root, *backfill]) == 0
+    handoff = ["handoff", job_file, "--at", "2024-01-01T02:00", "--checkpoint", checkpoint]
+    assert main(["--root", root, *handoff]) == 0
+    add_hours(spark, root, *then)
+    assert main(["--root", root, "stream", job_file, "--checkpoint", checkpoint]) == 0
+    capsys.readouterr()
+    # The hour live alone wrote (verify judges the backfilled and handed-off hours before it the
+    # same way on local folders).
+    verify = ["verify", job_file, "--start", "2024-01-01T03:00", "--end", "2024-01-01T04:00"]
+    assert main(["--root", root, *verify, "--checkpoint", checkpoint, "--json"]) == 0
+    verified = json.loads(capsys.readouterr().out)
+    assert verified["equal"] and verified["slices"][0]["rows_live"] > 0
+
+    before = set(os.listdir(tmp_path))
+    for hours, closer in (first, then):
+        add_hours(spark, local, hours, closer)
+    replay = ["replay", job_file, "--start", "2024-01-01", "--end", "2024-01-02"]
+    assert main(["--root", local, *replay]) == 0
+    stored, replayed = load_job(job_file, root=root).output, load_job(job_file, root=local).output
+    assert rows(spark, stored.location) == rows(spark, replayed.location)
+    assert sum(rows(spark, stored.location).values()) == 14
+    for side in ("rejected", "late"):
+        assert rows(spark, stored.side(side)) == rows(spark, replayed.side(side)), side
+    assert delta_io.read_snapshot(spark, stored.side("rejected")).count() == 4  # the keyless rows
+    # Every table the local replay made (index, journal, metrics, ...) is on S3 too, with the checkpoint.
+    assert set(os.listdir(local)) | {"ck"} <= set(atomic.names(root))
+    assert MARKER in atomic.names(checkpoint)
+    kept = set(atomic.names(f"{checkpoint}/streamjoin"))
+    assert {"progress", "state"} <= kept and "lease.json" not in kept  # the lease was given back
+    assert set(os.listdir(tmp_path)) == before | {"local"}  # the run on S3 wrote nothing here
+    assert (s3.folder / BUCKET / "stored" / "out" / "_delta_log").is_dir()
+
+
+def test_a_live_checkpoint_lease_on_object_storage_is_exclusive_and_taken_over_when_stale(spark, s3):
+    """The lease on S3: a second taker is refused while the first holds it; a lease naming a process
+    that has died is taken over (replaced while it is still the one read); given back, it is gone."""
+    path = f"s3a://{BUCKET}/leases/ck/streamjoin/lease.json"
+    token = lease.acquire(path, lambda: True)
+    with pytest.raises(lease.CheckpointInUseError, match=f"in use by process {os.getpid()}"):
+        lease.acquire(path, lambda: True)
+    lease.release(path, token)
+    assert not atomic.exists(path)
+
+    dead = {"pid": 2**22 + 1, "host": socket.gethostname(), "since": "2024-01-01T00:00:00Z", "token": "x"}
+    atomic.create_file(path, json.dumps(dead))
+    with pytest.raises(FileExistsError):
+        atomic.create_file(path, json.dumps(dead))  # created only if absent (a conditional PUT)
+    token = lease.acquire(path, lambda: True)
+    assert json.loads(atomic.read_text(path))["token"] == token
+    lease.release(path, token)
+    assert not atomic.exists(path)
+
+
+def test_a_url_root_is_joined_with_relative_paths_as_url_paths(tmp_path):
+    """`--root s3a://bucket/prefix` puts each relative path under the URL (it once became a local
+    folder named after the URL, under the working directory); absolute paths and URLs stay."""
+    job_file = tmp_path / "stored.yaml"
+    job_file.write_text(JOB.replace("path: r,", f"path: {tmp_path}/r,").replace("path: out", "path: ../out"))
+    spec = load_job(job_file, root=f"s3a://{BUCKET}/prefix/")
+    assert [s.location for s in spec.sources] == [f"s3a://{BUCKET}/prefix/l", f"{tmp_path}/r"]
+    assert spec.output.location == f"s3a://{BUCKET}/out"
+    assert spec.output.side("metrics") == f"s3a://{BUCKET}/out_metrics"

@@ -968,12 +968,10 @@ class LiveRunner:
 
 
 def _numbered(names: list[str], suffix: str = "") -> list[int]:
-    """The numbers of the entries named `<number><suffix>` among `names`, in order (batches)."""
-    return sorted(
-        int(name.removesuffix(suffix))
-        for name in names
-        if name.removesuffix(suffix).isdigit() and name.endswith(suffix)
-    )
+    """The numbers of the entries named `<number><suffix>` among `names`, in order (batches; a
+    seeded checkpoint's first is -1)."""
+    numbers = [name.removesuffix(suffix) for name in names if name.endswith(suffix)]
+    return sorted(int(n) for n in numbers if n.removeprefix("-").isdigit())
 
 
 def batch_commits(

@@ -27,7 +27,7 @@ from streamjoin.backfill import (
 )
 from streamjoin.cli import main
 from streamjoin.demo import DAY, JOBS_DIR, generate, write_tables
-from streamjoin.errors import JobError
+from streamjoin.errors import EXIT_INVALID, JobError
 from streamjoin.job import Job
 from streamjoin.jobfile import load_job
 from streamjoin.metrics import BUCKETS
@@ -322,7 +322,8 @@ def half_day_backfill(root, file: str) -> list[str]:
 
 def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     """A job that demands a match rate its data cannot give: the slice is written but `invalid`,
-    the command exits 1, the table names the failed expectation, and its Data Docs page exists."""
+    the command exits 3 (EXIT_INVALID: a re-run would validate the same rows, so a scheduler does
+    not retry), the table names the failed expectation, and its Data Docs page exists."""
     root = demo_data
     file = write_job(root, "orders_payments", "strict")
     text = (
@@ -335,7 +336,7 @@ def test_slice_breaking_its_suite_fails_the_backfill(spark, demo_data, capsys):
     spec = load_job(file, root=root)
     assert spec.name == "strict_orders" and spec.meta.quality.min_match_rate == 0.99
     args = half_day_backfill(root, file)
-    assert main(args) == 1
+    assert main(args) == EXIT_INVALID
     out = capsys.readouterr().out
     assert "invalid" in out and "FAILED" in out and "payment_id" in out and "0 of 1 slice(s) succeeded" in out
     (attempt,) = attempts(spark, spec).collect()
@@ -355,7 +356,7 @@ def test_slices_invalid_for_their_late_rows_say_what_would_change_them(spark, de
         text.replace("grace: 150m", "grace: 1m").replace("min_match_rate: 0.5", "min_match_rate: 0.9")
     )
     args = half_day_backfill(root, file)
-    assert main(args) == 1
+    assert main(args) == EXIT_INVALID
     printed = capsys.readouterr()
     assert "0 of 1 slice(s) succeeded" in printed.out
     assert "--only-failed" in printed.err and "add --only-failed" not in printed.err

@@ -322,9 +322,13 @@ def test_processing_time_is_deterministic_whatever_the_triggers(spark, tmp_path)
         running = [pool.submit(runner.run, 120, written.is_set) for runner in runners.values()]
         names = {f"streamjoin_{spec.name}_{runner.app_id[-8:]}" for runner in runners.values()}
         deadline = time.monotonic() + 120
-        while not names <= {q.name for q in spark.streams.active} and time.monotonic() < deadline:
+
+        def active() -> set[str]:  # each runner's query runs in the runner's own session
+            return {q.name for runner in runners.values() for q in runner.spark.streams.active}
+
+        while not names <= active() and time.monotonic() < deadline:
             time.sleep(0.2)  # both queries up
-        assert names <= {q.name for q in spark.streams.active}, "the two live queries did not start"
+        assert names <= active(), "the two live queries did not start"
         for n in range(8):
             append(spark, orders, [(f"o{n}a", "EUR", at(n)), (f"o{n}b", "USD", at(n))], RATE_ORDERS)
             upsert(

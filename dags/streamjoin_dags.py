@@ -146,7 +146,9 @@ def submit_operator() -> type:
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from streamjoin import jars
-    from streamjoin.errors import EXIT_INVALID
+    from streamjoin.errors import EXIT_INVALID, StreamJoinError
+
+    refused = StreamJoinError.exit_code  # the CLI's exit code for a job it will not run as written
 
     class StreamjoinSubmitOperator(SparkSubmitOperator):
         def __init__(self, *, spec: JoinSpec, job_file: Path, **kwargs: Any) -> None:
@@ -165,10 +167,13 @@ def submit_operator() -> type:
                 super().execute(context)
             except Exception:
                 code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
-                if code in (2, EXIT_INVALID):  # a refusal, or rows that failed validation: a retry repeats it
+                if code in (
+                    refused,
+                    EXIT_INVALID,
+                ):  # a retry would repeat the refusal or the failed validation
                     raise AirflowFailException(
                         f"job {self.spec.name}: `streamjoin backfill` exited {code} "
-                        f"({'refused' if code == 2 else 'a slice is invalid'}); its log above says why"
+                        f"({'refused' if code == refused else 'a slice is invalid'}); its log above says why"
                     ) from None
                 raise
 

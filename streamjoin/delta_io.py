@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import StructField, StructType, TimestampType
 
+from streamjoin import hadoop_files
 from streamjoin.delta_log import COMMIT_FILE, LocalLog, is_path, schema_string
 from streamjoin.errors import HistoryNotRetainedError, JobError, StorageError, StreamJoinError
 from streamjoin.frames import local_frame
@@ -67,10 +68,7 @@ def delete_table(spark: SparkSession, location: str) -> bool:
     if not is_path(location):
         spark.sql(f"DROP TABLE {location}")
         return True
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+    hadoop_files.remove(location, recursive=True)
     return True
 
 
@@ -580,7 +578,7 @@ def check_retained(spark: SparkSession, location: str, version: int) -> None:
     else:
         with translated_errors(location, f"version {version}"):
             files = read_snapshot(spark, location, version).inputFiles()
-        missing = [f for f in files if not _file_exists(spark, f)]
+        missing = [f for f in files if not _file_exists(f)]
     if missing:
         vacuums = [
             c for c in history(spark, location, since=version) if c.operation.upper().startswith("VACUUM")
@@ -874,14 +872,11 @@ def read_rows(spark: SparkSession, location: str, version: int | None = None) ->
     return snapshot.select("*", F.col("_metadata.row_commit_version").cast("long").alias(COMMIT_VERSION))
 
 
-def _file_exists(spark: SparkSession, uri: str) -> bool:
+def _file_exists(uri: str) -> bool:
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return os.path.exists(parsed.path)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None  # set while the SparkContext is running, as it is for a live session
-    path = jvm.org.apache.hadoop.fs.Path(uri)
-    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(path)
+    return hadoop_files.exists(uri)
 
 
 def write_slice(

@@ -181,7 +181,29 @@ def spark():
     if TESTS_SET_JAVA_OPTIONS:
         os.environ["STREAMJOIN_JAVA_OPTIONS"] += f" {SHORT_LIVED_JVM}"
     yield session
+    _say_cpu_seconds(session)
     session.stop()
+
+
+_CPU_SECONDS: list[str] = []
+
+
+def _say_cpu_seconds(session) -> None:
+    """Keep the CPU seconds this test process's driver JVM and its Python spent, for the run's
+    summary: what a change to the tests or the product costs, which load does not distort the way
+    it does wall time. Processes the tests started are not counted."""
+    pid = session.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getPid()
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:  # utime and stime: fields 14 and 15
+        ticks = stat.read().rsplit(")", 1)[1].split()[11:13]
+    jvm = sum(map(int, ticks)) / os.sysconf("SC_CLK_TCK")
+    python = sum(os.times()[:2])
+    _CPU_SECONDS.append(f"CPU seconds of the test process: JVM {jvm:.1f}, Python {python:.1f}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say `_say_cpu_seconds`' numbers after the run (a process of its own, not an xdist worker's)."""
+    for line in _CPU_SECONDS:
+        terminalreporter.write_line(line)
 
 
 BASE = datetime(2024, 1, 1)

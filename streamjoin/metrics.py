@@ -17,6 +17,7 @@ time (`assumed`: only in a backfill run with --assume-earliest-known; docs/backf
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 from collections.abc import Sequence
@@ -282,7 +283,8 @@ class RunMetrics:
         values["by_source"] = json.dumps({k: asdict(v) for k, v in self.sources.items()}, sort_keys=True)
         values["by_link"] = json.dumps([asdict(link) for link in self.links])
         values["by_phase"] = json.dumps(self.phases)
-        values["superseded_by"] = None  # a run is current when written (`record_replays`)
+        values["superseded_by"] = None  # told at read time (`told_superseded`)
+        values["recorded_at"] = datetime.now(UTC)
         values["rows_in"] = self.total("rows_in")
         values["carried_in"] = self.total("carried_in")
         for bucket in BUCKETS:
@@ -416,8 +418,9 @@ def named_totals() -> dict[str, Total]:
 
 def schema() -> StructType:
     """The metrics table's columns: the runs' counts, then a column per family total, then whether
-    a later replay superseded the row."""
-    return StructType([*_COLUMNS, *(StructField(name, LongType()) for name in named_totals()), _SUPERSEDED])
+    a later replay superseded the row and when the row was recorded."""
+    totals = (StructField(name, LongType()) for name in named_totals())
+    return StructType([*_COLUMNS, *totals, _SUPERSEDED, _RECORDED])
 
 
 _COLUMNS = (
@@ -443,74 +446,69 @@ _COLUMNS = (
     StructField("by_link", StringType()),  # JSON list of LinkCounts; added after the first release
     StructField("by_phase", StringType()),  # JSON {phase: seconds}; added later still
 )
-# A replay row: the run_id of a later replay in the same mode whose slice overlaps this one's (its
-# rows replaced this slice's output); NULL while the row is current. Added later.
+# A replay row: the run_id of the first replay in the same mode recorded after it whose slice
+# overlaps this one's (its rows replaced this slice's output); NULL while the row is current. Told
+# at read time (`told_superseded`); rows recorded before that hold it stored. Added later.
 _SUPERSEDED = StructField("superseded_by", StringType())
-
-
-# How often a replay's metrics write is tried when another replay's commit conflicts with it.
-SUPERSEDE_ATTEMPTS = 5
+# When the row was recorded, after its run wrote its output: the order in which replays replaced a
+# slice (NULL in rows recorded before the column: their started_at). Added later still.
+_RECORDED = StructField("recorded_at", TimestampType())
 
 
 def record_replays(spark: SparkSession, runs: list[RunMetrics], location: str) -> None:
-    """Append a replay's metrics rows (consecutive slices in one mode) and, in the same Delta commit,
-    mark every earlier current replay row of that mode whose slice overlaps them as superseded by
-    the new run of the slice it overlaps: each slice's output was replaced, so its old counts no
-    longer describe it. The current rows of a mode then never overlap: a reader of the table keeps
-    `superseded_by IS NULL` and sees each slice once, its latest run (docs/backfills.md)."""
-    from delta import exceptions
-
-    conflicts = (
-        exceptions.ConcurrentAppendException,
-        exceptions.ConcurrentDeleteReadException,
-        exceptions.ConcurrentTransactionException,
-        exceptions.DeltaConcurrentModificationException,
-    )
-    for attempt in range(SUPERSEDE_ATTEMPTS):
-        try:
-            _write_superseding(spark, runs, location)
-            return
-        except conflicts:  # another replay committed first (a live batch's blind append does not conflict)
-            if attempt == SUPERSEDE_ATTEMPTS - 1:
-                raise
-
-
-def _write_superseding(spark: SparkSession, runs: list[RunMetrics], location: str) -> None:
-    """The runs' rows written over their range together with its earlier rows (few: a slice is
-    replayed again now and then), the current ones marked (`_superseded`), in one `replaceWhere`
-    whose own pass reads them; a plain append when the range has none, as for a backfill's next
-    group (told from the files' statistics where the table's checksum lists them)."""
+    """Append a replay's metrics rows (consecutive slices in one mode) in one commit, a blind append
+    that conflicts with no other writer. A row whose slice a later replay of the same mode replaced
+    (even in part) is superseded by it; readers tell which at read time (`told_superseded`), so a
+    re-run rewrites none of the earlier rows (docs/backfills.md)."""
     from streamjoin import delta_io
 
-    start, end = spark_value(runs[0].slice_start), spark_value(runs[-1].slice_end)
-    region = (
-        f"runner = 'replay' AND mode = '{runs[0].mode}' AND slice_start < TIMESTAMP '{end:%Y-%m-%d %H:%M:%S.%f}' "
-        f"AND slice_end > TIMESTAMP '{start:%Y-%m-%d %H:%M:%S.%f}'"
-    )
-    if not delta_io.holds_rows(spark, location, "slice_end", start, datetime.max.replace(tzinfo=UTC)):
-        delta_io.append(to_frame(spark, runs), location, merge_schema=True)
-        return
-    earlier = _superseded(delta_io.read_snapshot(spark, location).where(region), runs)
-    delta_io.replace_where(earlier.unionByName(to_frame(spark, runs)), location, region)
+    delta_io.append(to_frame(spark, runs), location, merge_schema=True)
 
 
-def _superseded(earlier: DataFrame, runs: list[RunMetrics]) -> DataFrame:
-    """`earlier` metrics rows in the table's schema (a column added since they were written: NULL),
-    each current one marked as superseded by the first of `runs` whose slice overlaps its own."""
-    by = None
-    for run in runs:
-        overlaps = (F.col("slice_start") < F.lit(spark_value(run.slice_end))) & (
-            F.col("slice_end") > F.lit(spark_value(run.slice_start))
-        )
-        by = F.when(overlaps, run.run_id) if by is None else by.when(overlaps, run.run_id)
-    assert by is not None  # a replay writes at least one slice
-    columns = []
-    for f in schema().fields:
-        value = F.col(f.name) if f.name in earlier.columns else F.lit(None)
-        if f.name == "superseded_by":
-            value = F.coalesce(value, by)
-        columns.append(value.cast(f.dataType).alias(f.name))
-    return earlier.select(*columns)
+def told_superseded(rows: list[dict]) -> list[dict]:
+    """The metrics table's rows (as dicts), each replay row's `superseded_by` told: the stored mark
+    (rows recorded when a re-run marked them), else the run_id of the first replay row of the same
+    mode recorded after it whose slice overlaps its own, else NULL (current). The current rows of a
+    mode then never overlap: each slice once, by its latest run. Live rows are never superseded."""
+    told = [dict(row) for row in rows]
+    by_mode: dict[str, list[dict]] = {}
+    for row in told:
+        row.setdefault("superseded_by", None)
+        if row["runner"] == "replay":
+            by_mode.setdefault(row["mode"], []).append(row)
+    for replays in by_mode.values():
+        _mark_latest_first(replays)
+    return told
+
+
+def _recorded(row: dict) -> tuple[datetime, str]:
+    """The order in which replay rows were recorded (`_RECORDED`; the run_id breaks ties)."""
+    return from_spark(row.get("recorded_at") or row["started_at"]), row["run_id"]
+
+
+def _mark_latest_first(replays: list[dict]) -> None:
+    """Mark each unmarked row of one mode with the first row recorded after it whose slice overlaps
+    its own. Rows are taken latest first, each painting its slice over the time line (`painted`:
+    disjoint [start, end) pieces, each with the row that last painted it, in time order): a piece
+    a row's slice meets holds the earliest later row that covers that time."""
+    starts: list[datetime] = []
+    painted: list[tuple[datetime, datetime, dict]] = []
+    for row in sorted(replays, key=_recorded, reverse=True):
+        low, high = from_spark(row["slice_start"]), from_spark(row["slice_end"])
+        first = bisect.bisect_right(starts, low) - 1
+        if first < 0 or painted[first][1] <= low:
+            first += 1
+        last = bisect.bisect_left(starts, high)
+        met = painted[first:last]
+        if met and not row["superseded_by"]:
+            row["superseded_by"] = min((piece[2] for piece in met), key=_recorded)["run_id"]
+        pieces = [(low, high, row)]
+        if met and met[0][0] < low:
+            pieces.insert(0, (met[0][0], low, met[0][2]))
+        if met and met[-1][1] > high:
+            pieces.append((high, met[-1][1], met[-1][2]))
+        painted[first:last] = pieces
+        starts[first:last] = [piece[0] for piece in pieces]
 
 
 class Stopwatch:

@@ -2,7 +2,7 @@
 
 The page reads `<output>_metrics` (one row per replay slice or live micro-batch) and, when a
 backfill has run, `<output>_backfill` (one row per slice attempt). A slice replayed several times
-counts by its current run per mode, the one no later replay superseded (`metrics.record_replays`).
+counts by its current run per mode, the one no later replay superseded (`metrics.told_superseded`).
 Charts are inline SVG drawn here, so the page needs no script and nothing from the network: it
 opens offline, from a file or a CI artefact (docs/data-quality.md).
 """
@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from streamjoin import atomic, delta_io, family, index
 from streamjoin.arrival import BAD_TIME, FUTURE_TIME, NULL_KEY, NULL_TIME
 from streamjoin.errors import JobError
-from streamjoin.metrics import LINK_BUCKETS, waiting_at_links
+from streamjoin.metrics import LINK_BUCKETS, told_superseded, waiting_at_links
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import format_duration, from_micros, from_spark
 from streamjoin.verify import consistency
@@ -204,11 +204,11 @@ def _attempt_rows(spark: SparkSession, spec: JoinSpec) -> list[dict]:
 
 def collect_slices(metrics: list[dict], attempts: list[dict]) -> list[Slice]:
     """Replay metrics rows and backfill attempts as slices in time order, each by its current run per
-    mode (the newest not superseded: metrics.record_replays) and how often it ran. A slice whose runs
+    mode (the newest not superseded: metrics.told_superseded) and how often it ran. A slice whose runs
     a later replay of an overlapping range superseded is left out, with its attempts unless one
     did not succeed: the later replay's slices show those rows, each once."""
     grouped: dict[tuple, list[dict]] = defaultdict(list)
-    for row in metrics:
+    for row in told_superseded(metrics):
         if row["runner"] == "replay":
             grouped[(from_spark(row["slice_start"]), from_spark(row["slice_end"]), row["mode"])].append(row)
     slices: dict[tuple, Slice] = {}

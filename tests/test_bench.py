@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from bench import native, nexmark
+from bench import fixed_cost, native, nexmark
 from bench.run import main
 
 
@@ -47,6 +47,7 @@ def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, 
             str(tmp_path / "work"),
             "--out",
             str(out),
+            "--no-fixed-cost",  # measured by its own test below, at this scale and for one query
         ]
     )
     results = json.loads((out / "results.json").read_text())["results"]
@@ -72,6 +73,24 @@ def test_tiny_benchmark_agrees_with_the_yardsticks_and_writes_its_report(spark, 
     assert row.rstrip(" |").endswith(f"{per_core:,.0f}")
     assert "live / replay" in report
     assert (out / "scaling.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.slow
+def test_tiny_fixed_cost_counts_every_job_of_a_replay_and_writes_its_table(spark, tmp_path):
+    """bench/fixed_cost.py at a quarter of its workload, one round of q20: the jobs counted per phase
+    are the jobs its cause listing finds in a replay of the same slice, and both sides wrote rows."""
+    out = tmp_path / "results"
+    out.mkdir()
+    argv = ["--rounds", "1", "--queries", "q20", "--causes", "q20", "--scale", "0.25"]
+    assert fixed_cost.main([*argv, "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    saved = json.loads((out / "fixed_cost.json").read_text())
+    (q20,) = saved["queries"]
+    assert q20["rows_in"] > 0 and q20["rows_out"] > 0
+    (phases,) = q20["replay_jobs"]
+    assert set(phases) >= {"prepare", "read", "join", "write", "account"}
+    assert sum(phases.values()) == len(saved["causes"]["jobs"]) > 0
+    assert q20["handwritten_jobs"][0] > 0
+    assert "| q20 |" in (out / "fixed_cost.md").read_text()
 
 
 @pytest.mark.slow

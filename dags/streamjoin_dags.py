@@ -140,7 +140,8 @@ def spark_conn_id() -> str | None:
 @functools.cache
 def submit_operator() -> type:
     """SparkSubmitOperator running `streamjoin backfill` over the run's data interval (the provider is
-    imported only when a DAG submits): Delta's jars passed to spark-submit, the slice's arguments
+    imported only when a DAG submits): Delta's jars and the driver's JVM options passed to
+    spark-submit, the slice's arguments
     made from the run, and the CLI's refusal (exit 2) or an invalid slice (exit 3) failing the task
     without retries."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -162,6 +163,9 @@ def submit_operator() -> type:
 
         def execute(self, context: Any) -> None:
             self.jars = ",".join(jars.delta_jars())
+            # The driver starts as the CLI's does (class archive, UTC, quiet logs), unless the
+            # operator's own conf says otherwise: spark-submit starts its JVM before the session.
+            self.conf = {"spark.driver.extraJavaOptions": jars.driver_java_options(), **(self.conf or {})}
             self.application_args = ["backfill", self.job_file, *self._arguments(context)]
             try:
                 super().execute(context)

@@ -39,6 +39,7 @@ ARCHIVE = "driver-classes.jsa"
 ARCHIVE_STAMP = ".archived"  # the runtime the archive was made for (`_runtime_hash`)
 DUMP_CLASSES = "STREAMJOIN_DUMP_CLASSES"  # set by `build_class_archive` for the run that makes it
 C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JIT option of a JVM that runs too briefly for C2 to pay
+JVM_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}"  # driver and executors
 
 
 def checkout() -> Path | None:
@@ -160,6 +161,23 @@ def class_archive() -> Path | None:
     session turns its messages off), so a stale archive costs nothing but the time it would save."""
     path = folder() / ARCHIVE
     return path if path.is_file() else None
+
+
+def driver_java_options() -> str:
+    """The driver JVM's options: UTC and quiet logging (as executors), the class archive set-up made
+    (`class_archive`; the run that makes it is told to write it instead), then
+    $STREAMJOIN_JAVA_OPTIONS. Java's messages about the archive are off: a stale one is skipped
+    silently, and none of them reaches the output of a CLI command. The session gives them to the
+    driver it launches; a driver spark-submit launches gets them from its caller (an Airflow
+    task's `--conf`, dags/streamjoin_dags.py)."""
+    options = [JVM_OPTIONS, "-Xlog:cds*=off"]
+    dump, archive = os.environ.get(DUMP_CLASSES), class_archive()
+    if dump:
+        options.append(f"-XX:ArchiveClassesAtExit={dump}")
+    elif archive is not None:
+        options.append(f"-XX:SharedArchiveFile={archive}")
+    options.append(os.environ.get("STREAMJOIN_JAVA_OPTIONS", ""))
+    return " ".join(filter(None, options))
 
 
 def archive_current(where: Path) -> bool:

@@ -19,22 +19,6 @@ from streamjoin.errors import SetupError
 
 PROJECT_ROOT = jars.CHECKOUT  # the folder above the package: the repository, in a checkout
 DEFAULT_MASTER = "local[*]"
-_JAVA_OPTIONS = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={jars.LOG4J}"
-
-
-def driver_java_options() -> str:
-    """The driver JVM's options: UTC and quiet logging (as executors), the class archive set-up made
-    (`jars.class_archive`; the run that makes it is told to write it instead), then
-    $STREAMJOIN_JAVA_OPTIONS. Java's messages about the archive are off: a stale one is skipped
-    silently, and none of them reaches the output of a CLI command."""
-    options = [_JAVA_OPTIONS, "-Xlog:cds*=off"]
-    dump, archive = os.environ.get(jars.DUMP_CLASSES), jars.class_archive()
-    if dump:
-        options.append(f"-XX:ArchiveClassesAtExit={dump}")
-    elif archive is not None:
-        options.append(f"-XX:SharedArchiveFile={archive}")
-    options.append(os.environ.get("STREAMJOIN_JAVA_OPTIONS", ""))
-    return " ".join(filter(None, options))
 
 
 def running() -> bool:
@@ -103,8 +87,8 @@ def _defaults(master: str, shuffle_partitions: int | None) -> dict[str, str]:
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": driver_java_options(),
-        "spark.executor.extraJavaOptions": _JAVA_OPTIONS,
+        "spark.driver.extraJavaOptions": jars.driver_java_options(),
+        "spark.executor.extraJavaOptions": jars.JVM_OPTIONS,
         **_object_storage_class_path(),
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.default.parallelism": str(shuffle_partitions),

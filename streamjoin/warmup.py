@@ -2,7 +2,7 @@
 
     STREAMJOIN_DUMP_CLASSES=FILE python -m streamjoin.warmup
 
-A session (its JVM told by `session.driver_java_options` to archive its classes into FILE when
+A session (its JVM told by `jars.driver_java_options` to archive its classes into FILE when
 it exits) writes two small stream tables, replays a join of them and runs it live, so that the
 classes of Delta's reads and writes, its change feed, planning, joins and Structured Streaming
 are all loaded; then it stops and waits for its JVM to exit and write the archive.

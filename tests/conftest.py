@@ -244,9 +244,11 @@ def browser(tmp_path_factory):
     driver.quit()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """A Spark standalone master and worker on loopback for the module (tests/spark_cluster.py)."""
+    """A Spark standalone master and worker on loopback (tests/spark_cluster.py), one per test
+    process: the files that run on one (test_cluster.py, test_dags.py) share it when dealt to the
+    same worker, each telling its own applications by name."""
     from spark_cluster import running_cluster
 
     with running_cluster(tmp_path_factory.mktemp("spark-cluster")) as started:

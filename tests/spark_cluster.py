@@ -1,5 +1,6 @@
 """A Spark standalone cluster on loopback for the tests that run on one (infra/spark-cluster.sh):
-one master and one worker on free ports, started for a test module and stopped after it."""
+one master and one worker on free ports, started once per test process (conftest's `cluster`)
+and stopped at its end."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def running_cluster(state: Path) -> Iterator[dict]:
         "STREAMJOIN_WORKER_CORES": "2",
         "STREAMJOIN_WORKER_MEMORY": "1g",
         "STREAMJOIN_CLUSTER_DIR": str(state),
+        # The master and worker live for a test file and do little: C1 alone, as the executor.
+        "SPARK_DAEMON_JAVA_OPTS": SHORT_LIVED_JVM,
     }
     try:
         started = cluster_script("start", env)
@@ -77,12 +80,12 @@ def master_view(cluster) -> dict:
         return json.load(answer)
 
 
-def finished_apps(cluster, wait_s: float = 30.0, named: str | None = None) -> list[dict]:
-    """The master's completed applications, waiting a little for a just-ended driver (or the one
-    `named`) to be filed."""
+def finished_apps(cluster, named: str, wait_s: float = 30.0) -> list[dict]:
+    """The master's completed applications `named` (the cluster is shared: conftest's fixture),
+    waiting a little for a just-ended driver to be filed."""
     deadline = time.monotonic() + wait_s
     while True:
-        apps = master_view(cluster)["completedapps"]
-        if (apps and named in (None, *(a["name"] for a in apps))) or time.monotonic() > deadline:
+        apps = [app for app in master_view(cluster)["completedapps"] if app["name"] == named]
+        if apps or time.monotonic() > deadline:
             return apps
-        time.sleep(1)
+        time.sleep(0.2)

@@ -100,7 +100,7 @@ def test_replay_on_the_cluster_equals_the_local_replay(spark, cluster, tmp_path)
     assert " INFO DAGScheduler: " in ran.stderr, ran.stderr[-2000:]
 
     # It ran on the cluster: the master filed a finished application, and the worker ran its executor.
-    apps = finished_apps(cluster)
+    apps = finished_apps(cluster, named="streamjoin")
     assert [(a["name"], a["state"]) for a in apps] == [("streamjoin", "FINISHED")], apps
     executor_logs = list((cluster["state"] / "work" / apps[0]["id"]).glob("*/stderr"))
     assert executor_logs, f"no executor of {apps[0]['id']} in the worker's work folder"

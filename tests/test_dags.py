@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pendulum
 import pytest
+from conftest import SHORT_LIVED_JVM
 from harness import create_tables, write_commit
 from spark_cluster import finished_apps
 
@@ -477,10 +478,12 @@ def test_a_slice_submitted_through_sparks_airflow_provider_runs_on_the_cluster(
     monkeypatch.setenv("AIRFLOW_VAR_STREAMJOIN_SPARK_CONN_ID", "streamjoin_cluster")
     monkeypatch.setenv("AIRFLOW_CONN_STREAMJOIN_CLUSTER", cluster["url"])
     monkeypatch.setenv("PATH", f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")  # the worker's spark-submit
-    # Delta rebuilds a table's state with 50 tasks on a cluster by default: much of a small slice's time
+    # Delta rebuilds a table's state with 50 tasks on a cluster by default: much of a small slice's
+    # time. The executor lives for one small replay: C1 alone (spark_cluster.ONE_SMALL_REPLAY).
     monkeypatch.setenv(
         "STREAMJOIN_SPARK_CONF",
-        os.environ["STREAMJOIN_SPARK_CONF"] + ",spark.databricks.delta.snapshotPartitions=2",
+        os.environ["STREAMJOIN_SPARK_CONF"]
+        + f",spark.databricks.delta.snapshotPartitions=2,spark.executor.defaultJavaOptions={SHORT_LIVED_JVM}",
     )
     bag = DagBag(dag_folder=str(DAG_FILE))
     assert bag.import_errors == {} and not bag.captured_warnings
@@ -491,7 +494,7 @@ def test_a_slice_submitted_through_sparks_airflow_provider_runs_on_the_cluster(
 
     run = run_day(dag, DAYS[1])
     assert run.state == "success", [(t.task_id, t.state) for t in run.get_task_instances()]
-    apps = finished_apps(cluster)
+    apps = finished_apps(cluster, named="streamjoin-airflow_submitted")
     assert [(a["name"], a["state"]) for a in apps] == [("streamjoin-airflow_submitted", "FINISHED")], apps
 
     spec = load_job(jobs / "airflow_submitted.yaml", root=root / "data")

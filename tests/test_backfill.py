@@ -166,7 +166,7 @@ def write_job(root, name: str, output: str) -> str:
 
 def metrics_by_slice(spark, spec) -> dict:
     """Each slice's metrics row without what differs between runs (ids, start and run times)."""
-    varying = {"run_id", "started_at", "duration_s", "by_phase"}
+    varying = {"run_id", "started_at", "recorded_at", "duration_s", "by_phase"}
     rows = delta_io.read_snapshot(spark, spec.output.side("metrics")).collect()
     assert len({(r.slice_start, r.slice_end) for r in rows}) == len(rows)  # one row per slice
     return {

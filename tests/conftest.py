@@ -99,50 +99,50 @@ if TESTS_SET_JAVA_OPTIONS:
     )
 
 
-# The test files that take longest (worker-seconds in a clean-clone run of 2026-12-01, the session
-# of stop 73, bench/results/suite-history.md; test_restart without its in-process scenario since), slowest
-# first. `make test` deals whole files to two workers in collection order
-# (--no-loadscope-reorder), so these go out first and the short files fill in at the end; dealt
-# alphabetically, a long file drawn last kept one worker busy minutes after the other had stopped.
+# The test files that take longest (worker-seconds in the clean-clone run of the session of stop 86,
+# bench/results/suite-history.md), slowest first. `make test` deals whole files to two workers in
+# collection order (--no-loadscope-reorder), so these go out first and the short files fill in at
+# the end; dealt alphabetically, a long file drawn last kept one worker busy minutes after the
+# other had stopped.
 SLOWEST_FIRST = (
-    "test_real_history",  # about 250 in a loaded run (a quarter less than at stop 77): 33 days of history, two backfills
-    "test_cli",  # 215: the demo
-    "test_aged_tables",  # 195
-    "test_restart",  # 170 (a tenth less since): ten SIGKILLs, each a new JVM started one ahead of its turn
-    "test_chains",  # 152
-    "test_bench",  # 129
-    "test_faults",  # about 110: a live run, commits that left the log, full and read-only disks
-    "test_enrichment_seeds",  # 113
-    "test_enrichment_equivalence",  # 97
-    "test_kernel_interval_chain",  # 70
-    "test_dags",  # 69
-    "test_backfill",  # 66
-    "test_table_table",  # 66
-    "test_equivalence",  # 61
-    "test_job_start",  # about 70 in a loaded run
-    "test_journal",  # about 60 in a loaded run
-    "test_time_formats",  # about 60 in a loaded run
-    "test_handoff",  # 57
-    "test_live_checkpoint",  # about 50: a checkpoint over OPTIMIZEd and VACUUMed sources
-    "test_schema_drift",  # about 40: a live run through dropped and renamed columns
-    "test_cluster",  # 57
-    "test_interval_seeds",  # 56
-    "test_delta_io",  # 53
-    "test_lookup_seeds",  # 49
-    "test_setup",  # 41
-    "test_report",  # 36
-    "test_rows_seeds",  # 33
-    "test_kernel_enrichment",  # 28
-    "test_lateral_seeds",  # 25
-    "test_window_seeds",  # 25
-    "test_verify",  # 23
-    "test_kernel_chain",  # 21
-    "test_live",  # 21
-    "test_kernel_rows",  # 20
-    "test_kernel_interval",  # 18
-    "test_validation",  # 14
-    "test_joins_base",  # 14
-    "test_spec",  # 13
+    "test_real_history",  # 270: 45 days of history, two backfills
+    "test_cli",  # 209: the demo
+    "test_dags",  # 198: a cluster and a spark-submit through Airflow's Spark provider
+    "test_aged_tables",  # 163
+    "test_bench",  # 147
+    "test_chains",  # 131
+    "test_restart",  # 119: ten SIGKILLs, each a new JVM started one ahead of its turn
+    "test_enrichment_seeds",  # 109
+    "test_enrichment_equivalence",  # about 85
+    "test_kernel_interval_chain",  # 81
+    "test_handoff",  # 78
+    "test_cluster",  # 74
+    "test_interval_seeds",  # 74
+    "test_equivalence",  # 70
+    "test_backfill",  # 68
+    "test_lookup_seeds",  # 66
+    "test_report",  # 66
+    "test_object_storage",  # 63: an S3 server and S3A's first use
+    "test_setup",  # 63
+    "test_validation",  # 54
+    "test_live",  # 53
+    "test_kernel_enrichment",  # 50
+    "test_table_table",  # 49
+    "test_rows_seeds",  # 45
+    "test_delta_io",  # 42
+    "test_lateral_seeds",  # 41
+    "test_window_seeds",  # 40
+    "test_kernel_chain",  # 39
+    "test_job_start",  # 38
+    "test_verify",  # 35
+    "test_journal",  # 27
+    "test_joins_base",  # 26
+    "test_kernel_rows",  # 24
+    "test_kernel_start",  # 24
+    "test_spec",  # 22
+    "test_schema_drift",  # 22
+    "test_faults",  # 20
+    "test_kernel_lookup",  # 20
 )
 
 

@@ -38,6 +38,8 @@ from aging import (
 )
 from pyspark.sql import SparkSession
 
+from streamjoin.frames import local_frame
+
 DAYS = 33
 COMMITS_PER_DAY = 2  # per stream
 IMPRESSIONS_PER_COMMIT = 16
@@ -184,7 +186,7 @@ def _merge_campaigns(spark: SparkSession, h: History, d: int, rng: random.Random
     ]
     for c, tier, _ in changed:
         h.tiers[c].append((stamp, tier))
-    updates = spark.createDataFrame(changed, CAMPAIGNS_DDL)
+    updates = local_frame(spark, changed, CAMPAIGNS_DDL)  # a local relation: no Python worker to read it
     path = h.path("campaigns")
 
     def merge() -> None:

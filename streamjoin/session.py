@@ -180,6 +180,9 @@ def get_spark(
     return spark
 
 
+_RELOADS_EVERY_CONFIGURATION = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
 def drop_yarn_defaults(spark: SparkSession) -> None:
     """Remove the `yarn.*` entries from the session's Hadoop configuration.
 
@@ -189,9 +192,15 @@ def drop_yarn_defaults(spark: SparkSession) -> None:
     writer matches every key against its per-column settings, so the entries cost every Delta
     write and read (a warm three-row append: 0.167 s with them, 0.154 s without; bench/results/suite-history.md).
     A session that runs locally or on a standalone cluster never reads them.
+
+    A class that reloads every configuration when it is first loaded would bring them back: the
+    S3A connector's (it registers its deprecated keys), loaded the first time a path names
+    `s3a://`. It is loaded first, where set-up fetched it.
     """
     context = spark.sparkContext
     assert context._jvm is not None  # a classic session's driver
+    if jars.object_storage_jars():
+        context._jvm.java.lang.Class.forName(_RELOADS_EVERY_CONFIGURATION)
     conf = context._jsc.hadoopConfiguration()
     joined = context._jvm.java.lang.String.join("\n", conf.getValByRegex(r"^yarn\.").keySet())
     for key in filter(None, joined.split("\n")):

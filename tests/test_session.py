@@ -24,8 +24,12 @@ def test_a_setting_without_a_value_is_refused_with_its_text(monkeypatch):
 
 def test_the_session_carries_no_yarn_defaults_and_keeps_the_rest(spark, tmp_path):
     """get_spark drops yarn-default.xml's entries from the Hadoop configuration (every file task
-    carries it); the file system's own settings stay, and Delta writes and reads as before."""
+    carries it); the file system's own settings stay, and Delta writes and reads as before. Loading
+    the S3A connector (the first `s3a://` path does) reloads every configuration; the entries stay
+    out after it too."""
     conf = spark.sparkContext._jsc.hadoopConfiguration()
+    assert conf.getValByRegex(r"^yarn\.").isEmpty()
+    spark.sparkContext._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
     assert conf.getValByRegex(r"^yarn\.").isEmpty()
     assert conf.get("fs.defaultFS") == "file:///" and conf.get("io.file.buffer.size") is not None
     task_conf = spark._jsparkSession.sessionState().newHadoopConf()  # what a write task is given

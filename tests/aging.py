@@ -35,12 +35,6 @@ _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 ENFORCE_TIME_TRAVEL_RETENTION = (
     "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
 )
-# For the appends and VACUUMs here: Delta's state reconstruction after each commit and VACUUM's
-# comparison of listed and referenced files are queries over a log of a few hundred actions, and
-# adaptive execution runs each of their shuffles as a Spark job of its own (an append costs 4 to
-# 5 jobs with it, 2 to 3 without; a VACUUM 21, without 8). Neither writes a shuffled frame (an
-# append of a local relation writes one file either way), so the tables come out the same.
-_FEWER_JOBS = {"spark.sql.adaptive.enabled": "false"}
 
 
 def to_millis(when: datetime) -> int:
@@ -176,28 +170,10 @@ def write_commits(
                 f"must come after it, and {commits[0][0].isoformat()} does not"
             )
 
-    with session_conf(spark, _FEWER_JOBS):
-        versions = _append_commits(spark, table_dir, commits, properties, schema, created=latest is not None)
-    for version, millis in zip(versions, times, strict=False):
-        _backdate(table_dir, version, millis)
-    forget_snapshots(spark, table_dir)
-    return versions
-
-
-def _append_commits(
-    spark: SparkSession,
-    table_dir: Path,
-    commits: list[tuple[datetime, list[tuple]]],
-    properties: dict[str, str] | None,
-    schema: str,
-    created: bool,
-) -> list[int]:
-    """Append each commit's rows, creating the table first unless `created`; the versions written."""
-    log_dir = table_dir / "_delta_log"
     versions: list[int] = []
     for index, (_, rows) in enumerate(commits):
         frame = local_frame(spark, list(rows), schema)
-        if not created and index == 0:
+        if latest is None and index == 0:
             writer = frame.writeTo(f"delta.`{table_dir}`").using("delta")
             for key, value in (properties or {}).items():
                 writer = writer.tableProperty(key, value)
@@ -205,6 +181,10 @@ def _append_commits(
         else:
             frame.write.format("delta").mode("append").save(str(table_dir))
         versions.append(_latest_version(log_dir))  # nobody else writes to a test table
+
+    for version, millis in zip(versions, times, strict=False):
+        _backdate(table_dir, version, millis)
+    forget_snapshots(spark, table_dir)
     return versions
 
 
@@ -240,7 +220,7 @@ def _vacuum(spark: SparkSession, path: str | os.PathLike[str], retain: str, sett
             "spark.sql.shuffle.partitions"
         )
     }
-    with session_conf(spark, settings | parallelism | _FEWER_JOBS):
+    with session_conf(spark, settings | parallelism):
         spark.sql(f"VACUUM delta.`{_local_dir(path)}` {retain}")
 
 

@@ -41,9 +41,8 @@ from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import parse_duration
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-SUBMITTED_CLI = (
-    Path(streamjoin.__file__).parent / "resources" / "submitted_cli.py"
-)  # spark-submit's application
+# spark-submit's application: the CLI (streamjoin/resources/submitted_cli.py).
+SUBMITTED_CLI = Path(streamjoin.__file__).parent / "resources" / "submitted_cli.py"
 DEFAULT_START = "2024-01-01"  # first data interval when a job's schedule has no start (local midnight)
 MASTER_VARIABLE = "streamjoin_master"  # Airflow Variable naming the Spark master; beats $STREAMJOIN_MASTER
 # Airflow Variable naming a Spark connection (Apache Spark provider): when set, the backfill DAGs'
@@ -171,10 +170,8 @@ def submit_operator() -> type:
                 super().execute(context)
             except Exception:
                 code = getattr(getattr(self._hook, "_submit_sp", None), "returncode", None)
-                if code in (
-                    refused,
-                    EXIT_INVALID,
-                ):  # a retry would repeat the refusal or the failed validation
+                # A retry would repeat the refusal or the failed validation.
+                if code in (refused, EXIT_INVALID):
                     raise AirflowFailException(
                         f"job {self.spec.name}: `streamjoin backfill` exited {code} "
                         f"({'refused' if code == refused else 'a slice is invalid'}); its log above says why"

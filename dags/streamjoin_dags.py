@@ -161,10 +161,13 @@ def submit_operator() -> type:
             self.spec, self.job_file = spec, str(job_file)
 
         def execute(self, context: Any) -> None:
-            self.jars = ",".join(jars.delta_jars())
-            # The driver starts as the CLI's does (class archive, UTC, quiet logs), unless the
-            # operator's own conf says otherwise: spark-submit starts its JVM before the session.
-            self.conf = {"spark.driver.extraJavaOptions": jars.driver_java_options(), **(self.conf or {})}
+            # The driver starts as the CLI's does (class archive, UTC, quiet logs, the object
+            # storage connector), unless the operator's own conf says otherwise: spark-submit
+            # starts its JVM before the session.
+            delta, conf, env = jars.submit_settings()
+            self.jars = ",".join(delta)
+            self.conf = {**conf, **(self.conf or {})}
+            self.env_vars = {**env, **(self.env_vars or {})}
             self.application_args = ["backfill", self.job_file, *self._arguments(context)]
             try:
                 super().execute(context)

@@ -180,6 +180,23 @@ def driver_java_options() -> str:
     return " ".join(filter(None, options))
 
 
+def submit_settings() -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """What `spark-submit` needs to start a streamjoin driver as the CLI starts one: Delta's jars
+    (`--jars`); the driver's JVM options and, where set-up fetched the object storage connector,
+    the connector on the executors' class path (`--conf`); and the connector on the driver's class
+    path through $SPARK_DIST_CLASSPATH (the environment of spark-submit). A submitted driver's JVM
+    runs before the session does, so the session cannot add the connector to it as it does for the
+    driver it launches itself (`session._object_storage_class_path`)."""
+    conf = {"spark.driver.extraJavaOptions": driver_java_options()}
+    env = {}
+    connector = os.pathsep.join(object_storage_jars())
+    if connector:
+        conf["spark.executor.extraClassPath"] = connector
+        given = os.environ.get("SPARK_DIST_CLASSPATH", "")
+        env["SPARK_DIST_CLASSPATH"] = os.pathsep.join(filter(None, (given, connector)))
+    return delta_jars(), conf, env
+
+
 def archive_current(where: Path) -> bool:
     """`where` holds a class archive made for this Java, pyspark and these jars."""
     stamp = where / ARCHIVE_STAMP

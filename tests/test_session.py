@@ -3,8 +3,15 @@ a session (pure Python; the settings' effect is every other test's, which run wi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyspark
 import pytest
 
+from streamjoin import jars
 from streamjoin.errors import SetupError
 from streamjoin.session import conf_from_env
 
@@ -36,3 +43,28 @@ def test_the_session_carries_no_yarn_defaults_and_keeps_the_rest(spark, tmp_path
     assert task_conf.getValByRegex(r"^yarn\.").isEmpty()
     spark.range(3).write.format("delta").save(str(tmp_path / "t"))
     assert spark.read.format("delta").load(str(tmp_path / "t")).count() == 3
+
+
+def test_a_driver_spark_submit_starts_with_the_submit_settings_reaches_object_storage(tmp_path):
+    """A driver spark-submit starts (an Airflow task through Spark's provider, or by hand) with
+    `jars.submit_settings()` finds the S3A connector set-up fetched, as a driver the session
+    launches does: without it on the driver's class path, every `s3a://` path fails there."""
+    app = tmp_path / "app.py"
+    app.write_text(
+        "from pyspark.sql import SparkSession\n"
+        "spark = SparkSession.builder.master('local[1]').getOrCreate()\n"
+        "jvm, conf = spark.sparkContext._jvm, spark.sparkContext._jsc.hadoopConfiguration()\n"
+        "print('s3a:', jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass('s3a', conf).getName())\n"
+        "spark.stop()\n"
+    )
+    delta, conf, env = jars.submit_settings()
+    assert jars.object_storage_jars(), "set-up fetched no object storage connector (infra/setup.sh)"
+    command = [str(Path(sys.executable).with_name("spark-submit")), "--jars", ",".join(delta)]
+    for key, value in {**conf, "spark.ui.enabled": "false"}.items():
+        command += ["--conf", f"{key}={value}"]
+    home = {"SPARK_HOME": str(Path(pyspark.__file__).parent)}  # pyspark's own, as a worker's PATH finds it
+    done = subprocess.run(
+        [*command, str(app)], env={**os.environ, **home, **env}, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "s3a: org.apache.hadoop.fs.s3a.S3AFileSystem" in done.stdout

@@ -33,7 +33,14 @@ from streamjoin.reach import Reach, reaches, refuse_before
 from streamjoin.reach import describe as describe_reach
 from streamjoin.runners.live import LiveRunner
 from streamjoin.runners.options import DEFAULTS, RunOptions
-from streamjoin.runners.replay import check_inputs, check_live_writer, pin_versions, replay, replay_slices
+from streamjoin.runners.replay import (
+    check_inputs,
+    check_live_writer,
+    one_driver,
+    pin_versions,
+    replay,
+    replay_slices,
+)
 from streamjoin.spec import JoinSpec
 from streamjoin.timeutil import END_OF_INPUT, format_duration, from_spark, parse_duration, to_micros
 
@@ -249,16 +256,19 @@ def run_slices(
     starts: the replay, each slice's validation, the record."""
     stage = on_stage or (lambda text: None)
     span = Slice(pieces[0].start, pieces[-1].end)
-    stage(f"replaying {len(pieces)} slice(s) {span.short_label()} UTC")
-    runs, outcomes = _replayed(spark, spec, pieces, options)
-    if runs:
-        stage(
-            f"validating {len(pieces)} slice(s) {span.short_label()} UTC" if options.validate else "counting"
-        )
-        outcomes = _outcomes(spark, spec, pieces, runs, options)
-    pinned = runs[0].versions if runs else dict(options.versions or {})
-    stage(f"recording {len(outcomes)} attempt(s)")
-    _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), options.mode, pinned)
+    with one_driver(spark, spec, options.into):
+        stage(f"replaying {len(pieces)} slice(s) {span.short_label()} UTC")
+        runs, outcomes = _replayed(spark, spec, pieces, options)
+        if runs:
+            stage(
+                f"validating {len(pieces)} slice(s) {span.short_label()} UTC"
+                if options.validate
+                else "counting"
+            )
+            outcomes = _outcomes(spark, spec, pieces, runs, options)
+        pinned = runs[0].versions if runs else dict(options.versions or {})
+        stage(f"recording {len(outcomes)} attempt(s)")
+        _record(spark, spec, outcomes, backfill_id or str(uuid.uuid4()), options.mode, pinned)
     return outcomes
 
 
@@ -348,15 +358,16 @@ def run_backfill(
     groups = batches(list(slices if slices is not None else backfill.slices), batch)
     if on_stage:
         on_stage("checking the pinned versions, extending the arrival index")
-    prepare(spark, backfill)
     outcomes = []
-    for group in groups:
-        for outcome in run_slices(
-            spark, backfill.job, group, backfill.options(options), backfill.id, on_stage
-        ):
-            outcomes.append(outcome)
-            if on_slice:
-                on_slice(outcome)
+    with one_driver(spark, backfill.job):  # refused at once while another driver writes its tables
+        prepare(spark, backfill)
+        for group in groups:
+            for outcome in run_slices(
+                spark, backfill.job, group, backfill.options(options), backfill.id, on_stage
+            ):
+                outcomes.append(outcome)
+                if on_slice:
+                    on_slice(outcome)
     return outcomes
 
 
@@ -554,4 +565,5 @@ def reset(spark: SparkSession, spec: JoinSpec) -> list[str]:
     start), so that it can begin again from another start; the tables deleted."""
     out = spec.output
     locations = [out.location, *(out.side(name) for name in COMPUTED_SIDES)]
-    return [where for where in locations if delta_io.delete_table(spark, where)]
+    with one_driver(spark, spec):  # not from under a run that writes them
+        return [where for where in locations if delta_io.delete_table(spark, where)]

@@ -40,6 +40,27 @@ def _load(reader: DataFrameReader | DataStreamReader, location: str):
     return reader.load(location) if is_path(location) else reader.table(location)
 
 
+# The schemes of S3, where Delta's default log store keeps a table's commits safe only while one
+# Spark driver writes it (its put of a commit file is not exclusive), and the log store that
+# makes several drivers safe there (each commit recorded in a DynamoDB table first).
+_S3_SCHEMES = ("s3", "s3a", "s3n")
+_MULTI_DRIVER_S3_STORE = "S3DynamoDBLogStore"
+
+
+def single_driver_store(spark: SparkSession, location: str) -> bool:
+    """Delta lets one Spark driver at a time write the tables at `location`: S3 with Delta's
+    default log store (neither `spark.delta.logStore.<scheme>.impl` nor `spark.delta.logStore.class`
+    names its DynamoDB log store). Local folders, HDFS, ABFS and GCS make a commit exclusive
+    themselves, so concurrent writers there are safe (Delta refuses one of two conflicting commits)."""
+    scheme = urlparse(location).scheme.lower()  # a catalog table's name has none: its store is the catalog's
+    if scheme not in _S3_SCHEMES:
+        return False
+    store = spark.conf.get(f"spark.delta.logStore.{scheme}.impl", None) or spark.conf.get(
+        "spark.delta.logStore.class", None
+    )
+    return _MULTI_DRIVER_S3_STORE not in (store or "")
+
+
 def exists(spark: SparkSession, location: str) -> bool:
     """True when `location` holds a Delta table. A local folder does when its log holds a commit,
     and does not without a log (a listing, where asking Delta costs Py4J calls and a look at its

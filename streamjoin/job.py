@@ -325,8 +325,10 @@ class Job:
         """Extend the job's arrival index to its sources' newest versions (or `upto`; the scheduled
         index step); its description and what each source can serve."""
         from streamjoin import index, reach
+        from streamjoin.runners.replay import one_driver
 
-        positions = index.update(self.spark, self.plan(), upto, start_at=start_at)
+        with one_driver(self.spark, self.spec):
+            positions = index.update(self.spark, self.plan(), upto, start_at=start_at)
         return index.describe(positions), reach.reaches(self.spark, self.plan())
 
     def replay(

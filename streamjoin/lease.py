@@ -12,6 +12,12 @@ so that two processes that both find a dead holder's lease cannot both take it. 
 file system (a checkpoint on object storage) there is no such lock: the lease is created only if
 absent, and a dead holder's lease is replaced only while it is still the one read (S3's entity
 tag; `hadoop_files.create`), so there too exactly one of two such processes takes it.
+
+The same lease keeps one Spark driver at a time writing a job's tables where Delta's log store
+allows no more (S3 with Delta's default log store: `delta_io.single_driver_store`): every run that
+writes them (a replay, a backfill, the index step, a live runner) holds `<output>_driver.json`
+while it writes (`one_driver`). Within one process, nested and concurrent holders share it: one
+process is one driver, whose commits Delta's log store orders itself.
 """
 
 from __future__ import annotations
@@ -43,6 +49,57 @@ _UNREADABLE_GRACE_S = 10.0
 
 class CheckpointInUseError(JobError):
     """Another live runner holds the checkpoint's lease."""
+
+
+class OutputInUseError(JobError):
+    """Another process's Spark driver writes the job's tables on a store that allows one at a time."""
+
+
+DRIVER_LEASE_SUFFIX = "_driver.json"  # <output>_driver.json: the driver lease of a job's tables
+# Driver leases this process holds: lease path -> (token, how many holders inside this process).
+_DRIVERS: dict[str, tuple[str, int]] = {}
+
+
+def driver_lease(output: str) -> str:
+    """Where the driver lease of the job writing `output` lives: beside its tables."""
+    return f"{output.rstrip('/')}{DRIVER_LEASE_SUFFIX}"
+
+
+def hold_driver(output: str) -> None:
+    """Take the driver lease of `output`'s job for this process, or join this process's holders;
+    refuses (OutputInUseError) while another process's driver holds it. `let_go_driver` ends it."""
+    path = driver_lease(output)
+    held = _DRIVERS.get(path)
+    if held is not None:
+        _DRIVERS[path] = (held[0], held[1] + 1)
+        return
+    token = acquire(path, lambda: path in _DRIVERS)
+    _DRIVERS[path] = (token, 1)
+
+
+def let_go_driver(output: str) -> None:
+    """One holder of this process lets `output`'s driver lease go; the last one gives it back."""
+    path = driver_lease(output)
+    token, holders = _DRIVERS[path]
+    if holders > 1:
+        _DRIVERS[path] = (token, holders - 1)
+        return
+    del _DRIVERS[path]
+    release(path, token)
+
+
+@contextmanager
+def one_driver(output: str, single_driver: bool) -> Iterator[None]:
+    """Hold `output`'s driver lease while inside when its store lets one driver write at a time
+    (`single_driver`); elsewhere Delta's own commits keep concurrent writers safe, and nothing is held."""
+    if not single_driver:
+        yield
+        return
+    hold_driver(output)
+    try:
+        yield
+    finally:
+        let_go_driver(output)
 
 
 def acquire(path: Location, running: Callable[[], bool]) -> str:
@@ -128,18 +185,30 @@ def _refuse_if_held(path: Location, age: float) -> None:
     """Refuse while the lease's holder lives, or while a lease that names no holder is younger than
     `_UNREADABLE_GRACE_S` (it may be being written)."""
     holder = _read(path)
-    checkpoint = _checkpoint_of(path)
+    driver = str(path).endswith(DRIVER_LEASE_SUFFIX)
+    error: type[JobError] = OutputInUseError if driver else CheckpointInUseError
+    held = (
+        f"output {str(path).removesuffix(DRIVER_LEASE_SUFFIX)}"
+        if driver
+        else f"checkpoint {_checkpoint_of(path)}"
+    )
     if holder is None:
         if age < _UNREADABLE_GRACE_S:
-            raise CheckpointInUseError(
-                f"checkpoint {checkpoint} has a lease {path} that names no holder yet (another runner "
-                f"may be taking it); try again in {_UNREADABLE_GRACE_S:.0f} seconds. A lease file that stays so "
-                "is taken for stale then"
+            raise error(
+                f"{held} has a lease {path} that names no holder yet (another process may be taking it); "
+                f"try again in {_UNREADABLE_GRACE_S:.0f} seconds. A lease file that stays so is taken for stale then"
             )
     elif _alive(path, holder):
-        raise CheckpointInUseError(
-            f"checkpoint {checkpoint} is in use by process {holder['pid']} on {holder.get('host')} "
-            f"since {holder.get('since')}; wait for it to stop, or stop it (Ctrl-C, or kill {holder['pid']}): "
+        since = f"process {holder['pid']} on {holder.get('host')} since {holder.get('since')}"
+        if driver:
+            raise error(
+                f"{held} is being written by {since}; its store lets one Spark driver at a time write a Delta "
+                "table (Delta's default S3 log store), so this run would risk losing commits. Wait for that run "
+                f"to end, or stop it (Ctrl-C, or kill {holder['pid']}); for several writers, configure Delta's "
+                f"DynamoDB log store (docs/scale-out.md). If that process is gone for good, delete {path}"
+            )
+        raise error(
+            f"{held} is in use by {since}; wait for it to stop, or stop it (Ctrl-C, or kill {holder['pid']}): "
             "an output has one live writer. To run the job a second time at once, copy its job file and give "
             f"the copy another output. If that process is gone for good, delete {path}"
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streamjoin.lease import CheckpointInUseError, acquire, release
+from streamjoin.lease import CheckpointInUseError, acquire, driver_lease, one_driver, release
 
 TRIALS = 300
 
@@ -134,3 +134,36 @@ def test_a_lease_file_naming_no_holder_is_stale_only_once_it_is_old(tmp_path):
         token = acquire(path, lambda: True)
         assert holder(path)["token"] == token
         release(path, token)
+
+
+def test_a_driver_lease_is_shared_within_a_process_and_refused_to_another(tmp_path):
+    """An output's driver lease (`one_driver`, on stores that let one Spark driver write a table):
+    the holders of one process share it (one process is one driver), another process is refused
+    with what to do, and the last holder's going gives it back."""
+    output = str(tmp_path / "out")
+    other = [
+        sys.executable,
+        "-c",
+        f"from streamjoin import lease; lease.hold_driver({output!r}); print('held')",
+    ]
+    with one_driver(output, single_driver=True):
+        with one_driver(output, single_driver=True):  # a backfill's replay inside its backfill
+            assert holder(Path(driver_lease(output)))["pid"] == os.getpid()
+        refused = subprocess.run(other, capture_output=True, text=True, env=_importable())
+        assert refused.returncode != 0 and "OutputInUseError" in refused.stderr
+        said = refused.stderr.strip().splitlines()[-1]
+        assert f"output {output} is being written by process {os.getpid()}" in said
+        assert "one Spark driver at a time" in said and "DynamoDB log store" in said
+    assert not Path(driver_lease(output)).exists()
+    taken = subprocess.run(other, capture_output=True, text=True, env=_importable())
+    assert taken.returncode == 0 and taken.stdout.strip() == "held"
+    left = holder(Path(driver_lease(output)))  # by a process that has ended without giving it back
+    with one_driver(output, single_driver=False):  # a store whose commits are exclusive: nothing taken
+        assert holder(Path(driver_lease(output))) == left
+    with one_driver(output, single_driver=True):  # its holder is gone: taken over
+        assert holder(Path(driver_lease(output)))["pid"] == os.getpid() != left["pid"]
+    assert not Path(driver_lease(output)).exists()
+
+
+def _importable() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 from collections import Counter
 from datetime import datetime
 
 import pytest
+from aging import session_conf
 from conftest import append, at
 from s3server import BUCKET, server
 from test_verify import EVENTS, HOUR, hour_rows
@@ -122,6 +124,45 @@ def test_a_live_checkpoint_lease_on_object_storage_is_exclusive_and_taken_over_w
     assert json.loads(atomic.read_text(path))["token"] == token
     lease.release(path, token)
     assert not atomic.exists(path)
+
+
+def test_a_second_driver_on_an_s3_output_is_refused_until_the_first_is_gone(spark, s3, tmp_path, capsys):
+    """Delta's default S3 log store keeps a table's commits safe only while one Spark driver writes
+    it: a replay of a job whose tables another process's driver holds (its driver lease,
+    `<output>_driver.json`) is refused before it writes anything, naming that process and what to
+    do; once that process is gone, its lease is taken over and the replay runs. Local folders take
+    no such lease, and neither does S3 with Delta's DynamoDB log store."""
+    job_file, root = str(tmp_path / "stored.yaml"), f"s3a://{BUCKET}/guarded"
+    (tmp_path / "stored.yaml").write_text(JOB)
+    add_hours(spark, root, range(1), HOUR + 1800)
+    output = load_job(job_file, root=root).output.location
+    assert delta_io.single_driver_store(spark, output) and not delta_io.single_driver_store(
+        spark, str(tmp_path)
+    )
+    replay = ["--root", root, "replay", job_file, "--start", "2024-01-01", "--end", "2024-01-01T01:00"]
+    other = subprocess.Popen(["sleep", "300"])  # a driver of this machine, still running
+    try:
+        holder = {
+            "pid": other.pid,
+            "host": socket.gethostname(),
+            "since": "2024-01-01T00:00:00Z",
+            "token": "x",
+        }
+        atomic.create_file(lease.driver_lease(output), json.dumps(holder))
+        assert main(replay) == 2
+        said = capsys.readouterr().err
+        assert (
+            f"output {output} is being written by process {other.pid}" in said
+            and "DynamoDB log store" in said
+        )
+        assert not delta_io.exists(spark, output)  # refused before it wrote anything
+    finally:
+        other.kill()
+        other.wait()
+    assert main(replay) == 0
+    assert rows(spark, output) and not atomic.exists(lease.driver_lease(output))  # written, then given back
+    with session_conf(spark, {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3DynamoDBLogStore"}):
+        assert not delta_io.single_driver_store(spark, output)
 
 
 def test_a_url_root_is_joined_with_relative_paths_as_url_paths(tmp_path):

@@ -215,11 +215,24 @@ class LiveRunner:
         self._lease = lease.acquire(
             atomic.under(self.home, "lease.json"), lambda: self._query is None or self._query.isActive
         )
+        if self._single_driver:  # and the job's tables, on a store that lets one driver write them
+            try:
+                lease.hold_driver(self.spec.output.location)
+            except BaseException:
+                lease.release(atomic.under(self.home, "lease.json"), self._lease)
+                self._lease = None
+                raise
 
     def _release_lease(self) -> None:
         if self._lease is not None:
+            if self._single_driver:
+                lease.let_go_driver(self.spec.output.location)
             lease.release(atomic.under(self.home, "lease.json"), self._lease)
             self._lease = None
+
+    @property
+    def _single_driver(self) -> bool:
+        return delta_io.single_driver_store(self.spark, self.spec.output.location)
 
     def _open(self) -> None:
         """A run's first writes, made once it holds the lease (and once per runner): the job's

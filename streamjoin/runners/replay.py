@@ -24,7 +24,18 @@ import pendulum
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamjoin import accounting, arrival, changelog, definition, delta_io, drift, index, journal, kernel
+from streamjoin import (
+    accounting,
+    arrival,
+    changelog,
+    definition,
+    delta_io,
+    drift,
+    index,
+    journal,
+    kernel,
+    lease,
+)
 from streamjoin.arrival import Slice
 from streamjoin.changelog import TableInput
 from streamjoin.errors import HistoryNotRetainedError, JobError
@@ -263,7 +274,7 @@ class ReplayPlan:
 
     def execute(self, spark: SparkSession) -> list[RunMetrics]:
         """Carry the replay out: check, index, read, step, write, and a metrics row per slice."""
-        with _translated(spark, self.plan.spec, self.out):
+        with _translated(spark, self.plan.spec, self.out), one_driver(spark, self.plan.spec, self.out):
             run = _prepare(spark, self)
             read = _read_streams(run)
             _read_tables(spark, run, read)
@@ -272,6 +283,17 @@ class ReplayPlan:
             written = _write(spark, run, read, result)
             definition.stamp(spark, self.plan.spec, output=self.options.into is None)
             return _account(spark, run, read, result, written)
+
+
+@contextlib.contextmanager
+def one_driver(spark: SparkSession, spec: JoinSpec, into: Output | None = None) -> Iterator[None]:
+    """Hold the driver lease of the job's tables (and of `into`, where a replay writes elsewhere)
+    while inside, where their store lets one Spark driver at a time write (`lease.one_driver`)."""
+    outputs = dict.fromkeys(o.location for o in (spec.output, into or spec.output))
+    with contextlib.ExitStack() as held:
+        for location in outputs:
+            held.enter_context(lease.one_driver(location, delta_io.single_driver_store(spark, location)))
+        yield
 
 
 def _instant(micros: int, unbounded: str) -> str:

@@ -178,6 +178,8 @@ class LiveRunner:
             for n, (name, schema) in enumerate(self.join.derived_state(self.plan).items())
         }
         self._lease: str | None = None  # the token of the checkpoint's lease, while this runner holds it
+        # the output whose driver lease (lease.one_driver) it holds with it, on a store that needs one
+        self._driver: str | None = None
         self._unindexed: list[index.Entry] = []  # entries its batches made, not appended yet
         self._query: StreamingQuery | None = None
         self._failure: errors.StreamJoinError | None = None  # what stopped the query, raised by `run`
@@ -215,24 +217,22 @@ class LiveRunner:
         self._lease = lease.acquire(
             atomic.under(self.home, "lease.json"), lambda: self._query is None or self._query.isActive
         )
-        if self._single_driver:  # and the job's tables, on a store that lets one driver write them
+        output = self.spec.output.location
+        if delta_io.single_driver_store(self.spark, output):  # and the job's tables' driver lease
             try:
-                lease.hold_driver(self.spec.output.location)
+                lease.hold_driver(output)
             except BaseException:
-                lease.release(atomic.under(self.home, "lease.json"), self._lease)
-                self._lease = None
+                self._release_lease()
                 raise
+            self._driver = output
 
     def _release_lease(self) -> None:
+        if self._driver is not None:
+            lease.let_go_driver(self._driver)
+            self._driver = None
         if self._lease is not None:
-            if self._single_driver:
-                lease.let_go_driver(self.spec.output.location)
             lease.release(atomic.under(self.home, "lease.json"), self._lease)
             self._lease = None
-
-    @property
-    def _single_driver(self) -> bool:
-        return delta_io.single_driver_store(self.spark, self.spec.output.location)
 
     def _open(self) -> None:
         """A run's first writes, made once it holds the lease (and once per runner): the job's

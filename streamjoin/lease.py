@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -56,8 +57,10 @@ class OutputInUseError(JobError):
 
 
 DRIVER_LEASE_SUFFIX = "_driver.json"  # <output>_driver.json: the driver lease of a job's tables
-# Driver leases this process holds: lease path -> (token, how many holders inside this process).
+# Driver leases this process holds: lease path -> (token, how many holders inside this process),
+# changed under a lock (runs of one process may take them from several threads).
 _DRIVERS: dict[str, tuple[str, int]] = {}
+_DRIVERS_LOCK = threading.Lock()
 
 
 def driver_lease(output: str) -> str:
@@ -69,23 +72,25 @@ def hold_driver(output: str) -> None:
     """Take the driver lease of `output`'s job for this process, or join this process's holders;
     refuses (OutputInUseError) while another process's driver holds it. `let_go_driver` ends it."""
     path = driver_lease(output)
-    held = _DRIVERS.get(path)
-    if held is not None:
-        _DRIVERS[path] = (held[0], held[1] + 1)
-        return
-    token = acquire(path, lambda: path in _DRIVERS)
-    _DRIVERS[path] = (token, 1)
+    with _DRIVERS_LOCK:
+        held = _DRIVERS.get(path)
+        if held is not None:
+            _DRIVERS[path] = (held[0], held[1] + 1)
+            return
+        token = acquire(path, lambda: path in _DRIVERS)
+        _DRIVERS[path] = (token, 1)
 
 
 def let_go_driver(output: str) -> None:
     """One holder of this process lets `output`'s driver lease go; the last one gives it back."""
     path = driver_lease(output)
-    token, holders = _DRIVERS[path]
-    if holders > 1:
-        _DRIVERS[path] = (token, holders - 1)
-        return
-    del _DRIVERS[path]
-    release(path, token)
+    with _DRIVERS_LOCK:
+        token, holders = _DRIVERS[path]
+        if holders > 1:
+            _DRIVERS[path] = (token, holders - 1)
+            return
+        del _DRIVERS[path]
+        release(path, token)
 
 
 @contextmanager

@@ -186,15 +186,22 @@ def submit_settings() -> tuple[list[str], dict[str, str], dict[str, str]]:
     the connector on the executors' class path (`--conf`); and the connector on the driver's class
     path through $SPARK_DIST_CLASSPATH (the environment of spark-submit). A submitted driver's JVM
     runs before the session does, so the session cannot add the connector to it as it does for the
-    driver it launches itself (`session._object_storage_class_path`)."""
-    conf = {"spark.driver.extraJavaOptions": driver_java_options()}
-    env = {}
+    driver it launches itself (both take it from `connector_class_path`)."""
+    executors, driver_env = connector_class_path()
+    return delta_jars(), {"spark.driver.extraJavaOptions": driver_java_options(), **executors}, driver_env
+
+
+def connector_class_path() -> tuple[dict[str, str], dict[str, str]]:
+    """The object storage connector (`object_storage_jars`) on the class paths: the executors'
+    setting (`spark.executor.extraClassPath`), and the driver's environment ($SPARK_DIST_CLASSPATH
+    as it is, with the connector appended unless it holds it), which Spark's launcher appends after
+    its own jars. Both empty where set-up fetched no connector."""
     connector = os.pathsep.join(object_storage_jars())
-    if connector:
-        conf["spark.executor.extraClassPath"] = connector
-        given = os.environ.get("SPARK_DIST_CLASSPATH", "")
-        env["SPARK_DIST_CLASSPATH"] = os.pathsep.join(filter(None, (given, connector)))
-    return delta_jars(), conf, env
+    if not connector:
+        return {}, {}
+    given = os.environ.get("SPARK_DIST_CLASSPATH", "")
+    dist = given if connector in given else os.pathsep.join(filter(None, (given, connector)))
+    return {"spark.executor.extraClassPath": connector}, {"SPARK_DIST_CLASSPATH": dist}
 
 
 def archive_current(where: Path) -> bool:

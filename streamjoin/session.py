@@ -134,13 +134,9 @@ def _object_storage_class_path() -> dict[str, str]:
     on the driver's through $SPARK_DIST_CLASSPATH, which Spark's launcher appends after its own
     jars: the driver class archive, made without them, still maps (`spark.driver.extraClassPath`
     would come first and void it). Executors on other machines need the jars at the same path."""
-    connector = os.pathsep.join(jars.object_storage_jars())
-    if not connector:
-        return {}
-    given = os.environ.get("SPARK_DIST_CLASSPATH", "")
-    if connector not in given:
-        os.environ["SPARK_DIST_CLASSPATH"] = os.pathsep.join(filter(None, (given, connector)))
-    return {"spark.executor.extraClassPath": connector}
+    executors, driver_env = jars.connector_class_path()
+    os.environ.update(driver_env)
+    return executors
 
 
 def get_spark(

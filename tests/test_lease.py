@@ -149,13 +149,13 @@ def test_a_driver_lease_is_shared_within_a_process_and_refused_to_another(tmp_pa
     with one_driver(output, single_driver=True):
         with one_driver(output, single_driver=True):  # a backfill's replay inside its backfill
             assert holder(Path(driver_lease(output)))["pid"] == os.getpid()
-        refused = subprocess.run(other, capture_output=True, text=True, env=_importable())
+        refused = subprocess.run(other, capture_output=True, text=True)
         assert refused.returncode != 0 and "OutputInUseError" in refused.stderr
         said = refused.stderr.strip().splitlines()[-1]
         assert f"output {output} is being written by process {os.getpid()}" in said
         assert "one Spark driver at a time" in said and "DynamoDB log store" in said
     assert not Path(driver_lease(output)).exists()
-    taken = subprocess.run(other, capture_output=True, text=True, env=_importable())
+    taken = subprocess.run(other, capture_output=True, text=True)
     assert taken.returncode == 0 and taken.stdout.strip() == "held"
     left = holder(Path(driver_lease(output)))  # by a process that has ended without giving it back
     with one_driver(output, single_driver=False):  # a store whose commits are exclusive: nothing taken
@@ -163,7 +163,3 @@ def test_a_driver_lease_is_shared_within_a_process_and_refused_to_another(tmp_pa
     with one_driver(output, single_driver=True):  # its holder is gone: taken over
         assert holder(Path(driver_lease(output)))["pid"] == os.getpid() != left["pid"]
     assert not Path(driver_lease(output)).exists()
-
-
-def _importable() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

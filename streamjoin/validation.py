@@ -35,7 +35,7 @@ from streamjoin.arrival import Slice
 from streamjoin.errors import JobError
 from streamjoin.jars import checkout
 from streamjoin.metrics import spark_value
-from streamjoin.slice_profile import NOT_NULL, PROFILED, Observed, profile
+from streamjoin.slice_profile import BETWEEN, NOT_NULL, PROFILED, Observed, profile
 from streamjoin.spec import JoinSpec, Quality
 from streamjoin.timeutil import from_spark, parse_instant, to_micros
 
@@ -226,7 +226,7 @@ def validate_slices(
         known = [o for o in observed if o is not None]
         if _assembles(known, expectations):
             results.append(batch.assembled(k, known))
-        elif known and not known[0].element_count:  # an empty slice: Great Expectations over no rows
+        elif known and not known[0].element_count:  # an empty slice, a suite not all profiled
             results.append(batch.validated(k, rows.where(F.lit(False))))
         else:
             time, (start, end) = F.col(f"`{spec.output.time}`"), batch.bounds[k]
@@ -237,11 +237,10 @@ def validate_slices(
 
 def _assembles(found: list[Observed], expectations: list[dict]) -> bool:
     """Whether a slice's result is made from what the aggregation `found`: every expectation was
-    profiled and passed, over rows (Great Expectations words an empty slice's results apart)."""
-    return (
-        len(found) == len(expectations)
-        and (not found or found[0].element_count > 0)
-        and all(o.passes(e) for o, e in zip(found, expectations, strict=True))
+    profiled and passed (an empty slice passes them all; `_numbers` words it as Great Expectations
+    does)."""
+    return len(found) == len(expectations) and all(
+        o.passes(e) for o, e in zip(found, expectations, strict=True)
     )
 
 
@@ -765,15 +764,21 @@ def _bound_kwargs(kwargs: dict[str, Any], parameters: dict[str, Any]) -> dict[st
     }
 
 
+# Over no rows, Great Expectations 1 reports no count of unexpected values (None) for these
+# expectations, and 0 for the uniqueness ones (tests/test_validation.py compares the two).
+_UNCOUNTED_WHEN_EMPTY = {NOT_NULL, BETWEEN}
+
+
 def _numbers(kind: str, found: Observed) -> dict[str, Any]:
     """The `result` Great Expectations reports for an expectation of type `kind` that passed with
     the numbers `found` (a NULL is the only value a not-NULL expectation may find unexpected)."""
     rows, missing, unexpected = found.element_count, found.missing_count, found.unexpected_count
     nulls = [None] * min(unexpected, 20)
+    counted = None if not rows and kind in _UNCOUNTED_WHEN_EMPTY else unexpected
     if kind == NOT_NULL:
         return {
             "element_count": rows,
-            "unexpected_count": unexpected,
+            "unexpected_count": counted,
             "unexpected_percent": _percent(unexpected, rows),
             "partial_unexpected_list": nulls,
             "partial_unexpected_counts": [{"value": None, "count": unexpected}] if unexpected else [],
@@ -792,7 +797,7 @@ def _numbers(kind: str, found: Observed) -> dict[str, Any]:
         }
     return {
         "element_count": rows,
-        "unexpected_count": unexpected,
+        "unexpected_count": counted,
         "unexpected_percent": _percent(unexpected, rows - missing),
         "partial_unexpected_list": [],
         "missing_count": missing,

@@ -172,7 +172,7 @@ def write_commits(
 
     versions: list[int] = []
     for index, (_, rows) in enumerate(commits):
-        frame = local_frame(spark, list(rows), schema)
+        frame = local_frame(spark, list(rows), schema).coalesce(1)
         if latest is None and index == 0:
             writer = frame.writeTo(f"delta.`{table_dir}`").using("delta")
             for key, value in (properties or {}).items():

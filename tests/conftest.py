@@ -215,8 +215,8 @@ def at(seconds: float) -> datetime:
 
 
 def append(spark, path, rows, schema) -> None:
-    """One Delta commit holding `rows` (a list of tuples)."""
-    local_frame(spark, rows, schema).write.format("delta").mode("append").save(str(path))
+    """One Delta commit holding `rows` (a list of tuples), in one file (`write_commits`)."""
+    local_frame(spark, rows, schema).coalesce(1).write.format("delta").mode("append").save(str(path))
 
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

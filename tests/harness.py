@@ -82,7 +82,7 @@ def write_commit(spark, path: str, rows, files: int | None = None) -> None:
     if files:  # the rows split in order into `files` parts, a file each
         frame = spark.createDataFrame(spark.sparkContext.parallelize(data, files), SCHEMA)
     else:
-        frame = local_frame(spark, data, SCHEMA)
+        frame = local_frame(spark, data, SCHEMA).coalesce(1)
     frame.write.format("delta").mode("append").save(path)
 
 

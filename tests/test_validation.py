@@ -576,15 +576,19 @@ def test_slices_validated_together_read_as_each_validated_alone(spark, tmp_path,
 
 
 def test_validating_more_slices_together_costs_no_more_spark_jobs(spark, tmp_path):
-    """One aggregation over the slices' rows, whatever their number: no Spark job per slice."""
+    """One aggregation over the slices' rows, whatever their number and however many are empty:
+    no Spark job per slice (an empty slice's result is assembled too, not Great Expectations run
+    over no rows)."""
     from streamjoin.validation import validate_slices
 
     spec = shop_job(tmp_path)
     tracker = spark.sparkContext.statusTracker()
 
-    def jobs_to_validate(hours: int) -> int:
+    def jobs_to_validate(hours: int, every: int = 1) -> int:
         rows = [
-            (f"o{h}-{n}", "c1", "p1", 1.0, datetime(2024, 5, 1, h, n)) for h in range(hours) for n in range(3)
+            (f"o{h}-{n}", "c1", "p1", 1.0, datetime(2024, 5, 1, h, n))
+            for h in range(0, hours, every)
+            for n in range(3)
         ]
         before = max(tracker.getJobIdsForGroup(None), default=-1)
         results = validate_slices(
@@ -592,9 +596,41 @@ def test_validating_more_slices_together_costs_no_more_spark_jobs(spark, tmp_pat
             spec,
             spark.createDataFrame(rows, OUTPUT),
             hours_of(hours),
-            str(tmp_path / f"s{hours}"),
+            str(tmp_path / f"s{hours}-{every}"),
         )
         assert all(r.success for r in results) and len(results) == hours
         return max(tracker.getJobIdsForGroup(None)) - before
 
-    assert jobs_to_validate(8) == jobs_to_validate(2)
+    assert jobs_to_validate(8) == jobs_to_validate(2) == jobs_to_validate(8, every=4)
+
+
+@pytest.mark.parametrize("key", [("order_id",), ("order_id", "customer_id")])
+def test_an_empty_slices_assembled_result_holds_what_great_expectations_reports(spark, tmp_path, key):
+    """Over no rows, the result made for a slice holds, expectation by expectation, what Great
+    Expectations' own run over no rows reports (no count of unexpected values for the not-NULL and
+    range expectations, 0 for the uniqueness ones), so its checks and Data Docs page read alike."""
+    from streamjoin import validation
+    from streamjoin.slice_profile import profile
+
+    spec = shop_job(tmp_path, output=Output(path=str(tmp_path / "out"), key=key))
+    (piece,) = hours_of(1)
+    empty = spark.createDataFrame([], OUTPUT)
+    batch = validation._Batch.open(spark, spec, empty, str(tmp_path / "site"), [(piece.start, piece.end)])
+    run = batch.checkpoint.run(
+        batch_parameters={"dataframe": empty},
+        expectation_parameters=batch.parameters[0],
+        run_id=batch.run_id(0),
+    )
+    ((_, theirs),) = run.run_results.items()
+    (found,) = profile(empty, spec.output.time, [piece], batch.suite["expectations"], batch.parameters)
+    _, ours = validation._result_of(batch.suite, found, batch.parameters[0], batch.run_id(0), "streamjoin")
+
+    def read(validation_result) -> list[tuple]:
+        return [(r.expectation_config.type, r.success, r.result) for r in validation_result.results]
+
+    assert read(ours) == read(theirs)
+    assert {r.expectation_config.type for r in ours.results} >= {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_between",
+    }
+    assert ours.statistics == theirs.statistics

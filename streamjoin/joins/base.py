@@ -392,22 +392,26 @@ class SliceCounts:
                 numbered = numbered.withColumn(column, owner)
             conditions[name] = (column, condition)
         self._slices = slices
-        self._aggregates = [
-            F.count_if((F.col(column) == F.lit(k)) & condition).alias(f"{name}#{k}")
-            for k in range(slices)
-            for name, (column, condition) in conditions.items()
-        ] or [F.count(F.lit(1)).alias("_sj_rows")]
         self._numbered = numbered
         self._conditions = conditions
         self._observation: Observation | None = None
         self._pass = _PASS.get()
         speculative = frame.sparkSession.conf.get("spark.speculation", "false") == "true"
-        if observed and not speculative and len(self._aggregates) <= self.MAX_OBSERVED:
+        if observed and not speculative and slices * len(conditions) <= self.MAX_OBSERVED:
             self._observation = Observation(f"sj_{uuid.uuid4().hex}")
-            numbered = numbered.observe(self._observation, *self._aggregates)
+            numbered = numbered.observe(self._observation, *self._aggregates())
         self.rows = numbered.drop(*owners.values())
         self._names = list(counts)
         self._values: dict[int, dict[str, int]] | None = None
+
+    def _aggregates(self) -> list[Column]:
+        """The observation's counters: one per name per slice (built only when observed, each a
+        few calls into the JVM)."""
+        return [
+            F.count_if((F.col(column) == F.lit(k)) & condition).alias(f"{name}#{k}")
+            for k in range(self._slices)
+            for name, (column, condition) in self._conditions.items()
+        ] or [F.count(F.lit(1)).alias("_sj_rows")]
 
     def get(self) -> dict[int, dict[str, int]]:
         """{slice number: {name: count}} for every slice."""

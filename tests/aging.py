@@ -131,7 +131,9 @@ def write_commits(
 ) -> list[int]:
     """Write each `(when, rows)` as one Delta commit dated `when` (naive = UTC); return the versions.
 
-    Each element is a real Spark append of `rows` (tuples matching the DDL `schema`); the first
+    Each element is a real Spark append of `rows` (tuples matching the DDL `schema`), in one file
+    (a commit of a few rows, as a small writer makes it: two tasks and files cost more per append
+    and every later read opens both); the first
     one creates the table when there is none, with `properties` as its TBLPROPERTIES. The commits
     are then backdated: in-commit timestamp (and `timestamp`) in the commit file and in its
     `.crc`, and the modification times of the commit file, its `.crc` and the data and change

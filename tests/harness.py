@@ -77,7 +77,8 @@ def create_tables(spark, root, row_tracking: bool = False) -> dict[int, str]:
 
 
 def write_commit(spark, path: str, rows, files: int | None = None) -> None:
-    """One Delta commit of rows (id, key, seconds | None, v); `files` splits it into that many files."""
+    """One Delta commit of rows (id, key, seconds | None, v), in one file unless `files` splits it
+    into that many."""
     data = [(i, k, None if t is None else at(t), v) for i, k, t, v in rows]
     if files:  # the rows split in order into `files` parts, a file each
         frame = spark.createDataFrame(spark.sparkContext.parallelize(data, files), SCHEMA)
